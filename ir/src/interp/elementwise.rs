@@ -1,0 +1,197 @@
+//! Elementwise kernels: broadcasting binary ops, unary math, clipping, bit shifts.
+//!
+//! Float math is computed in f64 and rounded once to the element type, which for + - * / and
+//! sqrt gives exactly the IEEE result of the narrow type. Integer math is computed in i128 and
+//! wrapped to the element type, which is two's-complement wrapping arithmetic.
+
+use ndarray::{ArrayD, IxDyn, Zip};
+
+use crate::infer::broadcast_shapes;
+use crate::op::{BinaryOp, UnaryOp};
+use crate::tensor::{Element, Tensor, Wide};
+
+use super::KernelError;
+
+pub(crate) fn to_i128<T: Element>(v: T) -> i128 {
+    match v.widen() {
+        Wide::I(x) => x as i128,
+        Wide::U(x) => x as i128,
+        Wide::F(x) => x as i128,
+    }
+}
+
+/// Wraps an i128 into `T` modulo 2^bits.
+pub(crate) fn from_i128<T: Element>(v: i128) -> T {
+    T::from_wide(Wide::I(v as i64))
+}
+
+/// Applies `f` to `a` and `b` broadcast against each other (numpy rules).
+pub(crate) fn zip_broadcast<T: Element, U: Element>(
+    a: &ArrayD<T>,
+    b: &ArrayD<T>,
+    mut f: impl FnMut(T, T) -> U,
+) -> Result<ArrayD<U>, KernelError> {
+    let shape = broadcast_shapes(a.shape(), b.shape())?;
+    let av = a.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    let bv = b.broadcast(IxDyn(&shape)).ok_or("broadcast failed")?;
+    Ok(Zip::from(&av).and(&bv).map_collect(|&x, &y| f(x, y)))
+}
+
+fn float_binary(kind: BinaryOp, x: f64, y: f64) -> f64 {
+    match kind {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        // numpy maximum/minimum propagate NaN.
+        BinaryOp::Max if x.is_nan() || y.is_nan() => f64::NAN,
+        BinaryOp::Min if x.is_nan() || y.is_nan() => f64::NAN,
+        BinaryOp::Max => x.max(y),
+        BinaryOp::Min => x.min(y),
+    }
+}
+
+fn int_binary(kind: BinaryOp, x: i128, y: i128) -> Option<i128> {
+    Some(match kind {
+        BinaryOp::Add => x.wrapping_add(y),
+        BinaryOp::Sub => x.wrapping_sub(y),
+        BinaryOp::Mul => x.wrapping_mul(y),
+        // Truncating division, as C and ONNX Runtime do.
+        BinaryOp::Div => x.checked_div(y)?,
+        BinaryOp::Max => x.max(y),
+        BinaryOp::Min => x.min(y),
+    })
+}
+
+pub(crate) fn binary(kind: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(kind: BinaryOp, a: &ArrayD<T>, b: &Tensor) -> Result<Tensor, KernelError> {
+        let b = T::array(b).ok_or("operand element types differ")?;
+        if T::DTYPE.is_float() {
+            return Ok(T::into_tensor(zip_broadcast(a, b, |x, y| {
+                T::from_f64(float_binary(kind, x.to_f64(), y.to_f64()))
+            })?));
+        }
+        let mut div_by_zero = false;
+        let out = zip_broadcast(a, b, |x, y| {
+            match int_binary(kind, to_i128(x), to_i128(y)) {
+                Some(v) => from_i128::<T>(v),
+                None => {
+                    div_by_zero = true;
+                    T::default()
+                }
+            }
+        })?;
+        if div_by_zero {
+            return Err("integer division by zero".into());
+        }
+        Ok(T::into_tensor(out))
+    }
+    dispatch_tensor!(a, x, T => go::<T>(kind, x, b))
+}
+
+/// Maps every element of a float tensor through `f` computed in f64.
+pub(crate) fn map_float(t: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, f: impl Fn(f64) -> f64) -> Tensor {
+        T::into_tensor(a.mapv(|v| T::from_f64(f(v.to_f64()))))
+    }
+    match t {
+        Tensor::F16(a) => Ok(go(a, f)),
+        Tensor::F32(a) => Ok(go(a, f)),
+        Tensor::F64(a) => Ok(go(a, f)),
+        other => Err(format!("expected a float tensor, got {}", other.dtype()).into()),
+    }
+}
+
+pub(crate) fn unary(kind: UnaryOp, t: &Tensor) -> Result<Tensor, KernelError> {
+    if kind == UnaryOp::Relu && !t.dtype().is_float() {
+        fn relu<T: Element>(a: &ArrayD<T>) -> Tensor {
+            T::into_tensor(a.mapv(|v| if v < T::default() { T::default() } else { v }))
+        }
+        return dispatch_tensor!(t, a, T => Ok(relu::<T>(a)));
+    }
+    map_float(t, |x| match kind {
+        UnaryOp::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        UnaryOp::Sigmoid => sigmoid(x),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Sqrt => x.sqrt(),
+    })
+}
+
+fn sigmoid(x: f64) -> f64 {
+    // Split by sign so exp never overflows.
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+pub(crate) fn leaky_relu(t: &Tensor, alpha: f32) -> Result<Tensor, KernelError> {
+    let alpha = alpha as f64;
+    map_float(t, |x| if x < 0.0 { alpha * x } else { x })
+}
+
+/// ONNX Clip: `min(max(x, lo), hi)`, so `hi` wins when `lo > hi`.
+pub(crate) fn clip(
+    t: &Tensor,
+    lo: Option<&Tensor>,
+    hi: Option<&Tensor>,
+) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(
+        a: &ArrayD<T>,
+        lo: Option<&Tensor>,
+        hi: Option<&Tensor>,
+    ) -> Result<Tensor, KernelError> {
+        let bound = |b: Option<&Tensor>| -> Result<Option<T>, KernelError> {
+            b.map(|b| {
+                T::array(b)
+                    .and_then(|a| a.iter().next().copied())
+                    .ok_or_else(|| "bad clip bound".into())
+            })
+            .transpose()
+        };
+        let (lo, hi) = (bound(lo)?, bound(hi)?);
+        Ok(T::into_tensor(a.mapv(|mut v| {
+            if let Some(l) = lo
+                && v < l
+            {
+                v = l;
+            }
+            if let Some(h) = hi
+                && v > h
+            {
+                v = h;
+            }
+            v
+        })))
+    }
+    dispatch_tensor!(t, a, T => go::<T>(a, lo, hi))
+}
+
+/// Shifts outside `[0, bits)` shift everything out: 0, or -1 for negative values shifted right.
+pub(crate) fn bit_shift(x: &Tensor, shift: &Tensor, left: bool) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, s: &Tensor, left: bool) -> Result<Tensor, KernelError> {
+        let s = T::array(s).ok_or("operand element types differ")?;
+        let bits = T::DTYPE.int_bits() as i128;
+        Ok(T::into_tensor(zip_broadcast(a, s, |x, y| {
+            let (x, y) = (to_i128(x), to_i128(y));
+            let v = if (0..bits).contains(&y) {
+                if left { x << y } else { x >> y }
+            } else if !left && x < 0 {
+                -1
+            } else {
+                0
+            };
+            from_i128::<T>(v)
+        })?))
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, shift, left))
+}

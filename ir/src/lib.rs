@@ -1,0 +1,38 @@
+//! heron-ir: Heron's graph IR, ONNX import, shape inference, the reference interpreter and graph
+//! passes.
+//!
+//! ```
+//! use heron_ir::{DType, Graph, Op, Tensor, TensorType, UnaryOp, interp};
+//!
+//! let mut g = Graph::new();
+//! let x = g.add_input("x", TensorType::new(DType::F32, vec![3]));
+//! let y = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[x]).unwrap();
+//! g.set_outputs(vec![y]);
+//! heron_ir::verify(&g).unwrap();
+//!
+//! let input = Tensor::from_vec::<f32>(&[3], vec![-1.0, 0.5, 2.0]).unwrap();
+//! let out = interp::run(&g, &[input]).unwrap();
+//! assert_eq!(out[0].to_f64_vec(), vec![0.0, 0.5, 2.0]);
+//! ```
+
+#[macro_use]
+mod macros;
+
+pub mod dtype;
+pub mod graph;
+pub mod infer;
+pub mod interp;
+pub mod npy;
+pub mod onnx;
+pub mod op;
+pub mod passes;
+pub mod stats;
+pub mod tensor;
+pub mod verify;
+
+pub use dtype::{DType, TensorType};
+pub use graph::{Graph, GraphError, Node, Value, ValueId};
+pub use half::f16;
+pub use op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp};
+pub use tensor::{Element, Tensor};
+pub use verify::{VerifyErrors, verify};

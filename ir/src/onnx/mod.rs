@@ -1,0 +1,413 @@
+//! ONNX frontend: decodes a `ModelProto` (prost) and builds a [`Graph`].
+//!
+//! The graph-level import (initializers, inputs, topological order, outputs) lives here; the
+//! per-operator translation, dispatched on each op's own schema version, lives in [`ops`].
+
+mod ops;
+pub mod proto;
+mod tensor;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use prost::Message;
+
+use crate::dtype::{DType, TensorType};
+use crate::graph::{Graph, GraphError, ValueId};
+use crate::tensor::Tensor;
+
+pub use ops::{SUPPORTED_OPS, schema_version};
+pub use tensor::{tensor_from_proto, tensor_to_proto};
+
+use proto::{GraphProto, ModelProto, NodeProto, ValueInfoProto, type_proto};
+
+/// The oldest default-domain opset Heron imports.
+pub const MIN_OPSET: i64 = 10;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ImportError {
+    #[error("cannot read {path}: {reason}")]
+    Io { path: String, reason: String },
+    #[error("not a valid ONNX model (protobuf decode failed: {0})")]
+    Decode(String),
+    #[error("the model has no graph")]
+    NoGraph,
+    #[error("the model imports no default-domain ('ai.onnx') opset")]
+    NoOpset,
+    #[error("opset {0} is too old: Heron imports models of opset {MIN_OPSET} and newer")]
+    OpsetTooOld(i64),
+    #[error("unsupported operator {op_type} (domain '{domain}', opset {opset}) in node '{node}'")]
+    UnsupportedOp {
+        op_type: String,
+        domain: String,
+        node: String,
+        opset: i64,
+    },
+    #[error("{context}: unsupported element type {dtype}")]
+    UnsupportedDtype { context: String, dtype: String },
+    #[error("value '{name}': unsupported type kind '{kind}' (only tensors are supported)")]
+    UnsupportedTypeKind { name: String, kind: &'static str },
+    #[error(
+        "graph input '{name}' has no static shape (dimension {dim} is '{param}'); supply its value or a model with fixed shapes"
+    )]
+    DynamicShape {
+        name: String,
+        dim: usize,
+        param: String,
+    },
+    #[error("graph input '{0}' has no tensor type information")]
+    MissingType(String),
+    #[error("tensor '{name}': {reason}")]
+    BadTensor { name: String, reason: String },
+    #[error("tensor '{name}' stores its data externally; external data is not supported")]
+    ExternalData { name: String },
+    #[error("node '{node}' reads '{input}', which no node, input or initializer defines")]
+    UndefinedInput { node: String, input: String },
+    #[error("the graph has a cycle through nodes {0:?}")]
+    Cycle(Vec<String>),
+    #[error("value '{0}' is defined more than once")]
+    DuplicateValue(String),
+    #[error("node '{node}' ({op}): attribute '{attr}': {reason}")]
+    BadAttribute {
+        node: String,
+        op: String,
+        attr: String,
+        reason: String,
+    },
+    #[error("node '{node}' ({op}): {reason}")]
+    BadNode {
+        node: String,
+        op: String,
+        reason: String,
+    },
+    #[error(
+        "node '{node}' ({op}): input '{input}' ({what}) must be known at compile time: make it an initializer or Constant, or supply its value when loading"
+    )]
+    NotConstant {
+        node: String,
+        op: String,
+        input: String,
+        what: String,
+    },
+    #[error("node '{node}' ({op}): training mode is not supported (inference only)")]
+    TrainingMode { node: String, op: String },
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error("graph output '{name}' is declared {declared} but computes {inferred}")]
+    OutputMismatch {
+        name: String,
+        declared: String,
+        inferred: String,
+    },
+    #[error("graph output '{0}' is not produced by any node, input or initializer")]
+    UndefinedOutput(String),
+    #[error("supplied value for input '{name}' is {got}, the model declares {declared}")]
+    SuppliedMismatch {
+        name: String,
+        declared: String,
+        got: String,
+    },
+}
+
+/// Options for [`import_model`].
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Values for graph inputs, used where an op needs its input at compile time (Reshape's
+    /// shape, Pad's pads, ...). Such inputs become constants and leave the graph's input list;
+    /// supplied inputs that no op needs stay ordinary inputs.
+    pub known_values: HashMap<String, Tensor>,
+}
+
+/// Reads and imports an ONNX model file.
+pub fn load_model(path: &Path, options: &ImportOptions) -> Result<Graph, ImportError> {
+    let bytes = std::fs::read(path).map_err(|e| ImportError::Io {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    import_model(&bytes, options)
+}
+
+/// Imports a serialized ONNX `ModelProto`.
+pub fn import_model(bytes: &[u8], options: &ImportOptions) -> Result<Graph, ImportError> {
+    let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    let opset = model
+        .opset_import
+        .iter()
+        .filter(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .max()
+        .ok_or(ImportError::NoOpset)?;
+    if opset < MIN_OPSET {
+        return Err(ImportError::OpsetTooOld(opset));
+    }
+    let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
+    Importer::new(opset, &options.known_values).import(graph)
+}
+
+pub(crate) struct Importer<'a> {
+    pub(crate) graph: Graph,
+    pub(crate) names: HashMap<String, ValueId>,
+    known: &'a HashMap<String, Tensor>,
+    pub(crate) opset: i64,
+}
+
+/// Static type of a declared value, or why it has none.
+fn declared_type(
+    v: &ValueInfoProto,
+) -> Result<Option<(DType, Vec<Result<usize, String>>)>, ImportError> {
+    let Some(tp) = &v.r#type else { return Ok(None) };
+    let tensor = match &tp.value {
+        Some(type_proto::Value::TensorType(t)) => t,
+        Some(type_proto::Value::SequenceType(_)) => {
+            return Err(ImportError::UnsupportedTypeKind {
+                name: v.name.clone(),
+                kind: "sequence",
+            });
+        }
+        Some(type_proto::Value::MapType(_)) => {
+            return Err(ImportError::UnsupportedTypeKind {
+                name: v.name.clone(),
+                kind: "map",
+            });
+        }
+        Some(type_proto::Value::SparseTensorType(_)) => {
+            return Err(ImportError::UnsupportedTypeKind {
+                name: v.name.clone(),
+                kind: "sparse tensor",
+            });
+        }
+        Some(type_proto::Value::OptionalType(_)) => {
+            return Err(ImportError::UnsupportedTypeKind {
+                name: v.name.clone(),
+                kind: "optional",
+            });
+        }
+        None => return Ok(None),
+    };
+    let dtype =
+        DType::from_onnx_code(tensor.elem_type).map_err(|dtype| ImportError::UnsupportedDtype {
+            context: format!("value '{}'", v.name),
+            dtype,
+        })?;
+    let Some(shape) = &tensor.shape else {
+        return Ok(Some((dtype, vec![])));
+    };
+    use proto::tensor_shape_proto::dimension::Value as D;
+    let dims = shape
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(D::DimValue(v)) if *v >= 0 => Ok(*v as usize),
+            Some(D::DimValue(v)) => Err(v.to_string()),
+            Some(D::DimParam(p)) => Err(p.clone()),
+            None => Err("?".to_string()),
+        })
+        .collect();
+    Ok(Some((dtype, dims)))
+}
+
+impl<'a> Importer<'a> {
+    fn new(opset: i64, known: &'a HashMap<String, Tensor>) -> Self {
+        Importer {
+            graph: Graph::new(),
+            names: HashMap::new(),
+            known,
+            opset,
+        }
+    }
+
+    fn define(&mut self, name: &str, id: ValueId) -> Result<(), ImportError> {
+        if self.names.insert(name.to_string(), id).is_some() {
+            return Err(ImportError::DuplicateValue(name.to_string()));
+        }
+        Ok(())
+    }
+
+    fn import(mut self, g: &GraphProto) -> Result<Graph, ImportError> {
+        if let Some(s) = g.sparse_initializer.first() {
+            let name = s
+                .values
+                .as_ref()
+                .map(|v| v.name.clone())
+                .unwrap_or_default();
+            return Err(ImportError::UnsupportedDtype {
+                context: format!("sparse initializer '{name}'"),
+                dtype: "sparse tensor".into(),
+            });
+        }
+        for init in &g.initializer {
+            let t = tensor_from_proto(init)?;
+            let id = self.graph.add_constant(init.name.clone(), t);
+            self.define(&init.name, id)?;
+        }
+        for input in &g.input {
+            if self.names.contains_key(&input.name) {
+                continue; // an initializer provides it: a constant with a default value
+            }
+            let (dtype, dims) = declared_type(input)?
+                .ok_or_else(|| ImportError::MissingType(input.name.clone()))?;
+            let ty = match self.known.get(&input.name) {
+                Some(t) => t.tensor_type(),
+                None => {
+                    let shape = dims
+                        .into_iter()
+                        .enumerate()
+                        .map(|(dim, d)| {
+                            d.map_err(|param| ImportError::DynamicShape {
+                                name: input.name.clone(),
+                                dim,
+                                param,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    TensorType::new(dtype, shape)
+                }
+            };
+            if ty.dtype != dtype {
+                return Err(ImportError::SuppliedMismatch {
+                    name: input.name.clone(),
+                    declared: dtype.to_string(),
+                    got: ty.to_string(),
+                });
+            }
+            let id = self.graph.add_input(input.name.clone(), ty);
+            self.define(&input.name, id)?;
+        }
+        for node_index in topological_order(g, &self.names)? {
+            let node = &g.node[node_index];
+            let name = node_name(node, node_index);
+            ops::import_node(&mut self, node, &name)?;
+        }
+        let mut outputs = Vec::new();
+        for out in &g.output {
+            let id = *self
+                .names
+                .get(&out.name)
+                .ok_or_else(|| ImportError::UndefinedOutput(out.name.clone()))?;
+            self.check_declared_output(out, id)?;
+            outputs.push(id);
+        }
+        self.graph.set_outputs(outputs);
+        Ok(self.graph)
+    }
+
+    fn check_declared_output(&self, out: &ValueInfoProto, id: ValueId) -> Result<(), ImportError> {
+        let Some((dtype, dims)) = declared_type(out)? else {
+            return Ok(());
+        };
+        let ty = self.graph.ty(id);
+        let has_shape = out
+            .r#type
+            .as_ref()
+            .and_then(|t| match &t.value {
+                Some(type_proto::Value::TensorType(t)) => t.shape.as_ref(),
+                _ => None,
+            })
+            .is_some();
+        let shape_ok = !has_shape
+            || (dims.len() == ty.rank()
+                && dims
+                    .iter()
+                    .zip(&ty.shape)
+                    .all(|(d, s)| d.as_ref().map_or(true, |d| d == s)));
+        if dtype != ty.dtype || !shape_ok {
+            let declared: Vec<String> = dims
+                .iter()
+                .map(|d| d.as_ref().map_or_else(|p| p.clone(), |v| v.to_string()))
+                .collect();
+            return Err(ImportError::OutputMismatch {
+                name: out.name.clone(),
+                declared: format!("{dtype}[{}]", declared.join(", ")),
+                inferred: ty.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The value an input name refers to.
+    pub(crate) fn value(&self, node: &str, name: &str) -> Result<ValueId, ImportError> {
+        self.names
+            .get(name)
+            .copied()
+            .ok_or_else(|| ImportError::UndefinedInput {
+                node: node.to_string(),
+                input: name.to_string(),
+            })
+    }
+
+    /// The compile-time value of `name`: a constant, or a graph input whose value was supplied
+    /// (which then becomes a constant).
+    pub(crate) fn constant_value(&mut self, name: &str) -> Option<Tensor> {
+        let id = *self.names.get(name)?;
+        if let Some(c) = self.graph.constant(id) {
+            return Some(c.clone());
+        }
+        let known = self.known.get(name)?.clone();
+        if !self.graph.inputs.contains(&id) || known.tensor_type() != *self.graph.ty(id) {
+            return None;
+        }
+        self.graph.inputs.retain(|&i| i != id);
+        self.graph.values[id.0].constant = Some(std::sync::Arc::new(known.clone()));
+        Some(known)
+    }
+}
+
+fn node_name(node: &NodeProto, index: usize) -> String {
+    if node.name.is_empty() {
+        format!("{}_{index}", node.op_type)
+    } else {
+        node.name.clone()
+    }
+}
+
+/// Node indices in an order where every node follows the producers of its inputs (stable: the
+/// file order when it already is one). Reports undefined inputs and cycles.
+fn topological_order(
+    g: &GraphProto,
+    defined: &HashMap<String, ValueId>,
+) -> Result<Vec<usize>, ImportError> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in g.node.iter().enumerate() {
+        for o in n.output.iter().filter(|o| !o.is_empty()) {
+            if producer.insert(o, i).is_some() || defined.contains_key(o) {
+                return Err(ImportError::DuplicateValue(o.clone()));
+            }
+        }
+    }
+    let mut deps: Vec<Vec<usize>> = vec![Vec::new(); g.node.len()];
+    let mut indegree = vec![0usize; g.node.len()];
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); g.node.len()];
+    for (i, n) in g.node.iter().enumerate() {
+        for input in n.input.iter().filter(|s| !s.is_empty()) {
+            if let Some(&p) = producer.get(input.as_str()) {
+                deps[i].push(p);
+                users[p].push(i);
+                indegree[i] += 1;
+            } else if !defined.contains_key(input) {
+                return Err(ImportError::UndefinedInput {
+                    node: node_name(n, i),
+                    input: input.clone(),
+                });
+            }
+        }
+    }
+    let mut ready: BTreeSet<usize> = (0..g.node.len()).filter(|&i| indegree[i] == 0).collect();
+    let mut order = Vec::with_capacity(g.node.len());
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &u in &users[i] {
+            indegree[u] -= 1;
+            if indegree[u] == 0 {
+                ready.insert(u);
+            }
+        }
+    }
+    if order.len() != g.node.len() {
+        let stuck = (0..g.node.len())
+            .filter(|&i| indegree[i] > 0)
+            .map(|i| node_name(&g.node[i], i))
+            .collect();
+        return Err(ImportError::Cycle(stuck));
+    }
+    Ok(order)
+}

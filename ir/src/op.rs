@@ -1,0 +1,245 @@
+//! The closed set of graph operators and their attributes.
+//!
+//! Attributes are stored fully resolved: the ONNX importer turns `auto_pad` into explicit pads,
+//! shape-deciding inputs (Reshape's shape, Pad's pads, Clip's bounds, ...) into fields, and
+//! version-dependent defaults into values, so no consumer needs to know the opset.
+
+use std::fmt;
+
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+
+/// Geometry of a convolution over `k` spatial axes (input layout N, C, spatial...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvAttrs {
+    /// Kernel extent per spatial axis (taken from the weight shape).
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub dilations: Vec<usize>,
+    /// Padding at the start of each spatial axis.
+    pub pads_begin: Vec<usize>,
+    /// Padding at the end of each spatial axis.
+    pub pads_end: Vec<usize>,
+    pub group: usize,
+}
+
+/// Geometry of a pooling window over `k` spatial axes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolAttrs {
+    pub kernel: Vec<usize>,
+    pub strides: Vec<usize>,
+    pub dilations: Vec<usize>,
+    pub pads_begin: Vec<usize>,
+    pub pads_end: Vec<usize>,
+    /// Output extent rounds up instead of down; a window starting in the end padding is dropped.
+    pub ceil_mode: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Relu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Sqrt,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PadMode {
+    Constant,
+    Edge,
+    Reflect,
+    Wrap,
+}
+
+/// Which blocks of a tensor one quantization scale covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantAxis {
+    /// One scale (and zero point) for the whole tensor.
+    PerTensor,
+    /// One scale per index along `axis`.
+    PerAxis { axis: usize },
+    /// One scale per `block_size` consecutive indices along `axis`; the scale tensor has the
+    /// input's rank.
+    Blocked { axis: usize, block_size: usize },
+}
+
+/// A graph operator. Inputs are listed per variant as `[a, b, (optional c)]`; a missing optional
+/// input is simply absent from the node's input list (only trailing inputs can be missing).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `[x, w, (bias)]` -> `[y]`, float types.
+    Conv(ConvAttrs),
+    /// `[x, w, x_zero_point, w_zero_point]` -> `[y: i32]`; x and w are i8 or u8. w_zero_point is
+    /// a scalar or one value per output channel.
+    ConvInteger(ConvAttrs),
+    /// `[a, b, (c)]` -> `alpha * op(a) @ op(b) + beta * c`, `c` broadcast to the result.
+    Gemm {
+        alpha: f32,
+        beta: f32,
+        trans_a: bool,
+        trans_b: bool,
+    },
+    /// `[a, b]` -> numpy matmul (1-d promotion, batched broadcasting).
+    MatMul,
+    /// `[a, b, a_zero_point, b_zero_point]` -> `[y: i32]`, numpy matmul of the
+    /// zero-point-corrected operands. a_zero_point is a scalar or one per row of a; b_zero_point a
+    /// scalar or one per column of b.
+    MatMulInteger,
+    /// `[a, b]` -> elementwise with multidirectional broadcasting.
+    Binary(BinaryOp),
+    Unary(UnaryOp),
+    LeakyRelu {
+        alpha: f32,
+    },
+    /// Bounds are scalars of the input's dtype; a missing bound does not clip.
+    Clip {
+        min: Option<Tensor>,
+        max: Option<Tensor>,
+    },
+    /// Softmax over `axis`; with `coerce_2d` (ONNX opset < 13) over all axes from `axis` on,
+    /// as if the input were flattened to 2-d there.
+    Softmax {
+        axis: usize,
+        coerce_2d: bool,
+    },
+    /// `[x]` -> `[y, (indices: i64)]`. Indices flatten (n, c, spatial) in row-major order, or
+    /// with the spatial axes in column-major order when `storage_order_col_major`.
+    MaxPool {
+        pool: PoolAttrs,
+        storage_order_col_major: bool,
+    },
+    AveragePool {
+        pool: PoolAttrs,
+        count_include_pad: bool,
+    },
+    GlobalAveragePool,
+    /// `[x, scale, bias, mean, var]` -> `[y]`, inference mode, channels on axis 1.
+    BatchNormalization {
+        epsilon: f32,
+    },
+    Flatten {
+        axis: usize,
+    },
+    /// Target shape with every 0 and -1 already resolved.
+    Reshape {
+        shape: Vec<usize>,
+    },
+    Transpose {
+        perm: Vec<usize>,
+    },
+    /// Variadic: `[x0, x1, ...]` joined along `axis`.
+    Concat {
+        axis: usize,
+    },
+    /// `pads` holds begin values for every axis, then end values; negative values crop.
+    /// `value` is a scalar of the input dtype used by `PadMode::Constant`.
+    Pad {
+        pads: Vec<i64>,
+        mode: PadMode,
+        value: Tensor,
+    },
+    Squeeze {
+        axes: Vec<usize>,
+    },
+    Unsqueeze {
+        axes: Vec<usize>,
+    },
+    Identity,
+    /// Inference-mode dropout: `[x]` -> `[x, (mask: all true)]`.
+    Dropout,
+    Cast {
+        to: DType,
+    },
+    /// `[x, scale, zero_point]` -> `saturate(round_half_even(x / scale) + zero_point)`,
+    /// result dtype = zero point dtype.
+    QuantizeLinear {
+        axis: QuantAxis,
+    },
+    /// `[x, scale, zero_point]` -> `(x - zero_point) * scale`, result dtype = scale dtype.
+    DequantizeLinear {
+        axis: QuantAxis,
+    },
+    /// `[x, shift]`; shifts outside `[0, bits)` give 0 (or -1 for negative x shifted right).
+    BitShift {
+        left: bool,
+    },
+}
+
+impl Op {
+    /// The ONNX operator type this op corresponds to.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Conv(_) => "Conv",
+            Op::ConvInteger(_) => "ConvInteger",
+            Op::Gemm { .. } => "Gemm",
+            Op::MatMul => "MatMul",
+            Op::MatMulInteger => "MatMulInteger",
+            Op::Binary(b) => match b {
+                BinaryOp::Add => "Add",
+                BinaryOp::Sub => "Sub",
+                BinaryOp::Mul => "Mul",
+                BinaryOp::Div => "Div",
+                BinaryOp::Max => "Max",
+                BinaryOp::Min => "Min",
+            },
+            Op::Unary(u) => match u {
+                UnaryOp::Relu => "Relu",
+                UnaryOp::Sigmoid => "Sigmoid",
+                UnaryOp::Tanh => "Tanh",
+                UnaryOp::Exp => "Exp",
+                UnaryOp::Sqrt => "Sqrt",
+            },
+            Op::LeakyRelu { .. } => "LeakyRelu",
+            Op::Clip { .. } => "Clip",
+            Op::Softmax { .. } => "Softmax",
+            Op::MaxPool { .. } => "MaxPool",
+            Op::AveragePool { .. } => "AveragePool",
+            Op::GlobalAveragePool => "GlobalAveragePool",
+            Op::BatchNormalization { .. } => "BatchNormalization",
+            Op::Flatten { .. } => "Flatten",
+            Op::Reshape { .. } => "Reshape",
+            Op::Transpose { .. } => "Transpose",
+            Op::Concat { .. } => "Concat",
+            Op::Pad { .. } => "Pad",
+            Op::Squeeze { .. } => "Squeeze",
+            Op::Unsqueeze { .. } => "Unsqueeze",
+            Op::Identity => "Identity",
+            Op::Dropout => "Dropout",
+            Op::Cast { .. } => "Cast",
+            Op::QuantizeLinear { .. } => "QuantizeLinear",
+            Op::DequantizeLinear { .. } => "DequantizeLinear",
+            Op::BitShift { .. } => "BitShift",
+        }
+    }
+
+    /// Ops that only reinterpret their input's shape: the output has the input's elements in the
+    /// same row-major order.
+    pub fn is_reshape_like(&self) -> bool {
+        matches!(
+            self,
+            Op::Flatten { .. } | Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. }
+        )
+    }
+
+    /// Ops whose (first) output equals their first input.
+    pub fn is_identity_like(&self) -> bool {
+        matches!(self, Op::Identity | Op::Dropout)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

@@ -1,0 +1,149 @@
+//! Folds an inference BatchNormalization into the Conv or Gemm that produces its input:
+//! `bn(conv(x, W, b)) = conv(x, W * k, (b - mean) * k + bias)` with `k = scale / sqrt(var + eps)`
+//! per output channel. Requires constant weights and BN parameters and a producer whose output
+//! feeds nothing else.
+
+use crate::graph::{Graph, ValueId};
+use crate::op::Op;
+use crate::tensor::Tensor;
+
+/// Folds every eligible BatchNormalization; returns how many were folded.
+pub fn fold_batch_norm(graph: &mut Graph) -> usize {
+    let mut folded = 0;
+    let mut i = 0;
+    while i < graph.nodes.len() {
+        if try_fold(graph, i) {
+            graph.nodes.remove(i);
+            folded += 1;
+        } else {
+            i += 1;
+        }
+    }
+    folded
+}
+
+fn constant_f64(graph: &Graph, id: ValueId) -> Option<Vec<f64>> {
+    graph.constant(id).map(Tensor::to_f64_vec)
+}
+
+/// Rewrites the producer of BN node `bn_index` to include the normalisation. Returns false (and
+/// changes nothing) when the pattern does not apply.
+fn try_fold(graph: &mut Graph, bn_index: usize) -> bool {
+    let bn = &graph.nodes[bn_index];
+    let Op::BatchNormalization { epsilon } = bn.op else {
+        return false;
+    };
+    let x = bn.inputs[0];
+    let dtype = graph.ty(x).dtype;
+    if !dtype.is_float() || graph.outputs.contains(&x) || graph.use_counts()[x.0] != 1 {
+        return false;
+    }
+    let params: Option<Vec<Vec<f64>>> = bn.inputs[1..]
+        .iter()
+        .map(|&p| constant_f64(graph, p))
+        .collect();
+    let Some(params) = params else { return false };
+    let (scale, bias, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
+    let k: Vec<f64> = scale
+        .iter()
+        .zip(var)
+        .map(|(s, v)| s / (v + epsilon as f64).sqrt())
+        .collect();
+    let bn_out = bn.outputs[0];
+    let Some(p) = graph
+        .nodes
+        .iter()
+        .position(|n| n.outputs.first() == Some(&x))
+    else {
+        return false;
+    };
+    let producer = graph.nodes[p].clone();
+    let channels = k.len();
+
+    let (new_op, weight, new_bias) = match &producer.op {
+        Op::Conv(_) => {
+            let Some(w) = constant_f64(graph, producer.inputs[1]) else {
+                return false;
+            };
+            let b = match producer.inputs.get(2) {
+                Some(&b) => match constant_f64(graph, b) {
+                    Some(b) => b,
+                    None => return false,
+                },
+                None => vec![0.0; channels],
+            };
+            let per = w.len() / channels;
+            let w: Vec<f64> = w.iter().enumerate().map(|(i, v)| v * k[i / per]).collect();
+            let b: Vec<f64> = (0..channels)
+                .map(|c| (b[c] - mean[c]) * k[c] + bias[c])
+                .collect();
+            (producer.op.clone(), w, b)
+        }
+        Op::Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+        } => {
+            let Some(w) = constant_f64(graph, producer.inputs[1]) else {
+                return false;
+            };
+            let c = match producer.inputs.get(2) {
+                Some(&c) => {
+                    let shape = graph.ty(c).shape.clone();
+                    let per_column = shape.iter().product::<usize>() == channels
+                        && shape.last() == Some(&channels);
+                    let scalar = shape.iter().product::<usize>() == 1;
+                    match constant_f64(graph, c) {
+                        Some(v) if per_column => v,
+                        Some(v) if scalar => vec![v[0]; channels],
+                        _ => return false,
+                    }
+                }
+                None => vec![0.0; channels],
+            };
+            // Output column n scales by k[n]: columns of B, or rows when B is transposed.
+            let w: Vec<f64> = w
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v * k[if *trans_b {
+                        i / (w.len() / channels)
+                    } else {
+                        i % channels
+                    }]
+                })
+                .collect();
+            let b: Vec<f64> = (0..channels)
+                .map(|n| (*beta as f64 * c[n] - mean[n]) * k[n] + bias[n])
+                .collect();
+            (
+                Op::Gemm {
+                    alpha: *alpha,
+                    beta: 1.0,
+                    trans_a: *trans_a,
+                    trans_b: *trans_b,
+                },
+                w,
+                b,
+            )
+        }
+        _ => return false,
+    };
+
+    let to_tensor = |shape: &[usize], v: Vec<f64>| {
+        Tensor::from_vec::<f64>(shape, v)
+            .expect("sizes match")
+            .cast(dtype)
+    };
+    let w_shape = graph.ty(producer.inputs[1]).shape.clone();
+    let w_name = graph.fresh_name(&format!("{}:folded_weight", producer.name));
+    let w_id = graph.add_constant(w_name, to_tensor(&w_shape, weight));
+    let b_name = graph.fresh_name(&format!("{}:folded_bias", producer.name));
+    let b_id = graph.add_constant(b_name, to_tensor(&[channels], new_bias));
+    let node = &mut graph.nodes[p];
+    node.op = new_op;
+    node.inputs = vec![node.inputs[0], w_id, b_id];
+    node.outputs[0] = bn_out;
+    true
+}

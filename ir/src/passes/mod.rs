@@ -1,0 +1,151 @@
+//! Graph-to-graph passes. Each preserves the graph's outputs (values, names and order) and is
+//! tested against the reference interpreter on the unoptimised graph.
+
+mod fold_bn;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::graph::{Graph, ValueId};
+use crate::interp::eval_op;
+
+pub use fold_bn::fold_batch_norm;
+
+/// What [`optimize`] changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassStats {
+    pub folded_constants: usize,
+    pub folded_batch_norms: usize,
+    pub removed_identities: usize,
+    pub removed_dead_nodes: usize,
+}
+
+/// Runs every pass: identity removal, constant folding, BatchNormalization folding, dead-node
+/// elimination.
+pub fn optimize(graph: &mut Graph) -> PassStats {
+    let mut stats = PassStats {
+        removed_identities: remove_identities(graph),
+        folded_constants: fold_constants(graph),
+        ..PassStats::default()
+    };
+    stats.folded_batch_norms = fold_batch_norm(graph);
+    stats.removed_dead_nodes = eliminate_dead_nodes(graph);
+    stats
+}
+
+/// Evaluates every node whose inputs are all constants and turns its outputs into constants.
+/// Nodes whose evaluation fails (e.g. integer division by zero) are left to fail at run time.
+pub fn fold_constants(graph: &mut Graph) -> usize {
+    let mut folded = 0;
+    let mut keep = Vec::with_capacity(graph.nodes.len());
+    for node in std::mem::take(&mut graph.nodes) {
+        let consts: Option<Vec<Arc<crate::Tensor>>> = node
+            .inputs
+            .iter()
+            .map(|i| graph.values[i.0].constant.clone())
+            .collect();
+        let result = consts.and_then(|c| {
+            let refs: Vec<&crate::Tensor> = c.iter().map(|t| t.as_ref()).collect();
+            eval_op(&node.op, &refs).ok()
+        });
+        match result {
+            Some(outs) => {
+                for (&o, t) in node.outputs.iter().zip(outs) {
+                    graph.values[o.0].constant = Some(Arc::new(t));
+                }
+                folded += 1;
+            }
+            None => keep.push(node),
+        }
+    }
+    graph.nodes = keep;
+    folded
+}
+
+/// Removes Identity and Dropout nodes by reading their input directly. When the node's output
+/// is a graph output, its name is kept by renaming the input value, unless that input is itself
+/// a graph input, a graph output or a constant (then the node stays).
+pub fn remove_identities(graph: &mut Graph) -> usize {
+    let mut removed = 0;
+    let mut i = 0;
+    while i < graph.nodes.len() {
+        let node = &graph.nodes[i];
+        let uses = graph.use_counts();
+        let extra_outputs_used = node.outputs[1..].iter().any(|o| uses[o.0] > 0);
+        if !node.op.is_identity_like() || extra_outputs_used {
+            i += 1;
+            continue;
+        }
+        let (src, dst) = (node.inputs[0], node.outputs[0]);
+        if graph.outputs.contains(&dst) {
+            let src_pinned = graph.inputs.contains(&src)
+                || graph.outputs.contains(&src)
+                || graph.values[src.0].constant.is_some();
+            if src_pinned {
+                i += 1;
+                continue;
+            }
+            let name = std::mem::take(&mut graph.values[dst.0].name);
+            graph.values[dst.0].name = std::mem::replace(&mut graph.values[src.0].name, name);
+        }
+        graph.replace_uses(dst, src);
+        graph.nodes.remove(i);
+        removed += 1;
+    }
+    removed
+}
+
+/// Removes nodes none of whose outputs reach a graph output, then drops values nothing refers
+/// to (renumbering the rest).
+pub fn eliminate_dead_nodes(graph: &mut Graph) -> usize {
+    let mut live = vec![false; graph.values.len()];
+    for o in &graph.outputs {
+        live[o.0] = true;
+    }
+    let mut keep = vec![false; graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate().rev() {
+        if node.outputs.iter().any(|o| live[o.0]) {
+            keep[i] = true;
+            for inp in &node.inputs {
+                live[inp.0] = true;
+            }
+        }
+    }
+    let before = graph.nodes.len();
+    let mut k = keep.iter();
+    graph
+        .nodes
+        .retain(|_| *k.next().expect("one flag per node"));
+    let removed = before - graph.nodes.len();
+    compact_values(graph);
+    removed
+}
+
+/// Drops values not referenced by any node, input or output, renumbering the rest.
+fn compact_values(graph: &mut Graph) {
+    let mut used = vec![false; graph.values.len()];
+    let ids = graph.inputs.iter().chain(&graph.outputs).chain(
+        graph
+            .nodes
+            .iter()
+            .flat_map(|n| n.inputs.iter().chain(&n.outputs)),
+    );
+    for id in ids {
+        used[id.0] = true;
+    }
+    let mut remap: HashMap<usize, usize> = HashMap::new();
+    let old = std::mem::take(&mut graph.values);
+    for (i, v) in old.into_iter().enumerate() {
+        if used[i] {
+            remap.insert(i, graph.values.len());
+            graph.values.push(v);
+        }
+    }
+    let fix = |id: &mut ValueId| id.0 = remap[&id.0];
+    graph.inputs.iter_mut().for_each(fix);
+    graph.outputs.iter_mut().for_each(fix);
+    for n in &mut graph.nodes {
+        n.inputs.iter_mut().for_each(fix);
+        n.outputs.iter_mut().for_each(fix);
+    }
+}

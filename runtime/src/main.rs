@@ -1,0 +1,189 @@
+//! `heron`: run and inspect models from the command line.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use heron_ir::Tensor;
+use heron_ir::npy::{read_npy, write_npy};
+use heron_ir::stats::graph_stats;
+use heron_runtime::Model;
+use heron_runtime::builtin::builtin_input;
+
+#[derive(Parser)]
+#[command(
+    name = "heron",
+    version,
+    about = "Heron: a small-footprint ML compiler and runtime"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Engine {
+    /// The reference interpreter (the correctness oracle).
+    Interp,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a model (the built-in CNN when no MODEL is given) and print its outputs.
+    Run {
+        /// ONNX model file; omit to run the built-in model on a generated image.
+        model: Option<PathBuf>,
+        /// Input as FILE.npy (in model input order) or NAME=FILE.npy; repeat for several inputs.
+        #[arg(long = "input", value_name = "[NAME=]FILE.npy")]
+        inputs: Vec<String>,
+        /// Write every output to DIR/<output name>.npy.
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "interp")]
+        engine: Engine,
+    },
+    /// Print a model's inputs, outputs, op counts, parameter and activation bytes and FLOPs.
+    Inspect { model: PathBuf },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run {
+            model,
+            inputs,
+            output_dir,
+            engine,
+        } => run(model.as_deref(), &inputs, output_dir.as_deref(), engine),
+        Command::Inspect { model } => inspect(&model),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_input(arg: &str) -> Result<(Option<String>, Tensor)> {
+    let (name, file) = match arg.split_once('=') {
+        Some((n, f)) if !n.is_empty() => (Some(n.to_string()), f),
+        _ => (None, arg),
+    };
+    let t = read_npy(Path::new(file))?;
+    Ok((name, t))
+}
+
+fn run(
+    model_path: Option<&Path>,
+    inputs: &[String],
+    output_dir: Option<&Path>,
+    engine: Engine,
+) -> Result<()> {
+    let t0 = Instant::now();
+    let model = match model_path {
+        Some(p) => Model::load(p)?,
+        None => Model::builtin(),
+    };
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let given = if model_path.is_none() && inputs.is_empty() {
+        vec![(None, builtin_input())]
+    } else {
+        inputs
+            .iter()
+            .map(|a| parse_input(a))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let bound = model.bind_inputs(given)?;
+    println!("model {} loaded in {load_ms:.2} ms", model.name());
+    let t1 = Instant::now();
+    let outputs = match engine {
+        Engine::Interp => model.run_interpreter(&bound)?,
+    };
+    let run_ms = t1.elapsed().as_secs_f64() * 1e3;
+    println!("ran on engine {engine:?} in {run_ms:.3} ms");
+    for (info, t) in model.outputs().iter().zip(&outputs) {
+        print_output(&info.name, t);
+    }
+    if let Some(dir) = output_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (info, t) in model.outputs().iter().zip(&outputs) {
+            let file = dir.join(format!("{}.npy", sanitize(&info.name)));
+            write_npy(&file, t)?;
+            println!("wrote {}", file.display());
+        }
+    }
+    Ok(())
+}
+
+/// Output names become file names: path separators and other awkward characters become `_`.
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s.starts_with('.') {
+        format!("_{s}")
+    } else {
+        s
+    }
+}
+
+fn print_output(name: &str, t: &Tensor) {
+    println!("output '{name}': {} {:?}", t.dtype(), t.shape());
+    let values = t.to_f64_vec();
+    let shown: Vec<String> = values.iter().take(8).map(|v| format!("{v:.6}")).collect();
+    let more = if values.len() > 8 { ", ..." } else { "" };
+    println!("  values: [{}{more}]", shown.join(", "));
+    // Class scores: a float vector (leading dims 1) with at least two classes.
+    let classes = t.shape().last().copied().unwrap_or(0);
+    let looks_like_scores =
+        t.dtype().is_float() && classes >= 2 && values.len() == classes && t.shape().len() <= 2;
+    if looks_like_scores {
+        let mut idx: Vec<usize> = (0..classes).collect();
+        idx.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
+        let top: Vec<String> = idx
+            .iter()
+            .take(5)
+            .map(|&i| format!("class {i}: {:.6}", values[i]))
+            .collect();
+        println!("  top-{}: {}", top.len(), top.join(", "));
+    }
+}
+
+fn inspect(path: &Path) -> Result<()> {
+    let model = Model::load(path)?;
+    let stats = graph_stats(model.graph());
+    println!("model {}", model.name());
+    for i in model.inputs() {
+        println!("input  {}: {}", i.name, i.ty);
+    }
+    for o in model.outputs() {
+        println!("output {}: {}", o.name, o.ty);
+    }
+    let nodes: usize = stats.op_counts.values().sum();
+    println!("nodes: {nodes}");
+    for (op, n) in &stats.op_counts {
+        println!("  {op:<20} {n}");
+    }
+    println!("parameter bytes: {}", stats.parameter_bytes);
+    println!(
+        "activation bytes: {} (peak live in node order: {})",
+        stats.activation_bytes, stats.peak_activation_bytes
+    );
+    println!(
+        "FLOPs: {} ({:.4} GFLOP, 2 x MACs of Conv/Gemm/MatMul)",
+        stats.flops,
+        stats.flops as f64 / 1e9
+    );
+    Ok(())
+}
