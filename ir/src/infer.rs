@@ -601,7 +601,7 @@ pub fn conv_output_shape(
         ],
     )?;
     let g = attrs.group;
-    if g == 0 || x[1] % g != 0 || w[0] % g != 0 || w[1] * g != x[1] {
+    if g == 0 || !x[1].is_multiple_of(g) || !w[0].is_multiple_of(g) || w[1] * g != x[1] {
         return Err(format!(
             "input channels {} and weight shape {w:?} do not match group {g}",
             x[1]

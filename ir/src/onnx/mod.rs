@@ -63,7 +63,7 @@ pub enum ImportError {
     ExternalData { name: String },
     #[error("node '{node}' reads '{input}', which no node, input or initializer defines")]
     UndefinedInput { node: String, input: String },
-    #[error("the graph has a cycle through nodes {0:?}")]
+    #[error("the graph has a cycle: nodes {0:?} can never run")]
     Cycle(Vec<String>),
     #[error("value '{0}' is defined more than once")]
     DuplicateValue(String),
@@ -151,10 +151,11 @@ pub(crate) struct Importer<'a> {
     pub(crate) opset: i64,
 }
 
+/// A declared element type with each dimension: its size, or the symbolic name it has instead.
+type DeclaredType = (DType, Vec<Result<usize, String>>);
+
 /// Static type of a declared value, or why it has none.
-fn declared_type(
-    v: &ValueInfoProto,
-) -> Result<Option<(DType, Vec<Result<usize, String>>)>, ImportError> {
+fn declared_type(v: &ValueInfoProto) -> Result<Option<DeclaredType>, ImportError> {
     let Some(tp) = &v.r#type else { return Ok(None) };
     let tensor = match &tp.value {
         Some(type_proto::Value::TensorType(t)) => t,

@@ -255,10 +255,8 @@ fn wire(
         .graph
         .add_node_named(ctx.name.to_string(), op, operands, out_names.clone())?;
     for (o, id) in ctx.node.output[..n].iter().zip(ids) {
-        if !o.is_empty() {
-            if im.names.insert(o.clone(), id).is_some() {
-                return Err(ImportError::DuplicateValue(o.clone()));
-            }
+        if !o.is_empty() && im.names.insert(o.clone(), id).is_some() {
+            return Err(ImportError::DuplicateValue(o.clone()));
         }
     }
     Ok(())
@@ -845,7 +843,7 @@ fn resolve_reshape(
     let total: usize = input.iter().product();
     if let Some(i) = infer_at {
         let known: usize = out.iter().product();
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(ctx.bad(format!("cannot reshape {input:?} to {target:?}")));
         }
         out[i] = total / known;

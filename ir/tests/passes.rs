@@ -1,0 +1,217 @@
+//! Every graph pass computes the same outputs as the unoptimised graph.
+
+mod common;
+
+use heron_ir::passes::{
+    eliminate_dead_nodes, fold_batch_norm, fold_constants, optimize, remove_identities,
+};
+use heron_ir::{
+    BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, interp, verify,
+};
+use proptest::prelude::*;
+
+fn rand_tensor(seed: &mut u64, shape: &[usize], lo: f32, hi: f32) -> Tensor {
+    let n = shape.iter().product();
+    let data = (0..n)
+        .map(|_| {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            lo + (hi - lo) * ((*seed >> 40) as f32 / (1u64 << 24) as f32)
+        })
+        .collect();
+    Tensor::from_vec::<f32>(shape, data).unwrap()
+}
+
+/// Runs `g` before and after `pass` on `inputs` and compares under the float rule.
+fn same_outputs(g: &Graph, inputs: &[Tensor], pass: impl Fn(&mut Graph) -> usize) -> usize {
+    let want = interp::run(g, inputs).unwrap();
+    let mut opt = g.clone();
+    let changed = pass(&mut opt);
+    verify(&opt).unwrap();
+    let got = interp::run(&opt, inputs).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (a, b) in got.iter().zip(&want) {
+        common::assert_float_rule(a, b).unwrap();
+    }
+    for (a, b) in opt.outputs.iter().zip(&g.outputs) {
+        assert_eq!(
+            opt.value(*a).name,
+            g.value(*b).name,
+            "output names are kept"
+        );
+    }
+    changed
+}
+
+fn bn_params(g: &mut Graph, seed: &mut u64, c: usize) -> Vec<heron_ir::ValueId> {
+    vec![
+        g.add_constant("scale", rand_tensor(seed, &[c], 0.5, 1.5)),
+        g.add_constant("bias", rand_tensor(seed, &[c], -0.5, 0.5)),
+        g.add_constant("mean", rand_tensor(seed, &[c], -0.5, 0.5)),
+        g.add_constant("var", rand_tensor(seed, &[c], 0.2, 2.0)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn batch_norm_folds_into_conv(
+        seed in any::<u64>(), c in 1usize..5, m_per_g in 1usize..4, groups in 1usize..3,
+        k in 1usize..4, stride in 1usize..3, pad in 0usize..2, with_bias in any::<bool>(),
+    ) {
+        let mut seed = seed;
+        let (c, m) = (c * groups, m_per_g * groups);
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![2, c, 7, 6]));
+        let w = g.add_constant("w", rand_tensor(&mut seed, &[m, c / groups, k, k], -1.0, 1.0));
+        let mut ins = vec![x, w];
+        if with_bias {
+            ins.push(g.add_constant("b", rand_tensor(&mut seed, &[m], -1.0, 1.0)));
+        }
+        let attrs = ConvAttrs {
+            kernel: vec![k, k], strides: vec![stride; 2], dilations: vec![1, 1],
+            pads_begin: vec![pad; 2], pads_end: vec![pad; 2], group: groups,
+        };
+        let y = g.add_op("conv", Op::Conv(attrs), &ins).unwrap();
+        let mut bn_in = vec![y];
+        bn_in.extend(bn_params(&mut g, &mut seed, m));
+        let z = g.add_op("bn", Op::BatchNormalization { epsilon: 1e-5 }, &bn_in).unwrap();
+        g.set_outputs(vec![z]);
+        let input = rand_tensor(&mut seed, &[2, c, 7, 6], -1.0, 1.0);
+        prop_assert_eq!(same_outputs(&g, &[input], fold_batch_norm), 1);
+    }
+
+    #[test]
+    fn batch_norm_folds_into_gemm(
+        seed in any::<u64>(), m in 1usize..4, k in 1usize..6, n in 1usize..6,
+        trans_b in any::<bool>(), beta in -2.0f32..2.0, c_kind in 0usize..3,
+    ) {
+        let mut seed = seed;
+        let mut g = Graph::new();
+        let a = g.add_input("a", TensorType::new(DType::F32, vec![m, k]));
+        let b_shape = if trans_b { [n, k] } else { [k, n] };
+        let b = g.add_constant("b", rand_tensor(&mut seed, &b_shape, -1.0, 1.0));
+        let mut ins = vec![a, b];
+        match c_kind {
+            1 => ins.push(g.add_constant("c", rand_tensor(&mut seed, &[n], -1.0, 1.0))),
+            2 => ins.push(g.add_constant("c", rand_tensor(&mut seed, &[1], -1.0, 1.0))),
+            _ => {}
+        }
+        let y = g.add_op("gemm", Op::Gemm { alpha: 0.7, beta, trans_a: false, trans_b }, &ins).unwrap();
+        let mut bn_in = vec![y];
+        bn_in.extend(bn_params(&mut g, &mut seed, n));
+        let z = g.add_op("bn", Op::BatchNormalization { epsilon: 1e-3 }, &bn_in).unwrap();
+        g.set_outputs(vec![z]);
+        let input = rand_tensor(&mut seed, &[m, k], -1.0, 1.0);
+        prop_assert_eq!(same_outputs(&g, &[input], fold_batch_norm), 1);
+    }
+}
+
+#[test]
+fn batch_norm_is_not_folded_when_the_conv_output_has_other_uses() {
+    let mut seed = 7;
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
+    let w = g.add_constant("w", rand_tensor(&mut seed, &[2, 2, 1, 1], -1.0, 1.0));
+    let attrs = ConvAttrs {
+        kernel: vec![1, 1],
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads_begin: vec![0, 0],
+        pads_end: vec![0, 0],
+        group: 1,
+    };
+    let y = g.add_op("conv", Op::Conv(attrs), &[x, w]).unwrap();
+    let mut bn_in = vec![y];
+    bn_in.extend(bn_params(&mut g, &mut seed, 2));
+    let z = g
+        .add_op("bn", Op::BatchNormalization { epsilon: 1e-5 }, &bn_in)
+        .unwrap();
+    let s = g.add_op("sum", Op::Binary(BinaryOp::Add), &[y, z]).unwrap();
+    g.set_outputs(vec![s]);
+    let input = rand_tensor(&mut seed, &[1, 2, 4, 4], -1.0, 1.0);
+    assert_eq!(same_outputs(&g, &[input], fold_batch_norm), 0);
+}
+
+#[test]
+fn constant_subgraphs_fold() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![3]));
+    let a = g.add_constant(
+        "a",
+        Tensor::from_vec::<f32>(&[3], vec![1.0, -2.0, 3.0]).unwrap(),
+    );
+    let b = g.add_constant("b", Tensor::from_vec::<f32>(&[1], vec![0.5]).unwrap());
+    let ab = g.add_op("ab", Op::Binary(BinaryOp::Mul), &[a, b]).unwrap();
+    let r = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[ab]).unwrap();
+    let y = g.add_op("y", Op::Binary(BinaryOp::Add), &[x, r]).unwrap();
+    g.set_outputs(vec![y]);
+    let input = Tensor::from_vec::<f32>(&[3], vec![0.25, 0.5, 0.75]).unwrap();
+    assert_eq!(same_outputs(&g, &[input], fold_constants), 2);
+}
+
+#[test]
+fn integer_division_by_zero_is_not_folded() {
+    let mut g = Graph::new();
+    let a = g.add_constant("a", Tensor::from_vec::<i32>(&[2], vec![4, 5]).unwrap());
+    let b = g.add_constant("b", Tensor::from_vec::<i32>(&[2], vec![2, 0]).unwrap());
+    let y = g.add_op("y", Op::Binary(BinaryOp::Div), &[a, b]).unwrap();
+    g.set_outputs(vec![y]);
+    assert_eq!(fold_constants(&mut g), 0);
+    let err = interp::run(&g, &[]).unwrap_err().to_string();
+    assert!(err.contains("division by zero"), "{err}");
+}
+
+#[test]
+fn identities_are_removed_and_output_names_kept() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![2, 2]));
+    let r = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[x]).unwrap();
+    let i1 = g.add_op("id1", Op::Identity, &[r]).unwrap();
+    let d = g.add_op("drop", Op::Dropout, &[i1]).unwrap();
+    let out = g.add_op("final", Op::Identity, &[d]).unwrap();
+    // An identity straight from the graph input must stay: the input keeps its own name.
+    let passthrough = g.add_op("passthrough", Op::Identity, &[x]).unwrap();
+    g.set_outputs(vec![out, passthrough]);
+    let input = Tensor::from_vec::<f32>(&[2, 2], vec![-1.0, 2.0, -3.0, 4.0]).unwrap();
+    assert_eq!(same_outputs(&g, &[input], remove_identities), 3);
+}
+
+#[test]
+fn dead_nodes_are_eliminated() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![4]));
+    let used = g.add_op("used", Op::Unary(UnaryOp::Exp), &[x]).unwrap();
+    let dead = g.add_op("dead", Op::Unary(UnaryOp::Tanh), &[x]).unwrap();
+    g.add_op("dead2", Op::Unary(UnaryOp::Sqrt), &[dead])
+        .unwrap();
+    g.set_outputs(vec![used]);
+    let input = Tensor::from_vec::<f32>(&[4], vec![0.0, 1.0, 2.0, 3.0]).unwrap();
+    assert_eq!(same_outputs(&g, &[input], eliminate_dead_nodes), 2);
+    let mut h = g.clone();
+    eliminate_dead_nodes(&mut h);
+    assert_eq!(h.nodes.len(), 1);
+    assert_eq!(h.values.len(), 2, "unreferenced values are dropped");
+}
+
+#[test]
+fn optimize_on_the_conformance_style_graph_keeps_results() {
+    let mut seed = 3;
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 4]));
+    let w = g.add_constant("w", rand_tensor(&mut seed, &[4, 3], -1.0, 1.0));
+    let two = g.add_constant("two", Tensor::scalar_from_f64(DType::F32, 2.0));
+    let w2 = g
+        .add_op("w2", Op::Binary(BinaryOp::Mul), &[w, two])
+        .unwrap();
+    let y = g.add_op("mm", Op::MatMul, &[x, w2]).unwrap();
+    let y = g.add_op("id", Op::Identity, &[y]).unwrap();
+    g.set_outputs(vec![y]);
+    let input = rand_tensor(&mut seed, &[1, 4], -1.0, 1.0);
+    same_outputs(&g, &[input], |g| {
+        let s = optimize(g);
+        s.folded_constants + s.removed_identities
+    });
+}

@@ -1,0 +1,126 @@
+//! The `heron` CLI end to end: the built-in model, reference models through `--output-dir`, and
+//! `inspect`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use heron_ir::npy::read_npy;
+
+fn shared() -> PathBuf {
+    std::env::var("HERON_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+}
+
+fn heron(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_heron"))
+        .args(args)
+        .output()
+        .expect("run heron");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "heron {args:?} failed: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn run_without_a_model_runs_the_builtin_cnn() {
+    let out = heron(&["run"]);
+    assert!(out.contains("builtin-cnn"), "{out}");
+    assert!(out.contains("output 'probabilities': f32 [1, 10]"), "{out}");
+    assert!(out.contains("top-5: class "), "{out}");
+}
+
+#[test]
+fn builtin_model_is_deterministic_and_sums_to_one() {
+    let model = heron_runtime::Model::builtin();
+    let input = heron_runtime::builtin::builtin_input();
+    let a = model.run_interpreter(std::slice::from_ref(&input)).unwrap();
+    let b = model.run_interpreter(&[input]).unwrap();
+    assert_eq!(a, b);
+    let p = a[0].to_f64_vec();
+    assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-5);
+    assert!(
+        p.iter().all(|&v| v > 0.0 && v < 0.5),
+        "a non-degenerate distribution: {p:?}"
+    );
+}
+
+/// Every reference model the interpreter runs quickly enough for CI: the written output matches
+/// ONNX Runtime's under the project's float rule. resnet_ish goes through the same path in
+/// `cargo test -- --ignored`.
+fn check_reference(name: &str) {
+    let dir = shared().join("reference");
+    let out_dir = std::env::temp_dir().join(format!("heron-cli-{name}-{}", std::process::id()));
+    let model = dir.join(format!("{name}.onnx"));
+    let input = dir.join(format!("{name}.input.npy"));
+    heron(&[
+        "run",
+        model.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    let files: Vec<_> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let got = read_npy(&files[0]).unwrap().to_f64_vec();
+    let want = read_npy(&dir.join(format!("{name}.ref.npy")))
+        .unwrap()
+        .to_f64_vec();
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+            "{name} element {i}: {g} vs {w}"
+        );
+    }
+    std::fs::remove_dir_all(out_dir).ok();
+}
+
+#[test]
+fn reference_tiny_relu() {
+    check_reference("tiny_relu");
+}
+
+#[test]
+fn reference_mlp() {
+    check_reference("mlp");
+}
+
+#[test]
+fn reference_lenet() {
+    check_reference("lenet");
+}
+
+#[test]
+fn reference_mobilenet_ish() {
+    check_reference("mobilenet_ish");
+}
+
+#[test]
+#[ignore = "slow: runs resnet_ish through the interpreter"]
+fn reference_resnet_ish() {
+    check_reference("resnet_ish");
+}
+
+#[test]
+fn inspect_reports_ops_bytes_and_flops() {
+    let model = shared().join("reference/lenet.onnx");
+    let out = heron(&["inspect", model.to_str().unwrap()]);
+    assert!(out.contains("Conv                 2"), "{out}");
+    assert!(out.contains("MaxPool              2"), "{out}");
+    assert!(out.contains("parameter bytes: 177704"), "{out}");
+    // The reference README's activation lower bound for lenet.
+    assert!(out.contains("peak live in node order: 27648"), "{out}");
+    assert!(
+        out.contains("0.0006 GFLOP") || out.contains("0.0005 GFLOP"),
+        "{out}"
+    );
+}
