@@ -4,7 +4,7 @@
 //! assume the checks done here.
 
 use crate::dtype::{DType, TensorType};
-use crate::op::{ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp};
+use crate::op::{ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 
 /// Output types of every output `op` can produce (optional outputs included, in order).
 pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, String> {
@@ -566,15 +566,38 @@ pub fn window_output_len(
     Ok(out)
 }
 
-fn check_geometry(kind: &str, k: usize, fields: &[(&str, usize)]) -> Result<(), String> {
-    for (name, len) in fields {
-        if *len != k {
-            return Err(format!(
-                "{kind}: {name} has {len} entries for {k} spatial axes"
-            ));
+/// Output spatial extents of `window` slid over `spatial` input extents.
+pub fn window_output_spatial(
+    window: &Window,
+    spatial: &[usize],
+    ceil_mode: bool,
+) -> Result<Vec<usize>, String> {
+    let k = spatial.len();
+    let lens = [
+        ("kernel_shape", window.kernel.len()),
+        ("strides", window.strides.len()),
+        ("dilations", window.dilations.len()),
+        ("pads", window.pads_begin.len()),
+        ("pads", window.pads_end.len()),
+    ];
+    for (name, len) in lens {
+        if len != k {
+            return Err(format!("{name} has {len} entries for {k} spatial axes"));
         }
     }
-    Ok(())
+    (0..k)
+        .map(|d| {
+            window_output_len(
+                spatial[d],
+                window.kernel[d],
+                window.strides[d],
+                window.dilations[d],
+                window.pads_begin[d],
+                window.pads_end[d],
+                ceil_mode,
+            )
+        })
+        .collect()
 }
 
 /// Output shape of a convolution of `x` (N, C, spatial...) with `w` (M, C/group, kernel...).
@@ -588,18 +611,6 @@ pub fn conv_output_shape(
             "input {x:?} and weight {w:?} must have equal rank >= 3"
         ));
     }
-    let k = x.len() - 2;
-    check_geometry(
-        "Conv",
-        k,
-        &[
-            ("kernel_shape", attrs.kernel.len()),
-            ("strides", attrs.strides.len()),
-            ("dilations", attrs.dilations.len()),
-            ("pads", attrs.pads_begin.len()),
-            ("pads", attrs.pads_end.len()),
-        ],
-    )?;
     let g = attrs.group;
     if g == 0 || !x[1].is_multiple_of(g) || !w[0].is_multiple_of(g) || w[1] * g != x[1] {
         return Err(format!(
@@ -607,24 +618,14 @@ pub fn conv_output_shape(
             x[1]
         ));
     }
-    if attrs.kernel[..] != w[2..] {
+    if attrs.window.kernel[..] != w[2..] {
         return Err(format!(
             "kernel_shape {:?} differs from weight shape {w:?}",
-            attrs.kernel
+            attrs.window.kernel
         ));
     }
     let mut out = vec![x[0], w[0]];
-    for d in 0..k {
-        out.push(window_output_len(
-            x[d + 2],
-            attrs.kernel[d],
-            attrs.strides[d],
-            attrs.dilations[d],
-            attrs.pads_begin[d],
-            attrs.pads_end[d],
-            false,
-        )?);
-    }
+    out.extend(window_output_spatial(&attrs.window, &x[2..], false)?);
     Ok(out)
 }
 
@@ -633,29 +634,11 @@ pub fn pool_output_shape(attrs: &PoolAttrs, x: &[usize]) -> Result<Vec<usize>, S
     if x.len() < 3 {
         return Err(format!("input {x:?} must have rank >= 3"));
     }
-    let k = x.len() - 2;
-    check_geometry(
-        "Pool",
-        k,
-        &[
-            ("kernel_shape", attrs.kernel.len()),
-            ("strides", attrs.strides.len()),
-            ("dilations", attrs.dilations.len()),
-            ("pads", attrs.pads_begin.len()),
-            ("pads", attrs.pads_end.len()),
-        ],
-    )?;
     let mut out = vec![x[0], x[1]];
-    for d in 0..k {
-        out.push(window_output_len(
-            x[d + 2],
-            attrs.kernel[d],
-            attrs.strides[d],
-            attrs.dilations[d],
-            attrs.pads_begin[d],
-            attrs.pads_end[d],
-            attrs.ceil_mode,
-        )?);
-    }
+    out.extend(window_output_spatial(
+        &attrs.window,
+        &x[2..],
+        attrs.ceil_mode,
+    )?);
     Ok(out)
 }

@@ -33,6 +33,6 @@ pub mod verify;
 pub use dtype::{DType, TensorType};
 pub use graph::{Graph, GraphError, Node, Value, ValueId};
 pub use half::f16;
-pub use op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp};
+pub use op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 pub use tensor::{Element, Tensor};
 pub use verify::{VerifyErrors, verify};

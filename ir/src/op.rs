@@ -9,10 +9,11 @@ use std::fmt;
 use crate::dtype::DType;
 use crate::tensor::Tensor;
 
-/// Geometry of a convolution over `k` spatial axes (input layout N, C, spatial...).
+/// A sliding window over `k` spatial axes (input layout N, C, spatial...), shared by
+/// convolution and pooling.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConvAttrs {
-    /// Kernel extent per spatial axis (taken from the weight shape).
+pub struct Window {
+    /// Kernel extent per spatial axis.
     pub kernel: Vec<usize>,
     pub strides: Vec<usize>,
     pub dilations: Vec<usize>,
@@ -20,17 +21,33 @@ pub struct ConvAttrs {
     pub pads_begin: Vec<usize>,
     /// Padding at the end of each spatial axis.
     pub pads_end: Vec<usize>,
+}
+
+impl Window {
+    /// A window with unit strides and dilations and no padding.
+    pub fn dense(kernel: Vec<usize>) -> Window {
+        let k = kernel.len();
+        Window {
+            kernel,
+            strides: vec![1; k],
+            dilations: vec![1; k],
+            pads_begin: vec![0; k],
+            pads_end: vec![0; k],
+        }
+    }
+}
+
+/// A convolution: its window (kernel taken from the weight shape) and group count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvAttrs {
+    pub window: Window,
     pub group: usize,
 }
 
-/// Geometry of a pooling window over `k` spatial axes.
+/// A pooling window.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolAttrs {
-    pub kernel: Vec<usize>,
-    pub strides: Vec<usize>,
-    pub dilations: Vec<usize>,
-    pub pads_begin: Vec<usize>,
-    pub pads_end: Vec<usize>,
+    pub window: Window,
     /// Output extent rounds up instead of down; a window starting in the end padding is dropped.
     pub ceil_mode: bool,
 }

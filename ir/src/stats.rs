@@ -27,7 +27,7 @@ fn macs(graph: &Graph, node: &crate::graph::Node) -> u64 {
     let out = &graph.ty(node.outputs[0]).shape;
     match &node.op {
         Op::Conv(a) | Op::ConvInteger(a) => {
-            let per_output: usize = shape(1)[1] * a.kernel.iter().product::<usize>();
+            let per_output: usize = shape(1)[1] * a.window.kernel.iter().product::<usize>();
             (out.iter().product::<usize>() * per_output) as u64
         }
         Op::Gemm { trans_a, .. } => {

@@ -58,7 +58,9 @@ pub trait Element:
     }
 }
 
-macro_rules! int_element {
+/// Implements [`Element`] for a primitive number type; `$wide` is the [`Wide`] variant that
+/// holds it without loss.
+macro_rules! primitive_element {
     ($t:ty, $variant:ident, $wide:ident, $wt:ty) => {
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
@@ -85,44 +87,17 @@ macro_rules! int_element {
     };
 }
 
-int_element!(i8, I8, I, i64);
-int_element!(i16, I16, I, i64);
-int_element!(i32, I32, I, i64);
-int_element!(i64, I64, I, i64);
-int_element!(u8, U8, U, u64);
-int_element!(u16, U16, U, u64);
-int_element!(u32, U32, U, u64);
-int_element!(u64, U64, U, u64);
+primitive_element!(i8, I8, I, i64);
+primitive_element!(i16, I16, I, i64);
+primitive_element!(i32, I32, I, i64);
+primitive_element!(i64, I64, I, i64);
+primitive_element!(u8, U8, U, u64);
+primitive_element!(u16, U16, U, u64);
+primitive_element!(u32, U32, U, u64);
+primitive_element!(u64, U64, U, u64);
 
-macro_rules! float_element {
-    ($t:ty, $variant:ident) => {
-        impl Element for $t {
-            const DTYPE: DType = DType::$variant;
-            fn into_tensor(a: ArrayD<Self>) -> Tensor {
-                Tensor::$variant(a)
-            }
-            fn array(t: &Tensor) -> Option<&ArrayD<Self>> {
-                match t {
-                    Tensor::$variant(a) => Some(a),
-                    _ => None,
-                }
-            }
-            fn widen(self) -> Wide {
-                Wide::F(self as f64)
-            }
-            fn from_wide(w: Wide) -> Self {
-                match w {
-                    Wide::I(v) => v as $t,
-                    Wide::U(v) => v as $t,
-                    Wide::F(v) => v as $t,
-                }
-            }
-        }
-    };
-}
-
-float_element!(f32, F32);
-float_element!(f64, F64);
+primitive_element!(f32, F32, F, f64);
+primitive_element!(f64, F64, F, f64);
 
 impl Element for f16 {
     const DTYPE: DType = DType::F16;

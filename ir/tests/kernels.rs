@@ -2,7 +2,7 @@
 //! definitions (the interpreter's conv is im2col + matrix product, its matmul broadcasts views).
 
 use heron_ir::interp::eval_op;
-use heron_ir::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, Tensor};
+use heron_ir::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, Tensor, Window};
 use proptest::prelude::*;
 
 fn data(seed: u64, n: usize) -> Vec<f32> {
@@ -49,10 +49,11 @@ proptest! {
         let x = data(seed, n * c * h * w);
         let wt = data(seed ^ 0xABCD, m * cg * kh * kw);
         let bias = data(seed ^ 0x1234, m);
-        let attrs = ConvAttrs {
+        let window = Window {
             kernel: vec![kh, kw], strides: vec![sh, sw], dilations: vec![dh, dw],
-            pads_begin: vec![ph0, pw0], pads_end: vec![ph1, pw1], group: groups,
+            pads_begin: vec![ph0, pw0], pads_end: vec![ph1, pw1],
         };
+        let attrs = ConvAttrs { window, group: groups };
         let xt = Tensor::from_vec(&[n, c, h, w], x.clone()).unwrap();
         let wtt = Tensor::from_vec(&[m, cg, kh, kw], wt.clone()).unwrap();
         let bt = Tensor::from_vec(&[m], bias.clone()).unwrap();
@@ -160,7 +161,8 @@ proptest! {
         prop_assume!(p < k && h + 2 * p >= k);
         let x = data(seed, h);
         let xt = Tensor::from_vec(&[1, 1, h], x.clone()).unwrap();
-        let pool = PoolAttrs { kernel: vec![k], strides: vec![s], dilations: vec![1], pads_begin: vec![p], pads_end: vec![p], ceil_mode: ceil };
+        let window = Window { kernel: vec![k], strides: vec![s], dilations: vec![1], pads_begin: vec![p], pads_end: vec![p] };
+        let pool = PoolAttrs { window, ceil_mode: ceil };
         let got = eval_op(&Op::AveragePool { pool, count_include_pad: include }, &[&xt]).unwrap().remove(0);
         let steps = h + 2 * p - k;
         let mut out = if ceil { steps.div_ceil(s) + 1 } else { steps / s + 1 };

@@ -414,7 +414,7 @@ fn auto_pad_resolves_to_explicit_pads() {
     };
     // out = ceil(5 / 2) = 3; total pad = (3 - 1) * 2 + 2 - 5 = 1, SAME_LOWER puts it first.
     assert_eq!(
-        (a.pads_begin.clone(), a.pads_end.clone()),
+        (a.window.pads_begin.clone(), a.window.pads_end.clone()),
         (vec![1, 1], vec![0, 0])
     );
     assert_eq!(g.ty(g.outputs[0]).shape, vec![1, 1, 3, 3]);

@@ -6,7 +6,7 @@ use heron_ir::passes::{
     eliminate_dead_nodes, fold_batch_norm, fold_constants, optimize, remove_identities,
 };
 use heron_ir::{
-    BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, interp, verify,
+    BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window, interp, verify,
 };
 use proptest::prelude::*;
 
@@ -70,10 +70,11 @@ proptest! {
         if with_bias {
             ins.push(g.add_constant("b", rand_tensor(&mut seed, &[m], -1.0, 1.0)));
         }
-        let attrs = ConvAttrs {
+        let window = Window {
             kernel: vec![k, k], strides: vec![stride; 2], dilations: vec![1, 1],
-            pads_begin: vec![pad; 2], pads_end: vec![pad; 2], group: groups,
+            pads_begin: vec![pad; 2], pads_end: vec![pad; 2],
         };
+        let attrs = ConvAttrs { window, group: groups };
         let y = g.add_op("conv", Op::Conv(attrs), &ins).unwrap();
         let mut bn_in = vec![y];
         bn_in.extend(bn_params(&mut g, &mut seed, m));
@@ -116,11 +117,7 @@ fn batch_norm_is_not_folded_when_the_conv_output_has_other_uses() {
     let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
     let w = g.add_constant("w", rand_tensor(&mut seed, &[2, 2, 1, 1], -1.0, 1.0));
     let attrs = ConvAttrs {
-        kernel: vec![1, 1],
-        strides: vec![1, 1],
-        dilations: vec![1, 1],
-        pads_begin: vec![0, 0],
-        pads_end: vec![0, 0],
+        window: Window::dense(vec![1, 1]),
         group: 1,
     };
     let y = g.add_op("conv", Op::Conv(attrs), &[x, w]).unwrap();

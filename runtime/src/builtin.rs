@@ -3,6 +3,7 @@
 
 use heron_ir::{
     BinaryOp, ConvAttrs, DType, Graph, GraphError, Op, PoolAttrs, Tensor, TensorType, UnaryOp,
+    Window,
 };
 
 /// Name of the built-in model, as shown by the CLI.
@@ -29,14 +30,14 @@ impl Weights {
 }
 
 fn conv(k: usize, stride: usize, pad: usize, group: usize) -> Op {
-    Op::Conv(ConvAttrs {
+    let window = Window {
         kernel: vec![k, k],
         strides: vec![stride, stride],
         dilations: vec![1, 1],
         pads_begin: vec![pad, pad],
         pads_end: vec![pad, pad],
-        group,
-    })
+    };
+    Op::Conv(ConvAttrs { window, group })
 }
 
 /// A 10-class classifier for a 1x3x32x32 image: conv+BN+relu, a depthwise-separable block with
@@ -69,12 +70,10 @@ pub fn builtin_model() -> Result<Graph, GraphError> {
         &[c1, bn[0], bn[1], bn[2], bn[3]],
     )?;
     let r1 = g.add_op("relu1", Op::Unary(UnaryOp::Relu), &[n1])?;
+    let mut window = Window::dense(vec![2, 2]);
+    window.strides = vec![2, 2];
     let pool = PoolAttrs {
-        kernel: vec![2, 2],
-        strides: vec![2, 2],
-        dilations: vec![1, 1],
-        pads_begin: vec![0, 0],
-        pads_end: vec![0, 0],
+        window,
         ceil_mode: false,
     };
     let p1 = g.add_op(

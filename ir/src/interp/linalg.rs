@@ -12,16 +12,9 @@ use crate::infer::{conv_output_shape, matmul_shape};
 use crate::op::ConvAttrs;
 use crate::tensor::{Element, Tensor};
 
-use super::KernelError;
+use super::{KernelError, unravel};
 
 type WI64 = Wrapping<i64>;
-
-fn unravel(mut flat: usize, dims: &[usize], out: &mut [usize]) {
-    for d in (0..dims.len()).rev() {
-        out[d] = flat % dims[d];
-        flat /= dims[d];
-    }
-}
 
 /// N-d grouped convolution: `x` (N, C, spatial...), `w` (M, C/group, kernel...).
 pub(crate) fn conv_nd<T: LinalgScalar>(
@@ -37,7 +30,7 @@ pub(crate) fn conv_nd<T: LinalgScalar>(
     let in_sp = &x.shape()[2..];
     let out_sp = &out_shape[2..];
     let k = in_sp.len();
-    let ks: usize = attrs.kernel.iter().product();
+    let ks: usize = attrs.window.kernel.iter().product();
     let os: usize = out_sp.iter().product();
     let is: usize = in_sp.iter().product();
     let xs = x.as_slice().expect("standard layout");
@@ -47,14 +40,15 @@ pub(crate) fn conv_nd<T: LinalgScalar>(
     let mut taps: Vec<Option<usize>> = Vec::with_capacity(ks * os);
     let (mut kc, mut oc) = (vec![0; k], vec![0; k]);
     for kidx in 0..ks {
-        unravel(kidx, &attrs.kernel, &mut kc);
+        unravel(kidx, &attrs.window.kernel, &mut kc);
         for oidx in 0..os {
             unravel(oidx, out_sp, &mut oc);
             let mut flat = 0usize;
             let mut inside = true;
             for d in 0..k {
-                let pos = (oc[d] * attrs.strides[d] + kc[d] * attrs.dilations[d]) as isize
-                    - attrs.pads_begin[d] as isize;
+                let pos = (oc[d] * attrs.window.strides[d] + kc[d] * attrs.window.dilations[d])
+                    as isize
+                    - attrs.window.pads_begin[d] as isize;
                 if pos < 0 || pos as usize >= in_sp[d] {
                     inside = false;
                     break;

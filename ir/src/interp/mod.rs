@@ -33,6 +33,14 @@ impl From<&str> for KernelError {
     }
 }
 
+/// Writes the row-major coordinates of flat index `flat` within `dims` into `out`.
+fn unravel(mut flat: usize, dims: &[usize], out: &mut [usize]) {
+    for d in (0..dims.len()).rev() {
+        out[d] = flat % dims[d];
+        flat /= dims[d];
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InterpError {
     #[error("the model takes {expected} inputs, got {got}")]

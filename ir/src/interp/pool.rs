@@ -6,7 +6,7 @@ use crate::infer::pool_output_shape;
 use crate::op::PoolAttrs;
 use crate::tensor::{Element, Tensor};
 
-use super::KernelError;
+use super::{KernelError, unravel};
 
 /// Visits every pooling window: `f(plane, out_flat, taps)` where `taps` lists, for each kernel
 /// offset, the spatial input coordinates (`None` when outside the input) and whether the offset
@@ -22,7 +22,7 @@ fn for_each_window(
     let k = in_sp.len();
     let planes = in_shape[0] * in_shape[1];
     let os: usize = out_sp.iter().product();
-    let ks: usize = attrs.kernel.iter().product();
+    let ks: usize = attrs.window.kernel.iter().product();
     let mut windows: Vec<Vec<(Option<Vec<usize>>, bool)>> = Vec::with_capacity(os);
     let mut oc = vec![0; k];
     let mut kc = vec![0; k];
@@ -30,17 +30,18 @@ fn for_each_window(
         unravel(o, out_sp, &mut oc);
         let mut taps = Vec::with_capacity(ks);
         for kidx in 0..ks {
-            unravel(kidx, &attrs.kernel, &mut kc);
+            unravel(kidx, &attrs.window.kernel, &mut kc);
             let mut coords = Vec::with_capacity(k);
             let mut inside = true;
             let mut in_padded = true;
             for d in 0..k {
-                let pos = (oc[d] * attrs.strides[d] + kc[d] * attrs.dilations[d]) as isize
-                    - attrs.pads_begin[d] as isize;
+                let pos = (oc[d] * attrs.window.strides[d] + kc[d] * attrs.window.dilations[d])
+                    as isize
+                    - attrs.window.pads_begin[d] as isize;
                 if pos < 0 || pos as usize >= in_sp[d] {
                     inside = false;
                 }
-                if pos >= (in_sp[d] + attrs.pads_end[d]) as isize {
+                if pos >= (in_sp[d] + attrs.window.pads_end[d]) as isize {
                     in_padded = false;
                 }
                 coords.push(pos.max(0) as usize);
@@ -55,13 +56,6 @@ fn for_each_window(
         }
     }
     Ok(out_shape)
-}
-
-fn unravel(mut flat: usize, dims: &[usize], out: &mut [usize]) {
-    for d in (0..dims.len()).rev() {
-        out[d] = flat % dims[d];
-        flat /= dims[d];
-    }
 }
 
 fn flat_index(coords: &[usize], dims: &[usize], col_major: bool) -> usize {

@@ -5,7 +5,7 @@
 //! attributes are resolved to constants here; the resulting [`Op`] carries no opset knowledge.
 
 use crate::dtype::{DType, TensorType};
-use crate::op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp};
+use crate::op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 use crate::tensor::Tensor;
 
 use super::proto::{AttributeProto, NodeProto, attribute_type as at};
@@ -311,6 +311,20 @@ fn zeros_operand(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, what: &str, ty: Tenso
     Operand::Made(im.graph.add_constant(name, Tensor::zeros(&ty)))
 }
 
+/// Input `i` if present, else a scalar zero of `dtype` (the ONNX default zero point).
+fn zero_point(
+    im: &mut Importer<'_>,
+    ctx: &NodeCtx<'_>,
+    i: usize,
+    what: &str,
+    dtype: DType,
+) -> Result<Operand, ImportError> {
+    match ctx.input(i) {
+        Some(_) => named(ctx, i),
+        None => Ok(zeros_operand(im, ctx, what, TensorType::new(dtype, vec![]))),
+    }
+}
+
 fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operand>), ImportError> {
     let v = ctx.version;
     let all_inputs = || -> Result<Vec<Operand>, ImportError> {
@@ -351,14 +365,8 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             let x = input_type(im, ctx, 0)?;
             let w = input_type(im, ctx, 1)?;
             let attrs = conv_attrs(ctx, &x, &w)?;
-            let x_zp = match ctx.input(2) {
-                Some(_) => named(ctx, 2)?,
-                None => zeros_operand(im, ctx, "x_zero_point", TensorType::new(x.dtype, vec![])),
-            };
-            let w_zp = match ctx.input(3) {
-                Some(_) => named(ctx, 3)?,
-                None => zeros_operand(im, ctx, "w_zero_point", TensorType::new(w.dtype, vec![])),
-            };
+            let x_zp = zero_point(im, ctx, 2, "x_zero_point", x.dtype)?;
+            let w_zp = zero_point(im, ctx, 3, "w_zero_point", w.dtype)?;
             Ok((
                 Op::ConvInteger(attrs),
                 vec![named(ctx, 0)?, named(ctx, 1)?, x_zp, w_zp],
@@ -377,14 +385,8 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "MatMulInteger" => {
             let a = input_type(im, ctx, 0)?;
             let b = input_type(im, ctx, 1)?;
-            let a_zp = match ctx.input(2) {
-                Some(_) => named(ctx, 2)?,
-                None => zeros_operand(im, ctx, "a_zero_point", TensorType::new(a.dtype, vec![])),
-            };
-            let b_zp = match ctx.input(3) {
-                Some(_) => named(ctx, 3)?,
-                None => zeros_operand(im, ctx, "b_zero_point", TensorType::new(b.dtype, vec![])),
-            };
+            let a_zp = zero_point(im, ctx, 2, "a_zero_point", a.dtype)?;
+            let b_zp = zero_point(im, ctx, 3, "b_zero_point", b.dtype)?;
             Ok((
                 Op::MatMulInteger,
                 vec![named(ctx, 0)?, named(ctx, 1)?, a_zp, b_zp],
@@ -870,14 +872,6 @@ fn auto_pads(
     }
 }
 
-struct Window {
-    kernel: Vec<usize>,
-    strides: Vec<usize>,
-    dilations: Vec<usize>,
-    pads_begin: Vec<usize>,
-    pads_end: Vec<usize>,
-}
-
 fn window(ctx: &NodeCtx<'_>, spatial: &[usize], kernel: Vec<usize>) -> Result<Window, ImportError> {
     let k = spatial.len();
     if kernel.len() != k {
@@ -941,11 +935,7 @@ fn conv_attrs(ctx: &NodeCtx<'_>, x: &TensorType, w: &TensorType) -> Result<ConvA
         return Err(ctx.bad_attr("group", format!("must be >= 1, got {group}")));
     }
     Ok(ConvAttrs {
-        kernel: win.kernel,
-        strides: win.strides,
-        dilations: win.dilations,
-        pads_begin: win.pads_begin,
-        pads_end: win.pads_end,
+        window: win,
         group: group as usize,
     })
 }
@@ -961,11 +951,7 @@ fn pool_attrs(ctx: &NodeCtx<'_>, x: &TensorType) -> Result<PoolAttrs, ImportErro
     let win = window(ctx, &x.shape[2..], kernel)?;
     let ceil_mode = ctx.version >= 10 && ctx.flag("ceil_mode", false)?;
     Ok(PoolAttrs {
-        kernel: win.kernel,
-        strides: win.strides,
-        dilations: win.dilations,
-        pads_begin: win.pads_begin,
-        pads_end: win.pads_end,
+        window: win,
         ceil_mode,
     })
 }
