@@ -22,6 +22,8 @@ pub mod dtype;
 pub mod graph;
 pub mod infer;
 pub mod interp;
+pub mod loop_ir;
+pub mod lower;
 pub mod npy;
 pub mod onnx;
 pub mod op;

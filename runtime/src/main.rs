@@ -7,7 +7,14 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use heron_ir::Tensor;
+use heron_ir::loop_ir::flatten::flatten;
+use heron_ir::loop_ir::layout::apply_layout_transforms;
+use heron_ir::loop_ir::print::{ConstData, print_module};
+use heron_ir::loop_ir::verify::verify_module;
+use heron_ir::loop_ir::workspace::module_workspace;
+use heron_ir::loop_ir::{IndexMap, Module};
 use heron_ir::npy::{read_npy, write_npy};
+use heron_ir::passes;
 use heron_ir::stats::graph_stats;
 use heron_runtime::Model;
 use heron_runtime::builtin::builtin_input;
@@ -21,6 +28,17 @@ use heron_runtime::builtin::builtin_input;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// Lowering stages, in pipeline order.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Stage {
+    /// Straight out of lowering: logical shapes, layout transforms still annotated.
+    Lowered,
+    /// After applying the layout transforms.
+    Layout,
+    /// After flattening every buffer to its physical rank.
+    Flat,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -45,7 +63,33 @@ enum Command {
         engine: Engine,
     },
     /// Print a model's inputs, outputs, op counts, parameter and activation bytes and FLOPs.
-    Inspect { model: PathBuf },
+    Inspect {
+        model: PathBuf,
+        /// Also print every lowered function's workspace (scratch) size.
+        #[arg(long)]
+        workspace: bool,
+    },
+    /// Print the loop-IR program of a model at a lowering stage.
+    Lower {
+        model: PathBuf,
+        #[arg(long, value_enum, default_value = "flat")]
+        stage: Stage,
+        /// Print constant data in full (hex), so the output parses back.
+        #[arg(long)]
+        full_constants: bool,
+    },
+    /// Apply an index map to a buffer shape (and optionally one index) and print JSON.
+    Layout {
+        /// Logical shape, e.g. 16,64,64,128.
+        #[arg(long, value_delimiter = ',', required = true)]
+        shape: Vec<usize>,
+        /// Index map in lambda syntax, e.g. "lambda n, h, w, c: [n, c // 4, h, w, c % 4]".
+        #[arg(long)]
+        map: String,
+        /// A logical index to map, e.g. 11,37,23,101.
+        #[arg(long, value_delimiter = ',')]
+        index: Option<Vec<i64>>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -57,7 +101,13 @@ fn main() -> ExitCode {
             output_dir,
             engine,
         } => run(model.as_deref(), &inputs, output_dir.as_deref(), engine),
-        Command::Inspect { model } => inspect(&model),
+        Command::Inspect { model, workspace } => inspect(&model, workspace),
+        Command::Lower {
+            model,
+            stage,
+            full_constants,
+        } => lower(&model, stage, full_constants),
+        Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -160,7 +210,61 @@ fn print_output(name: &str, t: &Tensor) {
     }
 }
 
-fn inspect(path: &Path) -> Result<()> {
+fn lowered(path: &Path, stage: Stage) -> Result<Module> {
+    let model = Model::load(path)?;
+    let mut graph = model.graph().clone();
+    passes::optimize(&mut graph);
+    let mut module = heron_ir::lower::lower(&graph)?;
+    if matches!(stage, Stage::Layout | Stage::Flat) {
+        apply_layout_transforms(&mut module)?;
+    }
+    if matches!(stage, Stage::Flat) {
+        flatten(&mut module);
+    }
+    verify_module(&module)?;
+    Ok(module)
+}
+
+fn lower(path: &Path, stage: Stage, full_constants: bool) -> Result<()> {
+    let module = lowered(path, stage)?;
+    let data = if full_constants {
+        ConstData::Full
+    } else {
+        ConstData::Elided
+    };
+    print!("{}", print_module(&module, data));
+    Ok(())
+}
+
+fn layout(shape: &[usize], map: &str, index: Option<&[i64]>) -> Result<()> {
+    let map = IndexMap::parse(map)?;
+    let transformed = map.transformed_shape(shape)?;
+    map.check_injective(shape)?;
+    let physical = map.physical_shape(&transformed);
+    let mut json =
+        format!("{{\"transformed_shape\": {transformed:?}, \"physical_shape\": {physical:?}");
+    if let Some(index) = index {
+        if index.len() != shape.len()
+            || index
+                .iter()
+                .zip(shape)
+                .any(|(&i, &n)| i < 0 || i as usize >= n)
+        {
+            anyhow::bail!("index {index:?} is outside shape {shape:?}");
+        }
+        let flat = map.physical_index(&transformed, index);
+        if flat.len() == 1 {
+            json.push_str(&format!(", \"flat_index\": {}", flat[0]));
+        } else {
+            json.push_str(&format!(", \"flat_index\": {flat:?}"));
+        }
+    }
+    json.push('}');
+    println!("{json}");
+    Ok(())
+}
+
+fn inspect(path: &Path, workspace: bool) -> Result<()> {
     let model = Model::load(path)?;
     let stats = graph_stats(model.graph());
     println!("model {}", model.name());
@@ -185,5 +289,15 @@ fn inspect(path: &Path) -> Result<()> {
         stats.flops,
         stats.flops as f64 / 1e9
     );
+    if workspace {
+        let module = lowered(path, Stage::Flat)?;
+        println!("workspace per function (bytes; unshared / shared by liveness):");
+        for w in module_workspace(&module) {
+            println!(
+                "  {:<32} {:>10} {:>10}",
+                w.func, w.unshared_bytes, w.shared_bytes
+            );
+        }
+    }
     Ok(())
 }

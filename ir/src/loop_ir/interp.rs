@@ -1,0 +1,502 @@
+//! The loop-IR interpreter: a second oracle that executes a [`Module`] statement by statement.
+//!
+//! Every intermediate result is rounded or wrapped to its static type, so float results match
+//! f32 hardware arithmetic and integer results match two's-complement wrapping. Every buffer
+//! access is bounds-checked: an out-of-bounds index is an error naming the buffer, which makes
+//! this interpreter a checker for lowering and layout passes.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use ndarray::{ArrayD, IxDyn};
+
+use super::{Arg, BinOp, BufferId, Callee, CmpOp, Expr, MAIN, MathOp, Module, PrimFunc, Stmt};
+use crate::dtype::DType;
+use crate::tensor::{Element, Tensor, Wide};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LoopInterpError {
+    #[error("module has no function '{0}'")]
+    NoFunction(String),
+    #[error("function '{func}' takes {expected} buffers, got {got}")]
+    Arity {
+        func: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("function '{func}': argument for '{buffer}' must be {expected}, got {got}")]
+    ArgType {
+        func: String,
+        buffer: String,
+        expected: String,
+        got: String,
+    },
+    #[error(
+        "function '{func}': index {index:?} out of bounds for buffer '{buffer}' of shape {shape:?}"
+    )]
+    OutOfBounds {
+        func: String,
+        buffer: String,
+        index: Vec<i64>,
+        shape: Vec<usize>,
+    },
+    #[error("function '{func}': {message}")]
+    Eval { func: String, message: String },
+}
+
+/// A scalar value; integers are kept wrapped to their dtype, floats rounded to theirs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Val {
+    I(i64),
+    U(u64),
+    F(f64),
+}
+
+impl Val {
+    fn wide(self) -> Wide {
+        match self {
+            Val::I(v) => Wide::I(v),
+            Val::U(v) => Wide::U(v),
+            Val::F(v) => Wide::F(v),
+        }
+    }
+
+    fn from_wide(w: Wide) -> Val {
+        match w {
+            Wide::I(v) => Val::I(v),
+            Wide::U(v) => Val::U(v),
+            Wide::F(v) => Val::F(v),
+        }
+    }
+
+    fn as_i128(self) -> i128 {
+        match self {
+            Val::I(v) => v as i128,
+            Val::U(v) => v as i128,
+            Val::F(v) => v as i128,
+        }
+    }
+
+    fn as_f64(self) -> f64 {
+        match self {
+            Val::I(v) => v as f64,
+            Val::U(v) => v as f64,
+            Val::F(v) => v,
+        }
+    }
+
+    fn truthy(self) -> bool {
+        self.as_i128() != 0
+    }
+}
+
+/// Converts with `as` semantics into `dtype` (also used to normalise results).
+fn convert(v: Val, dtype: DType) -> Val {
+    fn go<T: Element>(w: Wide) -> Val {
+        Val::from_wide(T::from_wide(w).widen())
+    }
+    let w = v.wide();
+    crate::for_dtype!(dtype, T => go::<T>(w))
+}
+
+fn from_i128(v: i128, dtype: DType) -> Val {
+    if dtype.is_unsigned_int() {
+        convert(Val::U(v as u64), dtype)
+    } else {
+        convert(Val::I(v as i64), dtype)
+    }
+}
+
+fn floor_div(a: i128, b: i128) -> i128 {
+    let q = a / b;
+    if a % b != 0 && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+fn binary(op: BinOp, a: Val, b: Val, dtype: DType) -> Result<Val, String> {
+    if dtype.is_float() {
+        let (x, y) = (a.as_f64(), b.as_f64());
+        let r = match op {
+            BinOp::Add => x + y,
+            BinOp::Sub => x - y,
+            BinOp::Mul => x * y,
+            BinOp::Div => x / y,
+            BinOp::Min if x.is_nan() || y.is_nan() => f64::NAN,
+            BinOp::Max if x.is_nan() || y.is_nan() => f64::NAN,
+            BinOp::Min => x.min(y),
+            BinOp::Max => x.max(y),
+            other => return Err(format!("{other:?} is not defined on {dtype}")),
+        };
+        return Ok(convert(Val::F(r), dtype));
+    }
+    let (x, y) = (a.as_i128(), b.as_i128());
+    let bits = if dtype == DType::Bool {
+        1
+    } else {
+        dtype.int_bits() as i128
+    };
+    let r = match op {
+        BinOp::Add => x.wrapping_add(y),
+        BinOp::Sub => x.wrapping_sub(y),
+        BinOp::Mul => x.wrapping_mul(y),
+        BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod if y == 0 => {
+            return Err("integer division by zero".into());
+        }
+        BinOp::Div => x / y,
+        BinOp::FloorDiv => floor_div(x, y),
+        BinOp::FloorMod => x - floor_div(x, y) * y,
+        BinOp::Min => x.min(y),
+        BinOp::Max => x.max(y),
+        BinOp::Shl | BinOp::Shr if !(0..bits).contains(&y) => {
+            return Err(format!("shift by {y} outside 0..{bits}"));
+        }
+        BinOp::Shl => x << y,
+        BinOp::Shr => x >> y,
+        BinOp::And => (x != 0 && y != 0) as i128,
+        BinOp::Or => (x != 0 || y != 0) as i128,
+    };
+    Ok(from_i128(r, dtype))
+}
+
+fn compare(op: CmpOp, a: Val, b: Val, float: bool) -> bool {
+    if float {
+        let (x, y) = (a.as_f64(), b.as_f64());
+        match op {
+            CmpOp::Eq => x == y,
+            CmpOp::Ne => x != y,
+            CmpOp::Lt => x < y,
+            CmpOp::Le => x <= y,
+            CmpOp::Gt => x > y,
+            CmpOp::Ge => x >= y,
+        }
+    } else {
+        let (x, y) = (a.as_i128(), b.as_i128());
+        match op {
+            CmpOp::Eq => x == y,
+            CmpOp::Ne => x != y,
+            CmpOp::Lt => x < y,
+            CmpOp::Le => x <= y,
+            CmpOp::Gt => x > y,
+            CmpOp::Ge => x >= y,
+        }
+    }
+}
+
+fn math(op: MathOp, v: f64) -> f64 {
+    match op {
+        MathOp::Exp => v.exp(),
+        MathOp::Tanh => v.tanh(),
+        MathOp::Sigmoid => {
+            if v >= 0.0 {
+                1.0 / (1.0 + (-v).exp())
+            } else {
+                let e = v.exp();
+                e / (1.0 + e)
+            }
+        }
+        MathOp::Sqrt => v.sqrt(),
+        MathOp::Round => v.round_ties_even(),
+        MathOp::Abs => v.abs(),
+    }
+}
+
+struct Storage {
+    data: Vec<Val>,
+}
+
+type Shared = Rc<RefCell<Storage>>;
+
+struct Frame<'m> {
+    func: &'m PrimFunc,
+    buffers: Vec<Option<Shared>>,
+    vars: Vec<Option<Val>>,
+}
+
+struct Machine<'m> {
+    module: &'m Module,
+    /// Guards against unbounded recursion through calls.
+    depth: usize,
+}
+
+impl<'m> Frame<'m> {
+    fn err(&self, message: impl Into<String>) -> LoopInterpError {
+        LoopInterpError::Eval {
+            func: self.func.name.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn storage(&self, id: BufferId) -> Result<&Shared, LoopInterpError> {
+        self.buffers
+            .get(id.0 as usize)
+            .and_then(|b| b.as_ref())
+            .ok_or_else(|| self.err(format!("buffer #{} used before it is allocated", id.0)))
+    }
+
+    fn offset(
+        &self,
+        id: BufferId,
+        indices: &[Expr],
+        m: &Machine<'_>,
+    ) -> Result<usize, LoopInterpError> {
+        let buf = self.func.buffer(id);
+        if indices.len() != buf.shape.len() {
+            return Err(self.err(format!(
+                "buffer '{}' has rank {}, accessed with {} indices",
+                buf.name,
+                buf.shape.len(),
+                indices.len()
+            )));
+        }
+        let mut vals = Vec::with_capacity(indices.len());
+        for e in indices {
+            vals.push(self.eval(e, m)?.as_i128() as i64);
+        }
+        let mut flat = 0usize;
+        for (&i, &d) in vals.iter().zip(&buf.shape) {
+            if i < 0 || i as usize >= d {
+                return Err(LoopInterpError::OutOfBounds {
+                    func: self.func.name.clone(),
+                    buffer: buf.name.clone(),
+                    index: vals.clone(),
+                    shape: buf.shape.clone(),
+                });
+            }
+            flat = flat * d + i as usize;
+        }
+        Ok(flat)
+    }
+
+    fn eval(&self, e: &Expr, m: &Machine<'_>) -> Result<Val, LoopInterpError> {
+        Ok(match e {
+            Expr::Int { value, dtype } => convert(Val::I(*value), *dtype),
+            Expr::Float { value, dtype } => convert(Val::F(*value), *dtype),
+            Expr::Var(v) => self.vars[v.0 as usize].ok_or_else(|| {
+                self.err(format!(
+                    "variable '{}' read before it is set",
+                    self.func.var(*v).name
+                ))
+            })?,
+            Expr::Binary { op, lhs, rhs } => {
+                let dtype = e.dtype(self.func);
+                binary(*op, self.eval(lhs, m)?, self.eval(rhs, m)?, dtype)
+                    .map_err(|msg| self.err(msg))?
+            }
+            Expr::Cmp { op, lhs, rhs } => {
+                let float = lhs.dtype(self.func).is_float();
+                Val::I(compare(*op, self.eval(lhs, m)?, self.eval(rhs, m)?, float) as i64)
+            }
+            Expr::Not(x) => Val::I(!self.eval(x, m)?.truthy() as i64),
+            Expr::Select {
+                cond,
+                then,
+                otherwise,
+            } => {
+                // Only the chosen side is evaluated: guarded loads may be out of bounds.
+                if self.eval(cond, m)?.truthy() {
+                    self.eval(then, m)?
+                } else {
+                    self.eval(otherwise, m)?
+                }
+            }
+            Expr::Cast { dtype, value } => convert(self.eval(value, m)?, *dtype),
+            Expr::Math { op, arg } => {
+                let dtype = arg.dtype(self.func);
+                convert(Val::F(math(*op, self.eval(arg, m)?.as_f64())), dtype)
+            }
+            Expr::Load { buffer, indices } => {
+                let off = self.offset(*buffer, indices, m)?;
+                self.storage(*buffer)?.borrow().data[off]
+            }
+        })
+    }
+
+    fn exec(&mut self, s: &Stmt, m: &mut Machine<'m>) -> Result<(), LoopInterpError> {
+        match s {
+            Stmt::Seq(v) => {
+                for st in v {
+                    self.exec(st, m)?;
+                }
+            }
+            Stmt::For {
+                var, extent, body, ..
+            } => {
+                let n = self.eval(extent, m)?.as_i128();
+                for i in 0..n.max(0) {
+                    self.vars[var.0 as usize] = Some(Val::I(i as i64));
+                    self.exec(body, m)?;
+                }
+            }
+            Stmt::Store {
+                buffer,
+                indices,
+                value,
+            } => {
+                let off = self.offset(*buffer, indices, m)?;
+                let v = convert(self.eval(value, m)?, self.func.buffer(*buffer).dtype);
+                self.storage(*buffer)?.borrow_mut().data[off] = v;
+            }
+            Stmt::Allocate { buffer, .. } => {
+                let b = self.func.buffer(*buffer);
+                let zero = convert(Val::I(0), b.dtype);
+                self.buffers[buffer.0 as usize] = Some(Rc::new(RefCell::new(Storage {
+                    data: vec![zero; b.num_elements()],
+                })));
+            }
+            Stmt::AllocateConst { buffer, data, .. } => {
+                let b = self.func.buffer(*buffer);
+                if data.len() != b.num_elements() || data.dtype() != b.dtype {
+                    return Err(self.err(format!(
+                        "constant '{}' holds {} but the buffer is {}{:?}",
+                        b.name,
+                        data.tensor_type(),
+                        b.dtype,
+                        b.shape
+                    )));
+                }
+                self.buffers[buffer.0 as usize] = Some(Rc::new(RefCell::new(Storage {
+                    data: tensor_vals(data),
+                })));
+            }
+            Stmt::Evaluate(call) => {
+                let Callee::Func(name) = &call.callee else {
+                    return Err(self.err(format!(
+                        "extern call {:?} cannot be interpreted",
+                        call.callee
+                    )));
+                };
+                let mut bufs = Vec::with_capacity(call.args.len());
+                for a in &call.args {
+                    match a {
+                        Arg::Buffer(b) => {
+                            bufs.push((self.storage(*b)?.clone(), self.func.buffer(*b).clone()))
+                        }
+                        Arg::Expr(_) => {
+                            return Err(self.err("scalar call arguments are not supported"));
+                        }
+                    }
+                }
+                m.call(name, bufs)?;
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                if self.eval(cond, m)?.truthy() {
+                    self.exec(then, m)?;
+                } else if let Some(o) = otherwise {
+                    self.exec(o, m)?;
+                }
+            }
+            Stmt::Let { var, value } => {
+                let v = convert(self.eval(value, m)?, self.func.var(*var).dtype);
+                self.vars[var.0 as usize] = Some(v);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'m> Machine<'m> {
+    fn call(
+        &mut self,
+        name: &str,
+        args: Vec<(Shared, super::Buffer)>,
+    ) -> Result<(), LoopInterpError> {
+        let func = self
+            .module
+            .func(name)
+            .ok_or_else(|| LoopInterpError::NoFunction(name.to_string()))?;
+        if args.len() != func.params.len() {
+            return Err(LoopInterpError::Arity {
+                func: name.into(),
+                expected: func.params.len(),
+                got: args.len(),
+            });
+        }
+        if self.depth > 64 {
+            return Err(LoopInterpError::Eval {
+                func: name.into(),
+                message: "call depth exceeds 64".into(),
+            });
+        }
+        let mut frame = Frame {
+            func,
+            buffers: vec![None; func.buffers.len()],
+            vars: vec![None; func.vars.len()],
+        };
+        for (&p, (storage, given)) in func.params.iter().zip(args) {
+            let want = func.buffer(p);
+            // A buffer may be passed under another shape of the same size (a reshape view).
+            if want.dtype != given.dtype || want.num_elements() != given.num_elements() {
+                return Err(LoopInterpError::ArgType {
+                    func: name.into(),
+                    buffer: want.name.clone(),
+                    expected: format!("{}{:?}", want.dtype, want.shape),
+                    got: format!("{}{:?}", given.dtype, given.shape),
+                });
+            }
+            frame.buffers[p.0 as usize] = Some(storage);
+        }
+        self.depth += 1;
+        let r = frame.exec(&func.body, self);
+        self.depth -= 1;
+        r
+    }
+}
+
+fn tensor_vals(t: &Tensor) -> Vec<Val> {
+    crate::dispatch_tensor!(t, a, _T => a.iter().map(|v| Val::from_wide(v.widen())).collect())
+}
+
+fn vals_tensor(dtype: DType, shape: &[usize], data: &[Val]) -> Tensor {
+    fn go<T: Element>(shape: &[usize], data: &[Val]) -> Tensor {
+        let v: Vec<T> = data.iter().map(|x| T::from_wide(x.wide())).collect();
+        T::into_tensor(ArrayD::from_shape_vec(IxDyn(shape), v).expect("sizes match"))
+    }
+    crate::for_dtype!(dtype, T => go::<T>(shape, data))
+}
+
+/// Runs `main` of `module`. `inputs` fill main's first parameters in order; the remaining
+/// parameters are outputs, returned with main's parameter shapes.
+pub fn run(module: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, LoopInterpError> {
+    let main = module
+        .main()
+        .ok_or_else(|| LoopInterpError::NoFunction(MAIN.into()))?;
+    if inputs.len() > main.params.len() {
+        return Err(LoopInterpError::Arity {
+            func: MAIN.into(),
+            expected: main.params.len(),
+            got: inputs.len(),
+        });
+    }
+    let mut args = Vec::new();
+    for (i, &p) in main.params.iter().enumerate() {
+        let b = main.buffer(p).clone();
+        let data = match inputs.get(i) {
+            Some(t) => {
+                if t.dtype() != b.dtype || t.len() != b.num_elements() {
+                    return Err(LoopInterpError::ArgType {
+                        func: MAIN.into(),
+                        buffer: b.name.clone(),
+                        expected: format!("{}{:?}", b.dtype, b.shape),
+                        got: t.tensor_type().to_string(),
+                    });
+                }
+                tensor_vals(t)
+            }
+            None => vec![convert(Val::I(0), b.dtype); b.num_elements()],
+        };
+        args.push((Rc::new(RefCell::new(Storage { data })), b));
+    }
+    let outputs: Vec<(Shared, super::Buffer)> = args[inputs.len()..].to_vec();
+    Machine { module, depth: 0 }.call(MAIN, args)?;
+    Ok(outputs
+        .iter()
+        .map(|(s, b)| vals_tensor(b.dtype, &b.shape, &s.borrow().data))
+        .collect())
+}

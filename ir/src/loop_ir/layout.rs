@@ -1,0 +1,138 @@
+//! `ApplyLayoutTransforms` (seed 001): rewrites each annotated buffer to its transformed shape
+//! and every access to it through the buffer's [`IndexMap`], for parameters and allocates alike.
+//!
+//! At module level, a transform on a tensor `main` passes to an operator function is carried to
+//! that function's parameter, so caller and callee agree on the physical layout.
+
+use super::index_map::{IndexMap, IndexMapError, MapExpr};
+use super::simplify::simplify_func;
+use super::{Arg, BinOp, Expr, MAIN, Module, PrimFunc, Stmt};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("function '{func}': no buffer named '{buffer}'")]
+    UnknownBuffer { func: String, buffer: String },
+    #[error("function '{func}', buffer '{buffer}': {source}")]
+    Map {
+        func: String,
+        buffer: String,
+        source: IndexMapError,
+    },
+    #[error("function '{func}', parameter '{buffer}' receives tensors with different layouts")]
+    Conflict { func: String, buffer: String },
+    #[error("no function named '{0}'")]
+    UnknownFunction(String),
+}
+
+/// Annotates buffer `buffer` of function `func` with a layout transform.
+pub fn set_layout(
+    m: &mut Module,
+    func: &str,
+    buffer: &str,
+    map: IndexMap,
+) -> Result<(), LayoutError> {
+    let f = m
+        .funcs
+        .iter_mut()
+        .find(|f| f.name == func)
+        .ok_or_else(|| LayoutError::UnknownFunction(func.into()))?;
+    let id = f
+        .find_buffer(buffer)
+        .ok_or_else(|| LayoutError::UnknownBuffer {
+            func: func.into(),
+            buffer: buffer.into(),
+        })?;
+    f.layout_transforms.insert(id, map);
+    Ok(())
+}
+
+fn to_expr(e: &MapExpr, args: &[Expr]) -> Expr {
+    let bin = |op, a: &MapExpr, b: &MapExpr| Expr::binary(op, to_expr(a, args), to_expr(b, args));
+    match e {
+        MapExpr::Var(i) => args[*i].clone(),
+        MapExpr::Const(c) => Expr::index(*c),
+        MapExpr::Add(a, b) => bin(BinOp::Add, a, b),
+        MapExpr::Sub(a, b) => bin(BinOp::Sub, a, b),
+        MapExpr::Mul(a, b) => bin(BinOp::Mul, a, b),
+        MapExpr::FloorDiv(a, b) => bin(BinOp::FloorDiv, a, b),
+        MapExpr::FloorMod(a, b) => bin(BinOp::FloorMod, a, b),
+    }
+}
+
+fn remap(indices: Vec<Expr>, map: &IndexMap) -> Vec<Expr> {
+    map.exprs.iter().map(|e| to_expr(e, &indices)).collect()
+}
+
+/// Applies and removes every layout transform of one function.
+pub fn apply_func(f: &mut PrimFunc) -> Result<(), LayoutError> {
+    let maps = std::mem::take(&mut f.layout_transforms);
+    if maps.is_empty() {
+        return Ok(());
+    }
+    for (&b, map) in &maps {
+        let buf = f
+            .buffers
+            .get_mut(b.0 as usize)
+            .ok_or_else(|| LayoutError::UnknownBuffer {
+                func: f.name.clone(),
+                buffer: format!("#{}", b.0),
+            })?;
+        let err = |source| LayoutError::Map {
+            func: f.name.clone(),
+            buffer: buf.name.clone(),
+            source,
+        };
+        map.check_injective(&buf.shape).map_err(err)?;
+        let shape = map.transformed_shape(&buf.shape).map_err(err)?;
+        buf.shape = shape;
+        buf.axis_separators = map.axis_separators.clone();
+    }
+    let body = std::mem::replace(&mut f.body, Stmt::Seq(vec![]));
+    f.body = body.map_accesses(&mut |buffer, indices| match maps.get(&buffer) {
+        Some(m) if indices.len() == m.vars.len() => remap(indices, m),
+        _ => indices,
+    });
+    simplify_func(f);
+    Ok(())
+}
+
+/// Carries transforms on tensors `main` passes to operator functions over to the callees'
+/// parameters, then applies every function's transforms.
+pub fn apply_layout_transforms(m: &mut Module) -> Result<(), LayoutError> {
+    let mut to_callees: Vec<(String, usize, IndexMap)> = Vec::new();
+    if let Some(main) = m.func(MAIN) {
+        main.body.walk(&mut |s| {
+            if let Stmt::Evaluate(call) = s
+                && let super::Callee::Func(name) = &call.callee
+            {
+                for (i, a) in call.args.iter().enumerate() {
+                    if let Arg::Buffer(b) = a
+                        && let Some(map) = main.layout_transforms.get(b)
+                    {
+                        to_callees.push((name.clone(), i, map.clone()));
+                    }
+                }
+            }
+        });
+    }
+    for (name, i, map) in to_callees {
+        let f = m
+            .funcs
+            .iter_mut()
+            .find(|f| f.name == name)
+            .ok_or_else(|| LayoutError::UnknownFunction(name.clone()))?;
+        let Some(&p) = f.params.get(i) else { continue };
+        match f.layout_transforms.get(&p) {
+            Some(existing) if *existing != map => {
+                return Err(LayoutError::Conflict {
+                    func: f.name.clone(),
+                    buffer: f.buffer(p).name.clone(),
+                });
+            }
+            _ => {
+                f.layout_transforms.insert(p, map);
+            }
+        }
+    }
+    m.funcs.iter_mut().try_for_each(apply_func)
+}

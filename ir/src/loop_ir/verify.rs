@@ -1,0 +1,391 @@
+//! The loop-IR verifier: every buffer access has the buffer's rank and integer indices, buffers
+//! and variables are used in scope, operand dtypes agree, calls match their callees. Reports
+//! every problem found.
+
+use std::collections::HashSet;
+
+use super::{Arg, BinOp, BufferId, Callee, Expr, Module, PrimFunc, Stmt, VarId};
+use crate::dtype::DType;
+use crate::verify::VerifyErrors;
+
+/// Verifies every function of the module and every call between them.
+pub fn verify_module(m: &Module) -> Result<(), VerifyErrors> {
+    let mut errors = Vec::new();
+    let mut names = HashSet::new();
+    for f in &m.funcs {
+        if !names.insert(f.name.as_str()) {
+            errors.push(format!("function '{}' is defined twice", f.name));
+        }
+        if let Err(VerifyErrors(e)) = verify_func(f, Some(m)) {
+            errors.extend(e);
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(VerifyErrors(errors))
+    }
+}
+
+/// Verifies one function; with `module`, calls are checked against their callees.
+pub fn verify_func(f: &PrimFunc, module: Option<&Module>) -> Result<(), VerifyErrors> {
+    let mut v = Verifier {
+        f,
+        module,
+        errors: vec![],
+        buffers: HashSet::new(),
+        vars: HashSet::new(),
+        ever_declared: HashSet::new(),
+    };
+    for &p in &f.params {
+        if (p.0 as usize) >= f.buffers.len() {
+            v.err(format!("parameter buffer #{} does not exist", p.0));
+        } else if !v.buffers.insert(p) {
+            v.err(format!(
+                "buffer '{}' is a parameter twice",
+                f.buffer(p).name
+            ));
+        }
+        v.ever_declared.insert(p);
+    }
+    for (b, map) in &f.layout_transforms {
+        match f.buffers.get(b.0 as usize) {
+            None => v.err(format!(
+                "layout transform for buffer #{} which does not exist",
+                b.0
+            )),
+            Some(buf) => {
+                if let Err(e) = map.transformed_shape(&buf.shape) {
+                    v.err(format!("layout transform of '{}': {e}", buf.name));
+                }
+            }
+        }
+    }
+    v.stmt(&f.body);
+    if v.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(VerifyErrors(v.errors))
+    }
+}
+
+struct Verifier<'a> {
+    f: &'a PrimFunc,
+    module: Option<&'a Module>,
+    errors: Vec<String>,
+    /// Buffers visible at the current point.
+    buffers: HashSet<BufferId>,
+    vars: HashSet<VarId>,
+    /// Buffers declared anywhere so far (a buffer is declared once per function).
+    ever_declared: HashSet<BufferId>,
+}
+
+impl Verifier<'_> {
+    fn err(&mut self, msg: String) {
+        self.errors
+            .push(format!("function '{}': {msg}", self.f.name));
+    }
+
+    fn buffer_ok(&mut self, b: BufferId) -> bool {
+        if (b.0 as usize) >= self.f.buffers.len() {
+            self.err(format!("buffer #{} does not exist", b.0));
+            return false;
+        }
+        if !self.buffers.contains(&b) {
+            self.err(format!(
+                "buffer '{}' is used outside its scope",
+                self.f.buffer(b).name
+            ));
+            return false;
+        }
+        true
+    }
+
+    fn declare_buffer(&mut self, b: BufferId) {
+        if (b.0 as usize) >= self.f.buffers.len() {
+            self.err(format!("buffer #{} does not exist", b.0));
+        } else if !self.ever_declared.insert(b) {
+            self.err(format!(
+                "buffer '{}' is declared twice",
+                self.f.buffer(b).name
+            ));
+        }
+        self.buffers.insert(b);
+    }
+
+    fn var_ok(&mut self, v: VarId) -> bool {
+        if (v.0 as usize) >= self.f.vars.len() {
+            self.err(format!("variable #{} does not exist", v.0));
+            return false;
+        }
+        true
+    }
+
+    fn access(&mut self, b: BufferId, indices: &[Expr], what: &str) {
+        if !self.buffer_ok(b) {
+            return;
+        }
+        let buf = self.f.buffer(b);
+        if indices.len() != buf.shape.len() {
+            let msg = format!(
+                "{what} of '{}' uses {} indices, the buffer has rank {}",
+                buf.name,
+                indices.len(),
+                buf.shape.len()
+            );
+            self.err(msg);
+        }
+        for i in indices {
+            if let Some(t) = self.expr(i)
+                && !t.is_int()
+            {
+                self.err(format!(
+                    "{what} of '{}' has a {t} index",
+                    self.f.buffer(b).name
+                ));
+            }
+        }
+    }
+
+    /// Checks an expression and returns its dtype (None after an error that hides it).
+    fn expr(&mut self, e: &Expr) -> Option<DType> {
+        match e {
+            Expr::Int { dtype, .. } => {
+                if dtype.is_float() {
+                    self.err(format!("integer literal of float type {dtype}"));
+                }
+                Some(*dtype)
+            }
+            Expr::Float { dtype, .. } => {
+                if !dtype.is_float() {
+                    self.err(format!("float literal of non-float type {dtype}"));
+                }
+                Some(*dtype)
+            }
+            Expr::Var(v) => {
+                if !self.var_ok(*v) {
+                    return None;
+                }
+                if !self.vars.contains(v) {
+                    self.err(format!(
+                        "variable '{}' is used outside its scope",
+                        self.f.var(*v).name
+                    ));
+                }
+                Some(self.f.var(*v).dtype)
+            }
+            Expr::Binary { op, lhs, rhs } => {
+                let (a, b) = (self.expr(lhs)?, self.expr(rhs)?);
+                if a != b {
+                    self.err(format!("{op:?} of {a} and {b}"));
+                    return None;
+                }
+                let ok = match op {
+                    BinOp::FloorDiv | BinOp::FloorMod | BinOp::Shl | BinOp::Shr => a.is_int(),
+                    BinOp::And | BinOp::Or => a == DType::Bool,
+                    _ => a != DType::Bool,
+                };
+                if !ok {
+                    self.err(format!("{op:?} is not defined on {a}"));
+                }
+                Some(a)
+            }
+            Expr::Cmp { op, lhs, rhs } => {
+                let (a, b) = (self.expr(lhs)?, self.expr(rhs)?);
+                if a != b {
+                    self.err(format!("{op:?} compares {a} with {b}"));
+                }
+                Some(DType::Bool)
+            }
+            Expr::Not(x) => {
+                if self.expr(x)? != DType::Bool {
+                    self.err("`!` of a non-bool".into());
+                }
+                Some(DType::Bool)
+            }
+            Expr::Select {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.expr(cond);
+                if c.is_some_and(|c| c != DType::Bool) {
+                    self.err("select condition is not bool".into());
+                }
+                let (a, b) = (self.expr(then)?, self.expr(otherwise)?);
+                if a != b {
+                    self.err(format!("select branches are {a} and {b}"));
+                }
+                Some(a)
+            }
+            Expr::Cast { dtype, value } => {
+                self.expr(value);
+                Some(*dtype)
+            }
+            Expr::Math { op, arg } => {
+                let t = self.expr(arg)?;
+                if !t.is_float() {
+                    self.err(format!("{op:?} of non-float {t}"));
+                }
+                Some(t)
+            }
+            Expr::Load { buffer, indices } => {
+                self.access(*buffer, indices, "load");
+                self.f.buffers.get(buffer.0 as usize).map(|b| b.dtype)
+            }
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match s {
+            Stmt::Seq(v) => {
+                // Declarations inside a sequence are visible to its end only.
+                let (saved_b, saved_v) = (self.buffers.clone(), self.vars.clone());
+                v.iter().for_each(|st| self.stmt(st));
+                self.buffers = saved_b;
+                self.vars = saved_v;
+            }
+            Stmt::For {
+                var, extent, body, ..
+            } => {
+                if let Some(t) = self.expr(extent)
+                    && !t.is_int()
+                {
+                    self.err(format!("loop extent is {t}"));
+                }
+                if !self.var_ok(*var) {
+                    return;
+                }
+                if !self.f.var(*var).dtype.is_int() {
+                    self.err(format!(
+                        "loop variable '{}' is not an integer",
+                        self.f.var(*var).name
+                    ));
+                }
+                if !self.vars.insert(*var) {
+                    self.err(format!(
+                        "loop variable '{}' is already bound",
+                        self.f.var(*var).name
+                    ));
+                }
+                self.stmt(body);
+                self.vars.remove(var);
+            }
+            Stmt::Store {
+                buffer,
+                indices,
+                value,
+            } => {
+                self.access(*buffer, indices, "store");
+                if let (Some(t), Some(b)) =
+                    (self.expr(value), self.f.buffers.get(buffer.0 as usize))
+                    && t != b.dtype
+                {
+                    let msg = format!("store of {t} into {} buffer '{}'", b.dtype, b.name);
+                    self.err(msg);
+                }
+            }
+            Stmt::Allocate { buffer, .. } => self.declare_buffer(*buffer),
+            Stmt::AllocateConst { buffer, data, .. } => {
+                self.declare_buffer(*buffer);
+                if let Some(b) = self.f.buffers.get(buffer.0 as usize)
+                    && (data.dtype() != b.dtype || data.len() != b.num_elements())
+                {
+                    let msg = format!(
+                        "constant '{}' holds {} for a {}{:?} buffer",
+                        b.name,
+                        data.tensor_type(),
+                        b.dtype,
+                        b.shape
+                    );
+                    self.err(msg);
+                }
+            }
+            Stmt::Evaluate(call) => {
+                for a in &call.args {
+                    match a {
+                        Arg::Buffer(b) => {
+                            self.buffer_ok(*b);
+                        }
+                        Arg::Expr(e) => {
+                            self.expr(e);
+                        }
+                    }
+                }
+                if let (Callee::Func(name), Some(m)) = (&call.callee, self.module) {
+                    match m.func(name) {
+                        None => self.err(format!("call to unknown function '{name}'")),
+                        Some(callee) => self.check_call(callee, &call.args),
+                    }
+                }
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                if self.expr(cond).is_some_and(|t| t != DType::Bool) {
+                    self.err("if condition is not bool".into());
+                }
+                self.stmt(then);
+                if let Some(o) = otherwise {
+                    self.stmt(o);
+                }
+            }
+            Stmt::Let { var, value } => {
+                let t = self.expr(value);
+                if !self.var_ok(*var) {
+                    return;
+                }
+                if t.is_some_and(|t| t != self.f.var(*var).dtype) {
+                    let msg = format!(
+                        "let binds {} to {} variable '{}'",
+                        t.expect("checked"),
+                        self.f.var(*var).dtype,
+                        self.f.var(*var).name
+                    );
+                    self.err(msg);
+                }
+                self.vars.insert(*var);
+            }
+        }
+    }
+
+    fn check_call(&mut self, callee: &PrimFunc, args: &[Arg]) {
+        if args.len() != callee.params.len() {
+            self.err(format!(
+                "call to '{}' passes {} arguments, it takes {}",
+                callee.name,
+                args.len(),
+                callee.params.len()
+            ));
+            return;
+        }
+        for (a, &p) in args.iter().zip(&callee.params) {
+            let want = callee.buffer(p);
+            match a {
+                Arg::Buffer(b) if (b.0 as usize) < self.f.buffers.len() => {
+                    let got = self.f.buffer(*b);
+                    if got.dtype != want.dtype || got.num_elements() != want.num_elements() {
+                        let msg = format!(
+                            "call to '{}' passes '{}' ({}{:?}) for '{}' ({}{:?})",
+                            callee.name,
+                            got.name,
+                            got.dtype,
+                            got.shape,
+                            want.name,
+                            want.dtype,
+                            want.shape
+                        );
+                        self.err(msg);
+                    }
+                }
+                Arg::Buffer(_) => {}
+                Arg::Expr(_) => self.err(format!(
+                    "call to '{}' passes a scalar for buffer '{}'",
+                    callee.name, want.name
+                )),
+            }
+        }
+    }
+}

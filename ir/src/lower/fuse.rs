@@ -1,0 +1,137 @@
+//! Operator fusion: groups an anchor op with the chain of elementwise ops that consume its
+//! output (activations, clips, bias and residual adds), so the chain is applied at the anchor's
+//! store and its intermediate tensors are never materialised.
+
+use crate::graph::{Graph, ValueId};
+use crate::op::{BinaryOp, Op, UnaryOp};
+use crate::tensor::Tensor;
+
+use super::takes_epilogue;
+
+/// One elementwise step applied to a value at its store.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Epilogue {
+    Unary(UnaryOp),
+    LeakyRelu(f32),
+    Clip {
+        min: Option<Tensor>,
+        max: Option<Tensor>,
+    },
+    /// `value op other` (or `other op value` when `value_is_lhs` is false), `other`
+    /// broadcast to the value's shape.
+    Binary {
+        op: BinaryOp,
+        other: ValueId,
+        value_is_lhs: bool,
+    },
+}
+
+/// A fused operator: the anchor node, its epilogue chain, and the tensors crossing its
+/// boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group {
+    pub anchor: usize,
+    /// Node indices of the fused consumers, in application order.
+    pub fused: Vec<usize>,
+    pub epilogue: Vec<Epilogue>,
+    /// Distinct input tensors: the anchor's, then the epilogue operands.
+    pub inputs: Vec<ValueId>,
+    /// Output tensors, with the anchor output slot each one comes from.
+    pub outputs: Vec<ValueId>,
+    pub output_slots: Vec<usize>,
+}
+
+/// Partitions the graph's (live) nodes into fused groups, in execution order.
+pub fn fuse(graph: &Graph) -> Vec<Group> {
+    let producers = graph.producers();
+    let uses = graph.use_counts();
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); graph.values.len()];
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for v in &n.inputs {
+            consumers[v.0].push(i);
+        }
+    }
+    let mut absorbed = vec![false; graph.nodes.len()];
+    let mut groups = Vec::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if absorbed[i] {
+            continue;
+        }
+        let live: Vec<usize> = (0..node.outputs.len())
+            .filter(|&s| uses[node.outputs[s].0] > 0)
+            .collect();
+        if live.is_empty() {
+            continue;
+        }
+        let mut group = Group {
+            anchor: i,
+            fused: vec![],
+            epilogue: vec![],
+            inputs: vec![],
+            outputs: live.iter().map(|&s| node.outputs[s]).collect(),
+            output_slots: live,
+        };
+        if takes_epilogue(&node.op) && node.outputs.len() == 1 {
+            let mut cur = node.outputs[0];
+            loop {
+                if graph.outputs.contains(&cur) || uses[cur.0] != 1 {
+                    break;
+                }
+                let c = consumers[cur.0][0];
+                let cn = &graph.nodes[c];
+                if absorbed[c] || cn.outputs.len() != 1 || graph.ty(cn.outputs[0]) != graph.ty(cur)
+                {
+                    break;
+                }
+                let step = match &cn.op {
+                    Op::Unary(u) => Epilogue::Unary(*u),
+                    Op::LeakyRelu { alpha } => Epilogue::LeakyRelu(*alpha),
+                    Op::Clip { min, max } => Epilogue::Clip {
+                        min: min.clone(),
+                        max: max.clone(),
+                    },
+                    Op::Binary(op) => {
+                        let (lhs, rhs) = (cn.inputs[0], cn.inputs[1]);
+                        let (other, value_is_lhs) = if lhs == cur {
+                            (rhs, true)
+                        } else {
+                            (lhs, false)
+                        };
+                        // The other operand must exist before the anchor runs.
+                        let ready = producers[other.0].is_none_or(|p| p < i);
+                        if other == cur || !ready {
+                            break;
+                        }
+                        Epilogue::Binary {
+                            op: *op,
+                            other,
+                            value_is_lhs,
+                        }
+                    }
+                    _ => break,
+                };
+                group.epilogue.push(step);
+                group.fused.push(c);
+                absorbed[c] = true;
+                cur = cn.outputs[0];
+            }
+            if !group.fused.is_empty() {
+                group.outputs = vec![cur];
+                group.output_slots = vec![0];
+            }
+        }
+        let mut inputs: Vec<ValueId> = Vec::new();
+        let extra = group.epilogue.iter().filter_map(|e| match e {
+            Epilogue::Binary { other, .. } => Some(*other),
+            _ => None,
+        });
+        for v in node.inputs.iter().copied().chain(extra) {
+            if !inputs.contains(&v) {
+                inputs.push(v);
+            }
+        }
+        group.inputs = inputs;
+        groups.push(group);
+    }
+    groups
+}
