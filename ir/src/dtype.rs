@@ -67,11 +67,7 @@ impl DType {
 
     /// Numbers of bits of an integer type (0 for floats and bool).
     pub fn int_bits(self) -> u32 {
-        if self.is_int() {
-            8 * self.size_bytes() as u32
-        } else {
-            0
-        }
+        if self.is_int() { 8 * self.size_bytes() as u32 } else { 0 }
     }
 
     /// The lower-case name used in messages, the CLI and `.npy`-like contexts.
@@ -180,10 +176,7 @@ pub struct TensorType {
 
 impl TensorType {
     pub fn new(dtype: DType, shape: impl Into<Vec<usize>>) -> TensorType {
-        TensorType {
-            dtype,
-            shape: shape.into(),
-        }
+        TensorType { dtype, shape: shape.into() }
     }
 
     pub fn rank(&self) -> usize {

@@ -38,18 +38,9 @@ pub struct Node {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GraphError {
     #[error("node '{node}' ({op}): {message}")]
-    Shape {
-        node: String,
-        op: String,
-        message: String,
-    },
+    Shape { node: String, op: String, message: String },
     #[error("node '{node}' ({op}) asks for {asked} outputs, the op has at most {max}")]
-    TooManyOutputs {
-        node: String,
-        op: String,
-        asked: usize,
-        max: usize,
-    },
+    TooManyOutputs { node: String, op: String, asked: usize, max: usize },
     #[error("value name '{0}' is used twice")]
     DuplicateName(String),
 }
@@ -87,12 +78,7 @@ impl Graph {
         self.values.iter().position(|v| v.name == name).map(ValueId)
     }
 
-    fn push_value(
-        &mut self,
-        name: String,
-        ty: TensorType,
-        constant: Option<Arc<Tensor>>,
-    ) -> ValueId {
+    fn push_value(&mut self, name: String, ty: TensorType, constant: Option<Arc<Tensor>>) -> ValueId {
         self.values.push(Value { name, ty, constant });
         ValueId(self.values.len() - 1)
     }
@@ -120,15 +106,8 @@ impl Graph {
         num_outputs: usize,
     ) -> Result<Vec<ValueId>, GraphError> {
         let name = name.into();
-        let names: Vec<String> = (0..num_outputs)
-            .map(|i| {
-                if i == 0 {
-                    name.clone()
-                } else {
-                    format!("{name}:{i}")
-                }
-            })
-            .collect();
+        let names: Vec<String> =
+            (0..num_outputs).map(|i| if i == 0 { name.clone() } else { format!("{name}:{i}") }).collect();
         self.add_node_named(name, op, inputs, names)
     }
 
@@ -154,27 +133,14 @@ impl Graph {
                 max: inferred.len(),
             });
         }
-        let outputs = output_names
-            .into_iter()
-            .zip(inferred)
-            .map(|(n, ty)| self.push_value(n, ty, None))
-            .collect::<Vec<_>>();
-        self.nodes.push(Node {
-            name,
-            op,
-            inputs: inputs.to_vec(),
-            outputs: outputs.clone(),
-        });
+        let outputs =
+            output_names.into_iter().zip(inferred).map(|(n, ty)| self.push_value(n, ty, None)).collect::<Vec<_>>();
+        self.nodes.push(Node { name, op, inputs: inputs.to_vec(), outputs: outputs.clone() });
         Ok(outputs)
     }
 
     /// Convenience for single-output nodes.
-    pub fn add_op(
-        &mut self,
-        name: impl Into<String>,
-        op: Op,
-        inputs: &[ValueId],
-    ) -> Result<ValueId, GraphError> {
+    pub fn add_op(&mut self, name: impl Into<String>, op: Op, inputs: &[ValueId]) -> Result<ValueId, GraphError> {
         Ok(self.add_node(name, op, inputs, 1)?[0])
     }
 
@@ -188,10 +154,7 @@ impl Graph {
         if !used.contains(base) {
             return base.to_string();
         }
-        (1..)
-            .map(|i| format!("{base}_{i}"))
-            .find(|n| !used.contains(n.as_str()))
-            .expect("unbounded")
+        (1..).map(|i| format!("{base}_{i}")).find(|n| !used.contains(n.as_str())).expect("unbounded")
     }
 
     /// For each value, the index of the node producing it (None for inputs and constants).
@@ -233,15 +196,9 @@ impl Graph {
     /// Replaces every use of `from` (node inputs and graph outputs) by `to`.
     pub fn replace_uses(&mut self, from: ValueId, to: ValueId) {
         for n in &mut self.nodes {
-            n.inputs
-                .iter_mut()
-                .filter(|i| **i == from)
-                .for_each(|i| *i = to);
+            n.inputs.iter_mut().filter(|i| **i == from).for_each(|i| *i = to);
         }
-        self.outputs
-            .iter_mut()
-            .filter(|i| **i == from)
-            .for_each(|i| *i = to);
+        self.outputs.iter_mut().filter(|i| **i == from).for_each(|i| *i = to);
     }
 }
 
@@ -253,20 +210,9 @@ impl fmt::Display for Graph {
             writeln!(f, "input {}", desc(i))?;
         }
         for n in &self.nodes {
-            let ins: Vec<String> = n
-                .inputs
-                .iter()
-                .map(|i| format!("%{}", self.value(*i).name))
-                .collect();
+            let ins: Vec<String> = n.inputs.iter().map(|i| format!("%{}", self.value(*i).name)).collect();
             let outs: Vec<String> = n.outputs.iter().map(desc).collect();
-            writeln!(
-                f,
-                "{} = {}({}) [{}]",
-                outs.join(", "),
-                n.op,
-                ins.join(", "),
-                n.name
-            )?;
+            writeln!(f, "{} = {}({}) [{}]", outs.join(", "), n.op, ins.join(", "), n.name)?;
         }
         for o in &self.outputs {
             writeln!(f, "output {}", desc(o))?;

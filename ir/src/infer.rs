@@ -32,28 +32,15 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             check_zero_point(op, "w_zero_point", inputs[1], inputs[3], &[1, out[1]])?;
             one(TensorType::new(DType::I32, out))
         }
-        Op::Gemm {
-            trans_a, trans_b, ..
-        } => {
+        Op::Gemm { trans_a, trans_b, .. } => {
             expect_float(op, x)?;
             let b = inputs[1];
             same_dtype(op, x, b)?;
             if x.rank() != 2 || b.rank() != 2 {
-                return Err(format!(
-                    "A and B must be 2-d, got {:?} and {:?}",
-                    x.shape, b.shape
-                ));
+                return Err(format!("A and B must be 2-d, got {:?} and {:?}", x.shape, b.shape));
             }
-            let (m, ka) = if *trans_a {
-                (x.shape[1], x.shape[0])
-            } else {
-                (x.shape[0], x.shape[1])
-            };
-            let (kb, n) = if *trans_b {
-                (b.shape[1], b.shape[0])
-            } else {
-                (b.shape[0], b.shape[1])
-            };
+            let (m, ka) = if *trans_a { (x.shape[1], x.shape[0]) } else { (x.shape[0], x.shape[1]) };
+            let (kb, n) = if *trans_b { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
             if ka != kb {
                 return Err(format!(
                     "inner dimensions differ: A {:?} (transA={}) and B {:?} (transB={})",
@@ -72,26 +59,15 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
         Op::MatMul => {
             expect_numeric(op, x)?;
             same_dtype(op, x, inputs[1])?;
-            one(TensorType::new(
-                x.dtype,
-                matmul_shape(&x.shape, &inputs[1].shape)?,
-            ))
+            one(TensorType::new(x.dtype, matmul_shape(&x.shape, &inputs[1].shape)?))
         }
         Op::MatMulInteger => {
             let b = inputs[1];
             expect_8bit(op, x)?;
             expect_8bit(op, b)?;
             let out = matmul_shape(&x.shape, &b.shape)?;
-            let rows = if x.rank() >= 2 {
-                x.shape[x.rank() - 2]
-            } else {
-                1
-            };
-            let cols = if b.rank() >= 2 {
-                b.shape[b.rank() - 1]
-            } else {
-                1
-            };
+            let rows = if x.rank() >= 2 { x.shape[x.rank() - 2] } else { 1 };
+            let cols = if b.rank() >= 2 { b.shape[b.rank() - 1] } else { 1 };
             check_zero_point(op, "a_zero_point", x, inputs[2], &[1, rows])?;
             check_zero_point(op, "b_zero_point", b, inputs[3], &[1, cols])?;
             one(TensorType::new(DType::I32, out))
@@ -102,10 +78,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             if x.dtype == DType::Bool {
                 return Err(unsupported_dtype(op, x.dtype));
             }
-            one(TensorType::new(
-                x.dtype,
-                broadcast_shapes(&x.shape, &b.shape)?,
-            ))
+            one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &b.shape)?))
         }
         Op::Unary(kind) => {
             let ok = x.dtype.is_float() || (*kind == UnaryOp::Relu && x.dtype.is_signed_int());
@@ -125,11 +98,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             expect_numeric(op, x)?;
             for bound in [min, max].into_iter().flatten() {
                 if bound.dtype() != x.dtype || !bound.shape().is_empty() {
-                    return Err(format!(
-                        "bounds must be {} scalars, got {}",
-                        x.dtype,
-                        bound.tensor_type()
-                    ));
+                    return Err(format!("bounds must be {} scalars, got {}", x.dtype, bound.tensor_type()));
                 }
             }
             one(x.clone())
@@ -139,10 +108,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                 return Err(unsupported_dtype(op, x.dtype));
             }
             let out = pool_output_shape(pool, &x.shape)?;
-            Ok(vec![
-                TensorType::new(x.dtype, out.clone()),
-                TensorType::new(DType::I64, out),
-            ])
+            Ok(vec![TensorType::new(x.dtype, out.clone()), TensorType::new(DType::I64, out)])
         }
         Op::AveragePool { pool, .. } => {
             expect_float(op, x)?;
@@ -166,10 +132,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                 same_dtype(op, x, p)?;
                 if p.shape != [x.shape[1]] {
                     let names = ["scale", "B", "input_mean", "input_var"];
-                    return Err(format!(
-                        "{} has shape {:?}, expected [{}]",
-                        names[i], p.shape, x.shape[1]
-                    ));
+                    return Err(format!("{} has shape {:?}, expected [{}]", names[i], p.shape, x.shape[1]));
                 }
             }
             one(x.clone())
@@ -196,33 +159,19 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
         }
         Op::Transpose { perm } => {
             let mut seen = vec![false; x.rank()];
-            if perm.len() != x.rank()
-                || perm
-                    .iter()
-                    .any(|&p| p >= x.rank() || std::mem::replace(&mut seen[p], true))
-            {
-                return Err(format!(
-                    "perm {perm:?} is not a permutation of 0..{}",
-                    x.rank()
-                ));
+            if perm.len() != x.rank() || perm.iter().any(|&p| p >= x.rank() || std::mem::replace(&mut seen[p], true)) {
+                return Err(format!("perm {perm:?} is not a permutation of 0..{}", x.rank()));
             }
-            one(TensorType::new(
-                x.dtype,
-                perm.iter().map(|&p| x.shape[p]).collect::<Vec<_>>(),
-            ))
+            one(TensorType::new(x.dtype, perm.iter().map(|&p| x.shape[p]).collect::<Vec<_>>()))
         }
         Op::Concat { axis } => {
             check_axis(*axis, x.rank())?;
             let mut out = x.shape.clone();
             for t in &inputs[1..] {
                 same_dtype(op, x, t)?;
-                let same_rest = t.rank() == x.rank()
-                    && (0..x.rank()).all(|d| d == *axis || t.shape[d] == x.shape[d]);
+                let same_rest = t.rank() == x.rank() && (0..x.rank()).all(|d| d == *axis || t.shape[d] == x.shape[d]);
                 if !same_rest {
-                    return Err(format!(
-                        "inputs {:?} and {:?} differ outside axis {axis}",
-                        x.shape, t.shape
-                    ));
+                    return Err(format!("inputs {:?} and {:?} differ outside axis {axis}", x.shape, t.shape));
                 }
                 out[*axis] += t.shape[*axis];
             }
@@ -230,12 +179,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
         }
         Op::Pad { pads, mode, value } => {
             if pads.len() != 2 * x.rank() {
-                return Err(format!(
-                    "{} pads for rank {}; need {}",
-                    pads.len(),
-                    x.rank(),
-                    2 * x.rank()
-                ));
+                return Err(format!("{} pads for rank {}; need {}", pads.len(), x.rank(), 2 * x.rank()));
             }
             if value.dtype() != x.dtype || !value.shape().is_empty() {
                 return Err(format!("pad value must be a {} scalar", x.dtype));
@@ -246,10 +190,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                 let (b, e) = (pads[d], pads[d + r]);
                 let len = x.shape[d] as i64 + b + e;
                 if len < 0 {
-                    return Err(format!(
-                        "pads {b}, {e} crop axis {d} of size {} below zero",
-                        x.shape[d]
-                    ));
+                    return Err(format!("pads {b}, {e} crop axis {d} of size {} below zero", x.shape[d]));
                 }
                 let grows = b > 0 || e > 0;
                 if grows && *mode != PadMode::Constant && x.shape[d] == 0 {
@@ -266,10 +207,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                     return Err(format!("cannot squeeze axis {a} of size {}", x.shape[a]));
                 }
             }
-            let out = (0..x.rank())
-                .filter(|d| !axes.contains(d))
-                .map(|d| x.shape[d])
-                .collect::<Vec<_>>();
+            let out = (0..x.rank()).filter(|d| !axes.contains(d)).map(|d| x.shape[d]).collect::<Vec<_>>();
             one(TensorType::new(x.dtype, out))
         }
         Op::Unsqueeze { axes } => {
@@ -280,10 +218,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                 if axes.contains(&d) {
                     out.push(1);
                 } else {
-                    out.push(
-                        *src.next()
-                            .ok_or_else(|| format!("axes {axes:?} out of range"))?,
-                    );
+                    out.push(*src.next().ok_or_else(|| format!("axes {axes:?} out of range"))?);
                 }
             }
             if src.next().is_some() || axes.iter().any(|&a| a >= rank) {
@@ -292,10 +227,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             one(TensorType::new(x.dtype, out))
         }
         Op::Identity => one(x.clone()),
-        Op::Dropout => Ok(vec![
-            x.clone(),
-            TensorType::new(DType::Bool, x.shape.clone()),
-        ]),
+        Op::Dropout => Ok(vec![x.clone(), TensorType::new(DType::Bool, x.shape.clone())]),
         Op::Cast { to } => one(TensorType::new(*to, x.shape.clone())),
         Op::QuantizeLinear { axis } => {
             if !matches!(x.dtype, DType::F32 | DType::F16 | DType::I32) {
@@ -310,10 +242,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             one(TensorType::new(zp.dtype, x.shape.clone()))
         }
         Op::DequantizeLinear { axis } => {
-            if !matches!(
-                x.dtype,
-                DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32
-            ) {
+            if !matches!(x.dtype, DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32) {
                 return Err(unsupported_dtype(op, x.dtype));
             }
             let (scale, zp) = (inputs[1], inputs[2]);
@@ -327,10 +256,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                 return Err(unsupported_dtype(op, x.dtype));
             }
             same_dtype(op, x, inputs[1])?;
-            one(TensorType::new(
-                x.dtype,
-                broadcast_shapes(&x.shape, &inputs[1].shape)?,
-            ))
+            one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &inputs[1].shape)?))
         }
     }
 }
@@ -368,106 +294,60 @@ fn unsupported_dtype(op: &Op, dtype: DType) -> String {
 }
 
 fn expect_float(op: &Op, t: &TensorType) -> Result<(), String> {
-    if t.dtype.is_float() {
-        Ok(())
-    } else {
-        Err(unsupported_dtype(op, t.dtype))
-    }
+    if t.dtype.is_float() { Ok(()) } else { Err(unsupported_dtype(op, t.dtype)) }
 }
 
 fn expect_numeric(op: &Op, t: &TensorType) -> Result<(), String> {
-    if t.dtype != DType::Bool {
-        Ok(())
-    } else {
-        Err(unsupported_dtype(op, t.dtype))
-    }
+    if t.dtype != DType::Bool { Ok(()) } else { Err(unsupported_dtype(op, t.dtype)) }
 }
 
 fn expect_8bit(op: &Op, t: &TensorType) -> Result<(), String> {
-    if matches!(t.dtype, DType::I8 | DType::U8) {
-        Ok(())
-    } else {
-        Err(unsupported_dtype(op, t.dtype))
-    }
+    if matches!(t.dtype, DType::I8 | DType::U8) { Ok(()) } else { Err(unsupported_dtype(op, t.dtype)) }
 }
 
 fn same_dtype(op: &Op, a: &TensorType, b: &TensorType) -> Result<(), String> {
     if a.dtype == b.dtype {
         Ok(())
     } else {
-        Err(format!(
-            "{op} inputs must share one element type, got {} and {}",
-            a.dtype, b.dtype
-        ))
+        Err(format!("{op} inputs must share one element type, got {} and {}", a.dtype, b.dtype))
     }
 }
 
 fn check_axis(axis: usize, rank: usize) -> Result<(), String> {
-    if axis < rank {
-        Ok(())
-    } else {
-        Err(format!("axis {axis} out of range for rank {rank}"))
-    }
+    if axis < rank { Ok(()) } else { Err(format!("axis {axis} out of range for rank {rank}")) }
 }
 
 /// A zero point must have its operand's dtype and a scalar, `[1]` or `[n]` shape for an allowed
 /// `n` in `lens`.
-fn check_zero_point(
-    op: &Op,
-    name: &str,
-    operand: &TensorType,
-    zp: &TensorType,
-    lens: &[usize],
-) -> Result<(), String> {
-    same_dtype(op, operand, zp)
-        .map_err(|_| format!("{name} must be {}, got {}", operand.dtype, zp.dtype))?;
+fn check_zero_point(op: &Op, name: &str, operand: &TensorType, zp: &TensorType, lens: &[usize]) -> Result<(), String> {
+    same_dtype(op, operand, zp).map_err(|_| format!("{name} must be {}, got {}", operand.dtype, zp.dtype))?;
     let ok = zp.rank() == 0 || (zp.rank() == 1 && lens.contains(&zp.shape[0]));
     if !ok {
-        return Err(format!(
-            "{name} shape {:?} must be a scalar or one of {lens:?}",
-            zp.shape
-        ));
+        return Err(format!("{name} shape {:?} must be a scalar or one of {lens:?}", zp.shape));
     }
     Ok(())
 }
 
-fn check_quant_params(
-    axis: QuantAxis,
-    x: &[usize],
-    scale: &TensorType,
-    zp: &TensorType,
-) -> Result<(), String> {
+fn check_quant_params(axis: QuantAxis, x: &[usize], scale: &TensorType, zp: &TensorType) -> Result<(), String> {
     if scale.shape != zp.shape {
-        return Err(format!(
-            "scale {:?} and zero point {:?} shapes differ",
-            scale.shape, zp.shape
-        ));
+        return Err(format!("scale {:?} and zero point {:?} shapes differ", scale.shape, zp.shape));
     }
     match axis {
         QuantAxis::PerTensor => {
             if scale.num_elements() != 1 || scale.rank() > 1 {
-                return Err(format!(
-                    "per-tensor scale must be a scalar, got {:?}",
-                    scale.shape
-                ));
+                return Err(format!("per-tensor scale must be a scalar, got {:?}", scale.shape));
             }
         }
         QuantAxis::PerAxis { axis } => {
             check_axis(axis, x.len())?;
             if scale.shape != [x[axis]] {
-                return Err(format!(
-                    "per-axis scale shape {:?} must be [{}]",
-                    scale.shape, x[axis]
-                ));
+                return Err(format!("per-axis scale shape {:?} must be [{}]", scale.shape, x[axis]));
             }
         }
         QuantAxis::Blocked { axis, block_size } => {
             check_axis(axis, x.len())?;
-            let want: Vec<usize> = x
-                .iter()
-                .enumerate()
-                .map(|(d, &n)| if d == axis { n.div_ceil(block_size) } else { n })
-                .collect();
+            let want: Vec<usize> =
+                x.iter().enumerate().map(|(d, &n)| if d == axis { n.div_ceil(block_size) } else { n }).collect();
             if block_size == 0 || scale.shape != want {
                 return Err(format!(
                     "blocked scale shape {:?} must be {want:?} for block size {block_size}",
@@ -483,20 +363,14 @@ fn check_quant_params(
 pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     let rank = a.len().max(b.len());
     let dim = |s: &[usize], i: usize| {
-        if i + s.len() >= rank {
-            s[i + s.len() - rank]
-        } else {
-            1
-        }
+        if i + s.len() >= rank { s[i + s.len() - rank] } else { 1 }
     };
     (0..rank)
         .map(|i| match (dim(a, i), dim(b, i)) {
             (x, y) if x == y => Ok(x),
             (1, y) => Ok(y),
             (x, 1) => Ok(x),
-            (x, y) => Err(format!(
-                "shapes {a:?} and {b:?} do not broadcast ({x} vs {y})"
-            )),
+            (x, y) => Err(format!("shapes {a:?} and {b:?} do not broadcast ({x} vs {y})")),
         })
         .collect()
 }
@@ -506,16 +380,8 @@ pub fn matmul_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     if a.is_empty() || b.is_empty() {
         return Err("MatMul operands must have rank >= 1".into());
     }
-    let a2: Vec<usize> = if a.len() == 1 {
-        vec![1, a[0]]
-    } else {
-        a.to_vec()
-    };
-    let b2: Vec<usize> = if b.len() == 1 {
-        vec![b[0], 1]
-    } else {
-        b.to_vec()
-    };
+    let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+    let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
     let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let (kb, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
     if k != kb {
@@ -543,23 +409,15 @@ pub fn window_output_len(
     ceil_mode: bool,
 ) -> Result<usize, String> {
     if kernel == 0 || stride == 0 || dilation == 0 {
-        return Err(format!(
-            "kernel {kernel}, stride {stride} and dilation {dilation} must be positive"
-        ));
+        return Err(format!("kernel {kernel}, stride {stride} and dilation {dilation} must be positive"));
     }
     let span = dilation * (kernel - 1) + 1;
     let padded = input + pad_begin + pad_end;
     if padded < span {
-        return Err(format!(
-            "window of extent {span} does not fit in padded input of extent {padded}"
-        ));
+        return Err(format!("window of extent {span} does not fit in padded input of extent {padded}"));
     }
     let steps = padded - span;
-    let mut out = if ceil_mode {
-        steps.div_ceil(stride) + 1
-    } else {
-        steps / stride + 1
-    };
+    let mut out = if ceil_mode { steps.div_ceil(stride) + 1 } else { steps / stride + 1 };
     if ceil_mode && (out - 1) * stride >= input + pad_begin {
         out -= 1;
     }
@@ -567,11 +425,7 @@ pub fn window_output_len(
 }
 
 /// Output spatial extents of `window` slid over `spatial` input extents.
-pub fn window_output_spatial(
-    window: &Window,
-    spatial: &[usize],
-    ceil_mode: bool,
-) -> Result<Vec<usize>, String> {
+pub fn window_output_spatial(window: &Window, spatial: &[usize], ceil_mode: bool) -> Result<Vec<usize>, String> {
     let k = spatial.len();
     let lens = [
         ("kernel_shape", window.kernel.len()),
@@ -601,28 +455,16 @@ pub fn window_output_spatial(
 }
 
 /// Output shape of a convolution of `x` (N, C, spatial...) with `w` (M, C/group, kernel...).
-pub fn conv_output_shape(
-    attrs: &ConvAttrs,
-    x: &[usize],
-    w: &[usize],
-) -> Result<Vec<usize>, String> {
+pub fn conv_output_shape(attrs: &ConvAttrs, x: &[usize], w: &[usize]) -> Result<Vec<usize>, String> {
     if x.len() < 3 || w.len() != x.len() {
-        return Err(format!(
-            "input {x:?} and weight {w:?} must have equal rank >= 3"
-        ));
+        return Err(format!("input {x:?} and weight {w:?} must have equal rank >= 3"));
     }
     let g = attrs.group;
     if g == 0 || !x[1].is_multiple_of(g) || !w[0].is_multiple_of(g) || w[1] * g != x[1] {
-        return Err(format!(
-            "input channels {} and weight shape {w:?} do not match group {g}",
-            x[1]
-        ));
+        return Err(format!("input channels {} and weight shape {w:?} do not match group {g}", x[1]));
     }
     if attrs.window.kernel[..] != w[2..] {
-        return Err(format!(
-            "kernel_shape {:?} differs from weight shape {w:?}",
-            attrs.window.kernel
-        ));
+        return Err(format!("kernel_shape {:?} differs from weight shape {w:?}", attrs.window.kernel));
     }
     let mut out = vec![x[0], w[0]];
     out.extend(window_output_spatial(&attrs.window, &x[2..], false)?);
@@ -635,10 +477,6 @@ pub fn pool_output_shape(attrs: &PoolAttrs, x: &[usize]) -> Result<Vec<usize>, S
         return Err(format!("input {x:?} must have rank >= 3"));
     }
     let mut out = vec![x[0], x[1]];
-    out.extend(window_output_spatial(
-        &attrs.window,
-        &x[2..],
-        attrs.ceil_mode,
-    )?);
+    out.extend(window_output_spatial(&attrs.window, &x[2..], attrs.ceil_mode)?);
     Ok(out)
 }

@@ -29,10 +29,7 @@ fn header_descr(bytes: &[u8]) -> Result<String, String> {
     }
     let (len, start) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
+        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
         v => return Err(format!("unsupported format version {v}")),
     };
     let header = bytes.get(start..start + len).ok_or("truncated header")?;
@@ -68,22 +65,12 @@ pub fn read_npy(path: &Path) -> Result<Tensor, NpyError> {
     let mut bytes = Vec::new();
     File::open(path)
         .and_then(|f| BufReader::new(f).read_to_end(&mut bytes))
-        .map_err(|e| NpyError::Io {
-            path: p.clone(),
-            reason: e.to_string(),
-        })?;
-    let descr = header_descr(&bytes).map_err(|reason| NpyError::Invalid {
-        path: p.clone(),
-        reason,
-    })?;
-    let dtype = descr_dtype(&descr).ok_or_else(|| NpyError::UnsupportedDtype {
-        path: p.clone(),
-        descr: descr.clone(),
-    })?;
+        .map_err(|e| NpyError::Io { path: p.clone(), reason: e.to_string() })?;
+    let descr = header_descr(&bytes).map_err(|reason| NpyError::Invalid { path: p.clone(), reason })?;
+    let dtype =
+        descr_dtype(&descr).ok_or_else(|| NpyError::UnsupportedDtype { path: p.clone(), descr: descr.clone() })?;
     fn read<T: Element + ndarray_npy::ReadableElement>(bytes: &[u8]) -> Result<Tensor, String> {
-        ArrayD::<T>::read_npy(bytes)
-            .map(T::into_tensor)
-            .map_err(|e| e.to_string())
+        ArrayD::<T>::read_npy(bytes).map(T::into_tensor).map_err(|e| e.to_string())
     }
     let r = match dtype {
         DType::F32 => read::<f32>(&bytes),
@@ -105,10 +92,7 @@ pub fn read_npy(path: &Path) -> Result<Tensor, NpyError> {
 /// Writes a tensor as a `.npy` file (f16 is written as f32, which .npy readers all support).
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), NpyError> {
     let p = path.display().to_string();
-    let file = File::create(path).map_err(|e| NpyError::Write {
-        path: p.clone(),
-        reason: e.to_string(),
-    })?;
+    let file = File::create(path).map_err(|e| NpyError::Write { path: p.clone(), reason: e.to_string() })?;
     let w = BufWriter::new(file);
     let r = match t {
         Tensor::F16(_) => match t.cast(DType::F32) {
@@ -127,8 +111,5 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), NpyError> {
         Tensor::U64(a) => a.write_npy(w),
         Tensor::Bool(a) => a.write_npy(w),
     };
-    r.map_err(|e| NpyError::Write {
-        path: p,
-        reason: e.to_string(),
-    })
+    r.map_err(|e| NpyError::Write { path: p, reason: e.to_string() })
 }

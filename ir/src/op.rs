@@ -27,13 +27,7 @@ impl Window {
     /// A window with unit strides and dilations and no padding.
     pub fn dense(kernel: Vec<usize>) -> Window {
         let k = kernel.len();
-        Window {
-            kernel,
-            strides: vec![1; k],
-            dilations: vec![1; k],
-            pads_begin: vec![0; k],
-            pads_end: vec![0; k],
-        }
+        Window { kernel, strides: vec![1; k], dilations: vec![1; k], pads_begin: vec![0; k], pads_end: vec![0; k] }
     }
 }
 
@@ -243,10 +237,7 @@ impl Op {
     /// Ops that only reinterpret their input's shape: the output has the input's elements in the
     /// same row-major order.
     pub fn is_reshape_like(&self) -> bool {
-        matches!(
-            self,
-            Op::Flatten { .. } | Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. }
-        )
+        matches!(self, Op::Flatten { .. } | Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. })
     }
 
     /// Ops whose (first) output equals their first input.

@@ -63,16 +63,9 @@ pub fn graph_stats(graph: &Graph) -> GraphStats {
             last[inp.0] = last[inp.0].max(i);
         }
     }
-    let activations: Vec<_> = graph
-        .nodes
-        .iter()
-        .flat_map(|n| n.outputs.iter().copied())
-        .filter(|&id| is_activation(id))
-        .collect();
-    let activation_bytes = activations
-        .iter()
-        .map(|&id| graph.ty(id).size_bytes())
-        .sum();
+    let activations: Vec<_> =
+        graph.nodes.iter().flat_map(|n| n.outputs.iter().copied()).filter(|&id| is_activation(id)).collect();
+    let activation_bytes = activations.iter().map(|&id| graph.ty(id).size_bytes()).sum();
     let peak_activation_bytes = (0..graph.nodes.len())
         .map(|i| {
             activations
@@ -84,11 +77,5 @@ pub fn graph_stats(graph: &Graph) -> GraphStats {
         .max()
         .unwrap_or(0);
     let flops = graph.nodes.iter().map(|n| 2 * macs(graph, n)).sum();
-    GraphStats {
-        op_counts,
-        parameter_bytes: graph.parameter_bytes(),
-        activation_bytes,
-        peak_activation_bytes,
-        flops,
-    }
+    GraphStats { op_counts, parameter_bytes: graph.parameter_bytes(), activation_bytes, peak_activation_bytes, flops }
 }

@@ -36,9 +36,7 @@ pub enum Wide {
 }
 
 /// An element type a [`Tensor`] can hold.
-pub trait Element:
-    Copy + Default + PartialEq + PartialOrd + fmt::Debug + Send + Sync + 'static
-{
+pub trait Element: Copy + Default + PartialEq + PartialOrd + fmt::Debug + Send + Sync + 'static {
     const DTYPE: DType;
     fn into_tensor(a: ArrayD<Self>) -> Tensor;
     fn array(t: &Tensor) -> Option<&ArrayD<Self>>;
@@ -216,13 +214,11 @@ impl Tensor {
         if !self.dtype().is_int() {
             return None;
         }
-        Some(
-            dispatch_tensor!(self, a, _T => a.iter().map(|v| match v.widen() {
+        Some(dispatch_tensor!(self, a, _T => a.iter().map(|v| match v.widen() {
             Wide::I(x) => x,
             Wide::U(x) => x as i64,
             Wide::F(x) => x as i64,
-        }).collect()),
-        )
+        }).collect()))
     }
 
     /// Reshapes to `shape` (same element count), keeping row-major element order.
@@ -257,20 +253,13 @@ impl Tensor {
     pub fn from_le_bytes(ty: &TensorType, bytes: &[u8]) -> Result<Tensor, String> {
         let want = ty.size_bytes();
         if bytes.len() != want {
-            return Err(format!(
-                "holds {} bytes, but {} needs {want}",
-                bytes.len(),
-                ty
-            ));
+            return Err(format!("holds {} bytes, but {} needs {want}", bytes.len(), ty));
         }
         macro_rules! decode {
             ($t:ty, $n:expr) => {
                 Tensor::from_vec::<$t>(
                     &ty.shape,
-                    bytes
-                        .chunks_exact($n)
-                        .map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size")))
-                        .collect(),
+                    bytes.chunks_exact($n).map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size"))).collect(),
                 )
             };
         }
@@ -286,9 +275,7 @@ impl Tensor {
             DType::U16 => decode!(u16, 2),
             DType::U32 => decode!(u32, 4),
             DType::U64 => decode!(u64, 8),
-            DType::Bool => {
-                Tensor::from_vec::<bool>(&ty.shape, bytes.iter().map(|b| *b != 0).collect())
-            }
+            DType::Bool => Tensor::from_vec::<bool>(&ty.shape, bytes.iter().map(|b| *b != 0).collect()),
         }
     }
 }

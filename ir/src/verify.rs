@@ -13,12 +13,7 @@ pub struct VerifyErrors(pub Vec<String>);
 
 impl fmt::Display for VerifyErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "graph is invalid ({} problems): {}",
-            self.0.len(),
-            self.0.join("; ")
-        )
+        write!(f, "graph is invalid ({} problems): {}", self.0.len(), self.0.join("; "))
     }
 }
 
@@ -36,19 +31,10 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
         if let Some(c) = &v.constant
             && c.tensor_type() != v.ty
         {
-            errors.push(format!(
-                "constant '{}' holds {} but is declared {}",
-                v.name,
-                c.tensor_type(),
-                v.ty
-            ));
+            errors.push(format!("constant '{}' holds {} but is declared {}", v.name, c.tensor_type(), v.ty));
         }
     }
-    let mut dups: Vec<&str> = names
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(k, _)| *k)
-        .collect();
+    let mut dups: Vec<&str> = names.iter().filter(|(_, n)| **n > 1).map(|(k, _)| *k).collect();
     dups.sort();
     for d in dups {
         errors.push(format!("value name '{d}' is used more than once"));
@@ -65,10 +51,7 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
             continue;
         }
         if graph.values[i.0].constant.is_some() {
-            errors.push(format!(
-                "graph input '{}' is also a constant",
-                graph.values[i.0].name
-            ));
+            errors.push(format!("graph input '{}' is also a constant", graph.values[i.0].name));
         }
         defined[i.0] = true;
     }
@@ -81,10 +64,7 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
                 errors.push(format!("{label}: input id {} out of range", i.0));
                 ok = false;
             } else if !defined[i.0] {
-                errors.push(format!(
-                    "{label}: input '{}' is not defined before the node",
-                    graph.values[i.0].name
-                ));
+                errors.push(format!("{label}: input '{}' is not defined before the node", graph.values[i.0].name));
                 ok = false;
             }
         }
@@ -93,10 +73,7 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
                 errors.push(format!("{label}: output id {} out of range", o.0));
                 ok = false;
             } else if defined[o.0] {
-                errors.push(format!(
-                    "{label}: output '{}' is defined twice",
-                    graph.values[o.0].name
-                ));
+                errors.push(format!("{label}: output '{}' is defined twice", graph.values[o.0].name));
                 ok = false;
             }
         }
@@ -141,16 +118,9 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
         if !valid(o) {
             errors.push(format!("graph output id {} out of range", o.0));
         } else if !defined[o.0] {
-            errors.push(format!(
-                "graph output '{}' is never defined",
-                graph.values[o.0].name
-            ));
+            errors.push(format!("graph output '{}' is never defined", graph.values[o.0].name));
         }
     }
 
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(VerifyErrors(errors))
-    }
+    if errors.is_empty() { Ok(()) } else { Err(VerifyErrors(errors)) }
 }

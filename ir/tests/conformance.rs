@@ -16,8 +16,7 @@ enum Outcome {
 
 fn read_pb(path: &std::path::Path) -> Result<Result<Tensor, String>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let t =
-        proto::TensorProto::decode(&bytes[..]).map_err(|e| format!("{}: {e}", path.display()))?;
+    let t = proto::TensorProto::decode(&bytes[..]).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(tensor_from_proto(&t).map_err(|e| e.to_string()))
 }
 
@@ -31,20 +30,12 @@ fn run_case(dir: &std::path::Path) -> Outcome {
         Err(e) => return Outcome::Fail(format!("decode: {e}")),
     };
     // Non-tensor inputs (sequence, optional) have no TensorProto data: let the importer say why.
-    if let Err(e @ ImportError::UnsupportedTypeKind { .. }) =
-        import_model(&model_bytes, &ImportOptions::default())
-    {
+    if let Err(e @ ImportError::UnsupportedTypeKind { .. }) = import_model(&model_bytes, &ImportOptions::default()) {
         return Outcome::Skip(e.to_string());
     }
     let g = model.graph.unwrap_or_default();
-    let inits: std::collections::HashSet<&str> =
-        g.initializer.iter().map(|t| t.name.as_str()).collect();
-    let input_names: Vec<&str> = g
-        .input
-        .iter()
-        .map(|i| i.name.as_str())
-        .filter(|n| !inits.contains(n))
-        .collect();
+    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let input_names: Vec<&str> = g.input.iter().map(|i| i.name.as_str()).filter(|n| !inits.contains(n)).collect();
     let data = dir.join("test_data_set_0");
     let mut options = ImportOptions::default();
     for (i, name) in input_names.iter().enumerate() {
@@ -66,9 +57,7 @@ fn run_case(dir: &std::path::Path) -> Outcome {
     }
     let graph = match import_model(&model_bytes, &options) {
         Ok(g) => g,
-        Err(
-            e @ (ImportError::UnsupportedDtype { .. } | ImportError::UnsupportedTypeKind { .. }),
-        ) => {
+        Err(e @ (ImportError::UnsupportedDtype { .. } | ImportError::UnsupportedTypeKind { .. })) => {
             return Outcome::Skip(e.to_string());
         }
         Err(e @ ImportError::TrainingMode { .. }) => {
@@ -79,11 +68,8 @@ fn run_case(dir: &std::path::Path) -> Outcome {
     if let Err(e) = heron_ir::verify(&graph) {
         return Outcome::Fail(e.to_string());
     }
-    let inputs: Vec<Tensor> = graph
-        .inputs
-        .iter()
-        .map(|&id| options.known_values[&graph.value(id).name].clone())
-        .collect();
+    let inputs: Vec<Tensor> =
+        graph.inputs.iter().map(|&id| options.known_values[&graph.value(id).name].clone()).collect();
     let got = match interp::run(&graph, &inputs) {
         Ok(o) => o,
         Err(e) => return Outcome::Fail(format!("run: {e}")),
@@ -93,7 +79,30 @@ fn run_case(dir: &std::path::Path) -> Outcome {
             return Outcome::Fail(format!("output {i}: {e}"));
         }
     }
+    // The same graph lowered to the loop IR, layout-transformed and flattened.
+    let lowered = lower_and_run(&graph, &inputs);
+    match lowered {
+        Err(e) => return Outcome::Fail(format!("loop IR: {e}")),
+        Ok(outs) => {
+            for (i, (g, w)) in outs.iter().zip(&expected).enumerate() {
+                let g = g.reshape(w.shape()).unwrap_or_else(|_| g.clone());
+                if let Err(e) = common::assert_close(&g, w, 1e-3, 1e-7) {
+                    return Outcome::Fail(format!("loop IR output {i}: {e}"));
+                }
+            }
+        }
+    }
     Outcome::Pass
+}
+
+fn lower_and_run(graph: &heron_ir::Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+    use heron_ir::loop_ir::{flatten, interp as loop_interp, layout, verify::verify_module};
+    let mut m = heron_ir::lower::lower(graph).map_err(|e| e.to_string())?;
+    verify_module(&m).map_err(|e| e.to_string())?;
+    layout::apply_layout_transforms(&mut m).map_err(|e| e.to_string())?;
+    flatten::flatten(&mut m);
+    verify_module(&m).map_err(|e| e.to_string())?;
+    loop_interp::run(&m, inputs).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -104,11 +113,7 @@ fn onnx_node_conformance_on_interpreter() {
         .map(|e| e.expect("dir entry").path())
         .collect();
     dirs.sort();
-    assert!(
-        dirs.len() >= 400,
-        "expected the 409 conformance tests, found {}",
-        dirs.len()
-    );
+    assert!(dirs.len() >= 400, "expected the 409 conformance tests, found {}", dirs.len());
     let (mut pass, mut fail, mut skip) = (0, Vec::new(), Vec::new());
     for d in &dirs {
         let name = d.file_name().unwrap().to_string_lossy().to_string();
@@ -125,7 +130,7 @@ fn onnx_node_conformance_on_interpreter() {
         println!("FAILED {n}: {r}");
     }
     println!(
-        "onnx-node conformance (interpreter): {pass} passed, {} failed, {} skipped",
+        "onnx-node conformance (graph and loop-IR interpreters): {pass} passed, {} failed, {} skipped",
         fail.len(),
         skip.len()
     );

@@ -20,13 +20,7 @@ fn data(seed: u64, n: usize) -> Vec<f32> {
 fn close(got: &[f64], want: &[f64]) -> Result<(), TestCaseError> {
     prop_assert_eq!(got.len(), want.len());
     for (i, (a, b)) in got.iter().zip(want).enumerate() {
-        prop_assert!(
-            (a - b).abs() <= 1e-4 * b.abs().max(1.0),
-            "element {}: {} vs {}",
-            i,
-            a,
-            b
-        );
+        prop_assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "element {}: {} vs {}", i, a, b);
     }
     Ok(())
 }

@@ -18,12 +18,8 @@ pub fn check_stages(graph: &Graph, inputs: &[Tensor]) {
             "flat" => flatten::flatten(&mut m),
             _ => {}
         }
-        verify_module(&m).unwrap_or_else(|e| {
-            panic!(
-                "{stage}: {e}\n{}",
-                print::print_module(&m, print::ConstData::Elided)
-            )
-        });
+        verify_module(&m)
+            .unwrap_or_else(|e| panic!("{stage}: {e}\n{}", print::print_module(&m, print::ConstData::Elided)));
         let got = loop_interp::run(&m, inputs).unwrap_or_else(|e| panic!("{stage}: {e}"));
         for ((g, w), &o) in got.iter().zip(&want).zip(&graph.outputs) {
             let g = g.reshape(&graph.ty(o).shape).unwrap();
@@ -86,12 +82,6 @@ fn every_reference_model_lowers_and_verifies_at_every_stage() {
         verify_module(&m).unwrap_or_else(|e| panic!("{name} layout: {e}"));
         flatten::flatten(&mut m);
         verify_module(&m).unwrap_or_else(|e| panic!("{name} flat: {e}"));
-        assert!(
-            m.funcs
-                .iter()
-                .flat_map(|f| &f.buffers)
-                .all(|b| b.shape.len() <= 1),
-            "{name}: everything is 1-d"
-        );
+        assert!(m.funcs.iter().flat_map(|f| &f.buffers).all(|b| b.shape.len() <= 1), "{name}: everything is 1-d");
     }
 }

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use heron_ir::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
-    TensorShapeProto, TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
+    ValueInfoProto, tensor_shape_proto, type_proto,
 };
 use heron_ir::onnx::{ImportOptions, import_model, schema_version, tensor_to_proto};
 use heron_ir::{Op, Tensor, interp, verify};
@@ -13,9 +13,7 @@ use prost::Message;
 fn value_info(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
     let dim = dims
         .iter()
-        .map(|&d| tensor_shape_proto::Dimension {
-            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-        })
+        .map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d)) })
         .collect();
     ValueInfoProto {
         name: name.into(),
@@ -39,57 +37,31 @@ fn node(op: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<AttributeProto>)
 }
 
 fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: 7,
-        ints: v.to_vec(),
-        ..Default::default()
-    }
+    AttributeProto { name: name.into(), r#type: 7, ints: v.to_vec(), ..Default::default() }
 }
 
 fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: 2,
-        i: v,
-        ..Default::default()
-    }
+    AttributeProto { name: name.into(), r#type: 2, i: v, ..Default::default() }
 }
 
 fn float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: 1,
-        f: v,
-        ..Default::default()
-    }
+    AttributeProto { name: name.into(), r#type: 1, f: v, ..Default::default() }
 }
 
 fn string(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: 3,
-        s: v.as_bytes().to_vec(),
-        ..Default::default()
-    }
+    AttributeProto { name: name.into(), r#type: 3, s: v.as_bytes().to_vec(), ..Default::default() }
 }
 
 /// One-input model: x: f32 `dims` -> nodes -> y.
 fn model(opset: i64, dims: &[i64], nodes: Vec<NodeProto>, inits: Vec<TensorProto>) -> Vec<u8> {
     ModelProto {
         ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: opset,
-        }],
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: opset }],
         graph: Some(GraphProto {
             node: nodes,
             initializer: inits,
             input: vec![value_info("x", 1, dims)],
-            output: vec![ValueInfoProto {
-                name: "y".into(),
-                r#type: None,
-            }],
+            output: vec![ValueInfoProto { name: "y".into(), r#type: None }],
             ..Default::default()
         }),
         ..Default::default()
@@ -128,48 +100,19 @@ fn schema_versions_follow_each_ops_history() {
 #[test]
 fn softmax_before_13_normalises_over_the_flattened_tail() {
     let x = f32s(&[1, 2, 2], vec![0.0, 1.0, 2.0, 3.0]);
-    let old = run(
-        &model(
-            11,
-            &[1, 2, 2],
-            vec![node("Softmax", &["x"], &["y"], vec![])],
-            vec![],
-        ),
-        x.clone(),
-    );
+    let old = run(&model(11, &[1, 2, 2], vec![node("Softmax", &["x"], &["y"], vec![])], vec![]), x.clone());
     let e: Vec<f64> = (0..4).map(|i| (i as f64).exp()).collect();
     let s: f64 = e.iter().sum();
     assert_close(&old, &e.iter().map(|v| v / s).collect::<Vec<_>>());
-    let new = run(
-        &model(
-            13,
-            &[1, 2, 2],
-            vec![node("Softmax", &["x"], &["y"], vec![])],
-            vec![],
-        ),
-        x,
-    );
+    let new = run(&model(13, &[1, 2, 2], vec![node("Softmax", &["x"], &["y"], vec![])], vec![]), x);
     let pair = [1.0 / (1.0 + 1f64.exp()), 1f64.exp() / (1.0 + 1f64.exp())];
     assert_close(&new, &[pair[0], pair[1], pair[0], pair[1]]);
 }
 
 #[test]
 fn clip_before_11_reads_attributes() {
-    let m = model(
-        10,
-        &[4],
-        vec![node(
-            "Clip",
-            &["x"],
-            &["y"],
-            vec![float("min", -1.0), float("max", 0.5)],
-        )],
-        vec![],
-    );
-    assert_close(
-        &run(&m, f32s(&[4], vec![-3.0, -0.5, 0.25, 9.0])),
-        &[-1.0, -0.5, 0.25, 0.5],
-    );
+    let m = model(10, &[4], vec![node("Clip", &["x"], &["y"], vec![float("min", -1.0), float("max", 0.5)])], vec![]);
+    assert_close(&run(&m, f32s(&[4], vec![-3.0, -0.5, 0.25, 9.0])), &[-1.0, -0.5, 0.25, 0.5]);
 }
 
 #[test]
@@ -178,42 +121,25 @@ fn clip_from_11_reads_constant_inputs_and_constant_nodes() {
     let hi = AttributeProto {
         name: "value".into(),
         r#type: 4,
-        t: Some(tensor_to_proto(
-            "",
-            &Tensor::scalar_from_f64(heron_ir::DType::F32, 6.0),
-        )),
+        t: Some(tensor_to_proto("", &Tensor::scalar_from_f64(heron_ir::DType::F32, 6.0))),
         ..Default::default()
     };
     let m = model(
         13,
         &[3],
-        vec![
-            node("Constant", &[], &["hi"], vec![hi]),
-            node("Clip", &["x", "lo", "hi"], &["y"], vec![]),
-        ],
+        vec![node("Constant", &[], &["hi"], vec![hi]), node("Clip", &["x", "lo", "hi"], &["y"], vec![])],
         vec![lo],
     );
     assert_close(&run(&m, f32s(&[3], vec![-1.0, 3.0, 7.0])), &[0.0, 3.0, 6.0]);
     // Only an upper bound: the min input is left empty.
-    let hi = AttributeProto {
-        name: "value_float".into(),
-        r#type: 1,
-        f: 2.0,
-        ..Default::default()
-    };
+    let hi = AttributeProto { name: "value_float".into(), r#type: 1, f: 2.0, ..Default::default() };
     let m = model(
         13,
         &[3],
-        vec![
-            node("Constant", &[], &["hi"], vec![hi]),
-            node("Clip", &["x", "", "hi"], &["y"], vec![]),
-        ],
+        vec![node("Constant", &[], &["hi"], vec![hi]), node("Clip", &["x", "", "hi"], &["y"], vec![])],
         vec![],
     );
-    assert_close(
-        &run(&m, f32s(&[3], vec![-1.0, 3.0, 7.0])),
-        &[-1.0, 2.0, 2.0],
-    );
+    assert_close(&run(&m, f32s(&[3], vec![-1.0, 3.0, 7.0])), &[-1.0, 2.0, 2.0]);
 }
 
 #[test]
@@ -221,18 +147,10 @@ fn pad_version_2_reads_attributes() {
     let m = model(
         10,
         &[1, 3],
-        vec![node(
-            "Pad",
-            &["x"],
-            &["y"],
-            vec![ints("pads", &[0, 2, 0, 1]), string("mode", "reflect")],
-        )],
+        vec![node("Pad", &["x"], &["y"], vec![ints("pads", &[0, 2, 0, 1]), string("mode", "reflect")])],
         vec![],
     );
-    assert_close(
-        &run(&m, f32s(&[1, 3], vec![1.0, 2.0, 3.0])),
-        &[3.0, 2.0, 1.0, 2.0, 3.0, 2.0],
-    );
+    assert_close(&run(&m, f32s(&[1, 3], vec![1.0, 2.0, 3.0])), &[3.0, 2.0, 1.0, 2.0, 3.0, 2.0]);
 }
 
 #[test]
@@ -252,34 +170,16 @@ fn squeeze_and_unsqueeze_before_13_read_attributes() {
 
 #[test]
 fn old_dropout_with_ratio_attribute_is_identity() {
-    let m = model(
-        10,
-        &[2],
-        vec![node("Dropout", &["x"], &["y"], vec![float("ratio", 0.5)])],
-        vec![],
-    );
+    let m = model(10, &[2], vec![node("Dropout", &["x"], &["y"], vec![float("ratio", 0.5)])], vec![]);
     assert_close(&run(&m, f32s(&[2], vec![1.0, -2.0])), &[1.0, -2.0]);
 }
 
 #[test]
 fn reshape_resolves_zero_and_minus_one() {
-    let shape = tensor_to_proto(
-        "shape",
-        &Tensor::from_vec::<i64>(&[3], vec![0, -1, 2]).unwrap(),
-    );
-    let m = model(
-        13,
-        &[2, 3, 4],
-        vec![node("Reshape", &["x", "shape"], &["y"], vec![])],
-        vec![shape],
-    );
+    let shape = tensor_to_proto("shape", &Tensor::from_vec::<i64>(&[3], vec![0, -1, 2]).unwrap());
+    let m = model(13, &[2, 3, 4], vec![node("Reshape", &["x", "shape"], &["y"], vec![])], vec![shape]);
     let g = import_model(&m, &ImportOptions::default()).unwrap();
-    assert_eq!(
-        g.nodes[0].op,
-        Op::Reshape {
-            shape: vec![2, 6, 2]
-        }
-    );
+    assert_eq!(g.nodes[0].op, Op::Reshape { shape: vec![2, 6, 2] });
 }
 
 #[test]
@@ -291,42 +191,17 @@ fn typed_initializer_fields_decode() {
         float_data: vec![1.0, 2.0, 3.0],
         ..Default::default()
     };
-    let m = model(
-        13,
-        &[3],
-        vec![node("Add", &["x", "w"], &["y"], vec![])],
-        vec![w.clone()],
-    );
+    let m = model(13, &[3], vec![node("Add", &["x", "w"], &["y"], vec![])], vec![w.clone()]);
     assert_close(&run(&m, f32s(&[3], vec![1.0, 1.0, 1.0])), &[2.0, 3.0, 4.0]);
     w.float_data.pop();
-    let m = model(
-        13,
-        &[3],
-        vec![node("Add", &["x", "w"], &["y"], vec![])],
-        vec![w],
-    );
-    let e = import_model(&m, &ImportOptions::default())
-        .unwrap_err()
-        .to_string();
+    let m = model(13, &[3], vec![node("Add", &["x", "w"], &["y"], vec![])], vec![w]);
+    let e = import_model(&m, &ImportOptions::default()).unwrap_err().to_string();
     assert!(e.contains("float_data has 2 values"), "{e}");
-    let i8s = TensorProto {
-        name: "q".into(),
-        dims: vec![2],
-        data_type: 3,
-        int32_data: vec![-5, 7],
-        ..Default::default()
-    };
-    assert_eq!(
-        heron_ir::onnx::tensor_from_proto(&i8s).unwrap(),
-        Tensor::from_vec::<i8>(&[2], vec![-5, 7]).unwrap()
-    );
-    let i64s = TensorProto {
-        name: "l".into(),
-        dims: vec![1],
-        data_type: 7,
-        int64_data: vec![1 << 40],
-        ..Default::default()
-    };
+    let i8s =
+        TensorProto { name: "q".into(), dims: vec![2], data_type: 3, int32_data: vec![-5, 7], ..Default::default() };
+    assert_eq!(heron_ir::onnx::tensor_from_proto(&i8s).unwrap(), Tensor::from_vec::<i8>(&[2], vec![-5, 7]).unwrap());
+    let i64s =
+        TensorProto { name: "l".into(), dims: vec![1], data_type: 7, int64_data: vec![1 << 40], ..Default::default() };
     assert_eq!(
         heron_ir::onnx::tensor_from_proto(&i64s).unwrap(),
         Tensor::from_vec::<i64>(&[1], vec![1 << 40]).unwrap()
@@ -336,59 +211,25 @@ fn typed_initializer_fields_decode() {
 #[test]
 fn graph_input_with_initializer_is_a_constant() {
     let w = tensor_to_proto("w", &f32s(&[3], vec![1.0, 2.0, 3.0]));
-    let mut bytes_model = ModelProto::decode(
-        &model(
-            13,
-            &[3],
-            vec![node("Mul", &["x", "w"], &["y"], vec![])],
-            vec![w],
-        )[..],
-    )
-    .unwrap();
-    bytes_model
-        .graph
-        .as_mut()
-        .unwrap()
-        .input
-        .push(value_info("w", 1, &[3]));
+    let mut bytes_model =
+        ModelProto::decode(&model(13, &[3], vec![node("Mul", &["x", "w"], &["y"], vec![])], vec![w])[..]).unwrap();
+    bytes_model.graph.as_mut().unwrap().input.push(value_info("w", 1, &[3]));
     let g = import_model(&bytes_model.encode_to_vec(), &ImportOptions::default()).unwrap();
     assert_eq!(g.inputs.len(), 1);
-    assert_close(
-        &interp::run(&g, &[f32s(&[3], vec![2.0, 2.0, 2.0])]).unwrap()[0],
-        &[2.0, 4.0, 6.0],
-    );
+    assert_close(&interp::run(&g, &[f32s(&[3], vec![2.0, 2.0, 2.0])]).unwrap()[0], &[2.0, 4.0, 6.0]);
 }
 
 #[test]
 fn supplied_values_specialise_only_inputs_that_must_be_constant() {
-    let mut m = ModelProto::decode(
-        &model(
-            13,
-            &[2, 3],
-            vec![node("Reshape", &["x", "shape"], &["y"], vec![])],
-            vec![],
-        )[..],
-    )
-    .unwrap();
-    m.graph
-        .as_mut()
-        .unwrap()
-        .input
-        .push(value_info("shape", 7, &[1]));
+    let mut m =
+        ModelProto::decode(&model(13, &[2, 3], vec![node("Reshape", &["x", "shape"], &["y"], vec![])], vec![])[..])
+            .unwrap();
+    m.graph.as_mut().unwrap().input.push(value_info("shape", 7, &[1]));
     let known = HashMap::from([
-        (
-            "shape".to_string(),
-            Tensor::from_vec::<i64>(&[1], vec![-1]).unwrap(),
-        ),
+        ("shape".to_string(), Tensor::from_vec::<i64>(&[1], vec![-1]).unwrap()),
         ("x".to_string(), f32s(&[2, 3], vec![0.0; 6])),
     ]);
-    let g = import_model(
-        &m.encode_to_vec(),
-        &ImportOptions {
-            known_values: known,
-        },
-    )
-    .unwrap();
+    let g = import_model(&m.encode_to_vec(), &ImportOptions { known_values: known }).unwrap();
     assert_eq!(g.inputs.len(), 1, "x stays a runtime input");
     assert_eq!(g.value(g.inputs[0]).name, "x");
     assert_eq!(g.ty(g.outputs[0]).shape, vec![6]);
@@ -400,23 +241,13 @@ fn auto_pad_resolves_to_explicit_pads() {
     let m = model(
         13,
         &[1, 1, 5, 5],
-        vec![node(
-            "Conv",
-            &["x", "w"],
-            &["y"],
-            vec![string("auto_pad", "SAME_LOWER"), ints("strides", &[2, 2])],
-        )],
+        vec![node("Conv", &["x", "w"], &["y"], vec![string("auto_pad", "SAME_LOWER"), ints("strides", &[2, 2])])],
         vec![w],
     );
     let g = import_model(&m, &ImportOptions::default()).unwrap();
-    let Op::Conv(a) = &g.nodes[0].op else {
-        panic!("conv expected")
-    };
+    let Op::Conv(a) = &g.nodes[0].op else { panic!("conv expected") };
     // out = ceil(5 / 2) = 3; total pad = (3 - 1) * 2 + 2 - 5 = 1, SAME_LOWER puts it first.
-    assert_eq!(
-        (a.window.pads_begin.clone(), a.window.pads_end.clone()),
-        (vec![1, 1], vec![0, 0])
-    );
+    assert_eq!((a.window.pads_begin.clone(), a.window.pads_end.clone()), (vec![1, 1], vec![0, 0]));
     assert_eq!(g.ty(g.outputs[0]).shape, vec![1, 1, 3, 3]);
 }
 
@@ -424,12 +255,7 @@ fn auto_pad_resolves_to_explicit_pads() {
 fn variadic_max_folds_into_binary_nodes() {
     let a = tensor_to_proto("a", &f32s(&[1], vec![0.5]));
     let b = tensor_to_proto("b", &f32s(&[3], vec![-1.0, 4.0, 0.0]));
-    let m = model(
-        13,
-        &[3],
-        vec![node("Max", &["x", "a", "b"], &["y"], vec![])],
-        vec![a, b],
-    );
+    let m = model(13, &[3], vec![node("Max", &["x", "a", "b"], &["y"], vec![])], vec![a, b]);
     assert_close(&run(&m, f32s(&[3], vec![1.0, 2.0, -3.0])), &[1.0, 4.0, 0.5]);
 }
 
@@ -442,28 +268,14 @@ fn maxpool_ceil_mode_and_indices() {
             "MaxPool",
             &["x"],
             &["y", "idx"],
-            vec![
-                ints("kernel_shape", &[2, 2]),
-                ints("strides", &[2, 2]),
-                int("ceil_mode", 1),
-            ],
+            vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2]), int("ceil_mode", 1)],
         )],
         vec![],
     );
     let mut proto = ModelProto::decode(&m[..]).unwrap();
-    proto.graph.as_mut().unwrap().output.push(ValueInfoProto {
-        name: "idx".into(),
-        r#type: None,
-    });
+    proto.graph.as_mut().unwrap().output.push(ValueInfoProto { name: "idx".into(), r#type: None });
     let g = import_model(&proto.encode_to_vec(), &ImportOptions::default()).unwrap();
-    let out = interp::run(
-        &g,
-        &[f32s(&[1, 1, 3, 3], (1..=9).map(|v| v as f32).collect())],
-    )
-    .unwrap();
+    let out = interp::run(&g, &[f32s(&[1, 1, 3, 3], (1..=9).map(|v| v as f32).collect())]).unwrap();
     assert_close(&out[0], &[5.0, 6.0, 8.0, 9.0]);
-    assert_eq!(
-        out[1],
-        Tensor::from_vec::<i64>(&[1, 1, 2, 2], vec![4, 5, 7, 8]).unwrap()
-    );
+    assert_eq!(out[1], Tensor::from_vec::<i64>(&[1, 1, 2, 2], vec![4, 5, 7, 8]).unwrap());
 }

@@ -2,21 +2,15 @@
 
 mod common;
 
-use heron_ir::passes::{
-    eliminate_dead_nodes, fold_batch_norm, fold_constants, optimize, remove_identities,
-};
-use heron_ir::{
-    BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window, interp, verify,
-};
+use heron_ir::passes::{eliminate_dead_nodes, fold_batch_norm, fold_constants, optimize, remove_identities};
+use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window, interp, verify};
 use proptest::prelude::*;
 
 fn rand_tensor(seed: &mut u64, shape: &[usize], lo: f32, hi: f32) -> Tensor {
     let n = shape.iter().product();
     let data = (0..n)
         .map(|_| {
-            *seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             lo + (hi - lo) * ((*seed >> 40) as f32 / (1u64 << 24) as f32)
         })
         .collect();
@@ -35,11 +29,7 @@ fn same_outputs(g: &Graph, inputs: &[Tensor], pass: impl Fn(&mut Graph) -> usize
         common::assert_float_rule(a, b).unwrap();
     }
     for (a, b) in opt.outputs.iter().zip(&g.outputs) {
-        assert_eq!(
-            opt.value(*a).name,
-            g.value(*b).name,
-            "output names are kept"
-        );
+        assert_eq!(opt.value(*a).name, g.value(*b).name, "output names are kept");
     }
     changed
 }
@@ -116,16 +106,11 @@ fn batch_norm_is_not_folded_when_the_conv_output_has_other_uses() {
     let mut g = Graph::new();
     let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
     let w = g.add_constant("w", rand_tensor(&mut seed, &[2, 2, 1, 1], -1.0, 1.0));
-    let attrs = ConvAttrs {
-        window: Window::dense(vec![1, 1]),
-        group: 1,
-    };
+    let attrs = ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 };
     let y = g.add_op("conv", Op::Conv(attrs), &[x, w]).unwrap();
     let mut bn_in = vec![y];
     bn_in.extend(bn_params(&mut g, &mut seed, 2));
-    let z = g
-        .add_op("bn", Op::BatchNormalization { epsilon: 1e-5 }, &bn_in)
-        .unwrap();
+    let z = g.add_op("bn", Op::BatchNormalization { epsilon: 1e-5 }, &bn_in).unwrap();
     let s = g.add_op("sum", Op::Binary(BinaryOp::Add), &[y, z]).unwrap();
     g.set_outputs(vec![s]);
     let input = rand_tensor(&mut seed, &[1, 2, 4, 4], -1.0, 1.0);
@@ -136,10 +121,7 @@ fn batch_norm_is_not_folded_when_the_conv_output_has_other_uses() {
 fn constant_subgraphs_fold() {
     let mut g = Graph::new();
     let x = g.add_input("x", TensorType::new(DType::F32, vec![3]));
-    let a = g.add_constant(
-        "a",
-        Tensor::from_vec::<f32>(&[3], vec![1.0, -2.0, 3.0]).unwrap(),
-    );
+    let a = g.add_constant("a", Tensor::from_vec::<f32>(&[3], vec![1.0, -2.0, 3.0]).unwrap());
     let b = g.add_constant("b", Tensor::from_vec::<f32>(&[1], vec![0.5]).unwrap());
     let ab = g.add_op("ab", Op::Binary(BinaryOp::Mul), &[a, b]).unwrap();
     let r = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[ab]).unwrap();
@@ -182,8 +164,7 @@ fn dead_nodes_are_eliminated() {
     let x = g.add_input("x", TensorType::new(DType::F32, vec![4]));
     let used = g.add_op("used", Op::Unary(UnaryOp::Exp), &[x]).unwrap();
     let dead = g.add_op("dead", Op::Unary(UnaryOp::Tanh), &[x]).unwrap();
-    g.add_op("dead2", Op::Unary(UnaryOp::Sqrt), &[dead])
-        .unwrap();
+    g.add_op("dead2", Op::Unary(UnaryOp::Sqrt), &[dead]).unwrap();
     g.set_outputs(vec![used]);
     let input = Tensor::from_vec::<f32>(&[4], vec![0.0, 1.0, 2.0, 3.0]).unwrap();
     assert_eq!(same_outputs(&g, &[input], eliminate_dead_nodes), 2);
@@ -200,9 +181,7 @@ fn optimize_on_the_conformance_style_graph_keeps_results() {
     let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 4]));
     let w = g.add_constant("w", rand_tensor(&mut seed, &[4, 3], -1.0, 1.0));
     let two = g.add_constant("two", Tensor::scalar_from_f64(DType::F32, 2.0));
-    let w2 = g
-        .add_op("w2", Op::Binary(BinaryOp::Mul), &[w, two])
-        .unwrap();
+    let w2 = g.add_op("w2", Op::Binary(BinaryOp::Mul), &[w, two]).unwrap();
     let y = g.add_op("mm", Op::MatMul, &[x, w2]).unwrap();
     let y = g.add_op("id", Op::Identity, &[y]).unwrap();
     g.set_outputs(vec![y]);

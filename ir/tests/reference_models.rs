@@ -22,12 +22,8 @@ fn check_model(name: &str) {
     let stats = passes::optimize(&mut optimized);
     verify(&optimized).unwrap_or_else(|e| panic!("{name} after passes: {e}"));
     let got = interp::run(&optimized, &[input]).expect("interpreter on optimized graph");
-    common::assert_float_rule(&got[0], &want)
-        .unwrap_or_else(|e| panic!("{name} after passes {stats:?}: {e}"));
-    assert_eq!(
-        optimized.value(optimized.outputs[0]).name,
-        graph.value(graph.outputs[0]).name
-    );
+    common::assert_float_rule(&got[0], &want).unwrap_or_else(|e| panic!("{name} after passes {stats:?}: {e}"));
+    assert_eq!(optimized.value(optimized.outputs[0]).name, graph.value(graph.outputs[0]).name);
 }
 
 #[test]

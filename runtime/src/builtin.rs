@@ -1,10 +1,7 @@
 //! The built-in default model: a small CNN classifier with deterministic weights, built in code,
 //! and a generated input image — so `heron run` works on a fresh machine with no files.
 
-use heron_ir::{
-    BinaryOp, ConvAttrs, DType, Graph, GraphError, Op, PoolAttrs, Tensor, TensorType, UnaryOp,
-    Window,
-};
+use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, GraphError, Op, PoolAttrs, Tensor, TensorType, UnaryOp, Window};
 
 /// Name of the built-in model, as shown by the CLI.
 pub const BUILTIN_NAME: &str = "builtin-cnn";
@@ -53,46 +50,27 @@ pub fn builtin_model() -> Result<Graph, GraphError> {
     let bn = [
         g.add_constant(
             "bn1.scale",
-            Tensor::from_vec::<f32>(&[16], (0..16).map(|i| 0.8 + 0.02 * i as f32).collect())
-                .expect("16"),
+            Tensor::from_vec::<f32>(&[16], (0..16).map(|i| 0.8 + 0.02 * i as f32).collect()).expect("16"),
         ),
         g.add_constant("bn1.bias", w.tensor(&[16], 0.1)),
         g.add_constant("bn1.mean", w.tensor(&[16], 0.05)),
         g.add_constant(
             "bn1.var",
-            Tensor::from_vec::<f32>(&[16], (0..16).map(|i| 0.5 + 0.05 * i as f32).collect())
-                .expect("16"),
+            Tensor::from_vec::<f32>(&[16], (0..16).map(|i| 0.5 + 0.05 * i as f32).collect()).expect("16"),
         ),
     ];
-    let n1 = g.add_op(
-        "bn1",
-        Op::BatchNormalization { epsilon: 1e-5 },
-        &[c1, bn[0], bn[1], bn[2], bn[3]],
-    )?;
+    let n1 = g.add_op("bn1", Op::BatchNormalization { epsilon: 1e-5 }, &[c1, bn[0], bn[1], bn[2], bn[3]])?;
     let r1 = g.add_op("relu1", Op::Unary(UnaryOp::Relu), &[n1])?;
     let mut window = Window::dense(vec![2, 2]);
     window.strides = vec![2, 2];
-    let pool = PoolAttrs {
-        window,
-        ceil_mode: false,
-    };
-    let p1 = g.add_op(
-        "pool1",
-        Op::MaxPool {
-            pool,
-            storage_order_col_major: false,
-        },
-        &[r1],
-    )?;
+    let pool = PoolAttrs { window, ceil_mode: false };
+    let p1 = g.add_op("pool1", Op::MaxPool { pool, storage_order_col_major: false }, &[r1])?;
 
     let wd = g.add_constant("dw.weight", w.tensor(&[16, 1, 3, 3], 0.5));
     let d = g.add_op("dw", conv(3, 1, 1, 16), &[p1, wd])?;
     let hi = g.add_constant("relu6.max", Tensor::scalar_from_f64(DType::F32, 6.0));
     let lo = g.add_constant("relu6.min", Tensor::scalar_from_f64(DType::F32, 0.0));
-    let clip = |g: &Graph| Op::Clip {
-        min: g.constant(lo).cloned(),
-        max: g.constant(hi).cloned(),
-    };
+    let clip = |g: &Graph| Op::Clip { min: g.constant(lo).cloned(), max: g.constant(hi).cloned() };
     let op = clip(&g);
     let d = g.add_op("dw.relu6", op, &[d])?;
     let wp = g.add_constant("pw.weight", w.tensor(&[16, 16, 1, 1], 0.35));
@@ -110,24 +88,8 @@ pub fn builtin_model() -> Result<Graph, GraphError> {
     let flat = g.add_op("flatten", Op::Flatten { axis: 1 }, &[gap])?;
     let wf = g.add_constant("fc.weight", w.tensor(&[10, 32], 0.4));
     let bf = g.add_constant("fc.bias", w.tensor(&[10], 0.1));
-    let fc = g.add_op(
-        "fc",
-        Op::Gemm {
-            alpha: 1.0,
-            beta: 1.0,
-            trans_a: false,
-            trans_b: true,
-        },
-        &[flat, wf, bf],
-    )?;
-    let probs = g.add_op(
-        "probabilities",
-        Op::Softmax {
-            axis: 1,
-            coerce_2d: false,
-        },
-        &[fc],
-    )?;
+    let fc = g.add_op("fc", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true }, &[flat, wf, bf])?;
+    let probs = g.add_op("probabilities", Op::Softmax { axis: 1, coerce_2d: false }, &[fc])?;
     g.set_outputs(vec![probs]);
     Ok(g)
 }
@@ -138,8 +100,7 @@ pub fn builtin_input() -> Tensor {
     for c in 0..3 {
         for y in 0..32 {
             for x in 0..32 {
-                let base = (x as f32 / 31.0) * (1.0 - c as f32 * 0.3)
-                    + (y as f32 / 31.0) * (c as f32 * 0.3);
+                let base = (x as f32 / 31.0) * (1.0 - c as f32 * 0.3) + (y as f32 / 31.0) * (c as f32 * 0.3);
                 let stripe = if (x + y) % 16 < 3 { 1.0 } else { 0.0 };
                 data.push(base + stripe - 0.5);
             }

@@ -20,11 +20,7 @@ use heron_runtime::Model;
 use heron_runtime::builtin::builtin_input;
 
 #[derive(Parser)]
-#[command(
-    name = "heron",
-    version,
-    about = "Heron: a small-footprint ML compiler and runtime"
-)]
+#[command(name = "heron", version, about = "Heron: a small-footprint ML compiler and runtime")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -95,18 +91,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run {
-            model,
-            inputs,
-            output_dir,
-            engine,
-        } => run(model.as_deref(), &inputs, output_dir.as_deref(), engine),
+        Command::Run { model, inputs, output_dir, engine } => {
+            run(model.as_deref(), &inputs, output_dir.as_deref(), engine)
+        }
         Command::Inspect { model, workspace } => inspect(&model, workspace),
-        Command::Lower {
-            model,
-            stage,
-            full_constants,
-        } => lower(&model, stage, full_constants),
+        Command::Lower { model, stage, full_constants } => lower(&model, stage, full_constants),
         Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
     };
     match result {
@@ -127,12 +116,7 @@ fn parse_input(arg: &str) -> Result<(Option<String>, Tensor)> {
     Ok((name, t))
 }
 
-fn run(
-    model_path: Option<&Path>,
-    inputs: &[String],
-    output_dir: Option<&Path>,
-    engine: Engine,
-) -> Result<()> {
+fn run(model_path: Option<&Path>, inputs: &[String], output_dir: Option<&Path>, engine: Engine) -> Result<()> {
     let t0 = Instant::now();
     let model = match model_path {
         Some(p) => Model::load(p)?,
@@ -142,10 +126,7 @@ fn run(
     let given = if model_path.is_none() && inputs.is_empty() {
         vec![(None, builtin_input())]
     } else {
-        inputs
-            .iter()
-            .map(|a| parse_input(a))
-            .collect::<Result<Vec<_>>>()?
+        inputs.iter().map(|a| parse_input(a)).collect::<Result<Vec<_>>>()?
     };
     let bound = model.bind_inputs(given)?;
     println!("model {} loaded in {load_ms:.2} ms", model.name());
@@ -171,21 +152,9 @@ fn run(
 
 /// Output names become file names: path separators and other awkward characters become `_`.
 fn sanitize(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if s.is_empty() || s.starts_with('.') {
-        format!("_{s}")
-    } else {
-        s
-    }
+    let s: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+    if s.is_empty() || s.starts_with('.') { format!("_{s}") } else { s }
 }
 
 fn print_output(name: &str, t: &Tensor) {
@@ -196,16 +165,11 @@ fn print_output(name: &str, t: &Tensor) {
     println!("  values: [{}{more}]", shown.join(", "));
     // Class scores: a float vector (leading dims 1) with at least two classes.
     let classes = t.shape().last().copied().unwrap_or(0);
-    let looks_like_scores =
-        t.dtype().is_float() && classes >= 2 && values.len() == classes && t.shape().len() <= 2;
+    let looks_like_scores = t.dtype().is_float() && classes >= 2 && values.len() == classes && t.shape().len() <= 2;
     if looks_like_scores {
         let mut idx: Vec<usize> = (0..classes).collect();
         idx.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
-        let top: Vec<String> = idx
-            .iter()
-            .take(5)
-            .map(|&i| format!("class {i}: {:.6}", values[i]))
-            .collect();
+        let top: Vec<String> = idx.iter().take(5).map(|&i| format!("class {i}: {:.6}", values[i])).collect();
         println!("  top-{}: {}", top.len(), top.join(", "));
     }
 }
@@ -227,11 +191,7 @@ fn lowered(path: &Path, stage: Stage) -> Result<Module> {
 
 fn lower(path: &Path, stage: Stage, full_constants: bool) -> Result<()> {
     let module = lowered(path, stage)?;
-    let data = if full_constants {
-        ConstData::Full
-    } else {
-        ConstData::Elided
-    };
+    let data = if full_constants { ConstData::Full } else { ConstData::Elided };
     print!("{}", print_module(&module, data));
     Ok(())
 }
@@ -241,15 +201,9 @@ fn layout(shape: &[usize], map: &str, index: Option<&[i64]>) -> Result<()> {
     let transformed = map.transformed_shape(shape)?;
     map.check_injective(shape)?;
     let physical = map.physical_shape(&transformed);
-    let mut json =
-        format!("{{\"transformed_shape\": {transformed:?}, \"physical_shape\": {physical:?}");
+    let mut json = format!("{{\"transformed_shape\": {transformed:?}, \"physical_shape\": {physical:?}");
     if let Some(index) = index {
-        if index.len() != shape.len()
-            || index
-                .iter()
-                .zip(shape)
-                .any(|(&i, &n)| i < 0 || i as usize >= n)
-        {
+        if index.len() != shape.len() || index.iter().zip(shape).any(|(&i, &n)| i < 0 || i as usize >= n) {
             anyhow::bail!("index {index:?} is outside shape {shape:?}");
         }
         let flat = map.physical_index(&transformed, index);
@@ -280,23 +234,13 @@ fn inspect(path: &Path, workspace: bool) -> Result<()> {
         println!("  {op:<20} {n}");
     }
     println!("parameter bytes: {}", stats.parameter_bytes);
-    println!(
-        "activation bytes: {} (peak live in node order: {})",
-        stats.activation_bytes, stats.peak_activation_bytes
-    );
-    println!(
-        "FLOPs: {} ({:.4} GFLOP, 2 x MACs of Conv/Gemm/MatMul)",
-        stats.flops,
-        stats.flops as f64 / 1e9
-    );
+    println!("activation bytes: {} (peak live in node order: {})", stats.activation_bytes, stats.peak_activation_bytes);
+    println!("FLOPs: {} ({:.4} GFLOP, 2 x MACs of Conv/Gemm/MatMul)", stats.flops, stats.flops as f64 / 1e9);
     if workspace {
         let module = lowered(path, Stage::Flat)?;
         println!("workspace per function (bytes; unshared / shared by liveness):");
         for w in module_workspace(&module) {
-            println!(
-                "  {:<32} {:>10} {:>10}",
-                w.func, w.unshared_bytes, w.shared_bytes
-            );
+            println!("  {:<32} {:>10} {:>10}", w.func, w.unshared_bytes, w.shared_bytes);
         }
     }
     Ok(())

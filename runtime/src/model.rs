@@ -18,21 +18,13 @@ pub enum RuntimeError {
     #[error(transparent)]
     Run(#[from] InterpError),
     #[error("the model takes {expected} inputs ({names}), got {got}")]
-    InputCount {
-        expected: usize,
-        got: usize,
-        names: String,
-    },
+    InputCount { expected: usize, got: usize, names: String },
     #[error("the model has no input named '{name}' (inputs: {names})")]
     UnknownInput { name: String, names: String },
     #[error("input '{0}' is given twice")]
     DuplicateInput(String),
     #[error("input '{name}' must be {expected}, got {got}")]
-    InputType {
-        name: String,
-        expected: TensorType,
-        got: TensorType,
-    },
+    InputType { name: String, expected: TensorType, got: TensorType },
 }
 
 /// A named tensor slot of a model: an input or an output.
@@ -58,19 +50,14 @@ impl Model {
     /// Imports an ONNX file, with values supplied for shape-deciding inputs.
     pub fn load_with(path: &Path, options: &ImportOptions) -> Result<Model, RuntimeError> {
         let graph = load_model(path, options)?;
-        let name = path
-            .file_stem()
-            .map_or("model".into(), |s| s.to_string_lossy().into_owned());
+        let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
         Model::from_graph(name, graph)
     }
 
     /// Wraps a graph built in code, after verifying it.
     pub fn from_graph(name: impl Into<String>, graph: Graph) -> Result<Model, RuntimeError> {
         verify(&graph)?;
-        Ok(Model {
-            name: name.into(),
-            graph,
-        })
+        Ok(Model { name: name.into(), graph })
     }
 
     /// The built-in default model (see [`crate::builtin`]).
@@ -97,27 +84,17 @@ impl Model {
 
     fn infos(&self, ids: &[heron_ir::ValueId]) -> Vec<TensorInfo> {
         ids.iter()
-            .map(|&id| TensorInfo {
-                name: self.graph.value(id).name.clone(),
-                ty: self.graph.ty(id).clone(),
-            })
+            .map(|&id| TensorInfo { name: self.graph.value(id).name.clone(), ty: self.graph.ty(id).clone() })
             .collect()
     }
 
     fn input_names(&self) -> String {
-        self.inputs()
-            .iter()
-            .map(|i| format!("{}: {}", i.name, i.ty))
-            .collect::<Vec<_>>()
-            .join(", ")
+        self.inputs().iter().map(|i| format!("{}: {}", i.name, i.ty)).collect::<Vec<_>>().join(", ")
     }
 
     /// Orders inputs given by name (or by position when the name is `None`) to match the
     /// model's input list, checking count, names, dtypes and shapes.
-    pub fn bind_inputs(
-        &self,
-        given: Vec<(Option<String>, Tensor)>,
-    ) -> Result<Vec<Tensor>, RuntimeError> {
+    pub fn bind_inputs(&self, given: Vec<(Option<String>, Tensor)>) -> Result<Vec<Tensor>, RuntimeError> {
         let infos = self.inputs();
         if given.len() != infos.len() {
             return Err(RuntimeError::InputCount {
@@ -135,10 +112,7 @@ impl Model {
                     let i = infos
                         .iter()
                         .position(|info| info.name == n)
-                        .ok_or_else(|| RuntimeError::UnknownInput {
-                            name: n.clone(),
-                            names: self.input_names(),
-                        })?;
+                        .ok_or_else(|| RuntimeError::UnknownInput { name: n.clone(), names: self.input_names() })?;
                     if slots[i].replace(t).is_some() {
                         return Err(RuntimeError::DuplicateInput(n));
                     }
@@ -149,10 +123,7 @@ impl Model {
         for slot in slots.iter_mut().filter(|s| s.is_none()) {
             *slot = positional.next();
         }
-        let bound: Vec<Tensor> = slots
-            .into_iter()
-            .map(|s| s.expect("counts checked"))
-            .collect();
+        let bound: Vec<Tensor> = slots.into_iter().map(|s| s.expect("counts checked")).collect();
         self.check_inputs(&bound)?;
         Ok(bound)
     }

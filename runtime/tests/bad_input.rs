@@ -5,8 +5,8 @@ use std::process::Command;
 
 use heron_ir::npy::write_npy;
 use heron_ir::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
-    TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
 };
 use heron_ir::onnx::tensor_to_proto;
 use heron_ir::{DType, Tensor};
@@ -30,40 +30,22 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Runs `heron args...` and checks it fails cleanly with an error mentioning every `needle`.
 fn fails_with(args: &[&str], needles: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_heron"))
-        .args(args)
-        .output()
-        .expect("run heron");
+    let out = Command::new(env!("CARGO_BIN_EXE_heron")).args(args).output().expect("run heron");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "heron {args:?} succeeded; stderr: {stderr}"
-    );
-    assert!(
-        !stderr.contains("panicked"),
-        "heron {args:?} panicked: {stderr}"
-    );
+    assert!(!out.status.success(), "heron {args:?} succeeded; stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "heron {args:?} panicked: {stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "heron {args:?}: expected one error line, got: {stderr}"
-    );
+    assert_eq!(lines.len(), 1, "heron {args:?}: expected one error line, got: {stderr}");
     assert!(lines[0].starts_with("error: "), "{stderr}");
     for n in needles {
-        assert!(
-            stderr.contains(n),
-            "heron {args:?}: error lacks '{n}': {stderr}"
-        );
+        assert!(stderr.contains(n), "heron {args:?}: error lacks '{n}': {stderr}");
     }
 }
 
 fn tensor_type(elem: i32, dims: &[i64]) -> Option<TypeProto> {
     let dim = dims
         .iter()
-        .map(|&d| tensor_shape_proto::Dimension {
-            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-        })
+        .map(|&d| tensor_shape_proto::Dimension { value: Some(tensor_shape_proto::dimension::Value::DimValue(d)) })
         .collect();
     Some(TypeProto {
         value: Some(type_proto::Value::TensorType(type_proto::Tensor {
@@ -74,10 +56,7 @@ fn tensor_type(elem: i32, dims: &[i64]) -> Option<TypeProto> {
 }
 
 fn value_info(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: tensor_type(elem, dims),
-    }
+    ValueInfoProto { name: name.into(), r#type: tensor_type(elem, dims) }
 }
 
 fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
@@ -93,10 +72,7 @@ fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
 fn model(opset: i64, graph: GraphProto) -> ModelProto {
     ModelProto {
         ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: opset,
-        }],
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: opset }],
         graph: Some(graph),
         ..Default::default()
     }
@@ -109,10 +85,7 @@ fn graph(nodes: Vec<NodeProto>, inits: Vec<TensorProto>) -> GraphProto {
         name: "g".into(),
         initializer: inits,
         input: vec![value_info("x", 1, &[2, 3])],
-        output: vec![ValueInfoProto {
-            name: "y".into(),
-            r#type: None,
-        }],
+        output: vec![ValueInfoProto { name: "y".into(), r#type: None }],
         ..Default::default()
     }
 }
@@ -152,10 +125,7 @@ fn random_bytes() {
 
 #[test]
 fn missing_model_file() {
-    fails_with(
-        &["run", "/nonexistent/model.onnx"],
-        &["cannot read", "/nonexistent/model.onnx"],
-    );
+    fails_with(&["run", "/nonexistent/model.onnx"], &["cannot read", "/nonexistent/model.onnx"]);
     fails_with(&["inspect", "/nonexistent/model.onnx"], &["cannot read"]);
 }
 
@@ -197,13 +167,8 @@ fn shape_mismatch() {
 
 #[test]
 fn conv_channel_mismatch() {
-    let mut g = graph(
-        vec![],
-        vec![tensor_to_proto(
-            "w",
-            &Tensor::from_vec::<f32>(&[1, 5, 1, 1], vec![1.0; 5]).unwrap(),
-        )],
-    );
+    let mut g =
+        graph(vec![], vec![tensor_to_proto("w", &Tensor::from_vec::<f32>(&[1, 5, 1, 1], vec![1.0; 5]).unwrap())]);
     g.input = vec![value_info("x", 1, &[1, 3, 4, 4])];
     g.node = vec![node("Conv", "conv", &["x", "w"], &["y"])];
     let p = write_model("conv_mismatch.onnx", &model(13, g));
@@ -212,10 +177,7 @@ fn conv_channel_mismatch() {
 
 #[test]
 fn unsupported_op() {
-    let g = graph(
-        vec![node("NonMaxSuppression", "nms_1", &["x"], &["y"])],
-        vec![],
-    );
+    let g = graph(vec![node("NonMaxSuppression", "nms_1", &["x"], &["y"])], vec![]);
     let p = write_model("unsupported_op.onnx", &model(17, g));
     fails_with(&["run", s(&p)], &["NonMaxSuppression", "nms_1", "opset 17"]);
 }
@@ -238,10 +200,7 @@ fn unsupported_dtype() {
 
 #[test]
 fn opset_too_old() {
-    let p = write_model(
-        "old.onnx",
-        &model(7, graph(vec![node("Relu", "r", &["x"], &["y"])], vec![])),
-    );
+    let p = write_model("old.onnx", &model(7, graph(vec![node("Relu", "r", &["x"], &["y"])], vec![])));
     fails_with(&["run", s(&p)], &["opset 7"]);
 }
 
@@ -249,10 +208,7 @@ fn opset_too_old() {
 fn model_without_graph() {
     let m = ModelProto {
         ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 13 }],
         ..Default::default()
     };
     let p = write_model("nograph.onnx", &m);
@@ -263,13 +219,8 @@ fn model_without_graph() {
 fn dynamic_input_shape() {
     let mut g = graph(vec![node("Relu", "r", &["x"], &["y"])], vec![]);
     let mut vi = value_info("x", 1, &[2, 3]);
-    if let Some(TypeProto {
-        value: Some(type_proto::Value::TensorType(t)),
-    }) = &mut vi.r#type
-    {
-        t.shape.as_mut().unwrap().dim[0].value = Some(
-            tensor_shape_proto::dimension::Value::DimParam("batch".into()),
-        );
+    if let Some(TypeProto { value: Some(type_proto::Value::TensorType(t)) }) = &mut vi.r#type {
+        t.shape.as_mut().unwrap().dim[0].value = Some(tensor_shape_proto::dimension::Value::DimParam("batch".into()));
     }
     g.input = vec![vi];
     let p = write_model("dynamic.onnx", &model(13, g));
@@ -278,10 +229,7 @@ fn dynamic_input_shape() {
 
 #[test]
 fn reshape_shape_not_constant() {
-    let mut g = graph(
-        vec![node("Reshape", "reshape", &["x", "shape"], &["y"])],
-        vec![],
-    );
+    let mut g = graph(vec![node("Reshape", "reshape", &["x", "shape"], &["y"])], vec![]);
     g.input.push(value_info("shape", 7, &[1]));
     let p = write_model("reshape_dynamic.onnx", &model(13, g));
     fails_with(&["run", s(&p)], &["'reshape'", "'shape'", "compile time"]);
@@ -292,10 +240,7 @@ fn external_data_tensor() {
     let mut w = tensor_to_proto("w", &Tensor::from_vec::<f32>(&[3], vec![1.0; 3]).unwrap());
     w.raw_data.clear();
     w.data_location = 1;
-    w.external_data = vec![StringStringEntryProto {
-        key: "location".into(),
-        value: "weights.bin".into(),
-    }];
+    w.external_data = vec![StringStringEntryProto { key: "location".into(), value: "weights.bin".into() }];
     let g = graph(vec![node("Add", "add", &["x", "w"], &["y"])], vec![w]);
     let p = write_model("external.onnx", &model(13, g));
     fails_with(&["run", s(&p)], &["'w'", "externally"]);
@@ -313,19 +258,9 @@ fn initializer_with_wrong_byte_count() {
 #[test]
 fn bad_attribute() {
     let mut n = node("Conv", "conv", &["x", "w"], &["y"]);
-    n.attribute = vec![AttributeProto {
-        name: "auto_pad".into(),
-        r#type: 3,
-        s: b"SIDEWAYS".to_vec(),
-        ..Default::default()
-    }];
-    let mut g = graph(
-        vec![n],
-        vec![tensor_to_proto(
-            "w",
-            &Tensor::from_vec::<f32>(&[1, 1, 1, 1], vec![1.0]).unwrap(),
-        )],
-    );
+    n.attribute =
+        vec![AttributeProto { name: "auto_pad".into(), r#type: 3, s: b"SIDEWAYS".to_vec(), ..Default::default() }];
+    let mut g = graph(vec![n], vec![tensor_to_proto("w", &Tensor::from_vec::<f32>(&[1, 1, 1, 1], vec![1.0]).unwrap())]);
     g.input = vec![value_info("x", 1, &[1, 1, 4, 4])];
     let p = write_model("bad_attr.onnx", &model(13, g));
     fails_with(&["run", s(&p)], &["'conv'", "auto_pad", "SIDEWAYS"]);
@@ -349,13 +284,7 @@ fn undefined_graph_output() {
 
 #[test]
 fn value_defined_twice() {
-    let g = graph(
-        vec![
-            node("Relu", "a", &["x"], &["y"]),
-            node("Relu", "b", &["x"], &["y"]),
-        ],
-        vec![],
-    );
+    let g = graph(vec![node("Relu", "a", &["x"], &["y"]), node("Relu", "b", &["x"], &["y"])], vec![]);
     let p = write_model("twice.onnx", &model(13, g));
     fails_with(&["run", s(&p)], &["'y'", "more than once"]);
 }
@@ -368,60 +297,33 @@ fn write_input(name: &str, t: &Tensor) -> PathBuf {
 
 #[test]
 fn wrong_input_count() {
-    let a = write_input(
-        "mlp_a.npy",
-        &Tensor::zeros(&heron_ir::TensorType::new(DType::F32, vec![1, 784])),
-    );
-    fails_with(
-        &["run", s(&mlp()), "--input", s(&a), "--input", s(&a)],
-        &["takes 1 inputs", "got 2"],
-    );
+    let a = write_input("mlp_a.npy", &Tensor::zeros(&heron_ir::TensorType::new(DType::F32, vec![1, 784])));
+    fails_with(&["run", s(&mlp()), "--input", s(&a), "--input", s(&a)], &["takes 1 inputs", "got 2"]);
     fails_with(&["run", s(&mlp())], &["takes 1 inputs", "got 0"]);
 }
 
 #[test]
 fn wrong_input_shape() {
-    let a = write_input(
-        "mlp_shape.npy",
-        &Tensor::zeros(&heron_ir::TensorType::new(DType::F32, vec![1, 10])),
-    );
-    fails_with(
-        &["run", s(&mlp()), "--input", s(&a)],
-        &["f32[1, 784]", "f32[1, 10]"],
-    );
+    let a = write_input("mlp_shape.npy", &Tensor::zeros(&heron_ir::TensorType::new(DType::F32, vec![1, 10])));
+    fails_with(&["run", s(&mlp()), "--input", s(&a)], &["f32[1, 784]", "f32[1, 10]"]);
 }
 
 #[test]
 fn wrong_input_dtype() {
-    let a = write_input(
-        "mlp_dtype.npy",
-        &Tensor::zeros(&heron_ir::TensorType::new(DType::I32, vec![1, 784])),
-    );
-    fails_with(
-        &["run", s(&mlp()), "--input", s(&a)],
-        &["f32[1, 784]", "i32[1, 784]"],
-    );
+    let a = write_input("mlp_dtype.npy", &Tensor::zeros(&heron_ir::TensorType::new(DType::I32, vec![1, 784])));
+    fails_with(&["run", s(&mlp()), "--input", s(&a)], &["f32[1, 784]", "i32[1, 784]"]);
 }
 
 #[test]
 fn unknown_input_name() {
-    let a = write_input(
-        "mlp_named.npy",
-        &Tensor::zeros(&heron_ir::TensorType::new(DType::F32, vec![1, 784])),
-    );
+    let a = write_input("mlp_named.npy", &Tensor::zeros(&heron_ir::TensorType::new(DType::F32, vec![1, 784])));
     let arg = format!("nosuchinput={}", s(&a));
-    fails_with(
-        &["run", s(&mlp()), "--input", &arg],
-        &["no input named 'nosuchinput'"],
-    );
+    fails_with(&["run", s(&mlp()), "--input", &arg], &["no input named 'nosuchinput'"]);
 }
 
 #[test]
 fn unreadable_npy() {
-    fails_with(
-        &["run", s(&mlp()), "--input", "/nonexistent/x.npy"],
-        &["cannot read", "/nonexistent/x.npy"],
-    );
+    fails_with(&["run", s(&mlp()), "--input", "/nonexistent/x.npy"], &["cannot read", "/nonexistent/x.npy"]);
 }
 
 #[test]
@@ -453,14 +355,8 @@ fn unsupported_npy_dtype() {
 
 #[test]
 fn output_dir_is_a_file() {
-    let a = write_input(
-        "ok_input.npy",
-        &Tensor::zeros(&heron_ir::TensorType::new(DType::F32, vec![1, 784])),
-    );
+    let a = write_input("ok_input.npy", &Tensor::zeros(&heron_ir::TensorType::new(DType::F32, vec![1, 784])));
     let file = scratch("not_a_dir");
     std::fs::write(&file, b"x").unwrap();
-    fails_with(
-        &["run", s(&mlp()), "--input", s(&a), "--output-dir", s(&file)],
-        &["not_a_dir"],
-    );
+    fails_with(&["run", s(&mlp()), "--input", s(&a), "--output-dir", s(&file)], &["not_a_dir"]);
 }

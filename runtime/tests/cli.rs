@@ -13,16 +13,9 @@ fn shared() -> PathBuf {
 }
 
 fn heron(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_heron"))
-        .args(args)
-        .output()
-        .expect("run heron");
+    let out = Command::new(env!("CARGO_BIN_EXE_heron")).args(args).output().expect("run heron");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "heron {args:?} failed: {}{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "heron {args:?} failed: {}{stdout}", String::from_utf8_lossy(&out.stderr));
     stdout
 }
 
@@ -43,10 +36,7 @@ fn builtin_model_is_deterministic_and_sums_to_one() {
     assert_eq!(a, b);
     let p = a[0].to_f64_vec();
     assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-5);
-    assert!(
-        p.iter().all(|&v| v > 0.0 && v < 0.5),
-        "a non-degenerate distribution: {p:?}"
-    );
+    assert!(p.iter().all(|&v| v > 0.0 && v < 0.5), "a non-degenerate distribution: {p:?}");
 }
 
 /// Every reference model the interpreter runs quickly enough for CI: the written output matches
@@ -65,21 +55,13 @@ fn check_reference(name: &str) {
         "--output-dir",
         out_dir.to_str().unwrap(),
     ]);
-    let files: Vec<_> = std::fs::read_dir(&out_dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
+    let files: Vec<_> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let got = read_npy(&files[0]).unwrap().to_f64_vec();
-    let want = read_npy(&dir.join(format!("{name}.ref.npy")))
-        .unwrap()
-        .to_f64_vec();
+    let want = read_npy(&dir.join(format!("{name}.ref.npy"))).unwrap().to_f64_vec();
     assert_eq!(got.len(), want.len());
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert!(
-            (g - w).abs() <= 1e-4 * w.abs().max(1.0),
-            "{name} element {i}: {g} vs {w}"
-        );
+        assert!((g - w).abs() <= 1e-4 * w.abs().max(1.0), "{name} element {i}: {g} vs {w}");
     }
     std::fs::remove_dir_all(out_dir).ok();
 }
@@ -119,8 +101,5 @@ fn inspect_reports_ops_bytes_and_flops() {
     assert!(out.contains("parameter bytes: 177704"), "{out}");
     // The reference README's activation lower bound for lenet.
     assert!(out.contains("peak live in node order: 27648"), "{out}");
-    assert!(
-        out.contains("0.0006 GFLOP") || out.contains("0.0005 GFLOP"),
-        "{out}"
-    );
+    assert!(out.contains("0.0006 GFLOP") || out.contains("0.0005 GFLOP"), "{out}");
 }

@@ -72,13 +72,11 @@ pub(crate) fn binary(kind: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, K
             })?));
         }
         let mut div_by_zero = false;
-        let out = zip_broadcast(a, b, |x, y| {
-            match int_binary(kind, to_i128(x), to_i128(y)) {
-                Some(v) => from_i128::<T>(v),
-                None => {
-                    div_by_zero = true;
-                    T::default()
-                }
+        let out = zip_broadcast(a, b, |x, y| match int_binary(kind, to_i128(x), to_i128(y)) {
+            Some(v) => from_i128::<T>(v),
+            None => {
+                div_by_zero = true;
+                T::default()
             }
         })?;
         if div_by_zero {
@@ -140,23 +138,11 @@ pub(crate) fn leaky_relu(t: &Tensor, alpha: f32) -> Result<Tensor, KernelError> 
 }
 
 /// ONNX Clip: `min(max(x, lo), hi)`, so `hi` wins when `lo > hi`.
-pub(crate) fn clip(
-    t: &Tensor,
-    lo: Option<&Tensor>,
-    hi: Option<&Tensor>,
-) -> Result<Tensor, KernelError> {
-    fn go<T: Element>(
-        a: &ArrayD<T>,
-        lo: Option<&Tensor>,
-        hi: Option<&Tensor>,
-    ) -> Result<Tensor, KernelError> {
+pub(crate) fn clip(t: &Tensor, lo: Option<&Tensor>, hi: Option<&Tensor>) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, lo: Option<&Tensor>, hi: Option<&Tensor>) -> Result<Tensor, KernelError> {
         let bound = |b: Option<&Tensor>| -> Result<Option<T>, KernelError> {
-            b.map(|b| {
-                T::array(b)
-                    .and_then(|a| a.iter().next().copied())
-                    .ok_or_else(|| "bad clip bound".into())
-            })
-            .transpose()
+            b.map(|b| T::array(b).and_then(|a| a.iter().next().copied()).ok_or_else(|| "bad clip bound".into()))
+                .transpose()
         };
         let (lo, hi) = (bound(lo)?, bound(hi)?);
         Ok(T::into_tensor(a.mapv(|mut v| {

@@ -9,29 +9,16 @@ use super::KernelError;
 
 pub(crate) fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor, KernelError> {
     fn go<T: Element>(a: &ArrayD<T>, perm: &[usize]) -> Tensor {
-        T::into_tensor(
-            a.view()
-                .permuted_axes(IxDyn(perm))
-                .as_standard_layout()
-                .into_owned(),
-        )
+        T::into_tensor(a.view().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned())
     }
     Ok(dispatch_tensor!(x, a, T => go::<T>(a, perm)))
 }
 
 pub(crate) fn concat(xs: &[&Tensor], axis: usize) -> Result<Tensor, KernelError> {
-    fn go<T: Element>(
-        first: &ArrayD<T>,
-        xs: &[&Tensor],
-        axis: usize,
-    ) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(first: &ArrayD<T>, xs: &[&Tensor], axis: usize) -> Result<Tensor, KernelError> {
         let views = xs
             .iter()
-            .map(|t| {
-                T::array(t)
-                    .map(|a| a.view())
-                    .ok_or("Concat inputs differ in element type")
-            })
+            .map(|t| T::array(t).map(|a| a.view()).ok_or("Concat inputs differ in element type"))
             .collect::<Result<Vec<_>, _>>()?;
         debug_assert_eq!(views[0].shape(), first.shape());
         let out = ndarray::concatenate(Axis(axis), &views).map_err(|e| e.to_string())?;
@@ -64,25 +51,12 @@ fn source_index(o: i64, begin: i64, len: i64, mode: PadMode) -> Option<usize> {
     Some(i as usize)
 }
 
-pub(crate) fn pad(
-    x: &Tensor,
-    pads: &[i64],
-    mode: PadMode,
-    value: &Tensor,
-) -> Result<Tensor, KernelError> {
-    fn go<T: Element>(
-        a: &ArrayD<T>,
-        pads: &[i64],
-        mode: PadMode,
-        value: &Tensor,
-    ) -> Result<Tensor, KernelError> {
+pub(crate) fn pad(x: &Tensor, pads: &[i64], mode: PadMode, value: &Tensor) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, pads: &[i64], mode: PadMode, value: &Tensor) -> Result<Tensor, KernelError> {
         let r = a.ndim();
-        let fill = T::array(value)
-            .and_then(|v| v.iter().next().copied())
-            .ok_or("pad value type differs")?;
-        let out_shape: Vec<usize> = (0..r)
-            .map(|d| (a.shape()[d] as i64 + pads[d] + pads[d + r]).max(0) as usize)
-            .collect();
+        let fill = T::array(value).and_then(|v| v.iter().next().copied()).ok_or("pad value type differs")?;
+        let out_shape: Vec<usize> =
+            (0..r).map(|d| (a.shape()[d] as i64 + pads[d] + pads[d + r]).max(0) as usize).collect();
         let mut src = vec![0usize; r];
         let out = ArrayD::from_shape_fn(IxDyn(&out_shape), |idx| {
             for d in 0..r {

@@ -46,8 +46,7 @@ pub(crate) fn conv_nd<T: LinalgScalar>(
             let mut flat = 0usize;
             let mut inside = true;
             for d in 0..k {
-                let pos = (oc[d] * attrs.window.strides[d] + kc[d] * attrs.window.dilations[d])
-                    as isize
+                let pos = (oc[d] * attrs.window.strides[d] + kc[d] * attrs.window.dilations[d]) as isize
                     - attrs.window.pads_begin[d] as isize;
                 if pos < 0 || pos as usize >= in_sp[d] {
                     inside = false;
@@ -94,12 +93,7 @@ fn to_f32<T: Element>(a: &ArrayD<T>) -> ArrayD<f32> {
     a.mapv(|v| v.to_f64() as f32)
 }
 
-pub(crate) fn conv(
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-    attrs: &ConvAttrs,
-) -> Result<Tensor, KernelError> {
+pub(crate) fn conv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, attrs: &ConvAttrs) -> Result<Tensor, KernelError> {
     fn go<T: LinalgScalar + Element>(
         x: &ArrayD<T>,
         w: &Tensor,
@@ -137,11 +131,7 @@ fn corrected(t: &Tensor, zp: &Tensor, axis: usize) -> Result<ArrayD<WI64>, Kerne
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            let z = if zps.len() == 1 {
-                zps[0]
-            } else {
-                zps[(i / stride) % n]
-            };
+            let z = if zps.len() == 1 { zps[0] } else { zps[(i / stride) % n] };
             Wrapping(v - z)
         })
         .collect();
@@ -165,21 +155,10 @@ pub(crate) fn conv_integer(
 }
 
 /// numpy matmul over any ndarray scalar, with 1-d promotion and batch broadcasting.
-pub(crate) fn matmul_nd<T: LinalgScalar>(
-    a: &ArrayD<T>,
-    b: &ArrayD<T>,
-) -> Result<ArrayD<T>, KernelError> {
+pub(crate) fn matmul_nd<T: LinalgScalar>(a: &ArrayD<T>, b: &ArrayD<T>) -> Result<ArrayD<T>, KernelError> {
     let out_shape = matmul_shape(a.shape(), b.shape())?;
-    let a2 = if a.ndim() == 1 {
-        a.view().insert_axis(Axis(0))
-    } else {
-        a.view()
-    };
-    let b2 = if b.ndim() == 1 {
-        b.view().insert_axis(Axis(1))
-    } else {
-        b.view()
-    };
+    let a2 = if a.ndim() == 1 { a.view().insert_axis(Axis(0)) } else { a.view() };
+    let b2 = if b.ndim() == 1 { b.view().insert_axis(Axis(1)) } else { b.view() };
     let (ra, rb) = (a2.ndim(), b2.ndim());
     let (m, n) = (a2.shape()[ra - 2], b2.shape()[rb - 1]);
     let batch = crate::infer::broadcast_shapes(&a2.shape()[..ra - 2], &b2.shape()[..rb - 2])?;
@@ -211,9 +190,7 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
     match (a, b) {
         (Tensor::F32(x), Tensor::F32(y)) => Ok(Tensor::F32(matmul_nd(x, y)?)),
         (Tensor::F64(x), Tensor::F64(y)) => Ok(Tensor::F64(matmul_nd(x, y)?)),
-        (Tensor::F16(x), Tensor::F16(y)) => {
-            Ok(Tensor::F32(matmul_nd(&to_f32(x), &to_f32(y))?).cast(DType::F16))
-        }
+        (Tensor::F16(x), Tensor::F16(y)) => Ok(Tensor::F32(matmul_nd(&to_f32(x), &to_f32(y))?).cast(DType::F16)),
         _ if a.dtype() == b.dtype() && a.dtype().is_int() => {
             let wrap = |t: &Tensor| -> Result<ArrayD<WI64>, KernelError> {
                 let v = t.to_i64_vec().ok_or("expected integers")?;
@@ -228,20 +205,11 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
     }
 }
 
-pub(crate) fn matmul_integer(
-    a: &Tensor,
-    b: &Tensor,
-    a_zp: &Tensor,
-    b_zp: &Tensor,
-) -> Result<Tensor, KernelError> {
+pub(crate) fn matmul_integer(a: &Tensor, b: &Tensor, a_zp: &Tensor, b_zp: &Tensor) -> Result<Tensor, KernelError> {
     // a's zero point runs along its rows (axis -2), b's along its columns (axis -1).
     let a_axis = a.shape().len().saturating_sub(2);
     let b_axis = b.shape().len().saturating_sub(1);
-    let ac = if a.shape().len() >= 2 {
-        corrected(a, a_zp, a_axis)?
-    } else {
-        corrected(a, a_zp, 0)?
-    };
+    let ac = if a.shape().len() >= 2 { corrected(a, a_zp, a_axis)? } else { corrected(a, a_zp, 0)? };
     let bc = corrected(b, b_zp, b_axis)?;
     Ok(wrap_to_i32(matmul_nd(&ac, &bc)?))
 }
@@ -275,24 +243,18 @@ pub(crate) fn gemm(
         }
         if let Some(c) = c {
             let be = T::from_f64(beta as f64);
-            let cb = c
-                .broadcast(IxDyn(y.shape()))
-                .ok_or("C does not broadcast")?;
+            let cb = c.broadcast(IxDyn(y.shape())).ok_or("C does not broadcast")?;
             y.zip_mut_with(&cb, |v, &cv| *v = *v + be * cv);
         }
         Ok(y.into_dyn())
     }
     match (a, b) {
         (Tensor::F32(x), Tensor::F32(y)) => {
-            let c = c
-                .map(|c| c.as_array::<f32>().ok_or("C element type differs"))
-                .transpose()?;
+            let c = c.map(|c| c.as_array::<f32>().ok_or("C element type differs")).transpose()?;
             Ok(Tensor::F32(go(x, y, c, alpha, beta, trans_a, trans_b)?))
         }
         (Tensor::F64(x), Tensor::F64(y)) => {
-            let c = c
-                .map(|c| c.as_array::<f64>().ok_or("C element type differs"))
-                .transpose()?;
+            let c = c.map(|c| c.as_array::<f64>().ok_or("C element type differs")).transpose()?;
             Ok(Tensor::F64(go(x, y, c, alpha, beta, trans_a, trans_b)?))
         }
         (Tensor::F16(x), Tensor::F16(y)) => {

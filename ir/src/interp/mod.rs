@@ -46,17 +46,9 @@ pub enum InterpError {
     #[error("the model takes {expected} inputs, got {got}")]
     InputCount { expected: usize, got: usize },
     #[error("input '{name}' must be {expected}, got {got}")]
-    InputType {
-        name: String,
-        expected: String,
-        got: String,
-    },
+    InputType { name: String, expected: String, got: String },
     #[error("node '{node}' ({op}) failed: {message}")]
-    Kernel {
-        node: String,
-        op: String,
-        message: String,
-    },
+    Kernel { node: String, op: String, message: String },
     #[error("value '{0}' is read before it is defined (run the verifier)")]
     Undefined(String),
 }
@@ -67,23 +59,10 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
     let one = |t: Tensor| Ok(vec![t]);
     match op {
         Op::Conv(attrs) => one(linalg::conv(x, inputs[1], inputs.get(2).copied(), attrs)?),
-        Op::ConvInteger(attrs) => one(linalg::conv_integer(
-            x, inputs[1], inputs[2], inputs[3], attrs,
-        )?),
-        Op::Gemm {
-            alpha,
-            beta,
-            trans_a,
-            trans_b,
-        } => one(linalg::gemm(
-            x,
-            inputs[1],
-            inputs.get(2).copied(),
-            *alpha,
-            *beta,
-            *trans_a,
-            *trans_b,
-        )?),
+        Op::ConvInteger(attrs) => one(linalg::conv_integer(x, inputs[1], inputs[2], inputs[3], attrs)?),
+        Op::Gemm { alpha, beta, trans_a, trans_b } => {
+            one(linalg::gemm(x, inputs[1], inputs.get(2).copied(), *alpha, *beta, *trans_a, *trans_b)?)
+        }
         Op::MatMul => one(linalg::matmul(x, inputs[1])?),
         Op::MatMulInteger => one(linalg::matmul_integer(x, inputs[1], inputs[2], inputs[3])?),
         Op::Binary(kind) => one(elementwise::binary(*kind, x, inputs[1])?),
@@ -91,23 +70,15 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
         Op::LeakyRelu { alpha } => one(elementwise::leaky_relu(x, *alpha)?),
         Op::Clip { min, max } => one(elementwise::clip(x, min.as_ref(), max.as_ref())?),
         Op::Softmax { axis, coerce_2d } => one(norm::softmax(x, *axis, *coerce_2d)?),
-        Op::MaxPool {
-            pool,
-            storage_order_col_major,
-        } => {
+        Op::MaxPool { pool, storage_order_col_major } => {
             let (v, i) = pool::max_pool(x, pool, *storage_order_col_major)?;
             Ok(vec![v, i])
         }
-        Op::AveragePool {
-            pool,
-            count_include_pad,
-        } => one(pool::average_pool(x, pool, *count_include_pad)?),
+        Op::AveragePool { pool, count_include_pad } => one(pool::average_pool(x, pool, *count_include_pad)?),
         Op::GlobalAveragePool => one(pool::global_average_pool(x)?),
-        Op::BatchNormalization { epsilon } => one(norm::batch_norm(
-            x,
-            [inputs[1], inputs[2], inputs[3], inputs[4]],
-            *epsilon,
-        )?),
+        Op::BatchNormalization { epsilon } => {
+            one(norm::batch_norm(x, [inputs[1], inputs[2], inputs[3], inputs[4]], *epsilon)?)
+        }
         Op::Flatten { .. } | Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
             let ty = crate::infer::infer_types(op, &[&x.tensor_type()])?;
             one(x.reshape(&ty[0].shape)?)
@@ -133,13 +104,9 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
 /// dropped after their last use.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError> {
     if inputs.len() != graph.inputs.len() {
-        return Err(InterpError::InputCount {
-            expected: graph.inputs.len(),
-            got: inputs.len(),
-        });
+        return Err(InterpError::InputCount { expected: graph.inputs.len(), got: inputs.len() });
     }
-    let mut env: Vec<Option<Arc<Tensor>>> =
-        graph.values.iter().map(|v| v.constant.clone()).collect();
+    let mut env: Vec<Option<Arc<Tensor>>> = graph.values.iter().map(|v| v.constant.clone()).collect();
     for (&id, t) in graph.inputs.iter().zip(inputs) {
         let v = graph.value(id);
         if t.tensor_type() != v.ty {
@@ -156,11 +123,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
         let args = node
             .inputs
             .iter()
-            .map(|i| {
-                env[i.0]
-                    .clone()
-                    .ok_or_else(|| InterpError::Undefined(graph.value(*i).name.clone()))
-            })
+            .map(|i| env[i.0].clone().ok_or_else(|| InterpError::Undefined(graph.value(*i).name.clone())))
             .collect::<Result<Vec<Arc<Tensor>>, _>>()?;
         let refs: Vec<&Tensor> = args.iter().map(|a| a.as_ref()).collect();
         let outs = eval_op(&node.op, &refs).map_err(|e| InterpError::Kernel {
@@ -183,9 +146,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
         .outputs
         .iter()
         .map(|o| {
-            let t = env[o.0]
-                .clone()
-                .ok_or_else(|| InterpError::Undefined(graph.value(*o).name.clone()))?;
+            let t = env[o.0].clone().ok_or_else(|| InterpError::Undefined(graph.value(*o).name.clone()))?;
             Ok((*t).clone())
         })
         .collect()

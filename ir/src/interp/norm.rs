@@ -14,11 +14,7 @@ pub(crate) fn softmax(x: &Tensor, axis: usize, coerce_2d: bool) -> Result<Tensor
         let (mut w, lane_axis) = if coerce_2d {
             let outer: usize = shape[..axis].iter().product();
             let inner: usize = shape[axis..].iter().product();
-            (
-                w.into_shape_with_order(IxDyn(&[outer, inner]))
-                    .map_err(|e| e.to_string())?,
-                1,
-            )
+            (w.into_shape_with_order(IxDyn(&[outer, inner])).map_err(|e| e.to_string())?, 1)
         } else {
             w = w.as_standard_layout().into_owned();
             (w, axis)
@@ -29,20 +25,14 @@ pub(crate) fn softmax(x: &Tensor, axis: usize, coerce_2d: bool) -> Result<Tensor
             let s: f64 = lane.sum();
             lane.mapv_inplace(|v| v / s);
         }
-        let w = w
-            .into_shape_with_order(IxDyn(&shape))
-            .map_err(|e| e.to_string())?;
+        let w = w.into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())?;
         Ok(T::into_tensor(w.mapv(T::from_f64)))
     }
     crate::dispatch_tensor!(x, a, T => go::<T>(a, axis, coerce_2d))
 }
 
 /// `y = scale * (x - mean) / sqrt(var + epsilon) + bias`, channels on axis 1.
-pub(crate) fn batch_norm(
-    x: &Tensor,
-    params: [&Tensor; 4],
-    epsilon: f32,
-) -> Result<Tensor, KernelError> {
+pub(crate) fn batch_norm(x: &Tensor, params: [&Tensor; 4], epsilon: f32) -> Result<Tensor, KernelError> {
     let [scale, bias, mean, var] = params.map(|p| p.to_f64_vec());
     fn go<T: Element>(a: &ArrayD<T>, p: [&[f64]; 4], eps: f64) -> Tensor {
         let [scale, bias, mean, var] = p;

@@ -35,8 +35,7 @@ fn for_each_window(
             let mut inside = true;
             let mut in_padded = true;
             for d in 0..k {
-                let pos = (oc[d] * attrs.window.strides[d] + kc[d] * attrs.window.dilations[d])
-                    as isize
+                let pos = (oc[d] * attrs.window.strides[d] + kc[d] * attrs.window.dilations[d]) as isize
                     - attrs.window.pads_begin[d] as isize;
                 if pos < 0 || pos as usize >= in_sp[d] {
                     inside = false;
@@ -60,27 +59,15 @@ fn for_each_window(
 
 fn flat_index(coords: &[usize], dims: &[usize], col_major: bool) -> usize {
     if col_major {
-        coords
-            .iter()
-            .zip(dims)
-            .rev()
-            .fold(0, |acc, (c, d)| acc * d + c)
+        coords.iter().zip(dims).rev().fold(0, |acc, (c, d)| acc * d + c)
     } else {
         coords.iter().zip(dims).fold(0, |acc, (c, d)| acc * d + c)
     }
 }
 
 /// Returns `(values, indices)`; indices flatten (n, c, spatial) as ONNX's MaxPool defines.
-pub(crate) fn max_pool(
-    x: &Tensor,
-    attrs: &PoolAttrs,
-    col_major: bool,
-) -> Result<(Tensor, Tensor), KernelError> {
-    fn go<T: Element>(
-        a: &ArrayD<T>,
-        attrs: &PoolAttrs,
-        col_major: bool,
-    ) -> Result<(Tensor, Tensor), KernelError> {
+pub(crate) fn max_pool(x: &Tensor, attrs: &PoolAttrs, col_major: bool) -> Result<(Tensor, Tensor), KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, attrs: &PoolAttrs, col_major: bool) -> Result<(Tensor, Tensor), KernelError> {
         let a = a.as_standard_layout();
         let data = a.as_slice().expect("standard layout");
         let in_sp = &a.shape()[2..];
@@ -110,16 +97,8 @@ pub(crate) fn max_pool(
     crate::dispatch_tensor!(x, a, T => go::<T>(a, attrs, col_major))
 }
 
-pub(crate) fn average_pool(
-    x: &Tensor,
-    attrs: &PoolAttrs,
-    count_include_pad: bool,
-) -> Result<Tensor, KernelError> {
-    fn go<T: Element>(
-        a: &ArrayD<T>,
-        attrs: &PoolAttrs,
-        count_include_pad: bool,
-    ) -> Result<Tensor, KernelError> {
+pub(crate) fn average_pool(x: &Tensor, attrs: &PoolAttrs, count_include_pad: bool) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, attrs: &PoolAttrs, count_include_pad: bool) -> Result<Tensor, KernelError> {
         let a = a.as_standard_layout();
         let data = a.as_slice().expect("standard layout");
         let in_sp = &a.shape()[2..];
@@ -137,15 +116,9 @@ pub(crate) fn average_pool(
                     None => {}
                 }
             }
-            vals.push(T::from_f64(if count == 0 {
-                0.0
-            } else {
-                sum / count as f64
-            }));
+            vals.push(T::from_f64(if count == 0 { 0.0 } else { sum / count as f64 }));
         })?;
-        Ok(T::into_tensor(
-            ArrayD::from_shape_vec(IxDyn(&shape), vals).map_err(|e| e.to_string())?,
-        ))
+        Ok(T::into_tensor(ArrayD::from_shape_vec(IxDyn(&shape), vals).map_err(|e| e.to_string())?))
     }
     crate::dispatch_tensor!(x, a, T => go::<T>(a, attrs, count_include_pad))
 }
@@ -164,9 +137,7 @@ pub(crate) fn global_average_pool(x: &Tensor) -> Result<Tensor, KernelError> {
             .collect();
         let mut shape = a.shape().to_vec();
         shape[2..].iter_mut().for_each(|d| *d = 1);
-        Ok(T::into_tensor(
-            ArrayD::from_shape_vec(IxDyn(&shape), vals).map_err(|e| e.to_string())?,
-        ))
+        Ok(T::into_tensor(ArrayD::from_shape_vec(IxDyn(&shape), vals).map_err(|e| e.to_string())?))
     }
     crate::dispatch_tensor!(x, a, T => go::<T>(a))
 }

@@ -33,12 +33,7 @@ fn scale_indices(shape: &[usize], axis: QuantAxis) -> Vec<usize> {
 
 /// `saturate(round_half_even(x / scale) + zero_point)`; the division is done in the input's
 /// float precision, as the ONNX reference does.
-pub(crate) fn quantize(
-    x: &Tensor,
-    scale: &Tensor,
-    zp: &Tensor,
-    axis: QuantAxis,
-) -> Result<Tensor, KernelError> {
+pub(crate) fn quantize(x: &Tensor, scale: &Tensor, zp: &Tensor, axis: QuantAxis) -> Result<Tensor, KernelError> {
     let xs = x.to_f64_vec();
     let ss = scale.to_f64_vec();
     let zs = zp.to_f64_vec();
@@ -50,46 +45,22 @@ pub(crate) fn quantize(
             _ => v,
         }
     };
-    fn go<T: Element>(
-        shape: &[usize],
-        q: impl Iterator<Item = f64>,
-    ) -> Result<Tensor, KernelError> {
-        let (lo, hi) = (
-            T::from_f64(f64::NEG_INFINITY).to_f64(),
-            T::from_f64(f64::INFINITY).to_f64(),
-        );
+    fn go<T: Element>(shape: &[usize], q: impl Iterator<Item = f64>) -> Result<Tensor, KernelError> {
+        let (lo, hi) = (T::from_f64(f64::NEG_INFINITY).to_f64(), T::from_f64(f64::INFINITY).to_f64());
         let data: Vec<T> = q.map(|v| T::from_f64(v.clamp(lo, hi))).collect();
-        Ok(T::into_tensor(
-            ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| e.to_string())?,
-        ))
+        Ok(T::into_tensor(ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| e.to_string())?))
     }
-    let q = xs
-        .iter()
-        .zip(&idx)
-        .map(|(&v, &i)| narrow(v / ss[i]).round_ties_even() + zs[i]);
+    let q = xs.iter().zip(&idx).map(|(&v, &i)| narrow(v / ss[i]).round_ties_even() + zs[i]);
     crate::for_dtype!(zp.dtype(), T => go::<T>(x.shape(), q))
 }
 
 /// `(x - zero_point) * scale` in the scale's precision.
-pub(crate) fn dequantize(
-    x: &Tensor,
-    scale: &Tensor,
-    zp: &Tensor,
-    axis: QuantAxis,
-) -> Result<Tensor, KernelError> {
-    let xs = x
-        .to_i64_vec()
-        .ok_or("DequantizeLinear input must be an integer tensor")?;
-    let zs = zp
-        .to_i64_vec()
-        .ok_or("zero point must be an integer tensor")?;
+pub(crate) fn dequantize(x: &Tensor, scale: &Tensor, zp: &Tensor, axis: QuantAxis) -> Result<Tensor, KernelError> {
+    let xs = x.to_i64_vec().ok_or("DequantizeLinear input must be an integer tensor")?;
+    let zs = zp.to_i64_vec().ok_or("zero point must be an integer tensor")?;
     let ss = scale.to_f64_vec();
     let idx = scale_indices(x.shape(), axis);
-    let vals: Vec<f64> = xs
-        .iter()
-        .zip(&idx)
-        .map(|(&v, &i)| (v - zs[i]) as f64 * ss[i])
-        .collect();
+    let vals: Vec<f64> = xs.iter().zip(&idx).map(|(&v, &i)| (v - zs[i]) as f64 * ss[i]).collect();
     let t = Tensor::from_vec::<f64>(x.shape(), vals)?;
     Ok(t.cast(scale.dtype()))
 }

@@ -38,21 +38,9 @@ impl FuncBuilder {
     }
 
     /// Declares a buffer (for an `Allocate`, or a parameter via [`FuncBuilder::param`]).
-    pub fn buffer(
-        &mut self,
-        name: &str,
-        dtype: DType,
-        shape: Vec<usize>,
-        scope: Scope,
-    ) -> BufferId {
+    pub fn buffer(&mut self, name: &str, dtype: DType, shape: Vec<usize>, scope: Scope) -> BufferId {
         let name = self.unique(name);
-        self.func.buffers.push(Buffer {
-            name,
-            dtype,
-            shape,
-            axis_separators: vec![],
-            scope,
-        });
+        self.func.buffers.push(Buffer { name, dtype, shape, axis_separators: vec![], scope });
         BufferId(self.func.buffers.len() as u32 - 1)
     }
 
@@ -74,15 +62,8 @@ impl FuncBuilder {
 
     /// A (possibly empty) nest of serial loops over `shape`; `body` receives the index
     /// variables, outermost first. Loop variables are named `<prefix><axis>`.
-    pub fn loop_nest(
-        &mut self,
-        prefix: &str,
-        shape: &[usize],
-        body: impl FnOnce(&mut Self, &[Expr]) -> Stmt,
-    ) -> Stmt {
-        let vars: Vec<VarId> = (0..shape.len())
-            .map(|d| self.var(&format!("{prefix}{d}"), DType::I64))
-            .collect();
+    pub fn loop_nest(&mut self, prefix: &str, shape: &[usize], body: impl FnOnce(&mut Self, &[Expr]) -> Stmt) -> Stmt {
+        let vars: Vec<VarId> = (0..shape.len()).map(|d| self.var(&format!("{prefix}{d}"), DType::I64)).collect();
         let idx: Vec<Expr> = vars.iter().map(|&v| Expr::Var(v)).collect();
         let mut stmt = body(self, &idx);
         for (d, v) in vars.into_iter().enumerate().rev() {
@@ -95,19 +76,18 @@ impl FuncBuilder {
         self.func.layout_transforms.insert(buffer, map);
     }
 
+    /// The function with `body`; a function body is always a sequence (the canonical form).
     pub fn finish(mut self, body: Stmt) -> PrimFunc {
-        self.func.body = body;
+        self.func.body = match body {
+            Stmt::Seq(v) => Stmt::Seq(v),
+            s => Stmt::Seq(vec![s]),
+        };
         self.func
     }
 }
 
 pub fn for_loop(var: VarId, extent: usize, kind: ForKind, body: Stmt) -> Stmt {
-    Stmt::For {
-        var,
-        extent: Expr::index(extent as i64),
-        kind,
-        body: Box::new(body),
-    }
+    Stmt::For { var, extent: Expr::index(extent as i64), kind, body: Box::new(body) }
 }
 
 pub fn idx(v: i64) -> Expr {
@@ -180,16 +160,8 @@ pub fn unflatten_index(flat: Expr, shape: &[usize]) -> Vec<Expr> {
     let mut out = vec![idx(0); shape.len()];
     let mut inner = 1usize;
     for d in (0..shape.len()).rev() {
-        let q = if inner == 1 {
-            flat.clone()
-        } else {
-            floordiv(flat.clone(), idx(inner as i64))
-        };
-        out[d] = if d == 0 {
-            q
-        } else {
-            floormod(q, idx(shape[d] as i64))
-        };
+        let q = if inner == 1 { flat.clone() } else { floordiv(flat.clone(), idx(inner as i64)) };
+        out[d] = if d == 0 { q } else { floormod(q, idx(shape[d] as i64)) };
         inner *= shape[d];
     }
     out

@@ -3,6 +3,8 @@
 //! rank N has `axis_separators = 0..N-1`, which marks it flat, so flattening again changes
 //! nothing.
 
+use std::sync::Arc;
+
 use super::index_map::group_bounds;
 use super::simplify::simplify_func;
 use super::{Buffer, Expr, Module, PrimFunc, Stmt};
@@ -18,10 +20,7 @@ fn groups(b: &Buffer) -> Vec<(usize, usize)> {
 }
 
 fn flat_indices(b: &Buffer, indices: Vec<Expr>) -> Vec<Expr> {
-    groups(b)
-        .into_iter()
-        .map(|(a, e)| super::build::flat_index(&indices[a..e], &b.shape[a..e]))
-        .collect()
+    groups(b).into_iter().map(|(a, e)| super::build::flat_index(&indices[a..e], &b.shape[a..e])).collect()
 }
 
 pub fn flatten_func(f: &mut PrimFunc) {
@@ -31,6 +30,16 @@ pub fn flatten_func(f: &mut PrimFunc) {
         return;
     }
     let body = std::mem::replace(&mut f.body, Stmt::Seq(vec![]));
+    // Constant data keeps its row-major order; only its shape changes.
+    let body = body.map_stmts(&mut |s| match s {
+        Stmt::AllocateConst { buffer, data, pools } if todo[buffer.0 as usize] => {
+            let b = &originals[buffer.0 as usize];
+            let shape: Vec<usize> = groups(b).into_iter().map(|(a, e)| b.shape[a..e].iter().product()).collect();
+            let data = Arc::new(data.reshape(&shape).expect("same element count"));
+            Stmt::AllocateConst { buffer, data, pools }
+        }
+        other => other,
+    });
     f.body = body.map_accesses(&mut |buffer, indices| {
         let i = buffer.0 as usize;
         // Rank mismatches are left for the verifier to report.
@@ -42,10 +51,7 @@ pub fn flatten_func(f: &mut PrimFunc) {
     });
     for (b, t) in f.buffers.iter_mut().zip(&todo) {
         if *t {
-            let shape: Vec<usize> = groups(b)
-                .into_iter()
-                .map(|(a, e)| b.shape[a..e].iter().product())
-                .collect();
+            let shape: Vec<usize> = groups(b).into_iter().map(|(a, e)| b.shape[a..e].iter().product()).collect();
             b.axis_separators = (0..shape.len().saturating_sub(1)).collect();
             b.shape = shape;
         }

@@ -32,11 +32,7 @@ pub struct IndexMap {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum IndexMapError {
     #[error("malformed index map at column {column}: {message} (in `{text}`)")]
-    Parse {
-        text: String,
-        column: usize,
-        message: String,
-    },
+    Parse { text: String, column: usize, message: String },
     #[error("index map uses unknown variable '{0}'")]
     UnknownVariable(String),
     #[error("index map takes {vars} indices but the buffer has rank {rank}")]
@@ -46,11 +42,7 @@ pub enum IndexMapError {
     #[error("index map can produce negative index {min} on axis {axis}")]
     Negative { axis: usize, min: i64 },
     #[error("index map is not injective: logical indices {a:?} and {b:?} both map to {physical:?}")]
-    NotInjective {
-        a: Vec<i64>,
-        b: Vec<i64>,
-        physical: Vec<i64>,
-    },
+    NotInjective { a: Vec<i64>, b: Vec<i64>, physical: Vec<i64> },
     #[error("buffer of {0} elements is too large to check the index map's injectivity")]
     TooLarge(usize),
 }
@@ -95,11 +87,7 @@ impl MapExpr {
             }
             MapExpr::FloorMod(a, b) => {
                 let (x, c) = (a.range(extents), b.constant().unwrap_or(1));
-                if x.0.div_euclid(c) == x.1.div_euclid(c) {
-                    (x.0.rem_euclid(c), x.1.rem_euclid(c))
-                } else {
-                    (0, c - 1)
-                }
+                if x.0.div_euclid(c) == x.1.div_euclid(c) { (x.0.rem_euclid(c), x.1.rem_euclid(c)) } else { (0, c - 1) }
             }
         }
     }
@@ -113,23 +101,23 @@ impl MapExpr {
 
     /// Affine in the seed's sense: products need a constant side, `//` and `%` a positive
     /// constant divisor.
-    fn check_affine(&self) -> Result<(), String> {
+    fn check_affine(&self, names: &[String]) -> Result<(), String> {
         match self {
             MapExpr::Var(_) | MapExpr::Const(_) => Ok(()),
             MapExpr::Add(a, b) | MapExpr::Sub(a, b) => {
-                a.check_affine()?;
-                b.check_affine()
+                a.check_affine(names)?;
+                b.check_affine(names)
             }
             MapExpr::Mul(a, b) => {
                 if a.constant().is_none() && b.constant().is_none() {
-                    return Err(format!("product of two non-constant terms in `{self}`"));
+                    return Err(format!("product of two non-constant terms in `{}`", Named(self, names)));
                 }
-                a.check_affine()?;
-                b.check_affine()
+                a.check_affine(names)?;
+                b.check_affine(names)
             }
             MapExpr::FloorDiv(a, b) | MapExpr::FloorMod(a, b) => match b.constant() {
-                Some(c) if c > 0 => a.check_affine(),
-                _ => Err(format!("`{self}` needs a positive constant divisor")),
+                Some(c) if c > 0 => a.check_affine(names),
+                _ => Err(format!("`{}` needs a positive constant divisor", Named(self, names))),
             },
         }
     }
@@ -157,22 +145,19 @@ impl MapExpr {
     }
 }
 
-impl fmt::Display for MapExpr {
+/// A map expression displayed with its variables' names.
+struct Named<'a>(&'a MapExpr, &'a [String]);
+
+impl fmt::Display for Named<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<String> = (0..16).map(|i| format!("v{i}")).collect();
-        self.fmt_with(f, &names, 0)
+        self.0.fmt_with(f, self.1, 0)
     }
 }
 
 impl IndexMap {
     /// Parses `lambda a, b, ...: [expr, ..., AXIS_SEPARATOR, ...]`.
     pub fn parse(text: &str) -> Result<IndexMap, IndexMapError> {
-        Parser {
-            text,
-            pos: 0,
-            vars: vec![],
-        }
-        .map()
+        Parser { text, pos: 0, vars: vec![] }.map()
     }
 
     /// The identity map on `rank` axes.
@@ -192,14 +177,9 @@ impl IndexMap {
     /// its largest value over `shape` (splits that do not divide pad the buffer).
     pub fn transformed_shape(&self, shape: &[usize]) -> Result<Vec<usize>, IndexMapError> {
         if self.vars.len() != shape.len() {
-            return Err(IndexMapError::RankMismatch {
-                vars: self.vars.len(),
-                rank: shape.len(),
-            });
+            return Err(IndexMapError::RankMismatch { vars: self.vars.len(), rank: shape.len() });
         }
-        self.exprs
-            .iter()
-            .try_for_each(|e| e.check_affine().map_err(IndexMapError::NotAffine))?;
+        self.exprs.iter().try_for_each(|e| e.check_affine(&self.vars).map_err(IndexMapError::NotAffine))?;
         if shape.contains(&0) {
             return Ok(vec![0; self.exprs.len()]);
         }
@@ -208,11 +188,7 @@ impl IndexMap {
             .enumerate()
             .map(|(axis, e)| {
                 let (lo, hi) = e.range(shape);
-                if lo < 0 {
-                    Err(IndexMapError::Negative { axis, min: lo })
-                } else {
-                    Ok(hi as usize + 1)
-                }
+                if lo < 0 { Err(IndexMapError::Negative { axis, min: lo }) } else { Ok(hi as usize + 1) }
             })
             .collect()
     }
@@ -234,10 +210,7 @@ impl IndexMap {
                 r /= shape[d];
             }
             let phys = self.apply(&idx);
-            let p = phys
-                .iter()
-                .zip(&out)
-                .fold(0usize, |acc, (&i, &d)| acc * d + i as usize);
+            let p = phys.iter().zip(&out).fold(0usize, |acc, (&i, &d)| acc * d + i as usize);
             if seen[p] != u32::MAX {
                 let mut a = vec![0i64; shape.len()];
                 let mut r = seen[p] as usize;
@@ -245,11 +218,7 @@ impl IndexMap {
                     a[d] = (r % shape[d]) as i64;
                     r /= shape[d];
                 }
-                return Err(IndexMapError::NotInjective {
-                    a,
-                    b: idx,
-                    physical: phys,
-                });
+                return Err(IndexMapError::NotInjective { a, b: idx, physical: phys });
             }
             seen[p] = flat as u32;
         }
@@ -276,11 +245,7 @@ impl IndexMap {
 
 /// `[start, end)` ranges of the axis groups that `separators` cut `rank` axes into.
 pub fn group_bounds(separators: &[usize], rank: usize) -> Vec<(usize, usize)> {
-    let mut cuts: Vec<usize> = separators
-        .iter()
-        .copied()
-        .filter(|&s| s > 0 && s < rank)
-        .collect();
+    let mut cuts: Vec<usize> = separators.iter().copied().filter(|&s| s > 0 && s < rank).collect();
     cuts.sort_unstable();
     cuts.dedup();
     let mut bounds = Vec::with_capacity(cuts.len() + 1);
@@ -298,11 +263,7 @@ impl fmt::Display for IndexMap {
         write!(f, "lambda {}: [", self.vars.join(", "))?;
         let mut first = true;
         let mut sep = |f: &mut fmt::Formatter<'_>| {
-            if std::mem::replace(&mut first, false) {
-                Ok(())
-            } else {
-                f.write_str(", ")
-            }
+            if std::mem::replace(&mut first, false) { Ok(()) } else { f.write_str(", ") }
         };
         for i in 0..=self.exprs.len() {
             for _ in self.axis_separators.iter().filter(|&&s| s == i) {
@@ -326,19 +287,12 @@ struct Parser<'t> {
 
 impl Parser<'_> {
     fn err(&self, message: impl Into<String>) -> IndexMapError {
-        IndexMapError::Parse {
-            text: self.text.to_string(),
-            column: self.pos + 1,
-            message: message.into(),
-        }
+        IndexMapError::Parse { text: self.text.to_string(), column: self.pos + 1, message: message.into() }
     }
 
     fn skip_ws(&mut self) {
         while self.text[self.pos..].starts_with(char::is_whitespace) {
-            self.pos += self.text[self.pos..]
-                .chars()
-                .next()
-                .map_or(1, char::len_utf8);
+            self.pos += self.text[self.pos..].chars().next().map_or(1, char::len_utf8);
         }
     }
 
@@ -353,19 +307,13 @@ impl Parser<'_> {
     }
 
     fn expect(&mut self, s: &str) -> Result<(), IndexMapError> {
-        if self.eat(s) {
-            Ok(())
-        } else {
-            Err(self.err(format!("expected `{s}`")))
-        }
+        if self.eat(s) { Ok(()) } else { Err(self.err(format!("expected `{s}`"))) }
     }
 
     fn ident(&mut self) -> Option<String> {
         self.skip_ws();
         let rest = &self.text[self.pos..];
-        let len = rest
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-            .unwrap_or(rest.len());
+        let len = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(rest.len());
         if len == 0 || rest.starts_with(|c: char| c.is_ascii_digit()) {
             return None;
         }
@@ -384,9 +332,7 @@ impl Parser<'_> {
             if !self.vars.is_empty() {
                 self.expect(",")?;
             }
-            let v = self
-                .ident()
-                .ok_or_else(|| self.err("expected a variable name"))?;
+            let v = self.ident().ok_or_else(|| self.err("expected a variable name"))?;
             if v.contains('.') || self.vars.contains(&v) {
                 return Err(self.err(format!("invalid or repeated variable `{v}`")));
             }
@@ -415,11 +361,7 @@ impl Parser<'_> {
         if self.pos != self.text.len() {
             return Err(self.err("unexpected text after `]`"));
         }
-        Ok(IndexMap {
-            vars: self.vars,
-            exprs,
-            axis_separators: seps,
-        })
+        Ok(IndexMap { vars: self.vars, exprs, axis_separators: seps })
     }
 
     fn sum(&mut self) -> Result<MapExpr, IndexMapError> {
@@ -459,20 +401,13 @@ impl Parser<'_> {
             return Ok(e);
         }
         if self.eat("-") {
-            return Ok(MapExpr::Sub(
-                Box::new(MapExpr::Const(0)),
-                Box::new(self.atom()?),
-            ));
+            return Ok(MapExpr::Sub(Box::new(MapExpr::Const(0)), Box::new(self.atom()?)));
         }
         self.skip_ws();
         let rest = &self.text[self.pos..];
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits > 0 {
-            let v = rest[..digits]
-                .parse::<i64>()
-                .map_err(|_| self.err("integer too large"))?;
+            let v = rest[..digits].parse::<i64>().map_err(|_| self.err("integer too large"))?;
             self.pos += digits;
             return Ok(MapExpr::Const(v));
         }

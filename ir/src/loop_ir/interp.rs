@@ -19,27 +19,11 @@ pub enum LoopInterpError {
     #[error("module has no function '{0}'")]
     NoFunction(String),
     #[error("function '{func}' takes {expected} buffers, got {got}")]
-    Arity {
-        func: String,
-        expected: usize,
-        got: usize,
-    },
+    Arity { func: String, expected: usize, got: usize },
     #[error("function '{func}': argument for '{buffer}' must be {expected}, got {got}")]
-    ArgType {
-        func: String,
-        buffer: String,
-        expected: String,
-        got: String,
-    },
-    #[error(
-        "function '{func}': index {index:?} out of bounds for buffer '{buffer}' of shape {shape:?}"
-    )]
-    OutOfBounds {
-        func: String,
-        buffer: String,
-        index: Vec<i64>,
-        shape: Vec<usize>,
-    },
+    ArgType { func: String, buffer: String, expected: String, got: String },
+    #[error("function '{func}': index {index:?} out of bounds for buffer '{buffer}' of shape {shape:?}")]
+    OutOfBounds { func: String, buffer: String, index: Vec<i64>, shape: Vec<usize> },
     #[error("function '{func}': {message}")]
     Eval { func: String, message: String },
 }
@@ -100,20 +84,12 @@ fn convert(v: Val, dtype: DType) -> Val {
 }
 
 fn from_i128(v: i128, dtype: DType) -> Val {
-    if dtype.is_unsigned_int() {
-        convert(Val::U(v as u64), dtype)
-    } else {
-        convert(Val::I(v as i64), dtype)
-    }
+    if dtype.is_unsigned_int() { convert(Val::U(v as u64), dtype) } else { convert(Val::I(v as i64), dtype) }
 }
 
 fn floor_div(a: i128, b: i128) -> i128 {
     let q = a / b;
-    if a % b != 0 && ((a < 0) != (b < 0)) {
-        q - 1
-    } else {
-        q
-    }
+    if a % b != 0 && ((a < 0) != (b < 0)) { q - 1 } else { q }
 }
 
 fn binary(op: BinOp, a: Val, b: Val, dtype: DType) -> Result<Val, String> {
@@ -133,11 +109,7 @@ fn binary(op: BinOp, a: Val, b: Val, dtype: DType) -> Result<Val, String> {
         return Ok(convert(Val::F(r), dtype));
     }
     let (x, y) = (a.as_i128(), b.as_i128());
-    let bits = if dtype == DType::Bool {
-        1
-    } else {
-        dtype.int_bits() as i128
-    };
+    let bits = if dtype == DType::Bool { 1 } else { dtype.int_bits() as i128 };
     let r = match op {
         BinOp::Add => x.wrapping_add(y),
         BinOp::Sub => x.wrapping_sub(y),
@@ -223,10 +195,7 @@ struct Machine<'m> {
 
 impl<'m> Frame<'m> {
     fn err(&self, message: impl Into<String>) -> LoopInterpError {
-        LoopInterpError::Eval {
-            func: self.func.name.clone(),
-            message: message.into(),
-        }
+        LoopInterpError::Eval { func: self.func.name.clone(), message: message.into() }
     }
 
     fn storage(&self, id: BufferId) -> Result<&Shared, LoopInterpError> {
@@ -236,12 +205,7 @@ impl<'m> Frame<'m> {
             .ok_or_else(|| self.err(format!("buffer #{} used before it is allocated", id.0)))
     }
 
-    fn offset(
-        &self,
-        id: BufferId,
-        indices: &[Expr],
-        m: &Machine<'_>,
-    ) -> Result<usize, LoopInterpError> {
+    fn offset(&self, id: BufferId, indices: &[Expr], m: &Machine<'_>) -> Result<usize, LoopInterpError> {
         let buf = self.func.buffer(id);
         if indices.len() != buf.shape.len() {
             return Err(self.err(format!(
@@ -274,33 +238,20 @@ impl<'m> Frame<'m> {
         Ok(match e {
             Expr::Int { value, dtype } => convert(Val::I(*value), *dtype),
             Expr::Float { value, dtype } => convert(Val::F(*value), *dtype),
-            Expr::Var(v) => self.vars[v.0 as usize].ok_or_else(|| {
-                self.err(format!(
-                    "variable '{}' read before it is set",
-                    self.func.var(*v).name
-                ))
-            })?,
+            Expr::Var(v) => self.vars[v.0 as usize]
+                .ok_or_else(|| self.err(format!("variable '{}' read before it is set", self.func.var(*v).name)))?,
             Expr::Binary { op, lhs, rhs } => {
                 let dtype = e.dtype(self.func);
-                binary(*op, self.eval(lhs, m)?, self.eval(rhs, m)?, dtype)
-                    .map_err(|msg| self.err(msg))?
+                binary(*op, self.eval(lhs, m)?, self.eval(rhs, m)?, dtype).map_err(|msg| self.err(msg))?
             }
             Expr::Cmp { op, lhs, rhs } => {
                 let float = lhs.dtype(self.func).is_float();
                 Val::I(compare(*op, self.eval(lhs, m)?, self.eval(rhs, m)?, float) as i64)
             }
             Expr::Not(x) => Val::I(!self.eval(x, m)?.truthy() as i64),
-            Expr::Select {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Expr::Select { cond, then, otherwise } => {
                 // Only the chosen side is evaluated: guarded loads may be out of bounds.
-                if self.eval(cond, m)?.truthy() {
-                    self.eval(then, m)?
-                } else {
-                    self.eval(otherwise, m)?
-                }
+                if self.eval(cond, m)?.truthy() { self.eval(then, m)? } else { self.eval(otherwise, m)? }
             }
             Expr::Cast { dtype, value } => convert(self.eval(value, m)?, *dtype),
             Expr::Math { op, arg } => {
@@ -321,20 +272,14 @@ impl<'m> Frame<'m> {
                     self.exec(st, m)?;
                 }
             }
-            Stmt::For {
-                var, extent, body, ..
-            } => {
+            Stmt::For { var, extent, body, .. } => {
                 let n = self.eval(extent, m)?.as_i128();
                 for i in 0..n.max(0) {
                     self.vars[var.0 as usize] = Some(Val::I(i as i64));
                     self.exec(body, m)?;
                 }
             }
-            Stmt::Store {
-                buffer,
-                indices,
-                value,
-            } => {
+            Stmt::Store { buffer, indices, value } => {
                 let off = self.offset(*buffer, indices, m)?;
                 let v = convert(self.eval(value, m)?, self.func.buffer(*buffer).dtype);
                 self.storage(*buffer)?.borrow_mut().data[off] = v;
@@ -342,9 +287,8 @@ impl<'m> Frame<'m> {
             Stmt::Allocate { buffer, .. } => {
                 let b = self.func.buffer(*buffer);
                 let zero = convert(Val::I(0), b.dtype);
-                self.buffers[buffer.0 as usize] = Some(Rc::new(RefCell::new(Storage {
-                    data: vec![zero; b.num_elements()],
-                })));
+                self.buffers[buffer.0 as usize] =
+                    Some(Rc::new(RefCell::new(Storage { data: vec![zero; b.num_elements()] })));
             }
             Stmt::AllocateConst { buffer, data, .. } => {
                 let b = self.func.buffer(*buffer);
@@ -357,23 +301,16 @@ impl<'m> Frame<'m> {
                         b.shape
                     )));
                 }
-                self.buffers[buffer.0 as usize] = Some(Rc::new(RefCell::new(Storage {
-                    data: tensor_vals(data),
-                })));
+                self.buffers[buffer.0 as usize] = Some(Rc::new(RefCell::new(Storage { data: tensor_vals(data) })));
             }
             Stmt::Evaluate(call) => {
                 let Callee::Func(name) = &call.callee else {
-                    return Err(self.err(format!(
-                        "extern call {:?} cannot be interpreted",
-                        call.callee
-                    )));
+                    return Err(self.err(format!("extern call {:?} cannot be interpreted", call.callee)));
                 };
                 let mut bufs = Vec::with_capacity(call.args.len());
                 for a in &call.args {
                     match a {
-                        Arg::Buffer(b) => {
-                            bufs.push((self.storage(*b)?.clone(), self.func.buffer(*b).clone()))
-                        }
+                        Arg::Buffer(b) => bufs.push((self.storage(*b)?.clone(), self.func.buffer(*b).clone())),
                         Arg::Expr(_) => {
                             return Err(self.err("scalar call arguments are not supported"));
                         }
@@ -381,11 +318,7 @@ impl<'m> Frame<'m> {
                 }
                 m.call(name, bufs)?;
             }
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Stmt::If { cond, then, otherwise } => {
                 if self.eval(cond, m)?.truthy() {
                     self.exec(then, m)?;
                 } else if let Some(o) = otherwise {
@@ -402,33 +335,15 @@ impl<'m> Frame<'m> {
 }
 
 impl<'m> Machine<'m> {
-    fn call(
-        &mut self,
-        name: &str,
-        args: Vec<(Shared, super::Buffer)>,
-    ) -> Result<(), LoopInterpError> {
-        let func = self
-            .module
-            .func(name)
-            .ok_or_else(|| LoopInterpError::NoFunction(name.to_string()))?;
+    fn call(&mut self, name: &str, args: Vec<(Shared, super::Buffer)>) -> Result<(), LoopInterpError> {
+        let func = self.module.func(name).ok_or_else(|| LoopInterpError::NoFunction(name.to_string()))?;
         if args.len() != func.params.len() {
-            return Err(LoopInterpError::Arity {
-                func: name.into(),
-                expected: func.params.len(),
-                got: args.len(),
-            });
+            return Err(LoopInterpError::Arity { func: name.into(), expected: func.params.len(), got: args.len() });
         }
         if self.depth > 64 {
-            return Err(LoopInterpError::Eval {
-                func: name.into(),
-                message: "call depth exceeds 64".into(),
-            });
+            return Err(LoopInterpError::Eval { func: name.into(), message: "call depth exceeds 64".into() });
         }
-        let mut frame = Frame {
-            func,
-            buffers: vec![None; func.buffers.len()],
-            vars: vec![None; func.vars.len()],
-        };
+        let mut frame = Frame { func, buffers: vec![None; func.buffers.len()], vars: vec![None; func.vars.len()] };
         for (&p, (storage, given)) in func.params.iter().zip(args) {
             let want = func.buffer(p);
             // A buffer may be passed under another shape of the same size (a reshape view).
@@ -464,15 +379,9 @@ fn vals_tensor(dtype: DType, shape: &[usize], data: &[Val]) -> Tensor {
 /// Runs `main` of `module`. `inputs` fill main's first parameters in order; the remaining
 /// parameters are outputs, returned with main's parameter shapes.
 pub fn run(module: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, LoopInterpError> {
-    let main = module
-        .main()
-        .ok_or_else(|| LoopInterpError::NoFunction(MAIN.into()))?;
+    let main = module.main().ok_or_else(|| LoopInterpError::NoFunction(MAIN.into()))?;
     if inputs.len() > main.params.len() {
-        return Err(LoopInterpError::Arity {
-            func: MAIN.into(),
-            expected: main.params.len(),
-            got: inputs.len(),
-        });
+        return Err(LoopInterpError::Arity { func: MAIN.into(), expected: main.params.len(), got: inputs.len() });
     }
     let mut args = Vec::new();
     for (i, &p) in main.params.iter().enumerate() {
@@ -495,8 +404,5 @@ pub fn run(module: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, LoopInterp
     }
     let outputs: Vec<(Shared, super::Buffer)> = args[inputs.len()..].to_vec();
     Machine { module, depth: 0 }.call(MAIN, args)?;
-    Ok(outputs
-        .iter()
-        .map(|(s, b)| vals_tensor(b.dtype, &b.shape, &s.borrow().data))
-        .collect())
+    Ok(outputs.iter().map(|(s, b)| vals_tensor(b.dtype, &b.shape, &s.borrow().data)).collect())
 }

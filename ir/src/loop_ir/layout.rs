@@ -4,20 +4,21 @@
 //! At module level, a transform on a tensor `main` passes to an operator function is carried to
 //! that function's parameter, so caller and callee agree on the physical layout.
 
+use std::sync::Arc;
+
+use ndarray::{ArrayD, IxDyn};
+
 use super::index_map::{IndexMap, IndexMapError, MapExpr};
 use super::simplify::simplify_func;
 use super::{Arg, BinOp, Expr, MAIN, Module, PrimFunc, Stmt};
+use crate::tensor::{Element, Tensor};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LayoutError {
     #[error("function '{func}': no buffer named '{buffer}'")]
     UnknownBuffer { func: String, buffer: String },
     #[error("function '{func}', buffer '{buffer}': {source}")]
-    Map {
-        func: String,
-        buffer: String,
-        source: IndexMapError,
-    },
+    Map { func: String, buffer: String, source: IndexMapError },
     #[error("function '{func}', parameter '{buffer}' receives tensors with different layouts")]
     Conflict { func: String, buffer: String },
     #[error("no function named '{0}'")]
@@ -25,23 +26,10 @@ pub enum LayoutError {
 }
 
 /// Annotates buffer `buffer` of function `func` with a layout transform.
-pub fn set_layout(
-    m: &mut Module,
-    func: &str,
-    buffer: &str,
-    map: IndexMap,
-) -> Result<(), LayoutError> {
-    let f = m
-        .funcs
-        .iter_mut()
-        .find(|f| f.name == func)
-        .ok_or_else(|| LayoutError::UnknownFunction(func.into()))?;
-    let id = f
-        .find_buffer(buffer)
-        .ok_or_else(|| LayoutError::UnknownBuffer {
-            func: func.into(),
-            buffer: buffer.into(),
-        })?;
+pub fn set_layout(m: &mut Module, func: &str, buffer: &str, map: IndexMap) -> Result<(), LayoutError> {
+    let f = m.funcs.iter_mut().find(|f| f.name == func).ok_or_else(|| LayoutError::UnknownFunction(func.into()))?;
+    let id =
+        f.find_buffer(buffer).ok_or_else(|| LayoutError::UnknownBuffer { func: func.into(), buffer: buffer.into() })?;
     f.layout_transforms.insert(id, map);
     Ok(())
 }
@@ -73,27 +61,42 @@ pub fn apply_func(f: &mut PrimFunc) -> Result<(), LayoutError> {
         let buf = f
             .buffers
             .get_mut(b.0 as usize)
-            .ok_or_else(|| LayoutError::UnknownBuffer {
-                func: f.name.clone(),
-                buffer: format!("#{}", b.0),
-            })?;
-        let err = |source| LayoutError::Map {
-            func: f.name.clone(),
-            buffer: buf.name.clone(),
-            source,
-        };
+            .ok_or_else(|| LayoutError::UnknownBuffer { func: f.name.clone(), buffer: format!("#{}", b.0) })?;
+        let err = |source| LayoutError::Map { func: f.name.clone(), buffer: buf.name.clone(), source };
         map.check_injective(&buf.shape).map_err(err)?;
         let shape = map.transformed_shape(&buf.shape).map_err(err)?;
         buf.shape = shape;
         buf.axis_separators = map.axis_separators.clone();
     }
     let body = std::mem::replace(&mut f.body, Stmt::Seq(vec![]));
+    // Constant data moves to its new layout.
+    let body = body.map_stmts(&mut |s| match s {
+        Stmt::AllocateConst { buffer, data, pools } if maps.contains_key(&buffer) => {
+            let data = Arc::new(relayout(&data, &maps[&buffer], &f.buffers[buffer.0 as usize].shape));
+            Stmt::AllocateConst { buffer, data, pools }
+        }
+        other => other,
+    });
     f.body = body.map_accesses(&mut |buffer, indices| match maps.get(&buffer) {
         Some(m) if indices.len() == m.vars.len() => remap(indices, m),
         _ => indices,
     });
     simplify_func(f);
     Ok(())
+}
+
+/// `data` (logical layout) rearranged into the physical layout `map` gives it; padding is 0.
+fn relayout(data: &Tensor, map: &IndexMap, new_shape: &[usize]) -> Tensor {
+    fn go<T: Element>(a: &ArrayD<T>, map: &IndexMap, new_shape: &[usize]) -> Tensor {
+        let mut out = ArrayD::from_elem(IxDyn(new_shape), T::default());
+        for (index, v) in a.indexed_iter() {
+            let logical: Vec<i64> = (0..a.ndim()).map(|d| index[d] as i64).collect();
+            let physical: Vec<usize> = map.apply(&logical).into_iter().map(|i| i as usize).collect();
+            out[IxDyn(&physical)] = *v;
+        }
+        T::into_tensor(out)
+    }
+    crate::dispatch_tensor!(data, a, T => go::<T>(a, map, new_shape))
 }
 
 /// Carries transforms on tensors `main` passes to operator functions over to the callees'
@@ -116,18 +119,12 @@ pub fn apply_layout_transforms(m: &mut Module) -> Result<(), LayoutError> {
         });
     }
     for (name, i, map) in to_callees {
-        let f = m
-            .funcs
-            .iter_mut()
-            .find(|f| f.name == name)
-            .ok_or_else(|| LayoutError::UnknownFunction(name.clone()))?;
+        let f =
+            m.funcs.iter_mut().find(|f| f.name == name).ok_or_else(|| LayoutError::UnknownFunction(name.clone()))?;
         let Some(&p) = f.params.get(i) else { continue };
         match f.layout_transforms.get(&p) {
             Some(existing) if *existing != map => {
-                return Err(LayoutError::Conflict {
-                    func: f.name.clone(),
-                    buffer: f.buffer(p).name.clone(),
-                });
+                return Err(LayoutError::Conflict { func: f.name.clone(), buffer: f.buffer(p).name.clone() });
             }
             _ => {
                 f.layout_transforms.insert(p, map);

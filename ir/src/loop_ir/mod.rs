@@ -57,13 +57,7 @@ pub struct Buffer {
 
 impl Buffer {
     pub fn new(name: impl Into<String>, dtype: DType, shape: Vec<usize>) -> Buffer {
-        Buffer {
-            name: name.into(),
-            dtype,
-            shape,
-            axis_separators: vec![],
-            scope: Scope::Global,
-        }
+        Buffer { name: name.into(), dtype, shape, axis_separators: vec![], scope: Scope::Global }
     }
 
     pub fn num_elements(&self) -> usize {
@@ -256,10 +250,7 @@ impl PrimFunc {
     }
 
     pub fn find_buffer(&self, name: &str) -> Option<BufferId> {
-        self.buffers
-            .iter()
-            .position(|b| b.name == name)
-            .map(|i| BufferId(i as u32))
+        self.buffers.iter().position(|b| b.name == name).map(|i| BufferId(i as u32))
     }
 }
 
@@ -284,10 +275,7 @@ impl Module {
 
 impl Expr {
     pub fn index(v: i64) -> Expr {
-        Expr::Int {
-            value: v,
-            dtype: DType::I64,
-        }
+        Expr::Int { value: v, dtype: DType::I64 }
     }
 
     pub fn int(v: i64, dtype: DType) -> Expr {
@@ -299,48 +287,27 @@ impl Expr {
     }
 
     pub fn bool(v: bool) -> Expr {
-        Expr::Int {
-            value: v as i64,
-            dtype: DType::Bool,
-        }
+        Expr::Int { value: v as i64, dtype: DType::Bool }
     }
 
     pub fn binary(op: BinOp, lhs: Expr, rhs: Expr) -> Expr {
-        Expr::Binary {
-            op,
-            lhs: Box::new(lhs),
-            rhs: Box::new(rhs),
-        }
+        Expr::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }
     }
 
     pub fn cmp(op: CmpOp, lhs: Expr, rhs: Expr) -> Expr {
-        Expr::Cmp {
-            op,
-            lhs: Box::new(lhs),
-            rhs: Box::new(rhs),
-        }
+        Expr::Cmp { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }
     }
 
     pub fn select(cond: Expr, then: Expr, otherwise: Expr) -> Expr {
-        Expr::Select {
-            cond: Box::new(cond),
-            then: Box::new(then),
-            otherwise: Box::new(otherwise),
-        }
+        Expr::Select { cond: Box::new(cond), then: Box::new(then), otherwise: Box::new(otherwise) }
     }
 
     pub fn cast(dtype: DType, value: Expr) -> Expr {
-        Expr::Cast {
-            dtype,
-            value: Box::new(value),
-        }
+        Expr::Cast { dtype, value: Box::new(value) }
     }
 
     pub fn math(op: MathOp, arg: Expr) -> Expr {
-        Expr::Math {
-            op,
-            arg: Box::new(arg),
-        }
+        Expr::Math { op, arg: Box::new(arg) }
     }
 
     pub fn load(buffer: BufferId, indices: Vec<Expr>) -> Expr {
@@ -358,9 +325,7 @@ impl Expr {
     /// The static type of the expression in `func`.
     pub fn dtype(&self, func: &PrimFunc) -> DType {
         match self {
-            Expr::Int { dtype, .. } | Expr::Float { dtype, .. } | Expr::Cast { dtype, .. } => {
-                *dtype
-            }
+            Expr::Int { dtype, .. } | Expr::Float { dtype, .. } | Expr::Cast { dtype, .. } => *dtype,
             Expr::Var(v) => func.var(*v).dtype,
             Expr::Binary { lhs, .. } => lhs.dtype(func),
             Expr::Cmp { .. } | Expr::Not(_) => DType::Bool,
@@ -379,11 +344,7 @@ impl Expr {
                 f(rhs);
             }
             Expr::Not(e) | Expr::Cast { value: e, .. } | Expr::Math { arg: e, .. } => f(e),
-            Expr::Select {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Expr::Select { cond, then, otherwise } => {
                 f(cond);
                 f(then);
                 f(otherwise);
@@ -398,16 +359,10 @@ impl Expr {
             Expr::Binary { op, lhs, rhs } => Expr::binary(op, lhs.map(f), rhs.map(f)),
             Expr::Cmp { op, lhs, rhs } => Expr::cmp(op, lhs.map(f), rhs.map(f)),
             Expr::Not(e) => Expr::Not(Box::new(e.map(f))),
-            Expr::Select {
-                cond,
-                then,
-                otherwise,
-            } => Expr::select(cond.map(f), then.map(f), otherwise.map(f)),
+            Expr::Select { cond, then, otherwise } => Expr::select(cond.map(f), then.map(f), otherwise.map(f)),
             Expr::Cast { dtype, value } => Expr::cast(dtype, value.map(f)),
             Expr::Math { op, arg } => Expr::math(op, arg.map(f)),
-            Expr::Load { buffer, indices } => {
-                Expr::load(buffer, indices.into_iter().map(|i| i.map(f)).collect())
-            }
+            Expr::Load { buffer, indices } => Expr::load(buffer, indices.into_iter().map(|i| i.map(f)).collect()),
             leaf => leaf,
         };
         f(e)
@@ -424,11 +379,7 @@ impl Stmt {
                 other => out.push(other),
             }
         }
-        if out.len() == 1 {
-            out.pop().expect("one statement")
-        } else {
-            Stmt::Seq(out)
-        }
+        if out.len() == 1 { out.pop().expect("one statement") } else { Stmt::Seq(out) }
     }
 
     /// Calls `f` on every statement in pre-order.
@@ -437,9 +388,7 @@ impl Stmt {
         match self {
             Stmt::Seq(v) => v.iter().for_each(|s| s.walk(f)),
             Stmt::For { body, .. } => body.walk(f),
-            Stmt::If {
-                then, otherwise, ..
-            } => {
+            Stmt::If { then, otherwise, .. } => {
                 then.walk(f);
                 if let Some(o) = otherwise {
                     o.walk(f);
@@ -472,26 +421,12 @@ impl Stmt {
     pub fn map_exprs(self, f: &mut impl FnMut(Expr) -> Expr) -> Stmt {
         match self {
             Stmt::Seq(v) => Stmt::Seq(v.into_iter().map(|s| s.map_exprs(f)).collect()),
-            Stmt::For {
-                var,
-                extent,
-                kind,
-                body,
-            } => Stmt::For {
-                var,
-                extent: f(extent),
-                kind,
-                body: Box::new(body.map_exprs(f)),
-            },
-            Stmt::Store {
-                buffer,
-                indices,
-                value,
-            } => Stmt::Store {
-                buffer,
-                indices: indices.into_iter().map(&mut *f).collect(),
-                value: f(value),
-            },
+            Stmt::For { var, extent, kind, body } => {
+                Stmt::For { var, extent: f(extent), kind, body: Box::new(body.map_exprs(f)) }
+            }
+            Stmt::Store { buffer, indices, value } => {
+                Stmt::Store { buffer, indices: indices.into_iter().map(&mut *f).collect(), value: f(value) }
+            }
             Stmt::Evaluate(Call { callee, args }) => Stmt::Evaluate(Call {
                 callee,
                 args: args
@@ -502,19 +437,12 @@ impl Stmt {
                     })
                     .collect(),
             }),
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-            } => Stmt::If {
+            Stmt::If { cond, then, otherwise } => Stmt::If {
                 cond: f(cond),
                 then: Box::new(then.map_exprs(f)),
                 otherwise: otherwise.map(|o| Box::new(o.map_exprs(f))),
             },
-            Stmt::Let { var, value } => Stmt::Let {
-                var,
-                value: f(value),
-            },
+            Stmt::Let { var, value } => Stmt::Let { var, value: f(value) },
             other => other,
         }
     }
@@ -534,40 +462,35 @@ impl Stmt {
         s.map_stores(f)
     }
 
+    /// Rewrites every statement bottom-up with `f` (children first).
+    pub fn map_stmts(self, f: &mut impl FnMut(Stmt) -> Stmt) -> Stmt {
+        let s = match self {
+            Stmt::Seq(v) => Stmt::Seq(v.into_iter().map(|s| s.map_stmts(f)).collect()),
+            Stmt::For { var, extent, kind, body } => Stmt::For { var, extent, kind, body: Box::new(body.map_stmts(f)) },
+            Stmt::If { cond, then, otherwise } => Stmt::If {
+                cond,
+                then: Box::new(then.map_stmts(f)),
+                otherwise: otherwise.map(|o| Box::new(o.map_stmts(f))),
+            },
+            other => other,
+        };
+        f(s)
+    }
+
     fn map_stores(self, f: &mut impl FnMut(BufferId, Vec<Expr>) -> Vec<Expr>) -> Stmt {
         match self {
             Stmt::Seq(v) => Stmt::Seq(v.into_iter().map(|s| s.map_stores(f)).collect()),
-            Stmt::For {
-                var,
-                extent,
-                kind,
-                body,
-            } => Stmt::For {
-                var,
-                extent,
-                kind,
-                body: Box::new(body.map_stores(f)),
-            },
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-            } => Stmt::If {
+            Stmt::For { var, extent, kind, body } => {
+                Stmt::For { var, extent, kind, body: Box::new(body.map_stores(f)) }
+            }
+            Stmt::If { cond, then, otherwise } => Stmt::If {
                 cond,
                 then: Box::new(then.map_stores(f)),
                 otherwise: otherwise.map(|o| Box::new(o.map_stores(f))),
             },
-            Stmt::Store {
-                buffer,
-                indices,
-                value,
-            } => {
+            Stmt::Store { buffer, indices, value } => {
                 let indices = f(buffer, indices);
-                Stmt::Store {
-                    buffer,
-                    indices,
-                    value,
-                }
+                Stmt::Store { buffer, indices, value }
             }
             other => other,
         }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::index_map::IndexMap;
 use super::{
-    Arg, BinOp, Buffer, BufferId, Call, Callee, CmpOp, Expr, ForKind, MathOp, Module, PrimFunc,
-    Scope, Stmt, VarDecl, VarId,
+    Arg, BinOp, Buffer, BufferId, Call, Callee, CmpOp, Expr, ForKind, MathOp, Module, PrimFunc, Scope, Stmt, VarDecl,
+    VarId,
 };
 use crate::dtype::{DType, TensorType};
 use crate::tensor::Tensor;
@@ -33,8 +33,8 @@ enum Tok {
 }
 
 const PUNCTS: [&str; 27] = [
-    "..", "//", "<<", ">>", "&&", "||", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ",",
-    ":", "=", "+", "-", "*", "/", "%", "<", ">", "!",
+    "..", "//", "<<", ">>", "&&", "||", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ",", ":", "=", "+", "-",
+    "*", "/", "%", "<", ">", "!",
 ];
 
 struct Lexer<'t> {
@@ -45,21 +45,14 @@ struct Lexer<'t> {
 fn position(text: &str, pos: usize) -> (usize, usize) {
     let before = &text[..pos.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let column = before
-        .rfind('\n')
-        .map_or(before.len(), |n| before.len() - n - 1)
-        + 1;
+    let column = before.rfind('\n').map_or(before.len(), |n| before.len() - n - 1) + 1;
     (line, column)
 }
 
 impl Lexer<'_> {
     fn err(&self, pos: usize, message: impl Into<String>) -> ParseError {
         let (line, column) = position(self.text, pos);
-        ParseError {
-            line,
-            column,
-            message: message.into(),
-        }
+        ParseError { line, column, message: message.into() }
     }
 
     fn string(&mut self) -> Result<String, ParseError> {
@@ -82,11 +75,7 @@ impl Lexer<'_> {
                     Some((_, '"')) => out.push('"'),
                     Some((_, '\'')) => out.push('\''),
                     Some((_, 'u')) => {
-                        let rest: String = chars
-                            .by_ref()
-                            .map(|(_, c)| c)
-                            .take_while(|&c| c != '}')
-                            .collect();
+                        let rest: String = chars.by_ref().map(|(_, c)| c).take_while(|&c| c != '}').collect();
                         let code = rest.trim_start_matches('{');
                         let ch = u32::from_str_radix(code, 16).ok().and_then(char::from_u32);
                         out.push(ch.ok_or_else(|| self.err(start, "bad \\u escape"))?);
@@ -110,10 +99,8 @@ impl Lexer<'_> {
             }
             let start = self.pos;
             let c = trimmed.chars().next().expect("non-empty");
-            let word_len = |s: &str| {
-                s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-                    .unwrap_or(s.len())
-            };
+            let word_len =
+                |s: &str| s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(s.len());
             let tok = if c == '"' {
                 Tok::Str(self.string()?)
             } else if c == '%' || c == '@' {
@@ -134,11 +121,7 @@ impl Lexer<'_> {
                     self.pos += 1 + n;
                     after[..n].to_string()
                 };
-                if c == '%' {
-                    Tok::Local(name)
-                } else {
-                    Tok::Global(name)
-                }
+                if c == '%' { Tok::Local(name) } else { Tok::Global(name) }
             } else if c.is_ascii_digit() {
                 let b = trimmed.as_bytes();
                 let digits = |mut i: usize| {
@@ -168,11 +151,7 @@ impl Lexer<'_> {
                 if float {
                     Tok::Float(trimmed[..n].to_string())
                 } else {
-                    Tok::Int(
-                        trimmed[..n]
-                            .parse()
-                            .map_err(|_| self.err(start, "integer out of range"))?,
-                    )
+                    Tok::Int(trimmed[..n].parse().map_err(|_| self.err(start, "integer out of range"))?)
                 }
             } else if c.is_ascii_alphabetic() || c == '_' {
                 let n = word_len(trimmed);
@@ -195,14 +174,7 @@ fn dtype_named(s: &str) -> Option<DType> {
 
 pub fn parse_module(text: &str) -> Result<Module, ParseError> {
     let toks = Lexer { text, pos: 0 }.tokens()?;
-    let mut p = Parser {
-        text,
-        toks,
-        i: 0,
-        func: None,
-        buffers: HashMap::new(),
-        vars: HashMap::new(),
-    };
+    let mut p = Parser { text, toks, i: 0, func: None, buffers: HashMap::new(), vars: HashMap::new() };
     let mut funcs = Vec::new();
     while p.i < p.toks.len() {
         funcs.push(p.func()?);
@@ -223,11 +195,7 @@ impl Parser<'_> {
     fn err(&self, message: impl Into<String>) -> ParseError {
         let pos = self.toks.get(self.i).map_or(self.text.len(), |t| t.1);
         let (line, column) = position(self.text, pos);
-        ParseError {
-            line,
-            column,
-            message: message.into(),
-        }
+        ParseError { line, column, message: message.into() }
     }
 
     fn peek(&self) -> Option<&Tok> {
@@ -235,18 +203,13 @@ impl Parser<'_> {
     }
 
     fn next(&mut self) -> Result<Tok, ParseError> {
-        let t = self
-            .toks
-            .get(self.i)
-            .map(|t| t.0.clone())
-            .ok_or_else(|| self.err("unexpected end of input"))?;
+        let t = self.toks.get(self.i).map(|t| t.0.clone()).ok_or_else(|| self.err("unexpected end of input"))?;
         self.i += 1;
         Ok(t)
     }
 
     fn is(&self, p: &str) -> bool {
-        matches!(self.peek(), Some(Tok::Punct(q)) if *q == p)
-            || matches!(self.peek(), Some(Tok::Ident(q)) if q == p)
+        matches!(self.peek(), Some(Tok::Punct(q)) if *q == p) || matches!(self.peek(), Some(Tok::Ident(q)) if q == p)
     }
 
     fn eat(&mut self, p: &str) -> bool {
@@ -259,11 +222,7 @@ impl Parser<'_> {
     }
 
     fn expect(&mut self, p: &str) -> Result<(), ParseError> {
-        if self.eat(p) {
-            Ok(())
-        } else {
-            Err(self.err(format!("expected `{p}`")))
-        }
+        if self.eat(p) { Ok(()) } else { Err(self.err(format!("expected `{p}`"))) }
     }
 
     fn local(&mut self) -> Result<String, ParseError> {
@@ -320,23 +279,9 @@ impl Parser<'_> {
     fn buffer_type(&mut self, name: String) -> Result<Buffer, ParseError> {
         let dtype = self.dtype()?;
         let shape = self.usize_list()?;
-        let axis_separators = if self.eat("sep") {
-            self.usize_list()?
-        } else {
-            vec![]
-        };
-        let scope = if self.eat("local") {
-            Scope::Local
-        } else {
-            Scope::Global
-        };
-        Ok(Buffer {
-            name,
-            dtype,
-            shape,
-            axis_separators,
-            scope,
-        })
+        let axis_separators = if self.eat("sep") { self.usize_list()? } else { vec![] };
+        let scope = if self.eat("local") { Scope::Local } else { Scope::Global };
+        Ok(Buffer { name, dtype, shape, axis_separators, scope })
     }
 
     fn f(&mut self) -> &mut PrimFunc {
@@ -408,10 +353,7 @@ impl Parser<'_> {
         }
         let body = self.stmts()?;
         for (n, map) in layouts {
-            let id = *self
-                .buffers
-                .get(&n)
-                .ok_or_else(|| self.err(format!("layout for unknown buffer `%{n}`")))?;
+            let id = *self.buffers.get(&n).ok_or_else(|| self.err(format!("layout for unknown buffer `%{n}`")))?;
             self.f().layout_transforms.insert(id, map);
         }
         let mut f = self.func.take().expect("inside a function");
@@ -474,18 +416,11 @@ impl Parser<'_> {
                 Tok::Ident(k) if k == "unrolled" => ForKind::Unrolled,
                 Tok::Ident(k) if k == "parallel" => ForKind::Parallel,
                 _ => {
-                    return Err(
-                        self.err("expected a loop kind (serial, vectorized, unrolled, parallel)")
-                    );
+                    return Err(self.err("expected a loop kind (serial, vectorized, unrolled, parallel)"));
                 }
             };
             let body = self.block()?;
-            return Ok(Stmt::For {
-                var,
-                extent,
-                kind,
-                body,
-            });
+            return Ok(Stmt::For { var, extent, kind, body });
         }
         if self.eat("allocate") {
             let n = self.local()?;
@@ -511,14 +446,9 @@ impl Parser<'_> {
                 .collect::<Result<Vec<u8>, _>>()
                 .map_err(|_| self.err("malformed hex data"))?;
             let ty = TensorType::new(b.dtype, b.shape.clone());
-            let data = Tensor::from_le_bytes(&ty, &bytes)
-                .map_err(|e| self.err(format!("constant data {e}")))?;
+            let data = Tensor::from_le_bytes(&ty, &bytes).map_err(|e| self.err(format!("constant data {e}")))?;
             let buffer = self.declare_buffer(b)?;
-            return Ok(Stmt::AllocateConst {
-                buffer,
-                data: Arc::new(data),
-                pools,
-            });
+            return Ok(Stmt::AllocateConst { buffer, data: Arc::new(data), pools });
         }
         if self.eat("call") {
             let callee = match self.next()? {
@@ -536,9 +466,7 @@ impl Parser<'_> {
                     self.expect(",")?;
                 }
                 let is_buffer_arg = match (self.peek(), self.toks.get(self.i + 1).map(|t| &t.0)) {
-                    (Some(Tok::Local(n)), next) => {
-                        self.buffers.contains_key(n) && next != Some(&Tok::Punct("["))
-                    }
+                    (Some(Tok::Local(n)), next) => self.buffers.contains_key(n) && next != Some(&Tok::Punct("[")),
                     _ => false,
                 };
                 if is_buffer_arg {
@@ -553,16 +481,8 @@ impl Parser<'_> {
         if self.eat("if") {
             let cond = self.expr()?;
             let then = self.block()?;
-            let otherwise = if self.eat("else") {
-                Some(self.block()?)
-            } else {
-                None
-            };
-            return Ok(Stmt::If {
-                cond,
-                then,
-                otherwise,
-            });
+            let otherwise = if self.eat("else") { Some(self.block()?) } else { None };
+            return Ok(Stmt::If { cond, then, otherwise });
         }
         if self.eat("let") {
             let n = self.local()?;
@@ -574,18 +494,11 @@ impl Parser<'_> {
             return Ok(Stmt::Let { var, value });
         }
         let n = self.local()?;
-        let buffer = *self
-            .buffers
-            .get(&n)
-            .ok_or_else(|| self.err(format!("unknown buffer `%{n}`")))?;
+        let buffer = *self.buffers.get(&n).ok_or_else(|| self.err(format!("unknown buffer `%{n}`")))?;
         let indices = self.index_list()?;
         self.expect("=")?;
         let value = self.expr()?;
-        Ok(Stmt::Store {
-            buffer,
-            indices,
-            value,
-        })
+        Ok(Stmt::Store { buffer, indices, value })
     }
 
     fn index_list(&mut self) -> Result<Vec<Expr>, ParseError> {
@@ -610,8 +523,7 @@ impl Parser<'_> {
             v.push(self.expr()?);
         }
         self.expect(")")?;
-        Ok(v.try_into()
-            .unwrap_or_else(|_| unreachable!("exactly N arguments")))
+        Ok(v.try_into().unwrap_or_else(|_| unreachable!("exactly N arguments")))
     }
 
     fn expr(&mut self) -> Result<Expr, ParseError> {
@@ -670,15 +582,7 @@ impl Parser<'_> {
                 match word.as_str() {
                     "min" | "max" => {
                         let [a, b] = self.args::<2>()?;
-                        Ok(Expr::binary(
-                            if word == "min" {
-                                BinOp::Min
-                            } else {
-                                BinOp::Max
-                            },
-                            a,
-                            b,
-                        ))
+                        Ok(Expr::binary(if word == "min" { BinOp::Min } else { BinOp::Max }, a, b))
                     }
                     "select" => {
                         let [c, a, b] = self.args::<3>()?;
@@ -722,9 +626,7 @@ impl Parser<'_> {
         let neg = self.eat("-");
         let e = if dtype.is_float() {
             let v = match self.next()? {
-                Tok::Float(t) => t
-                    .parse::<f64>()
-                    .map_err(|_| self.err(format!("bad float literal `{t}`")))?,
+                Tok::Float(t) => t.parse::<f64>().map_err(|_| self.err(format!("bad float literal `{t}`")))?,
                 Tok::Int(v) => v as f64,
                 Tok::Ident(w) if w == "inf" => f64::INFINITY,
                 Tok::Ident(w) if w == "nan" => f64::NAN,

@@ -13,9 +13,7 @@
 
 use std::fmt::Write;
 
-use super::{
-    Arg, BinOp, Buffer, Callee, CmpOp, Expr, ForKind, MathOp, Module, PrimFunc, Scope, Stmt,
-};
+use super::{Arg, BinOp, Buffer, Callee, CmpOp, Expr, ForKind, MathOp, Module, PrimFunc, Scope, Stmt};
 
 /// Whether constant data is printed in full (round-trips) or elided (readable, for goldens).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,11 +34,7 @@ pub fn print_module(m: &Module, data: ConstData) -> String {
 }
 
 pub fn print_func(f: &PrimFunc, data: ConstData) -> String {
-    let mut p = Printer {
-        f,
-        out: String::new(),
-        data,
-    };
+    let mut p = Printer { f, out: String::new(), data };
     p.func();
     p.out
 }
@@ -64,15 +58,8 @@ fn quote(s: &str) -> String {
 
 /// `%name`/`@name` sigil form: plain when the name is a simple identifier, quoted otherwise.
 pub(crate) fn sigil_name(sigil: char, name: &str) -> String {
-    let simple = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-    if simple {
-        format!("{sigil}{name}")
-    } else {
-        format!("{sigil}{}", quote(name))
-    }
+    let simple = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    if simple { format!("{sigil}{name}") } else { format!("{sigil}{}", quote(name)) }
 }
 
 pub(crate) fn binop_text(op: BinOp) -> &'static str {
@@ -150,27 +137,12 @@ impl Printer<'_> {
     }
 
     fn func(&mut self) {
-        let params: Vec<String> = self
-            .f
-            .params
-            .iter()
-            .map(|&p| format!("{}: {}", self.buf(p), buffer_type(self.f.buffer(p))))
-            .collect();
-        writeln!(
-            self.out,
-            "func {}({}) {{",
-            sigil_name('@', &self.f.name),
-            params.join(", ")
-        )
-        .expect("write to string");
-        for (b, map) in &self.f.layout_transforms {
-            writeln!(
-                self.out,
-                "  layout {} {}",
-                self.buf(*b),
-                quote(&map.to_string())
-            )
+        let params: Vec<String> =
+            self.f.params.iter().map(|&p| format!("{}: {}", self.buf(p), buffer_type(self.f.buffer(p)))).collect();
+        writeln!(self.out, "func {}({}) {{", sigil_name('@', &self.f.name), params.join(", "))
             .expect("write to string");
+        for (b, map) in &self.f.layout_transforms {
+            writeln!(self.out, "  layout {} {}", self.buf(*b), quote(&map.to_string())).expect("write to string");
         }
         match &self.f.body {
             Stmt::Seq(v) => v.iter().for_each(|s| self.stmt(s, 1)),
@@ -201,12 +173,7 @@ impl Printer<'_> {
                 v.iter().for_each(|st| self.stmt(st, depth + 1));
                 self.line(depth, "}");
             }
-            Stmt::For {
-                var,
-                extent,
-                kind,
-                body,
-            } => {
+            Stmt::For { var, extent, kind, body } => {
                 let v = self.f.var(*var);
                 let head = format!(
                     "for {}: {} in 0..{} {} {{",
@@ -219,34 +186,16 @@ impl Printer<'_> {
                 self.block(body, depth + 1);
                 self.line(depth, "}");
             }
-            Stmt::Store {
-                buffer,
-                indices,
-                value,
-            } => {
-                let text = format!(
-                    "{}[{}] = {}",
-                    self.buf(*buffer),
-                    self.exprs(indices),
-                    self.expr(value)
-                );
+            Stmt::Store { buffer, indices, value } => {
+                let text = format!("{}[{}] = {}", self.buf(*buffer), self.exprs(indices), self.expr(value));
                 self.line(depth, &text);
             }
             Stmt::Allocate { buffer, pools } => {
                 let b = self.f.buffer(*buffer);
-                let text = format!(
-                    "allocate {}: {} {}",
-                    self.buf(*buffer),
-                    buffer_type(b),
-                    pools_text(pools)
-                );
+                let text = format!("allocate {}: {} {}", self.buf(*buffer), buffer_type(b), pools_text(pools));
                 self.line(depth, &text);
             }
-            Stmt::AllocateConst {
-                buffer,
-                data,
-                pools,
-            } => {
+            Stmt::AllocateConst { buffer, data, pools } => {
                 let b = self.f.buffer(*buffer);
                 let body = match self.data {
                     ConstData::Full => {
@@ -258,12 +207,7 @@ impl Printer<'_> {
                     }
                     ConstData::Elided => "<elided>".to_string(),
                 };
-                let text = format!(
-                    "constant {}: {} {} = {body}",
-                    self.buf(*buffer),
-                    buffer_type(b),
-                    pools_text(pools)
-                );
+                let text = format!("constant {}: {} {} = {body}", self.buf(*buffer), buffer_type(b), pools_text(pools));
                 self.line(depth, &text);
             }
             Stmt::Evaluate(call) => {
@@ -281,11 +225,7 @@ impl Printer<'_> {
                 };
                 self.line(depth, &format!("call {callee}({})", args.join(", ")));
             }
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Stmt::If { cond, then, otherwise } => {
                 self.line(depth, &format!("if {} {{", self.expr(cond)));
                 self.block(then, depth + 1);
                 if let Some(o) = otherwise {
@@ -296,22 +236,14 @@ impl Printer<'_> {
             }
             Stmt::Let { var, value } => {
                 let v = self.f.var(*var);
-                let text = format!(
-                    "let {}: {} = {}",
-                    sigil_name('%', &v.name),
-                    v.dtype,
-                    self.expr(value)
-                );
+                let text = format!("let {}: {} = {}", sigil_name('%', &v.name), v.dtype, self.expr(value));
                 self.line(depth, &text);
             }
         }
     }
 
     fn exprs(&self, es: &[Expr]) -> String {
-        es.iter()
-            .map(|e| self.expr(e))
-            .collect::<Vec<_>>()
-            .join(", ")
+        es.iter().map(|e| self.expr(e)).collect::<Vec<_>>().join(", ")
     }
 
     fn expr(&self, e: &Expr) -> String {
@@ -320,39 +252,16 @@ impl Printer<'_> {
             Expr::Int { value, dtype } => format!("{dtype}({value})"),
             Expr::Float { value, dtype } => format!("{dtype}({})", float_text(*value)),
             Expr::Var(v) => sigil_name('%', &self.f.var(*v).name),
-            Expr::Binary {
-                op: op @ (BinOp::Min | BinOp::Max),
-                lhs,
-                rhs,
-            } => {
-                format!(
-                    "{}({}, {})",
-                    binop_text(*op),
-                    self.expr(lhs),
-                    self.expr(rhs)
-                )
+            Expr::Binary { op: op @ (BinOp::Min | BinOp::Max), lhs, rhs } => {
+                format!("{}({}, {})", binop_text(*op), self.expr(lhs), self.expr(rhs))
             }
-            Expr::Binary { op, lhs, rhs } => format!(
-                "({} {} {})",
-                self.expr(lhs),
-                binop_text(*op),
-                self.expr(rhs)
-            ),
+            Expr::Binary { op, lhs, rhs } => format!("({} {} {})", self.expr(lhs), binop_text(*op), self.expr(rhs)),
             Expr::Cmp { op, lhs, rhs } => {
                 format!("({} {} {})", self.expr(lhs), cmp_text(*op), self.expr(rhs))
             }
             Expr::Not(x) => format!("!{}", self.expr(x)),
-            Expr::Select {
-                cond,
-                then,
-                otherwise,
-            } => {
-                format!(
-                    "select({}, {}, {})",
-                    self.expr(cond),
-                    self.expr(then),
-                    self.expr(otherwise)
-                )
+            Expr::Select { cond, then, otherwise } => {
+                format!("select({}, {}, {})", self.expr(cond), self.expr(then), self.expr(otherwise))
             }
             Expr::Cast { dtype, value } => format!("cast<{dtype}>({})", self.expr(value)),
             Expr::Math { op, arg } => format!("{}({})", math_text(*op), self.expr(arg)),

@@ -24,45 +24,36 @@ pub fn simplify_func(f: &mut PrimFunc) {
 fn simplify_stmt(s: Stmt, f: &PrimFunc, ranges: &mut Ranges) -> Stmt {
     match s {
         Stmt::Seq(v) => Stmt::Seq(v.into_iter().map(|s| simplify_stmt(s, f, ranges)).collect()),
-        Stmt::For {
-            var,
-            extent,
-            kind,
-            body,
-        } => {
+        Stmt::For { var, extent, kind, body } => {
             let extent = simplify(extent, f, ranges);
             if let Some(n) = extent.as_int() {
                 ranges.insert(var, (0, n - 1));
             }
             let body = simplify_stmt(*body, f, ranges);
             ranges.remove(&var);
-            Stmt::For {
-                var,
-                extent,
-                kind,
-                body: Box::new(body),
-            }
+            Stmt::For { var, extent, kind, body: Box::new(body) }
         }
-        Stmt::If {
-            cond,
-            then,
-            otherwise,
-        } => {
+        Stmt::If { cond, then, otherwise } => {
             let cond = simplify(cond, f, ranges);
-            let then = simplify_stmt(*then, f, ranges);
-            let otherwise = otherwise.map(|o| simplify_stmt(*o, f, ranges));
+            let then = unwrap_single(simplify_stmt(*then, f, ranges));
+            let otherwise = otherwise.map(|o| unwrap_single(simplify_stmt(*o, f, ranges)));
             match (cond.as_int(), otherwise) {
                 (Some(1), _) => then,
                 (Some(0), Some(o)) => o,
                 (Some(0), None) => Stmt::Seq(vec![]),
-                (_, o) => Stmt::If {
-                    cond,
-                    then: Box::new(then),
-                    otherwise: o.map(Box::new),
-                },
+                (_, o) => Stmt::If { cond, then: Box::new(then), otherwise: o.map(Box::new) },
             }
         }
         other => other.map_exprs(&mut |e| simplify(e, f, ranges)),
+    }
+}
+
+/// Loop and branch bodies holding one statement hold it directly (the canonical form the
+/// printer and parser agree on).
+fn unwrap_single(s: Stmt) -> Stmt {
+    match s {
+        Stmt::Seq(mut v) if v.len() == 1 => v.pop().expect("one statement"),
+        s => s,
     }
 }
 
@@ -75,17 +66,11 @@ struct Linear {
 
 impl Linear {
     fn constant(c: i64) -> Linear {
-        Linear {
-            terms: vec![],
-            constant: c,
-        }
+        Linear { terms: vec![], constant: c }
     }
 
     fn atom(e: Expr) -> Linear {
-        Linear {
-            terms: vec![(e, 1)],
-            constant: 0,
-        }
+        Linear { terms: vec![(e, 1)], constant: 0 }
     }
 
     fn add(mut self, other: Linear, sign: i64) -> Linear {
@@ -128,11 +113,7 @@ impl Linear {
         let mut acc: Option<Expr> = None;
         for (atom, c) in &self.terms {
             let mag = c.unsigned_abs() as i64;
-            let term = if mag == 1 {
-                atom.clone()
-            } else {
-                Expr::binary(BinOp::Mul, atom.clone(), Expr::index(mag))
-            };
+            let term = if mag == 1 { atom.clone() } else { Expr::binary(BinOp::Mul, atom.clone(), Expr::index(mag)) };
             acc = Some(match (acc, *c > 0) {
                 (None, true) => term,
                 (None, false) => Expr::binary(BinOp::Sub, Expr::index(0), term),
@@ -143,9 +124,7 @@ impl Linear {
         match acc {
             None => Expr::index(self.constant),
             Some(a) if self.constant > 0 => Expr::binary(BinOp::Add, a, Expr::index(self.constant)),
-            Some(a) if self.constant < 0 => {
-                Expr::binary(BinOp::Sub, a, Expr::index(-self.constant))
-            }
+            Some(a) if self.constant < 0 => Expr::binary(BinOp::Sub, a, Expr::index(-self.constant)),
             Some(a) => a,
         }
     }
@@ -162,17 +141,11 @@ pub fn range(e: &Expr, f: &PrimFunc, ranges: &Ranges) -> Option<(i64, i64)> {
                 BinOp::Add => Some((a.0.checked_add(b.0)?, a.1.checked_add(b.1)?)),
                 BinOp::Sub => Some((a.0.checked_sub(b.1)?, a.1.checked_sub(b.0)?)),
                 BinOp::Mul => {
-                    let c = [
-                        a.0.checked_mul(b.0)?,
-                        a.0.checked_mul(b.1)?,
-                        a.1.checked_mul(b.0)?,
-                        a.1.checked_mul(b.1)?,
-                    ];
+                    let c =
+                        [a.0.checked_mul(b.0)?, a.0.checked_mul(b.1)?, a.1.checked_mul(b.0)?, a.1.checked_mul(b.1)?];
                     Some((*c.iter().min()?, *c.iter().max()?))
                 }
-                BinOp::FloorDiv if b.0 == b.1 && b.0 > 0 => {
-                    Some((a.0.div_euclid(b.0), a.1.div_euclid(b.0)))
-                }
+                BinOp::FloorDiv if b.0 == b.1 && b.0 > 0 => Some((a.0.div_euclid(b.0), a.1.div_euclid(b.0))),
                 BinOp::FloorMod if b.0 == b.1 && b.0 > 0 => {
                     let c = b.0;
                     if a.0.div_euclid(c) == a.1.div_euclid(c) {
@@ -186,9 +159,7 @@ pub fn range(e: &Expr, f: &PrimFunc, ranges: &Ranges) -> Option<(i64, i64)> {
                 _ => None,
             }
         }
-        Expr::Select {
-            then, otherwise, ..
-        } => {
+        Expr::Select { then, otherwise, .. } => {
             let (a, b) = (range(then, f, ranges)?, range(otherwise, f, ranges)?);
             Some((a.0.min(b.0), a.1.max(b.1)))
         }
@@ -198,25 +169,10 @@ pub fn range(e: &Expr, f: &PrimFunc, ranges: &Ranges) -> Option<(i64, i64)> {
 
 fn linear(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Linear {
     match e {
-        Expr::Int {
-            value,
-            dtype: DType::I64,
-        } => Linear::constant(value),
-        Expr::Binary {
-            op: BinOp::Add,
-            lhs,
-            rhs,
-        } => linear(*lhs, f, ranges).add(linear(*rhs, f, ranges), 1),
-        Expr::Binary {
-            op: BinOp::Sub,
-            lhs,
-            rhs,
-        } => linear(*lhs, f, ranges).add(linear(*rhs, f, ranges), -1),
-        Expr::Binary {
-            op: BinOp::Mul,
-            lhs,
-            rhs,
-        } => {
+        Expr::Int { value, dtype: DType::I64 } => Linear::constant(value),
+        Expr::Binary { op: BinOp::Add, lhs, rhs } => linear(*lhs, f, ranges).add(linear(*rhs, f, ranges), 1),
+        Expr::Binary { op: BinOp::Sub, lhs, rhs } => linear(*lhs, f, ranges).add(linear(*rhs, f, ranges), -1),
+        Expr::Binary { op: BinOp::Mul, lhs, rhs } => {
             let (a, b) = (linear(*lhs, f, ranges), linear(*rhs, f, ranges));
             match (a.as_constant(), b.as_constant()) {
                 (Some(k), _) => b.scale(k),
@@ -224,11 +180,7 @@ fn linear(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Linear {
                 _ => Linear::atom(Expr::binary(BinOp::Mul, a.to_expr(), b.to_expr())),
             }
         }
-        Expr::Binary {
-            op: op @ (BinOp::FloorDiv | BinOp::FloorMod),
-            lhs,
-            rhs,
-        } => {
+        Expr::Binary { op: op @ (BinOp::FloorDiv | BinOp::FloorMod), lhs, rhs } => {
             let a = linear(*lhs, f, ranges);
             let b = linear(*rhs, f, ranges);
             match b.as_constant() {
@@ -236,11 +188,7 @@ fn linear(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Linear {
                 _ => Linear::atom(Expr::binary(op, a.to_expr(), b.to_expr())),
             }
         }
-        Expr::Binary {
-            op: op @ (BinOp::Min | BinOp::Max),
-            lhs,
-            rhs,
-        } => {
+        Expr::Binary { op: op @ (BinOp::Min | BinOp::Max), lhs, rhs } => {
             let (a, b) = (linear(*lhs, f, ranges), linear(*rhs, f, ranges));
             if let (Some(x), Some(y)) = (a.range(f, ranges), b.range(f, ranges)) {
                 let a_smaller = x.1 <= y.0;
@@ -261,11 +209,7 @@ fn linear(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Linear {
 /// through the division (and vanish in the modulus); the rest is decided by its range.
 fn div_mod(op: BinOp, a: Linear, c: i64, f: &PrimFunc, ranges: &Ranges) -> Linear {
     if c == 1 {
-        return if op == BinOp::FloorDiv {
-            a
-        } else {
-            Linear::constant(0)
-        };
+        return if op == BinOp::FloorDiv { a } else { Linear::constant(0) };
     }
     let mut quotient = Linear::constant(a.constant.div_euclid(c));
     let mut rest = Linear::constant(a.constant.rem_euclid(c));
@@ -282,52 +226,26 @@ fn div_mod(op: BinOp, a: Linear, c: i64, f: &PrimFunc, ranges: &Ranges) -> Linea
             Some((lo, hi)) if lo.div_euclid(c) == hi.div_euclid(c) => {
                 quotient.add(Linear::constant(lo.div_euclid(c)), 1)
             }
-            _ => quotient.add(
-                Linear::atom(Expr::binary(
-                    BinOp::FloorDiv,
-                    rest.to_expr(),
-                    Expr::index(c),
-                )),
-                1,
-            ),
+            _ => quotient.add(Linear::atom(Expr::binary(BinOp::FloorDiv, rest.to_expr(), Expr::index(c))), 1),
         },
         _ => match rest_range {
             Some((lo, hi)) if lo.div_euclid(c) == hi.div_euclid(c) => {
                 rest.add(Linear::constant(lo.div_euclid(c) * c), -1)
             }
-            _ => Linear::atom(Expr::binary(
-                BinOp::FloorMod,
-                rest.to_expr(),
-                Expr::index(c),
-            )),
+            _ => Linear::atom(Expr::binary(BinOp::FloorMod, rest.to_expr(), Expr::index(c))),
         },
     }
 }
 
 fn simplify_children(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr {
     match e {
-        Expr::Binary { op, lhs, rhs } => {
-            fold_binary(op, simplify(*lhs, f, ranges), simplify(*rhs, f, ranges))
-        }
-        Expr::Cmp { op, lhs, rhs } => fold_cmp(
-            op,
-            simplify(*lhs, f, ranges),
-            simplify(*rhs, f, ranges),
-            f,
-            ranges,
-        ),
+        Expr::Binary { op, lhs, rhs } => fold_binary(op, simplify(*lhs, f, ranges), simplify(*rhs, f, ranges)),
+        Expr::Cmp { op, lhs, rhs } => fold_cmp(op, simplify(*lhs, f, ranges), simplify(*rhs, f, ranges), f, ranges),
         Expr::Not(x) => match simplify(*x, f, ranges) {
-            Expr::Int {
-                value,
-                dtype: DType::Bool,
-            } => Expr::bool(value == 0),
+            Expr::Int { value, dtype: DType::Bool } => Expr::bool(value == 0),
             x => Expr::Not(Box::new(x)),
         },
-        Expr::Select {
-            cond,
-            then,
-            otherwise,
-        } => {
+        Expr::Select { cond, then, otherwise } => {
             let cond = simplify(*cond, f, ranges);
             let (then, otherwise) = (simplify(*then, f, ranges), simplify(*otherwise, f, ranges));
             match cond.as_int() {
@@ -340,21 +258,15 @@ fn simplify_children(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr {
         Expr::Cast { dtype, value } => {
             let v = simplify(*value, f, ranges);
             match v {
-                Expr::Int { value, dtype: from } if from.is_int() && dtype == DType::I64 => {
-                    Expr::index(value)
-                }
+                Expr::Int { value, dtype: from } if from.is_int() && dtype == DType::I64 => Expr::index(value),
                 v if v.dtype(f) == dtype => v,
                 v => Expr::cast(dtype, v),
             }
         }
         Expr::Math { op, arg } => Expr::math(op, simplify(*arg, f, ranges)),
-        Expr::Load { buffer, indices } => Expr::load(
-            buffer,
-            indices
-                .into_iter()
-                .map(|i| simplify(i, f, ranges))
-                .collect(),
-        ),
+        Expr::Load { buffer, indices } => {
+            Expr::load(buffer, indices.into_iter().map(|i| simplify(i, f, ranges)).collect())
+        }
         leaf => leaf,
     }
 }
@@ -399,12 +311,7 @@ fn fold_cmp(op: CmpOp, a: Expr, b: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr 
 
 /// Simplifies one expression given loop-variable ranges.
 pub fn simplify(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr {
-    if e.dtype(f) == DType::I64
-        && !matches!(
-            e,
-            Expr::Load { .. } | Expr::Select { .. } | Expr::Cast { .. }
-        )
-    {
+    if e.dtype(f) == DType::I64 && !matches!(e, Expr::Load { .. } | Expr::Select { .. } | Expr::Cast { .. }) {
         linear(e, f, ranges).to_expr()
     } else {
         simplify_children(e, f, ranges)

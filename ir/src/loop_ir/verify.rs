@@ -20,11 +20,7 @@ pub fn verify_module(m: &Module) -> Result<(), VerifyErrors> {
             errors.extend(e);
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(VerifyErrors(errors))
-    }
+    if errors.is_empty() { Ok(()) } else { Err(VerifyErrors(errors)) }
 }
 
 /// Verifies one function; with `module`, calls are checked against their callees.
@@ -41,19 +37,13 @@ pub fn verify_func(f: &PrimFunc, module: Option<&Module>) -> Result<(), VerifyEr
         if (p.0 as usize) >= f.buffers.len() {
             v.err(format!("parameter buffer #{} does not exist", p.0));
         } else if !v.buffers.insert(p) {
-            v.err(format!(
-                "buffer '{}' is a parameter twice",
-                f.buffer(p).name
-            ));
+            v.err(format!("buffer '{}' is a parameter twice", f.buffer(p).name));
         }
         v.ever_declared.insert(p);
     }
     for (b, map) in &f.layout_transforms {
         match f.buffers.get(b.0 as usize) {
-            None => v.err(format!(
-                "layout transform for buffer #{} which does not exist",
-                b.0
-            )),
+            None => v.err(format!("layout transform for buffer #{} which does not exist", b.0)),
             Some(buf) => {
                 if let Err(e) = map.transformed_shape(&buf.shape) {
                     v.err(format!("layout transform of '{}': {e}", buf.name));
@@ -62,11 +52,7 @@ pub fn verify_func(f: &PrimFunc, module: Option<&Module>) -> Result<(), VerifyEr
         }
     }
     v.stmt(&f.body);
-    if v.errors.is_empty() {
-        Ok(())
-    } else {
-        Err(VerifyErrors(v.errors))
-    }
+    if v.errors.is_empty() { Ok(()) } else { Err(VerifyErrors(v.errors)) }
 }
 
 struct Verifier<'a> {
@@ -82,8 +68,7 @@ struct Verifier<'a> {
 
 impl Verifier<'_> {
     fn err(&mut self, msg: String) {
-        self.errors
-            .push(format!("function '{}': {msg}", self.f.name));
+        self.errors.push(format!("function '{}': {msg}", self.f.name));
     }
 
     fn buffer_ok(&mut self, b: BufferId) -> bool {
@@ -92,10 +77,7 @@ impl Verifier<'_> {
             return false;
         }
         if !self.buffers.contains(&b) {
-            self.err(format!(
-                "buffer '{}' is used outside its scope",
-                self.f.buffer(b).name
-            ));
+            self.err(format!("buffer '{}' is used outside its scope", self.f.buffer(b).name));
             return false;
         }
         true
@@ -105,10 +87,7 @@ impl Verifier<'_> {
         if (b.0 as usize) >= self.f.buffers.len() {
             self.err(format!("buffer #{} does not exist", b.0));
         } else if !self.ever_declared.insert(b) {
-            self.err(format!(
-                "buffer '{}' is declared twice",
-                self.f.buffer(b).name
-            ));
+            self.err(format!("buffer '{}' is declared twice", self.f.buffer(b).name));
         }
         self.buffers.insert(b);
     }
@@ -139,10 +118,7 @@ impl Verifier<'_> {
             if let Some(t) = self.expr(i)
                 && !t.is_int()
             {
-                self.err(format!(
-                    "{what} of '{}' has a {t} index",
-                    self.f.buffer(b).name
-                ));
+                self.err(format!("{what} of '{}' has a {t} index", self.f.buffer(b).name));
             }
         }
     }
@@ -167,10 +143,7 @@ impl Verifier<'_> {
                     return None;
                 }
                 if !self.vars.contains(v) {
-                    self.err(format!(
-                        "variable '{}' is used outside its scope",
-                        self.f.var(*v).name
-                    ));
+                    self.err(format!("variable '{}' is used outside its scope", self.f.var(*v).name));
                 }
                 Some(self.f.var(*v).dtype)
             }
@@ -203,11 +176,7 @@ impl Verifier<'_> {
                 }
                 Some(DType::Bool)
             }
-            Expr::Select {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Expr::Select { cond, then, otherwise } => {
                 let c = self.expr(cond);
                 if c.is_some_and(|c| c != DType::Bool) {
                     self.err("select condition is not bool".into());
@@ -245,9 +214,7 @@ impl Verifier<'_> {
                 self.buffers = saved_b;
                 self.vars = saved_v;
             }
-            Stmt::For {
-                var, extent, body, ..
-            } => {
+            Stmt::For { var, extent, body, .. } => {
                 if let Some(t) = self.expr(extent)
                     && !t.is_int()
                 {
@@ -257,28 +224,17 @@ impl Verifier<'_> {
                     return;
                 }
                 if !self.f.var(*var).dtype.is_int() {
-                    self.err(format!(
-                        "loop variable '{}' is not an integer",
-                        self.f.var(*var).name
-                    ));
+                    self.err(format!("loop variable '{}' is not an integer", self.f.var(*var).name));
                 }
                 if !self.vars.insert(*var) {
-                    self.err(format!(
-                        "loop variable '{}' is already bound",
-                        self.f.var(*var).name
-                    ));
+                    self.err(format!("loop variable '{}' is already bound", self.f.var(*var).name));
                 }
                 self.stmt(body);
                 self.vars.remove(var);
             }
-            Stmt::Store {
-                buffer,
-                indices,
-                value,
-            } => {
+            Stmt::Store { buffer, indices, value } => {
                 self.access(*buffer, indices, "store");
-                if let (Some(t), Some(b)) =
-                    (self.expr(value), self.f.buffers.get(buffer.0 as usize))
+                if let (Some(t), Some(b)) = (self.expr(value), self.f.buffers.get(buffer.0 as usize))
                     && t != b.dtype
                 {
                     let msg = format!("store of {t} into {} buffer '{}'", b.dtype, b.name);
@@ -319,11 +275,7 @@ impl Verifier<'_> {
                     }
                 }
             }
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-            } => {
+            Stmt::If { cond, then, otherwise } => {
                 if self.expr(cond).is_some_and(|t| t != DType::Bool) {
                     self.err("if condition is not bool".into());
                 }
@@ -369,22 +321,15 @@ impl Verifier<'_> {
                     if got.dtype != want.dtype || got.num_elements() != want.num_elements() {
                         let msg = format!(
                             "call to '{}' passes '{}' ({}{:?}) for '{}' ({}{:?})",
-                            callee.name,
-                            got.name,
-                            got.dtype,
-                            got.shape,
-                            want.name,
-                            want.dtype,
-                            want.shape
+                            callee.name, got.name, got.dtype, got.shape, want.name, want.dtype, want.shape
                         );
                         self.err(msg);
                     }
                 }
                 Arg::Buffer(_) => {}
-                Arg::Expr(_) => self.err(format!(
-                    "call to '{}' passes a scalar for buffer '{}'",
-                    callee.name, want.name
-                )),
+                Arg::Expr(_) => {
+                    self.err(format!("call to '{}' passes a scalar for buffer '{}'", callee.name, want.name))
+                }
             }
         }
     }

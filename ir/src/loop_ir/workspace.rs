@@ -25,9 +25,9 @@ pub struct WorkspaceSize {
 fn touched(s: &Stmt, out: &mut Vec<BufferId>) {
     s.walk(&mut |st| {
         match st {
-            Stmt::Store { buffer, .. }
-            | Stmt::Allocate { buffer, .. }
-            | Stmt::AllocateConst { buffer, .. } => out.push(*buffer),
+            Stmt::Store { buffer, .. } | Stmt::Allocate { buffer, .. } | Stmt::AllocateConst { buffer, .. } => {
+                out.push(*buffer)
+            }
             Stmt::Evaluate(call) => out.extend(call.args.iter().filter_map(|a| match a {
                 Arg::Buffer(b) => Some(*b),
                 Arg::Expr(_) => None,
@@ -87,11 +87,8 @@ pub fn workspace_size(f: &PrimFunc) -> WorkspaceSize {
     let mut shared_bytes = 0;
     for i in order {
         let (_, first, last, size) = intervals[i];
-        let mut busy: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|p| p.0 <= last && first <= p.1)
-            .map(|p| (p.2, p.2 + p.3))
-            .collect();
+        let mut busy: Vec<(usize, usize)> =
+            placed.iter().filter(|p| p.0 <= last && first <= p.1).map(|p| (p.2, p.2 + p.3)).collect();
         busy.sort_unstable();
         let mut offset = 0;
         for (start, end) in busy {
@@ -103,11 +100,7 @@ pub fn workspace_size(f: &PrimFunc) -> WorkspaceSize {
         placed.push((first, last, offset, size));
         shared_bytes = shared_bytes.max(offset + size);
     }
-    WorkspaceSize {
-        func: f.name.clone(),
-        unshared_bytes,
-        shared_bytes,
-    }
+    WorkspaceSize { func: f.name.clone(), unshared_bytes, shared_bytes }
 }
 
 /// Workspace sizes of every function of the module, in module order.

@@ -57,9 +57,7 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
         if absorbed[i] {
             continue;
         }
-        let live: Vec<usize> = (0..node.outputs.len())
-            .filter(|&s| uses[node.outputs[s].0] > 0)
-            .collect();
+        let live: Vec<usize> = (0..node.outputs.len()).filter(|&s| uses[node.outputs[s].0] > 0).collect();
         if live.is_empty() {
             continue;
         }
@@ -79,34 +77,22 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                 }
                 let c = consumers[cur.0][0];
                 let cn = &graph.nodes[c];
-                if absorbed[c] || cn.outputs.len() != 1 || graph.ty(cn.outputs[0]) != graph.ty(cur)
-                {
+                if absorbed[c] || cn.outputs.len() != 1 || graph.ty(cn.outputs[0]) != graph.ty(cur) {
                     break;
                 }
                 let step = match &cn.op {
                     Op::Unary(u) => Epilogue::Unary(*u),
                     Op::LeakyRelu { alpha } => Epilogue::LeakyRelu(*alpha),
-                    Op::Clip { min, max } => Epilogue::Clip {
-                        min: min.clone(),
-                        max: max.clone(),
-                    },
+                    Op::Clip { min, max } => Epilogue::Clip { min: min.clone(), max: max.clone() },
                     Op::Binary(op) => {
                         let (lhs, rhs) = (cn.inputs[0], cn.inputs[1]);
-                        let (other, value_is_lhs) = if lhs == cur {
-                            (rhs, true)
-                        } else {
-                            (lhs, false)
-                        };
+                        let (other, value_is_lhs) = if lhs == cur { (rhs, true) } else { (lhs, false) };
                         // The other operand must exist before the anchor runs.
                         let ready = producers[other.0].is_none_or(|p| p < i);
                         if other == cur || !ready {
                             break;
                         }
-                        Epilogue::Binary {
-                            op: *op,
-                            other,
-                            value_is_lhs,
-                        }
+                        Epilogue::Binary { op: *op, other, value_is_lhs }
                     }
                     _ => break,
                 };

@@ -21,11 +21,7 @@ pub use fuse::{Epilogue, Group, fuse};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LowerError {
     #[error("node '{node}' ({op}): cannot lower: {reason}")]
-    Unsupported {
-        node: String,
-        op: String,
-        reason: String,
-    },
+    Unsupported { node: String, op: String, reason: String },
 }
 
 /// Default pool candidates of lowered allocations: empty means "the default workspace pool"
@@ -62,22 +58,10 @@ pub fn lower(graph: &Graph) -> Result<Module, LowerError> {
             return b;
         }
         let v = graph.value(id);
-        let b = main.buffer(
-            &v.name,
-            v.ty.dtype,
-            v.ty.shape.clone(),
-            crate::loop_ir::Scope::Global,
-        );
+        let b = main.buffer(&v.name, v.ty.dtype, v.ty.shape.clone(), crate::loop_ir::Scope::Global);
         body.push(match &v.constant {
-            Some(data) => Stmt::AllocateConst {
-                buffer: b,
-                data: data.clone(),
-                pools: DEFAULT_POOLS,
-            },
-            None => Stmt::Allocate {
-                buffer: b,
-                pools: DEFAULT_POOLS,
-            },
+            Some(data) => Stmt::AllocateConst { buffer: b, data: data.clone(), pools: DEFAULT_POOLS },
+            None => Stmt::Allocate { buffer: b, pools: DEFAULT_POOLS },
         });
         main_buf.insert(id, b);
         b
@@ -89,10 +73,7 @@ pub fn lower(graph: &Graph) -> Result<Module, LowerError> {
         for &v in group.inputs.iter().chain(&group.outputs) {
             args.push(Arg::Buffer(ensure(&mut main, &mut body, v)));
         }
-        body.push(Stmt::Evaluate(Call {
-            callee: Callee::Func(func.name.clone()),
-            args,
-        }));
+        body.push(Stmt::Evaluate(Call { callee: Callee::Func(func.name.clone()), args }));
         module.funcs.push(func);
     }
     for (k, (value, param)) in copies.into_iter().enumerate() {

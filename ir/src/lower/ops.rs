@@ -10,9 +10,7 @@ use super::LowerError;
 use super::fuse::{Epilogue, Group};
 use crate::dtype::{DType, TensorType};
 use crate::graph::{Graph, ValueId};
-use crate::loop_ir::build::{
-    FuncBuilder, add, and, flat_index, floordiv, ge, idx, in_range, lt, max, min, mul, sub,
-};
+use crate::loop_ir::build::{FuncBuilder, add, and, flat_index, floordiv, ge, idx, in_range, lt, max, min, mul, sub};
 use crate::loop_ir::{BinOp, BufferId, CmpOp, Expr, IndexMap, MathOp, PrimFunc, Scope, Stmt};
 use crate::op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 use crate::tensor::Tensor;
@@ -37,13 +35,7 @@ impl Operand {
             .shape
             .iter()
             .enumerate()
-            .map(|(d, &n)| {
-                if n == 1 {
-                    idx(0)
-                } else {
-                    out_idx[off + d].clone()
-                }
-            })
+            .map(|(d, &n)| if n == 1 { idx(0) } else { out_idx[off + d].clone() })
             .collect();
         self.load(indices)
     }
@@ -61,11 +53,7 @@ fn acc_dtype(d: DType) -> DType {
 
 /// A literal of `dtype` with value `v` (`as` semantics).
 fn lit(dtype: DType, v: f64) -> Expr {
-    if dtype.is_float() {
-        Expr::float(v, dtype)
-    } else {
-        Expr::int(v as i64, dtype)
-    }
+    if dtype.is_float() { Expr::float(v, dtype) } else { Expr::int(v as i64, dtype) }
 }
 
 fn scalar_literal(t: &Tensor) -> Expr {
@@ -78,11 +66,7 @@ fn scalar_literal(t: &Tensor) -> Expr {
 }
 
 fn cast_to(dtype: DType, e: Expr, from: DType) -> Expr {
-    if dtype == from {
-        e
-    } else {
-        Expr::cast(dtype, e)
-    }
+    if dtype == from { e } else { Expr::cast(dtype, e) }
 }
 
 fn binary_expr(op: BinaryOp, a: Expr, b: Expr) -> Expr {
@@ -108,11 +92,7 @@ fn unary_expr(u: UnaryOp, v: Expr, dtype: DType) -> Expr {
 }
 
 fn leaky_expr(v: Expr, alpha: f32, dtype: DType) -> Expr {
-    Expr::select(
-        Expr::cmp(CmpOp::Lt, v.clone(), lit(dtype, 0.0)),
-        mul(v.clone(), lit(dtype, alpha as f64)),
-        v,
-    )
+    Expr::select(Expr::cmp(CmpOp::Lt, v.clone(), lit(dtype, 0.0)), mul(v.clone(), lit(dtype, alpha as f64)), v)
 }
 
 fn clip_expr(mut v: Expr, lo: Option<&Tensor>, hi: Option<&Tensor>) -> Expr {
@@ -138,18 +118,9 @@ impl Epi {
                 Epilogue::Unary(u) => unary_expr(*u, v, self.dtype),
                 Epilogue::LeakyRelu(a) => leaky_expr(v, *a, self.dtype),
                 Epilogue::Clip { min, max } => clip_expr(v, min.as_ref(), max.as_ref()),
-                Epilogue::Binary {
-                    op, value_is_lhs, ..
-                } => {
-                    let o = operand
-                        .as_ref()
-                        .expect("binary epilogue has an operand")
-                        .load_broadcast(out_idx);
-                    if *value_is_lhs {
-                        binary_expr(*op, v, o)
-                    } else {
-                        binary_expr(*op, o, v)
-                    }
+                Epilogue::Binary { op, value_is_lhs, .. } => {
+                    let o = operand.as_ref().expect("binary epilogue has an operand").load_broadcast(out_idx);
+                    if *value_is_lhs { binary_expr(*op, v, o) } else { binary_expr(*op, o, v) }
                 }
             };
         }
@@ -161,12 +132,7 @@ impl Epi {
 pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<PrimFunc, LowerError> {
     let node = &graph.nodes[group.anchor];
     let mut names: Vec<String> = vec![node.op.name().to_lowercase()];
-    names.extend(
-        group
-            .fused
-            .iter()
-            .map(|&c| graph.nodes[c].op.name().to_lowercase()),
-    );
+    names.extend(group.fused.iter().map(|&c| graph.nodes[c].op.name().to_lowercase()));
     let mut fb = FuncBuilder::new(format!("{}_{k}", names.join("_")));
     // Ops that only move data see flat (or 3-d for Softmax) views of their tensors.
     let view = |ty: &TensorType| -> Vec<usize> {
@@ -182,14 +148,7 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
         let shape = view(ty);
         let name = graph.value(v).name.clone();
         let buf = fb.param(&name, ty.dtype, shape.clone());
-        params.insert(
-            v,
-            Operand {
-                buf,
-                shape,
-                dtype: ty.dtype,
-            },
-        );
+        params.insert(v, Operand { buf, shape, dtype: ty.dtype });
     }
     let ins: Vec<Operand> = node.inputs.iter().map(|v| params[v].clone()).collect();
     let mut outs: Vec<Option<Operand>> = vec![None; node.outputs.len()];
@@ -213,84 +172,36 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
     };
     let out0 = || outs[0].clone().expect("first output is stored");
     let body = match &node.op {
-        Op::Conv(a) => conv(
-            &mut fb,
-            &ins[0],
-            &ins[1],
-            ins.get(2),
-            None,
-            a,
-            &out0(),
-            &epi,
-        ),
-        Op::ConvInteger(a) => conv(
-            &mut fb,
-            &ins[0],
-            &ins[1],
-            None,
-            Some((&ins[2], &ins[3])),
-            a,
-            &out0(),
-            &epi,
-        ),
-        Op::Gemm {
-            alpha,
-            beta,
-            trans_a,
-            trans_b,
-        } => gemm(
-            &mut fb,
-            &ins[0],
-            &ins[1],
-            ins.get(2),
-            (*alpha, *beta, *trans_a, *trans_b),
-            &out0(),
-            &epi,
-        ),
+        Op::Conv(a) => conv(&mut fb, &ins[0], &ins[1], ins.get(2), None, a, &out0(), &epi),
+        Op::ConvInteger(a) => conv(&mut fb, &ins[0], &ins[1], None, Some((&ins[2], &ins[3])), a, &out0(), &epi),
+        Op::Gemm { alpha, beta, trans_a, trans_b } => {
+            gemm(&mut fb, &ins[0], &ins[1], ins.get(2), (*alpha, *beta, *trans_a, *trans_b), &out0(), &epi)
+        }
         Op::MatMul => matmul(&mut fb, &ins[0], &ins[1], None, &out0(), &epi),
-        Op::MatMulInteger => matmul(
-            &mut fb,
-            &ins[0],
-            &ins[1],
-            Some((&ins[2], &ins[3])),
-            &out0(),
-            &epi,
-        ),
+        Op::MatMulInteger => matmul(&mut fb, &ins[0], &ins[1], Some((&ins[2], &ins[3])), &out0(), &epi),
         Op::Binary(b) => elementwise(&mut fb, &out0(), &epi, |_, o| {
             binary_expr(*b, ins[0].load_broadcast(o), ins[1].load_broadcast(o))
         }),
-        Op::Unary(u) => elementwise(&mut fb, &out0(), &epi, |_, o| {
-            unary_expr(*u, ins[0].load(o.to_vec()), ins[0].dtype)
-        }),
-        Op::LeakyRelu { alpha } => elementwise(&mut fb, &out0(), &epi, |_, o| {
-            leaky_expr(ins[0].load(o.to_vec()), *alpha, ins[0].dtype)
-        }),
-        Op::Clip { min, max } => elementwise(&mut fb, &out0(), &epi, |_, o| {
-            clip_expr(ins[0].load(o.to_vec()), min.as_ref(), max.as_ref())
-        }),
-        Op::BitShift { left } => elementwise(&mut fb, &out0(), &epi, |_, o| {
-            bit_shift(&ins[0], &ins[1], *left, o)
-        }),
-        Op::Cast { to } => elementwise(&mut fb, &out0(), &epi, |_, o| {
-            Expr::cast(*to, ins[0].load(o.to_vec()))
-        }),
-        Op::BatchNormalization { epsilon } => {
-            elementwise(&mut fb, &out0(), &epi, |_, o| batch_norm(&ins, *epsilon, o))
+        Op::Unary(u) => {
+            elementwise(&mut fb, &out0(), &epi, |_, o| unary_expr(*u, ins[0].load(o.to_vec()), ins[0].dtype))
         }
-        Op::QuantizeLinear { axis } => elementwise(&mut fb, &out0(), &epi, |_, o| {
-            quantize(&ins, *axis, out_dtype, o)
-        }),
-        Op::DequantizeLinear { axis } => {
-            elementwise(&mut fb, &out0(), &epi, |_, o| dequantize(&ins, *axis, o))
+        Op::LeakyRelu { alpha } => {
+            elementwise(&mut fb, &out0(), &epi, |_, o| leaky_expr(ins[0].load(o.to_vec()), *alpha, ins[0].dtype))
         }
-        Op::MaxPool {
-            pool,
-            storage_order_col_major,
-        } => max_pool(&mut fb, &ins[0], pool, *storage_order_col_major, &outs),
-        Op::AveragePool {
-            pool,
-            count_include_pad,
-        } => average_pool(&mut fb, &ins[0], pool, *count_include_pad, &out0(), &epi),
+        Op::Clip { min, max } => {
+            elementwise(&mut fb, &out0(), &epi, |_, o| clip_expr(ins[0].load(o.to_vec()), min.as_ref(), max.as_ref()))
+        }
+        Op::BitShift { left } => elementwise(&mut fb, &out0(), &epi, |_, o| bit_shift(&ins[0], &ins[1], *left, o)),
+        Op::Cast { to } => elementwise(&mut fb, &out0(), &epi, |_, o| Expr::cast(*to, ins[0].load(o.to_vec()))),
+        Op::BatchNormalization { epsilon } => elementwise(&mut fb, &out0(), &epi, |_, o| batch_norm(&ins, *epsilon, o)),
+        Op::QuantizeLinear { axis } => elementwise(&mut fb, &out0(), &epi, |_, o| quantize(&ins, *axis, out_dtype, o)),
+        Op::DequantizeLinear { axis } => elementwise(&mut fb, &out0(), &epi, |_, o| dequantize(&ins, *axis, o)),
+        Op::MaxPool { pool, storage_order_col_major } => {
+            max_pool(&mut fb, &ins[0], pool, *storage_order_col_major, &outs)
+        }
+        Op::AveragePool { pool, count_include_pad } => {
+            average_pool(&mut fb, &ins[0], pool, *count_include_pad, &out0(), &epi)
+        }
         Op::GlobalAveragePool => global_average_pool(&mut fb, &ins[0], &out0(), &epi),
         Op::Softmax { .. } => softmax(&mut fb, &ins[0], &out0()),
         Op::Transpose { perm } => elementwise(&mut fb, &out0(), &epi, |_, o| {
@@ -301,9 +212,9 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
             ins[0].load(src)
         }),
         Op::Concat { axis } => concat(&mut fb, &ins, *axis, &out0()),
-        Op::Pad { pads, mode, value } => elementwise(&mut fb, &out0(), &epi, |_, o| {
-            pad(&ins[0], pads, *mode, value, o)
-        }),
+        Op::Pad { pads, mode, value } => {
+            elementwise(&mut fb, &out0(), &epi, |_, o| pad(&ins[0], pads, *mode, value, o))
+        }
         Op::Flatten { .. }
         | Op::Reshape { .. }
         | Op::Squeeze { .. }
@@ -331,16 +242,8 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
 pub(crate) fn copy_func(name: &str, ty: &TensorType) -> PrimFunc {
     let mut fb = FuncBuilder::new(name);
     let n = ty.num_elements();
-    let src = Operand {
-        buf: fb.param("src", ty.dtype, vec![n]),
-        shape: vec![n],
-        dtype: ty.dtype,
-    };
-    let dst = Operand {
-        buf: fb.param("dst", ty.dtype, vec![n]),
-        shape: vec![n],
-        dtype: ty.dtype,
-    };
+    let src = Operand { buf: fb.param("src", ty.dtype, vec![n]), shape: vec![n], dtype: ty.dtype };
+    let dst = Operand { buf: fb.param("dst", ty.dtype, vec![n]), shape: vec![n], dtype: ty.dtype };
     let body = copy_loop(&mut fb, &src, &dst);
     fb.finish(body)
 }
@@ -363,23 +266,13 @@ fn elementwise(
     let buf = out.buf;
     fb.loop_nest("i", &out.shape.clone(), |fb, o| {
         let v = f(fb, o);
-        Stmt::Store {
-            buffer: buf,
-            indices: o.to_vec(),
-            value: epi.apply(v, o),
-        }
+        Stmt::Store { buffer: buf, indices: o.to_vec(), value: epi.apply(v, o) }
     })
 }
 
 fn local(fb: &mut FuncBuilder, name: &str, dtype: DType) -> (BufferId, Stmt) {
     let b = fb.buffer(name, dtype, vec![1], Scope::Local);
-    (
-        b,
-        Stmt::Allocate {
-            buffer: b,
-            pools: vec![],
-        },
-    )
+    (b, Stmt::Allocate { buffer: b, pools: vec![] })
 }
 
 fn get(b: BufferId) -> Expr {
@@ -387,11 +280,7 @@ fn get(b: BufferId) -> Expr {
 }
 
 fn set(b: BufferId, v: Expr) -> Stmt {
-    Stmt::Store {
-        buffer: b,
-        indices: vec![idx(0)],
-        value: v,
-    }
+    Stmt::Store { buffer: b, indices: vec![idx(0)], value: v }
 }
 
 /// Nested serial loops over `extents` around `body`, with fresh variables named `prefix<i>`.
@@ -411,19 +300,13 @@ fn clamp(e: Expr, n: usize) -> Expr {
 /// Window tap position along spatial axis `d`: `o*stride + k*dilation - pad_begin`.
 fn tap(w: &Window, d: usize, o: &Expr, k: &Expr) -> Expr {
     sub(
-        add(
-            mul(o.clone(), idx(w.strides[d] as i64)),
-            mul(k.clone(), idx(w.dilations[d] as i64)),
-        ),
+        add(mul(o.clone(), idx(w.strides[d] as i64)), mul(k.clone(), idx(w.dilations[d] as i64))),
         idx(w.pads_begin[d] as i64),
     )
 }
 
 fn all(conds: Vec<Expr>) -> Expr {
-    conds
-        .into_iter()
-        .reduce(and)
-        .unwrap_or_else(|| Expr::bool(true))
+    conds.into_iter().reduce(and).unwrap_or_else(|| Expr::bool(true))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -441,11 +324,7 @@ fn conv(
     let k = x.shape.len() - 2;
     let (c, m, g) = (x.shape[1], w.shape[0], attrs.group);
     let (cg, mg) = (c / g, m / g);
-    let acc_t = if zero_points.is_some() {
-        DType::I32
-    } else {
-        acc_dtype(x.dtype)
-    };
+    let acc_t = if zero_points.is_some() { DType::I32 } else { acc_dtype(x.dtype) };
     let mut prelude = Vec::new();
 
     // Padded copy of the input (scratch), so the inner loop needs no bounds checks.
@@ -458,14 +337,10 @@ fn conv(
         let pad_buf = fb.buffer("pad", x.dtype, shape.clone(), Scope::Global);
         // NCHWc: blocks of 4 channels innermost, so a vector of 4 lanes loads in one go.
         if k == 2 && g == 1 && c % 4 == 0 && c >= 8 && zero_points.is_none() {
-            let map =
-                IndexMap::parse("lambda n, c, h, w: [n, c // 4, h, w, c % 4]").expect("valid map");
+            let map = IndexMap::parse("lambda n, c, h, w: [n, c // 4, h, w, c % 4]").expect("valid map");
             fb.set_layout_transform(pad_buf, map);
         }
-        prelude.push(Stmt::Allocate {
-            buffer: pad_buf,
-            pools: vec![],
-        });
+        prelude.push(Stmt::Allocate { buffer: pad_buf, pools: vec![] });
         let fill = match zero_points {
             Some((xzp, _)) => xzp.load_scalar(),
             None => lit(x.dtype, 0.0),
@@ -485,11 +360,7 @@ fn conv(
                 value: Expr::select(all(conds), x2.load(src_idx), fill),
             }
         }));
-        Operand {
-            buf: pad_buf,
-            shape,
-            dtype: x.dtype,
-        }
+        Operand { buf: pad_buf, shape, dtype: x.dtype }
     } else {
         x.clone()
     };
@@ -498,11 +369,7 @@ fn conv(
     prelude.push(alloc);
     let nest = loops(fb, "o", &out.shape.clone(), |fb, o| {
         let (n, oc) = (o[0].clone(), o[1].clone());
-        let grp = if g == 1 {
-            idx(0)
-        } else {
-            floordiv(oc.clone(), idx(mg as i64))
-        };
+        let grp = if g == 1 { idx(0) } else { floordiv(oc.clone(), idx(mg as i64)) };
         let init = match bias {
             Some(b) => cast_to(acc_t, b.load(vec![oc.clone()]), b.dtype),
             None => lit(acc_t, 0.0),
@@ -510,11 +377,7 @@ fn conv(
         let mut extents = vec![cg];
         extents.extend(&win.kernel);
         let reduce = loops(fb, "r", &extents, |_, r| {
-            let ch = if g == 1 {
-                r[0].clone()
-            } else {
-                add(mul(grp.clone(), idx(cg as i64)), r[0].clone())
-            };
+            let ch = if g == 1 { r[0].clone() } else { add(mul(grp.clone(), idx(cg as i64)), r[0].clone()) };
             let mut xi = vec![n.clone(), ch];
             let mut wi = vec![oc.clone(), r[0].clone()];
             for d in 0..k {
@@ -535,10 +398,7 @@ fn conv(
                         wzp.load_scalar()
                     };
                     mul(
-                        sub(
-                            Expr::cast(DType::I32, xv),
-                            Expr::cast(DType::I32, xzp.load_scalar()),
-                        ),
+                        sub(Expr::cast(DType::I32, xv), Expr::cast(DType::I32, xzp.load_scalar())),
                         sub(Expr::cast(DType::I32, wv), Expr::cast(DType::I32, wz)),
                     )
                 }
@@ -550,11 +410,7 @@ fn conv(
         Stmt::seq(vec![
             set(acc, init),
             reduce,
-            Stmt::Store {
-                buffer: out.buf,
-                indices: o.to_vec(),
-                value: epi.apply(value, o),
-            },
+            Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: epi.apply(value, o) },
         ])
     });
     prelude.push(nest);
@@ -577,26 +433,9 @@ fn gemm(
     let nest = loops(fb, "o", &out.shape.clone(), |fb, o| {
         let (m, n) = (o[0].clone(), o[1].clone());
         let reduce = loops(fb, "r", &[kk], |_, r| {
-            let ai = if ta {
-                vec![r[0].clone(), m.clone()]
-            } else {
-                vec![m.clone(), r[0].clone()]
-            };
-            let bi = if tb {
-                vec![n.clone(), r[0].clone()]
-            } else {
-                vec![r[0].clone(), n.clone()]
-            };
-            set(
-                acc,
-                add(
-                    get(acc),
-                    mul(
-                        cast_to(acc_t, a.load(ai), a.dtype),
-                        cast_to(acc_t, b.load(bi), b.dtype),
-                    ),
-                ),
-            )
+            let ai = if ta { vec![r[0].clone(), m.clone()] } else { vec![m.clone(), r[0].clone()] };
+            let bi = if tb { vec![n.clone(), r[0].clone()] } else { vec![r[0].clone(), n.clone()] };
+            set(acc, add(get(acc), mul(cast_to(acc_t, a.load(ai), a.dtype), cast_to(acc_t, b.load(bi), b.dtype))))
         });
         let mut v = get(acc);
         if alpha != 1.0 {
@@ -604,24 +443,13 @@ fn gemm(
         }
         if let Some(c) = c {
             let cv = cast_to(acc_t, c.load_broadcast(o), c.dtype);
-            v = add(
-                v,
-                if beta == 1.0 {
-                    cv
-                } else {
-                    mul(lit(acc_t, beta as f64), cv)
-                },
-            );
+            v = add(v, if beta == 1.0 { cv } else { mul(lit(acc_t, beta as f64), cv) });
         }
         let value = cast_to(out.dtype, v, acc_t);
         Stmt::seq(vec![
             set(acc, lit(acc_t, 0.0)),
             reduce,
-            Stmt::Store {
-                buffer: out.buf,
-                indices: o.to_vec(),
-                value: epi.apply(value, o),
-            },
+            Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: epi.apply(value, o) },
         ])
     });
     Stmt::seq(vec![alloc, nest])
@@ -635,11 +463,7 @@ fn matmul(
     out: &Operand,
     epi: &Epi,
 ) -> Stmt {
-    let acc_t = if zero_points.is_some() {
-        DType::I32
-    } else {
-        acc_dtype(a.dtype)
-    };
+    let acc_t = if zero_points.is_some() { DType::I32 } else { acc_dtype(a.dtype) };
     let (ra, rb, ro) = (a.shape.len(), b.shape.len(), out.shape.len());
     let kk = a.shape[ra - 1];
     let batch = ro - (ra > 1) as usize - (rb > 1) as usize;
@@ -649,34 +473,18 @@ fn matmul(
         let n = (rb > 1).then(|| o[ro - 1].clone());
         let batch_idx = |shape: &[usize]| -> Vec<Expr> {
             let nb = shape.len() - 2;
-            (0..nb)
-                .map(|d| {
-                    if shape[d] == 1 {
-                        idx(0)
-                    } else {
-                        o[batch - nb + d].clone()
-                    }
-                })
-                .collect()
+            (0..nb).map(|d| if shape[d] == 1 { idx(0) } else { o[batch - nb + d].clone() }).collect()
         };
         let reduce = loops(fb, "r", &[kk], |_, r| {
             let ai = if ra == 1 {
                 vec![r[0].clone()]
             } else {
-                [
-                    batch_idx(&a.shape),
-                    vec![m.clone().expect("rank > 1"), r[0].clone()],
-                ]
-                .concat()
+                [batch_idx(&a.shape), vec![m.clone().expect("rank > 1"), r[0].clone()]].concat()
             };
             let bi = if rb == 1 {
                 vec![r[0].clone()]
             } else {
-                [
-                    batch_idx(&b.shape),
-                    vec![r[0].clone(), n.clone().expect("rank > 1")],
-                ]
-                .concat()
+                [batch_idx(&b.shape), vec![r[0].clone(), n.clone().expect("rank > 1")]].concat()
             };
             let term = match zero_points {
                 Some((azp, bzp)) => {
@@ -691,20 +499,11 @@ fn matmul(
                         bzp.load_scalar()
                     };
                     mul(
-                        sub(
-                            Expr::cast(DType::I32, a.load(ai)),
-                            Expr::cast(DType::I32, az),
-                        ),
-                        sub(
-                            Expr::cast(DType::I32, b.load(bi)),
-                            Expr::cast(DType::I32, bz),
-                        ),
+                        sub(Expr::cast(DType::I32, a.load(ai)), Expr::cast(DType::I32, az)),
+                        sub(Expr::cast(DType::I32, b.load(bi)), Expr::cast(DType::I32, bz)),
                     )
                 }
-                None => mul(
-                    cast_to(acc_t, a.load(ai), a.dtype),
-                    cast_to(acc_t, b.load(bi), b.dtype),
-                ),
+                None => mul(cast_to(acc_t, a.load(ai), a.dtype), cast_to(acc_t, b.load(bi), b.dtype)),
             };
             set(acc, add(get(acc), term))
         });
@@ -712,11 +511,7 @@ fn matmul(
         Stmt::seq(vec![
             set(acc, lit(acc_t, 0.0)),
             reduce,
-            Stmt::Store {
-                buffer: out.buf,
-                indices: o.to_vec(),
-                value: epi.apply(value, o),
-            },
+            Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: epi.apply(value, o) },
         ])
     });
     Stmt::seq(vec![alloc, nest])
@@ -732,43 +527,19 @@ struct Taps {
 fn taps(win: &Window, in_sp: &[usize], o: &[Expr], r: &[Expr]) -> Taps {
     let k = in_sp.len();
     let pos: Vec<Expr> = (0..k).map(|d| tap(win, d, &o[d + 2], &r[d])).collect();
-    let inside = all(pos
-        .iter()
-        .zip(in_sp)
-        .map(|(p, &n)| in_range(p.clone(), n))
-        .collect());
-    let clamped = pos
-        .iter()
-        .zip(in_sp)
-        .map(|(p, &n)| clamp(p.clone(), n))
-        .collect();
-    Taps {
-        pos,
-        inside,
-        clamped,
-    }
+    let inside = all(pos.iter().zip(in_sp).map(|(p, &n)| in_range(p.clone(), n)).collect());
+    let clamped = pos.iter().zip(in_sp).map(|(p, &n)| clamp(p.clone(), n)).collect();
+    Taps { pos, inside, clamped }
 }
 
-fn max_pool(
-    fb: &mut FuncBuilder,
-    x: &Operand,
-    pool: &PoolAttrs,
-    col_major: bool,
-    outs: &[Option<Operand>],
-) -> Stmt {
+fn max_pool(fb: &mut FuncBuilder, x: &Operand, pool: &PoolAttrs, col_major: bool, outs: &[Option<Operand>]) -> Stmt {
     let win = &pool.window;
     let in_sp = x.shape[2..].to_vec();
     let (acc, a1) = local(fb, "acc", x.dtype);
     let (found, a2) = local(fb, "found", DType::Bool);
     let with_indices = matches!(outs.get(1), Some(Some(_)));
-    let (arg, a3) = local(fb, "arg", DType::I64);
-    let out_shape = outs
-        .iter()
-        .flatten()
-        .next()
-        .expect("a stored output")
-        .shape
-        .clone();
+    let arg = with_indices.then(|| local(fb, "arg", DType::I64));
+    let out_shape = outs.iter().flatten().next().expect("a stored output").shape.clone();
     let plane: usize = in_sp.iter().product();
     let channels = x.shape[1];
     let nest = loops(fb, "o", &out_shape, |fb, o| {
@@ -782,55 +553,31 @@ fn max_pool(
             } else {
                 flat_index(&t.pos, &in_sp)
             };
-            let flat = add(
-                mul(
-                    add(mul(o[0].clone(), idx(channels as i64)), o[1].clone()),
-                    idx(plane as i64),
-                ),
-                spatial,
-            );
-            let better = Expr::binary(
-                BinOp::Or,
-                Expr::Not(Box::new(get(found))),
-                Expr::cmp(CmpOp::Gt, v.clone(), get(acc)),
-            );
+            let flat = add(mul(add(mul(o[0].clone(), idx(channels as i64)), o[1].clone()), idx(plane as i64)), spatial);
+            let better =
+                Expr::binary(BinOp::Or, Expr::Not(Box::new(get(found))), Expr::cmp(CmpOp::Gt, v.clone(), get(acc)));
             let mut update = vec![set(acc, v), set(found, Expr::bool(true))];
-            if with_indices {
-                update.push(set(arg, flat));
+            if let Some((arg, _)) = &arg {
+                update.push(set(*arg, flat));
             }
-            Stmt::If {
-                cond: and(t.inside, better),
-                then: Box::new(Stmt::seq(update)),
-                otherwise: None,
-            }
+            Stmt::If { cond: and(t.inside, better), then: Box::new(Stmt::seq(update)), otherwise: None }
         });
-        let mut stmts = vec![
-            set(found, Expr::bool(false)),
-            set(acc, lit(x.dtype, f64::NEG_INFINITY)),
-        ];
-        if with_indices {
-            stmts.push(set(arg, idx(0)));
+        let mut stmts = vec![set(found, Expr::bool(false)), set(acc, lit(x.dtype, f64::NEG_INFINITY))];
+        if let Some((arg, _)) = &arg {
+            stmts.push(set(*arg, idx(0)));
         }
         stmts.push(reduce);
         if let Some(y) = &outs[0] {
-            stmts.push(Stmt::Store {
-                buffer: y.buf,
-                indices: o.to_vec(),
-                value: get(acc),
-            });
+            stmts.push(Stmt::Store { buffer: y.buf, indices: o.to_vec(), value: get(acc) });
         }
-        if let Some(Some(i)) = outs.get(1) {
-            stmts.push(Stmt::Store {
-                buffer: i.buf,
-                indices: o.to_vec(),
-                value: get(arg),
-            });
+        if let (Some(Some(i)), Some((arg, _))) = (outs.get(1), &arg) {
+            stmts.push(Stmt::Store { buffer: i.buf, indices: o.to_vec(), value: get(*arg) });
         }
         Stmt::seq(stmts)
     });
     let mut stmts = vec![a1, a2];
-    if with_indices {
-        stmts.push(a3);
+    if let Some((_, alloc)) = arg.clone() {
+        stmts.push(alloc);
     }
     stmts.push(nest);
     Stmt::seq(stmts)
@@ -852,11 +599,7 @@ fn average_pool(
     let nest = loops(fb, "o", &out.shape.clone(), |fb, o| {
         let reduce = loops(fb, "r", &win.kernel, |_, r| {
             let t = taps(win, &in_sp, o, r);
-            let v = cast_to(
-                acc_t,
-                x.load([vec![o[0].clone(), o[1].clone()], t.clamped.clone()].concat()),
-                x.dtype,
-            );
+            let v = cast_to(acc_t, x.load([vec![o[0].clone(), o[1].clone()], t.clamped.clone()].concat()), x.dtype);
             let inc = set(count, add(get(count), idx(1)));
             // With count_include_pad, taps in the explicit padding count; ceil-mode overhang
             // beyond it does not.
@@ -870,13 +613,8 @@ fn average_pool(
             Stmt::If {
                 cond: t.inside,
                 then: Box::new(Stmt::seq(vec![set(sum, add(get(sum), v)), inc.clone()])),
-                otherwise: include_pad.then(|| {
-                    Box::new(Stmt::If {
-                        cond: in_padding,
-                        then: Box::new(inc),
-                        otherwise: None,
-                    })
-                }),
+                otherwise: include_pad
+                    .then(|| Box::new(Stmt::If { cond: in_padding, then: Box::new(inc), otherwise: None })),
             }
         });
         let mean = Expr::select(
@@ -889,11 +627,7 @@ fn average_pool(
             set(sum, lit(acc_t, 0.0)),
             set(count, idx(0)),
             reduce,
-            Stmt::Store {
-                buffer: out.buf,
-                indices: o.to_vec(),
-                value: epi.apply(value, o),
-            },
+            Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: epi.apply(value, o) },
         ])
     });
     Stmt::seq(vec![a1, a2, nest])
@@ -911,17 +645,10 @@ fn global_average_pool(fb: &mut FuncBuilder, x: &Operand, out: &Operand, epi: &E
         });
         let mut out_idx = o.to_vec();
         out_idx.extend(sp.iter().map(|_| idx(0)));
-        let mean = if count == 0 {
-            lit(acc_t, 0.0)
-        } else {
-            Expr::binary(BinOp::Div, get(sum), lit(acc_t, count as f64))
-        };
+        let mean =
+            if count == 0 { lit(acc_t, 0.0) } else { Expr::binary(BinOp::Div, get(sum), lit(acc_t, count as f64)) };
         let value = cast_to(out.dtype, mean, acc_t);
-        let store = Stmt::Store {
-            buffer: out.buf,
-            indices: out_idx.clone(),
-            value: epi.apply(value, &out_idx),
-        };
+        let store = Stmt::Store { buffer: out.buf, indices: out_idx.clone(), value: epi.apply(value, &out_idx) };
         Stmt::seq(vec![set(sum, lit(acc_t, 0.0)), reduce, store])
     });
     Stmt::seq(vec![alloc, nest])
@@ -946,31 +673,13 @@ fn softmax(fb: &mut FuncBuilder, x: &Operand, out: &Operand) -> Stmt {
         let at = |l: &Expr| vec![o[0].clone(), l.clone(), o[1].clone()];
         let xv = |l: &Expr| cast_to(acc_t, x.load(at(l)), x.dtype);
         let find_max = loops(fb, "l", &[lane], |_, l| set(mx, max(get(mx), xv(&l[0]))));
-        let exp_sum = loops(fb, "l", &[lane], |_, l| {
-            set(
-                sum,
-                add(get(sum), Expr::math(MathOp::Exp, sub(xv(&l[0]), get(mx)))),
-            )
-        });
+        let exp_sum =
+            loops(fb, "l", &[lane], |_, l| set(sum, add(get(sum), Expr::math(MathOp::Exp, sub(xv(&l[0]), get(mx))))));
         let write = loops(fb, "l", &[lane], |_, l| {
-            let v = Expr::binary(
-                BinOp::Div,
-                Expr::math(MathOp::Exp, sub(xv(&l[0]), get(mx))),
-                get(sum),
-            );
-            Stmt::Store {
-                buffer: out.buf,
-                indices: at(&l[0]),
-                value: cast_to(out.dtype, v, acc_t),
-            }
+            let v = Expr::binary(BinOp::Div, Expr::math(MathOp::Exp, sub(xv(&l[0]), get(mx))), get(sum));
+            Stmt::Store { buffer: out.buf, indices: at(&l[0]), value: cast_to(out.dtype, v, acc_t) }
         });
-        Stmt::seq(vec![
-            set(mx, lit(acc_t, f64::NEG_INFINITY)),
-            find_max,
-            set(sum, lit(acc_t, 0.0)),
-            exp_sum,
-            write,
-        ])
+        Stmt::seq(vec![set(mx, lit(acc_t, f64::NEG_INFINITY)), find_max, set(sum, lit(acc_t, 0.0)), exp_sum, write])
     });
     Stmt::seq(vec![a1, a2, nest])
 }
@@ -983,11 +692,7 @@ fn concat(fb: &mut FuncBuilder, ins: &[Operand], axis: usize, out: &Operand) -> 
         stmts.push(loops(fb, "i", &x.shape.clone(), |_, o| {
             let mut dst = o.to_vec();
             dst[axis] = add(dst[axis].clone(), idx(off as i64));
-            Stmt::Store {
-                buffer: out.buf,
-                indices: dst,
-                value: x.load(o.to_vec()),
-            }
+            Stmt::Store { buffer: out.buf, indices: dst, value: x.load(o.to_vec()) }
         }));
         offset += x.shape[axis];
     }
@@ -1017,30 +722,19 @@ fn pad(x: &Operand, pads: &[i64], mode: PadMode, value: &Tensor, o: &[Expr]) -> 
         });
     }
     let v = x.load(src);
-    if conds.is_empty() {
-        v
-    } else {
-        Expr::select(all(conds), v, scalar_literal(value))
-    }
+    if conds.is_empty() { v } else { Expr::select(all(conds), v, scalar_literal(value)) }
 }
 
 fn bit_shift(x: &Operand, s: &Operand, left: bool, o: &[Expr]) -> Expr {
     let dt = x.dtype;
     let (xv, sv) = (x.load_broadcast(o), s.load_broadcast(o));
     let bits = dt.int_bits() as i64;
-    let ok = and(
-        ge(sv.clone(), Expr::int(0, dt)),
-        lt(sv.clone(), Expr::int(bits, dt)),
-    );
+    let ok = and(ge(sv.clone(), Expr::int(0, dt)), lt(sv.clone(), Expr::int(bits, dt)));
     // The shift amount is clamped so the shift itself is always defined.
     let safe = min(max(sv, Expr::int(0, dt)), Expr::int(bits - 1, dt));
     let shifted = Expr::binary(if left { BinOp::Shl } else { BinOp::Shr }, xv.clone(), safe);
     let fill = if !left && dt.is_signed_int() {
-        Expr::select(
-            lt(xv, Expr::int(0, dt)),
-            Expr::int(-1, dt),
-            Expr::int(0, dt),
-        )
+        Expr::select(lt(xv, Expr::int(0, dt)), Expr::int(-1, dt), Expr::int(0, dt))
     } else {
         Expr::int(0, dt)
     };
@@ -1051,15 +745,8 @@ fn batch_norm(ins: &[Operand], eps: f32, o: &[Expr]) -> Expr {
     let x = &ins[0];
     let t = acc_dtype(x.dtype);
     let p = |i: usize| cast_to(t, ins[i].load(vec![o[1].clone()]), ins[i].dtype);
-    let k = Expr::binary(
-        BinOp::Div,
-        p(1),
-        Expr::math(MathOp::Sqrt, add(p(4), lit(t, eps as f64))),
-    );
-    let v = add(
-        mul(sub(cast_to(t, x.load(o.to_vec()), x.dtype), p(3)), k),
-        p(2),
-    );
+    let k = Expr::binary(BinOp::Div, p(1), Expr::math(MathOp::Sqrt, add(p(4), lit(t, eps as f64))));
+    let v = add(mul(sub(cast_to(t, x.load(o.to_vec()), x.dtype), p(3)), k), p(2));
     cast_to(x.dtype, v, t)
 }
 
@@ -1080,11 +767,7 @@ fn quantize(ins: &[Operand], axis: QuantAxis, out_dtype: DType, o: &[Expr]) -> E
     let (x, scale, zp) = (&ins[0], &ins[1], &ins[2]);
     let pi = quant_param_index(axis, scale, o);
     // The division happens in the input's precision, as the ONNX reference does.
-    let t = if x.dtype == DType::I32 {
-        DType::F64
-    } else {
-        DType::F32
-    };
+    let t = if x.dtype == DType::I32 { DType::F64 } else { DType::F32 };
     let mut q = Expr::binary(
         BinOp::Div,
         cast_to(t, x.load(o.to_vec()), x.dtype),
@@ -1094,23 +777,14 @@ fn quantize(ins: &[Operand], axis: QuantAxis, out_dtype: DType, o: &[Expr]) -> E
         q = Expr::cast(DType::F32, Expr::cast(DType::F16, q));
     }
     let q = add(Expr::math(MathOp::Round, q), Expr::cast(t, zp.load(pi)));
-    let lo = lit(
-        t,
-        Tensor::scalar_from_f64(out_dtype, f64::NEG_INFINITY).to_f64_vec()[0],
-    );
-    let hi = lit(
-        t,
-        Tensor::scalar_from_f64(out_dtype, f64::INFINITY).to_f64_vec()[0],
-    );
+    let lo = lit(t, Tensor::scalar_from_f64(out_dtype, f64::NEG_INFINITY).to_f64_vec()[0]);
+    let hi = lit(t, Tensor::scalar_from_f64(out_dtype, f64::INFINITY).to_f64_vec()[0]);
     Expr::cast(out_dtype, min(max(q, lo), hi))
 }
 
 fn dequantize(ins: &[Operand], axis: QuantAxis, o: &[Expr]) -> Expr {
     let (x, scale, zp) = (&ins[0], &ins[1], &ins[2]);
     let pi = quant_param_index(axis, scale, o);
-    let diff = sub(
-        Expr::cast(DType::I64, x.load(o.to_vec())),
-        Expr::cast(DType::I64, zp.load(pi.clone())),
-    );
+    let diff = sub(Expr::cast(DType::I64, x.load(o.to_vec())), Expr::cast(DType::I64, zp.load(pi.clone())));
     mul(Expr::cast(scale.dtype, diff), scale.load(pi))
 }

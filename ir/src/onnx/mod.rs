@@ -37,12 +37,7 @@ pub enum ImportError {
     #[error("opset {0} is too old: Heron imports models of opset {MIN_OPSET} and newer")]
     OpsetTooOld(i64),
     #[error("unsupported operator {op_type} (domain '{domain}', opset {opset}) in node '{node}'")]
-    UnsupportedOp {
-        op_type: String,
-        domain: String,
-        node: String,
-        opset: i64,
-    },
+    UnsupportedOp { op_type: String, domain: String, node: String, opset: i64 },
     #[error("{context}: unsupported element type {dtype}")]
     UnsupportedDtype { context: String, dtype: String },
     #[error("value '{name}': unsupported type kind '{kind}' (only tensors are supported)")]
@@ -50,11 +45,7 @@ pub enum ImportError {
     #[error(
         "graph input '{name}' has no static shape (dimension {dim} is '{param}'); supply its value or a model with fixed shapes"
     )]
-    DynamicShape {
-        name: String,
-        dim: usize,
-        param: String,
-    },
+    DynamicShape { name: String, dim: usize, param: String },
     #[error("graph input '{0}' has no tensor type information")]
     MissingType(String),
     #[error("tensor '{name}': {reason}")]
@@ -68,45 +59,23 @@ pub enum ImportError {
     #[error("value '{0}' is defined more than once")]
     DuplicateValue(String),
     #[error("node '{node}' ({op}): attribute '{attr}': {reason}")]
-    BadAttribute {
-        node: String,
-        op: String,
-        attr: String,
-        reason: String,
-    },
+    BadAttribute { node: String, op: String, attr: String, reason: String },
     #[error("node '{node}' ({op}): {reason}")]
-    BadNode {
-        node: String,
-        op: String,
-        reason: String,
-    },
+    BadNode { node: String, op: String, reason: String },
     #[error(
         "node '{node}' ({op}): input '{input}' ({what}) must be known at compile time: make it an initializer or Constant, or supply its value when loading"
     )]
-    NotConstant {
-        node: String,
-        op: String,
-        input: String,
-        what: String,
-    },
+    NotConstant { node: String, op: String, input: String, what: String },
     #[error("node '{node}' ({op}): training mode is not supported (inference only)")]
     TrainingMode { node: String, op: String },
     #[error(transparent)]
     Graph(#[from] GraphError),
     #[error("graph output '{name}' is declared {declared} but computes {inferred}")]
-    OutputMismatch {
-        name: String,
-        declared: String,
-        inferred: String,
-    },
+    OutputMismatch { name: String, declared: String, inferred: String },
     #[error("graph output '{0}' is not produced by any node, input or initializer")]
     UndefinedOutput(String),
     #[error("supplied value for input '{name}' is {got}, the model declares {declared}")]
-    SuppliedMismatch {
-        name: String,
-        declared: String,
-        got: String,
-    },
+    SuppliedMismatch { name: String, declared: String, got: String },
 }
 
 /// Options for [`import_model`].
@@ -120,10 +89,8 @@ pub struct ImportOptions {
 
 /// Reads and imports an ONNX model file.
 pub fn load_model(path: &Path, options: &ImportOptions) -> Result<Graph, ImportError> {
-    let bytes = std::fs::read(path).map_err(|e| ImportError::Io {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    let bytes =
+        std::fs::read(path).map_err(|e| ImportError::Io { path: path.display().to_string(), reason: e.to_string() })?;
     import_model(&bytes, options)
 }
 
@@ -160,36 +127,21 @@ fn declared_type(v: &ValueInfoProto) -> Result<Option<DeclaredType>, ImportError
     let tensor = match &tp.value {
         Some(type_proto::Value::TensorType(t)) => t,
         Some(type_proto::Value::SequenceType(_)) => {
-            return Err(ImportError::UnsupportedTypeKind {
-                name: v.name.clone(),
-                kind: "sequence",
-            });
+            return Err(ImportError::UnsupportedTypeKind { name: v.name.clone(), kind: "sequence" });
         }
         Some(type_proto::Value::MapType(_)) => {
-            return Err(ImportError::UnsupportedTypeKind {
-                name: v.name.clone(),
-                kind: "map",
-            });
+            return Err(ImportError::UnsupportedTypeKind { name: v.name.clone(), kind: "map" });
         }
         Some(type_proto::Value::SparseTensorType(_)) => {
-            return Err(ImportError::UnsupportedTypeKind {
-                name: v.name.clone(),
-                kind: "sparse tensor",
-            });
+            return Err(ImportError::UnsupportedTypeKind { name: v.name.clone(), kind: "sparse tensor" });
         }
         Some(type_proto::Value::OptionalType(_)) => {
-            return Err(ImportError::UnsupportedTypeKind {
-                name: v.name.clone(),
-                kind: "optional",
-            });
+            return Err(ImportError::UnsupportedTypeKind { name: v.name.clone(), kind: "optional" });
         }
         None => return Ok(None),
     };
-    let dtype =
-        DType::from_onnx_code(tensor.elem_type).map_err(|dtype| ImportError::UnsupportedDtype {
-            context: format!("value '{}'", v.name),
-            dtype,
-        })?;
+    let dtype = DType::from_onnx_code(tensor.elem_type)
+        .map_err(|dtype| ImportError::UnsupportedDtype { context: format!("value '{}'", v.name), dtype })?;
     let Some(shape) = &tensor.shape else {
         return Ok(Some((dtype, vec![])));
     };
@@ -209,12 +161,7 @@ fn declared_type(v: &ValueInfoProto) -> Result<Option<DeclaredType>, ImportError
 
 impl<'a> Importer<'a> {
     fn new(opset: i64, known: &'a HashMap<String, Tensor>) -> Self {
-        Importer {
-            graph: Graph::new(),
-            names: HashMap::new(),
-            known,
-            opset,
-        }
+        Importer { graph: Graph::new(), names: HashMap::new(), known, opset }
     }
 
     fn define(&mut self, name: &str, id: ValueId) -> Result<(), ImportError> {
@@ -226,11 +173,7 @@ impl<'a> Importer<'a> {
 
     fn import(mut self, g: &GraphProto) -> Result<Graph, ImportError> {
         if let Some(s) = g.sparse_initializer.first() {
-            let name = s
-                .values
-                .as_ref()
-                .map(|v| v.name.clone())
-                .unwrap_or_default();
+            let name = s.values.as_ref().map(|v| v.name.clone()).unwrap_or_default();
             return Err(ImportError::UnsupportedDtype {
                 context: format!("sparse initializer '{name}'"),
                 dtype: "sparse tensor".into(),
@@ -245,8 +188,7 @@ impl<'a> Importer<'a> {
             if self.names.contains_key(&input.name) {
                 continue; // an initializer provides it: a constant with a default value
             }
-            let (dtype, dims) = declared_type(input)?
-                .ok_or_else(|| ImportError::MissingType(input.name.clone()))?;
+            let (dtype, dims) = declared_type(input)?.ok_or_else(|| ImportError::MissingType(input.name.clone()))?;
             let ty = match self.known.get(&input.name) {
                 Some(t) => t.tensor_type(),
                 None => {
@@ -254,11 +196,7 @@ impl<'a> Importer<'a> {
                         .into_iter()
                         .enumerate()
                         .map(|(dim, d)| {
-                            d.map_err(|param| ImportError::DynamicShape {
-                                name: input.name.clone(),
-                                dim,
-                                param,
-                            })
+                            d.map_err(|param| ImportError::DynamicShape { name: input.name.clone(), dim, param })
                         })
                         .collect::<Result<Vec<_>, _>>()?;
                     TensorType::new(dtype, shape)
@@ -281,10 +219,7 @@ impl<'a> Importer<'a> {
         }
         let mut outputs = Vec::new();
         for out in &g.output {
-            let id = *self
-                .names
-                .get(&out.name)
-                .ok_or_else(|| ImportError::UndefinedOutput(out.name.clone()))?;
+            let id = *self.names.get(&out.name).ok_or_else(|| ImportError::UndefinedOutput(out.name.clone()))?;
             self.check_declared_output(out, id)?;
             outputs.push(id);
         }
@@ -307,15 +242,10 @@ impl<'a> Importer<'a> {
             .is_some();
         let shape_ok = !has_shape
             || (dims.len() == ty.rank()
-                && dims
-                    .iter()
-                    .zip(&ty.shape)
-                    .all(|(d, s)| d.as_ref().map_or(true, |d| d == s)));
+                && dims.iter().zip(&ty.shape).all(|(d, s)| d.as_ref().map_or(true, |d| d == s)));
         if dtype != ty.dtype || !shape_ok {
-            let declared: Vec<String> = dims
-                .iter()
-                .map(|d| d.as_ref().map_or_else(|p| p.clone(), |v| v.to_string()))
-                .collect();
+            let declared: Vec<String> =
+                dims.iter().map(|d| d.as_ref().map_or_else(|p| p.clone(), |v| v.to_string())).collect();
             return Err(ImportError::OutputMismatch {
                 name: out.name.clone(),
                 declared: format!("{dtype}[{}]", declared.join(", ")),
@@ -330,10 +260,7 @@ impl<'a> Importer<'a> {
         self.names
             .get(name)
             .copied()
-            .ok_or_else(|| ImportError::UndefinedInput {
-                node: node.to_string(),
-                input: name.to_string(),
-            })
+            .ok_or_else(|| ImportError::UndefinedInput { node: node.to_string(), input: name.to_string() })
     }
 
     /// The compile-time value of `name`: a constant, or a graph input whose value was supplied
@@ -354,19 +281,12 @@ impl<'a> Importer<'a> {
 }
 
 fn node_name(node: &NodeProto, index: usize) -> String {
-    if node.name.is_empty() {
-        format!("{}_{index}", node.op_type)
-    } else {
-        node.name.clone()
-    }
+    if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() }
 }
 
 /// Node indices in an order where every node follows the producers of its inputs (stable: the
 /// file order when it already is one). Reports undefined inputs and cycles.
-fn topological_order(
-    g: &GraphProto,
-    defined: &HashMap<String, ValueId>,
-) -> Result<Vec<usize>, ImportError> {
+fn topological_order(g: &GraphProto, defined: &HashMap<String, ValueId>) -> Result<Vec<usize>, ImportError> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in g.node.iter().enumerate() {
         for o in n.output.iter().filter(|o| !o.is_empty()) {
@@ -385,10 +305,7 @@ fn topological_order(
                 users[p].push(i);
                 indegree[i] += 1;
             } else if !defined.contains_key(input) {
-                return Err(ImportError::UndefinedInput {
-                    node: node_name(n, i),
-                    input: input.clone(),
-                });
+                return Err(ImportError::UndefinedInput { node: node_name(n, i), input: input.clone() });
             }
         }
     }
@@ -404,10 +321,7 @@ fn topological_order(
         }
     }
     if order.len() != g.node.len() {
-        let stuck = (0..g.node.len())
-            .filter(|&i| indegree[i] > 0)
-            .map(|i| node_name(&g.node[i], i))
-            .collect();
+        let stuck = (0..g.node.len()).filter(|&i| indegree[i] > 0).map(|i| node_name(&g.node[i], i)).collect();
         return Err(ImportError::Cycle(stuck));
     }
     Ok(order)

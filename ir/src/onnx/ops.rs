@@ -71,11 +71,7 @@ impl NodeCtx<'_> {
     }
 
     fn bad(&self, reason: impl Into<String>) -> ImportError {
-        ImportError::BadNode {
-            node: self.name.to_string(),
-            op: self.op(),
-            reason: reason.into(),
-        }
+        ImportError::BadNode { node: self.name.to_string(), op: self.op(), reason: reason.into() }
     }
 
     fn bad_attr(&self, attr: &str, reason: impl Into<String>) -> ImportError {
@@ -96,10 +92,7 @@ impl NodeCtx<'_> {
         }
         // Old exporters leave `type` unset; trust the field then.
         if a.r#type != 0 && a.r#type != kind {
-            return Err(self.bad_attr(
-                name,
-                format!("has attribute type {}, expected {kind}", a.r#type),
-            ));
+            return Err(self.bad_attr(name, format!("has attribute type {}, expected {kind}", a.r#type)));
         }
         Ok(Some(a))
     }
@@ -119,9 +112,7 @@ impl NodeCtx<'_> {
     fn string(&self, name: &str, default: &str) -> Result<String, ImportError> {
         match self.attr(name, at::STRING)? {
             None => Ok(default.to_string()),
-            Some(a) => {
-                String::from_utf8(a.s.clone()).map_err(|_| self.bad_attr(name, "is not UTF-8"))
-            }
+            Some(a) => String::from_utf8(a.s.clone()).map_err(|_| self.bad_attr(name, "is not UTF-8")),
         }
     }
 
@@ -135,19 +126,11 @@ impl NodeCtx<'_> {
 
     /// Name of input `i`, or None when absent or left empty (an omitted optional input).
     fn input(&self, i: usize) -> Option<&str> {
-        self.node
-            .input
-            .get(i)
-            .map(String::as_str)
-            .filter(|s| !s.is_empty())
+        self.node.input.get(i).map(String::as_str).filter(|s| !s.is_empty())
     }
 
     fn num_outputs(&self) -> usize {
-        self.node
-            .output
-            .iter()
-            .rposition(|o| !o.is_empty())
-            .map_or(0, |p| p + 1)
+        self.node.output.iter().rposition(|o| !o.is_empty()).map_or(0, |p| p + 1)
     }
 }
 
@@ -157,54 +140,27 @@ fn norm_axis(ctx: &NodeCtx<'_>, attr: &str, axis: i64, rank: usize) -> Result<us
     if axis < -r || axis >= r {
         return Err(ctx.bad_attr(attr, format!("axis {axis} out of range for rank {rank}")));
     }
-    Ok(if axis < 0 {
-        (axis + r) as usize
-    } else {
-        axis as usize
-    })
+    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
 }
 
-fn to_usizes(
-    ctx: &NodeCtx<'_>,
-    attr: &str,
-    v: &[i64],
-    min: i64,
-) -> Result<Vec<usize>, ImportError> {
+fn to_usizes(ctx: &NodeCtx<'_>, attr: &str, v: &[i64], min: i64) -> Result<Vec<usize>, ImportError> {
     v.iter()
-        .map(|&x| {
-            if x < min {
-                Err(ctx.bad_attr(attr, format!("value {x} must be >= {min}")))
-            } else {
-                Ok(x as usize)
-            }
-        })
+        .map(|&x| if x < min { Err(ctx.bad_attr(attr, format!("value {x} must be >= {min}"))) } else { Ok(x as usize) })
         .collect()
 }
 
-pub(crate) fn import_node(
-    im: &mut Importer<'_>,
-    node: &NodeProto,
-    name: &str,
-) -> Result<(), ImportError> {
+pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -> Result<(), ImportError> {
     let domain_ok = node.domain.is_empty() || node.domain == "ai.onnx";
     let version = schema_version(&node.op_type, im.opset).filter(|_| domain_ok);
     let Some(version) = version else {
         return Err(ImportError::UnsupportedOp {
             op_type: node.op_type.clone(),
-            domain: if node.domain.is_empty() {
-                "ai.onnx".into()
-            } else {
-                node.domain.clone()
-            },
+            domain: if node.domain.is_empty() { "ai.onnx".into() } else { node.domain.clone() },
             node: name.to_string(),
             opset: im.opset,
         });
     };
-    let ctx = NodeCtx {
-        node,
-        name,
-        version,
-    };
+    let ctx = NodeCtx { node, name, version };
     if node.op_type == "Constant" {
         return import_constant(im, &ctx);
     }
@@ -227,9 +183,7 @@ enum Operand {
 }
 
 fn named(ctx: &NodeCtx<'_>, i: usize) -> Result<Operand, ImportError> {
-    ctx.input(i)
-        .map(|s| Operand::Named(s.to_string()))
-        .ok_or_else(|| ctx.bad(format!("input {i} is required")))
+    ctx.input(i).map(|s| Operand::Named(s.to_string())).ok_or_else(|| ctx.bad(format!("input {i} is required")))
 }
 
 /// Adds the node with the ONNX output names.
@@ -245,15 +199,9 @@ fn wire(
     }
     let mut out_names = Vec::with_capacity(n);
     for (i, o) in ctx.node.output[..n].iter().enumerate() {
-        out_names.push(if o.is_empty() {
-            im.graph.fresh_name(&format!("{}:unused{i}", ctx.name))
-        } else {
-            o.clone()
-        });
+        out_names.push(if o.is_empty() { im.graph.fresh_name(&format!("{}:unused{i}", ctx.name)) } else { o.clone() });
     }
-    let ids = im
-        .graph
-        .add_node_named(ctx.name.to_string(), op, operands, out_names.clone())?;
+    let ids = im.graph.add_node_named(ctx.name.to_string(), op, operands, out_names.clone())?;
     for (o, id) in ctx.node.output[..n].iter().zip(ids) {
         if !o.is_empty() && im.names.insert(o.clone(), id).is_some() {
             return Err(ImportError::DuplicateValue(o.clone()));
@@ -263,45 +211,28 @@ fn wire(
 }
 
 fn input_type(im: &Importer<'_>, ctx: &NodeCtx<'_>, i: usize) -> Result<TensorType, ImportError> {
-    let name = ctx
-        .input(i)
-        .ok_or_else(|| ctx.bad(format!("input {i} is required")))?;
+    let name = ctx.input(i).ok_or_else(|| ctx.bad(format!("input {i} is required")))?;
     Ok(im.graph.ty(im.value(ctx.name, name)?).clone())
 }
 
 /// The compile-time value of input `i` (None when the optional input is absent).
-fn const_input(
-    im: &mut Importer<'_>,
-    ctx: &NodeCtx<'_>,
-    i: usize,
-    what: &str,
-) -> Result<Option<Tensor>, ImportError> {
+fn const_input(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) -> Result<Option<Tensor>, ImportError> {
     let Some(name) = ctx.input(i) else {
         return Ok(None);
     };
     im.value(ctx.name, name)?;
-    im.constant_value(name)
-        .map(Some)
-        .ok_or_else(|| ImportError::NotConstant {
-            node: ctx.name.to_string(),
-            op: ctx.op(),
-            input: name.to_string(),
-            what: what.to_string(),
-        })
+    im.constant_value(name).map(Some).ok_or_else(|| ImportError::NotConstant {
+        node: ctx.name.to_string(),
+        op: ctx.op(),
+        input: name.to_string(),
+        what: what.to_string(),
+    })
 }
 
-fn const_ints(
-    im: &mut Importer<'_>,
-    ctx: &NodeCtx<'_>,
-    i: usize,
-    what: &str,
-) -> Result<Option<Vec<i64>>, ImportError> {
+fn const_ints(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) -> Result<Option<Vec<i64>>, ImportError> {
     match const_input(im, ctx, i, what)? {
         None => Ok(None),
-        Some(t) => t
-            .to_i64_vec()
-            .map(Some)
-            .ok_or_else(|| ctx.bad(format!("{what} must be an integer tensor"))),
+        Some(t) => t.to_i64_vec().map(Some).ok_or_else(|| ctx.bad(format!("{what} must be an integer tensor"))),
     }
 }
 
@@ -328,10 +259,7 @@ fn zero_point(
 fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operand>), ImportError> {
     let v = ctx.version;
     let all_inputs = || -> Result<Vec<Operand>, ImportError> {
-        (0..ctx.node.input.len())
-            .filter(|&i| ctx.input(i).is_some())
-            .map(|i| named(ctx, i))
-            .collect()
+        (0..ctx.node.input.len()).filter(|&i| ctx.input(i).is_some()).map(|i| named(ctx, i)).collect()
     };
     let unary = |u: UnaryOp| Ok((Op::Unary(u), vec![named(ctx, 0)?]));
     let binary = |b: BinaryOp| Ok((Op::Binary(b), vec![named(ctx, 0)?, named(ctx, 1)?]));
@@ -347,12 +275,7 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "Tanh" => unary(UnaryOp::Tanh),
         "Exp" => unary(UnaryOp::Exp),
         "Sqrt" => unary(UnaryOp::Sqrt),
-        "LeakyRelu" => Ok((
-            Op::LeakyRelu {
-                alpha: ctx.float("alpha", 0.01)?,
-            },
-            vec![named(ctx, 0)?],
-        )),
+        "LeakyRelu" => Ok((Op::LeakyRelu { alpha: ctx.float("alpha", 0.01)? }, vec![named(ctx, 0)?])),
         "Identity" => Ok((Op::Identity, vec![named(ctx, 0)?])),
         "Clip" => import_clip(im, ctx),
         "Conv" => {
@@ -367,10 +290,7 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             let attrs = conv_attrs(ctx, &x, &w)?;
             let x_zp = zero_point(im, ctx, 2, "x_zero_point", x.dtype)?;
             let w_zp = zero_point(im, ctx, 3, "w_zero_point", w.dtype)?;
-            Ok((
-                Op::ConvInteger(attrs),
-                vec![named(ctx, 0)?, named(ctx, 1)?, x_zp, w_zp],
-            ))
+            Ok((Op::ConvInteger(attrs), vec![named(ctx, 0)?, named(ctx, 1)?, x_zp, w_zp]))
         }
         "Gemm" => {
             let op = Op::Gemm {
@@ -387,22 +307,13 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             let b = input_type(im, ctx, 1)?;
             let a_zp = zero_point(im, ctx, 2, "a_zero_point", a.dtype)?;
             let b_zp = zero_point(im, ctx, 3, "b_zero_point", b.dtype)?;
-            Ok((
-                Op::MatMulInteger,
-                vec![named(ctx, 0)?, named(ctx, 1)?, a_zp, b_zp],
-            ))
+            Ok((Op::MatMulInteger, vec![named(ctx, 0)?, named(ctx, 1)?, a_zp, b_zp]))
         }
         "Softmax" => {
             let x = input_type(im, ctx, 0)?;
             let default = if v < 13 { 1 } else { -1 };
             let axis = norm_axis(ctx, "axis", ctx.int("axis", default)?, x.rank())?;
-            Ok((
-                Op::Softmax {
-                    axis,
-                    coerce_2d: v < 13,
-                },
-                vec![named(ctx, 0)?],
-            ))
+            Ok((Op::Softmax { axis, coerce_2d: v < 13 }, vec![named(ctx, 0)?]))
         }
         "MaxPool" => {
             let x = input_type(im, ctx, 0)?;
@@ -411,60 +322,34 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             if !(0..=1).contains(&order) {
                 return Err(ctx.bad_attr("storage_order", format!("must be 0 or 1, got {order}")));
             }
-            Ok((
-                Op::MaxPool {
-                    pool,
-                    storage_order_col_major: order == 1,
-                },
-                vec![named(ctx, 0)?],
-            ))
+            Ok((Op::MaxPool { pool, storage_order_col_major: order == 1 }, vec![named(ctx, 0)?]))
         }
         "AveragePool" => {
             let x = input_type(im, ctx, 0)?;
             let pool = pool_attrs(ctx, &x)?;
             let count_include_pad = ctx.flag("count_include_pad", false)?;
-            Ok((
-                Op::AveragePool {
-                    pool,
-                    count_include_pad,
-                },
-                vec![named(ctx, 0)?],
-            ))
+            Ok((Op::AveragePool { pool, count_include_pad }, vec![named(ctx, 0)?]))
         }
         "GlobalAveragePool" => Ok((Op::GlobalAveragePool, vec![named(ctx, 0)?])),
         "BatchNormalization" => {
-            let training = if v >= 14 {
-                ctx.flag("training_mode", false)?
-            } else {
-                ctx.num_outputs() > 1
-            };
+            let training = if v >= 14 { ctx.flag("training_mode", false)? } else { ctx.num_outputs() > 1 };
             if training {
-                return Err(ImportError::TrainingMode {
-                    node: ctx.name.to_string(),
-                    op: ctx.op(),
-                });
+                return Err(ImportError::TrainingMode { node: ctx.name.to_string(), op: ctx.op() });
             }
             let epsilon = ctx.float("epsilon", 1e-5)?;
-            Ok((
-                Op::BatchNormalization { epsilon },
-                (0..5).map(|i| named(ctx, i)).collect::<Result<_, _>>()?,
-            ))
+            Ok((Op::BatchNormalization { epsilon }, (0..5).map(|i| named(ctx, i)).collect::<Result<_, _>>()?))
         }
         "Flatten" => {
             let x = input_type(im, ctx, 0)?;
             let axis = ctx.int("axis", 1)?;
             // Flatten's axis may equal the rank.
-            let axis = if axis == x.rank() as i64 {
-                x.rank()
-            } else {
-                norm_axis(ctx, "axis", axis, x.rank())?
-            };
+            let axis = if axis == x.rank() as i64 { x.rank() } else { norm_axis(ctx, "axis", axis, x.rank())? };
             Ok((Op::Flatten { axis }, vec![named(ctx, 0)?]))
         }
         "Reshape" => {
             let x = input_type(im, ctx, 0)?;
-            let target = const_ints(im, ctx, 1, "target shape")?
-                .ok_or_else(|| ctx.bad("input 1 (shape) is required"))?;
+            let target =
+                const_ints(im, ctx, 1, "target shape")?.ok_or_else(|| ctx.bad("input 1 (shape) is required"))?;
             let allow_zero = v >= 14 && ctx.flag("allowzero", false)?;
             let shape = resolve_reshape(ctx, &x.shape, &target, allow_zero)?;
             Ok((Op::Reshape { shape }, vec![named(ctx, 0)?]))
@@ -479,26 +364,16 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         }
         "Concat" => {
             let x = input_type(im, ctx, 0)?;
-            let axis = ctx
-                .attr("axis", at::INT)?
-                .ok_or_else(|| ctx.bad_attr("axis", "is required"))?
-                .i;
+            let axis = ctx.attr("axis", at::INT)?.ok_or_else(|| ctx.bad_attr("axis", "is required"))?.i;
             let axis = norm_axis(ctx, "axis", axis, x.rank())?;
             Ok((Op::Concat { axis }, all_inputs()?))
         }
         "Pad" => import_pad(im, ctx),
         "Squeeze" => {
             let x = input_type(im, ctx, 0)?;
-            let axes = if v < 13 {
-                ctx.ints("axes")?
-            } else {
-                const_ints(im, ctx, 1, "axes")?
-            };
+            let axes = if v < 13 { ctx.ints("axes")? } else { const_ints(im, ctx, 1, "axes")? };
             let mut axes = match axes {
-                Some(a) => a
-                    .iter()
-                    .map(|&a| norm_axis(ctx, "axes", a, x.rank()))
-                    .collect::<Result<Vec<_>, _>>()?,
+                Some(a) => a.iter().map(|&a| norm_axis(ctx, "axes", a, x.rank())).collect::<Result<Vec<_>, _>>()?,
                 None => (0..x.rank()).filter(|&d| x.shape[d] == 1).collect(),
             };
             axes.sort_unstable();
@@ -507,17 +382,10 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         }
         "Unsqueeze" => {
             let x = input_type(im, ctx, 0)?;
-            let axes = if v < 13 {
-                ctx.ints("axes")?
-            } else {
-                const_ints(im, ctx, 1, "axes")?
-            };
+            let axes = if v < 13 { ctx.ints("axes")? } else { const_ints(im, ctx, 1, "axes")? };
             let axes = axes.ok_or_else(|| ctx.bad("axes are required"))?;
             let out_rank = x.rank() + axes.len();
-            let mut norm = axes
-                .iter()
-                .map(|&a| norm_axis(ctx, "axes", a, out_rank))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut norm = axes.iter().map(|&a| norm_axis(ctx, "axes", a, out_rank)).collect::<Result<Vec<_>, _>>()?;
             norm.sort_unstable();
             if norm.windows(2).any(|w| w[0] == w[1]) {
                 return Err(ctx.bad_attr("axes", format!("{axes:?} has duplicates")));
@@ -528,29 +396,18 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             if v >= 12 {
                 let training = const_input(im, ctx, 2, "training_mode")?;
                 if training.is_some_and(|t| t.to_f64_vec().first().is_some_and(|&b| b != 0.0)) {
-                    return Err(ImportError::TrainingMode {
-                        node: ctx.name.to_string(),
-                        op: ctx.op(),
-                    });
+                    return Err(ImportError::TrainingMode { node: ctx.name.to_string(), op: ctx.op() });
                 }
             } else if v < 7 && !ctx.flag("is_test", false)? {
-                return Err(ImportError::TrainingMode {
-                    node: ctx.name.to_string(),
-                    op: ctx.op(),
-                });
+                return Err(ImportError::TrainingMode { node: ctx.name.to_string(), op: ctx.op() });
             }
             Ok((Op::Dropout, vec![named(ctx, 0)?]))
         }
         "Cast" => {
-            let to = ctx
-                .attr("to", at::INT)?
-                .ok_or_else(|| ctx.bad_attr("to", "is required"))?
-                .i;
-            let to = DType::from_onnx_code(to as i32).map_err(|dtype| {
-                ImportError::UnsupportedDtype {
-                    context: format!("node '{}' (Cast) target", ctx.name),
-                    dtype,
-                }
+            let to = ctx.attr("to", at::INT)?.ok_or_else(|| ctx.bad_attr("to", "is required"))?.i;
+            let to = DType::from_onnx_code(to as i32).map_err(|dtype| ImportError::UnsupportedDtype {
+                context: format!("node '{}' (Cast) target", ctx.name),
+                dtype,
             })?;
             Ok((Op::Cast { to }, vec![named(ctx, 0)?]))
         }
@@ -561,9 +418,7 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
                 "LEFT" => true,
                 "RIGHT" => false,
                 other => {
-                    return Err(
-                        ctx.bad_attr("direction", format!("must be LEFT or RIGHT, got '{other}'"))
-                    );
+                    return Err(ctx.bad_attr("direction", format!("must be LEFT or RIGHT, got '{other}'")));
                 }
             };
             Ok((Op::BitShift { left }, vec![named(ctx, 0)?, named(ctx, 1)?]))
@@ -573,14 +428,8 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
 }
 
 /// Max/Min take any number of inputs: one is a copy, more fold left into binary nodes.
-fn variadic(
-    im: &mut Importer<'_>,
-    ctx: &NodeCtx<'_>,
-    kind: BinaryOp,
-) -> Result<(Op, Vec<Operand>), ImportError> {
-    let names: Vec<&str> = (0..ctx.node.input.len())
-        .filter_map(|i| ctx.input(i))
-        .collect();
+fn variadic(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, kind: BinaryOp) -> Result<(Op, Vec<Operand>), ImportError> {
+    let names: Vec<&str> = (0..ctx.node.input.len()).filter_map(|i| ctx.input(i)).collect();
     match names.len() {
         0 => Err(ctx.bad("needs at least one input")),
         1 => Ok((Op::Identity, vec![Operand::Named(names[0].to_string())])),
@@ -591,42 +440,24 @@ fn variadic(
                 let tmp = im.graph.fresh_name(&format!("{}:partial{i}", ctx.name));
                 acc = im.graph.add_op(tmp, Op::Binary(kind), &[acc, rhs])?;
             }
-            Ok((
-                Op::Binary(kind),
-                vec![Operand::Made(acc), Operand::Named(names[n - 1].to_string())],
-            ))
+            Ok((Op::Binary(kind), vec![Operand::Made(acc), Operand::Named(names[n - 1].to_string())]))
         }
     }
 }
 
 fn import_constant(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
-    let out = ctx
-        .node
-        .output
-        .first()
-        .filter(|o| !o.is_empty())
-        .ok_or_else(|| ctx.bad("has no output"))?;
+    let out = ctx.node.output.first().filter(|o| !o.is_empty()).ok_or_else(|| ctx.bad("has no output"))?;
     let set: Vec<&AttributeProto> = ctx.node.attribute.iter().collect();
     if set.len() != 1 {
-        return Err(ctx.bad(format!(
-            "needs exactly one value attribute, has {}",
-            set.len()
-        )));
+        return Err(ctx.bad(format!("needs exactly one value attribute, has {}", set.len())));
     }
     let a = set[0];
     let tensor = match a.name.as_str() {
-        "value" => tensor_from_proto(
-            a.t.as_ref()
-                .ok_or_else(|| ctx.bad_attr("value", "has no tensor"))?,
-        )?,
+        "value" => tensor_from_proto(a.t.as_ref().ok_or_else(|| ctx.bad_attr("value", "has no tensor"))?)?,
         "value_float" => Tensor::scalar_from_f64(DType::F32, a.f as f64),
         "value_int" => Tensor::from_vec::<i64>(&[], vec![a.i]).map_err(|e| ctx.bad(e))?,
-        "value_floats" => {
-            Tensor::from_vec::<f32>(&[a.floats.len()], a.floats.clone()).map_err(|e| ctx.bad(e))?
-        }
-        "value_ints" => {
-            Tensor::from_vec::<i64>(&[a.ints.len()], a.ints.clone()).map_err(|e| ctx.bad(e))?
-        }
+        "value_floats" => Tensor::from_vec::<f32>(&[a.floats.len()], a.floats.clone()).map_err(|e| ctx.bad(e))?,
+        "value_ints" => Tensor::from_vec::<i64>(&[a.ints.len()], a.ints.clone()).map_err(|e| ctx.bad(e))?,
         "value_string" | "value_strings" => {
             return Err(ImportError::UnsupportedDtype {
                 context: format!("node '{}' (Constant)", ctx.name),
@@ -648,37 +479,21 @@ fn import_constant(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impor
     Ok(())
 }
 
-fn import_clip(
-    im: &mut Importer<'_>,
-    ctx: &NodeCtx<'_>,
-) -> Result<(Op, Vec<Operand>), ImportError> {
+fn import_clip(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operand>), ImportError> {
     let x = input_type(im, ctx, 0)?;
     let bound = |t: Option<Tensor>| -> Result<Option<Tensor>, ImportError> {
         match t {
             None => Ok(None),
-            Some(t) if t.len() == 1 && t.dtype() == x.dtype => {
-                Ok(Some(t.reshape(&[]).map_err(|e| ctx.bad(e))?))
-            }
-            Some(t) => Err(ctx.bad(format!(
-                "bounds must be {} scalars, got {}",
-                x.dtype,
-                t.tensor_type()
-            ))),
+            Some(t) if t.len() == 1 && t.dtype() == x.dtype => Ok(Some(t.reshape(&[]).map_err(|e| ctx.bad(e))?)),
+            Some(t) => Err(ctx.bad(format!("bounds must be {} scalars, got {}", x.dtype, t.tensor_type()))),
         }
     };
     let (min, max) = if ctx.version < 11 {
-        let lo = ctx
-            .attr("min", at::FLOAT)?
-            .map(|a| Tensor::scalar_from_f64(x.dtype, a.f as f64));
-        let hi = ctx
-            .attr("max", at::FLOAT)?
-            .map(|a| Tensor::scalar_from_f64(x.dtype, a.f as f64));
+        let lo = ctx.attr("min", at::FLOAT)?.map(|a| Tensor::scalar_from_f64(x.dtype, a.f as f64));
+        let hi = ctx.attr("max", at::FLOAT)?.map(|a| Tensor::scalar_from_f64(x.dtype, a.f as f64));
         (lo, hi)
     } else {
-        (
-            bound(const_input(im, ctx, 1, "min")?)?,
-            bound(const_input(im, ctx, 2, "max")?)?,
-        )
+        (bound(const_input(im, ctx, 1, "min")?)?, bound(const_input(im, ctx, 2, "max")?)?)
     };
     Ok((Op::Clip { min, max }, vec![named(ctx, 0)?]))
 }
@@ -692,55 +507,31 @@ fn import_pad(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Opera
         "reflect" => PadMode::Reflect,
         "wrap" if ctx.version >= 19 => PadMode::Wrap,
         other => {
-            return Err(ctx.bad_attr(
-                "mode",
-                format!("unsupported mode '{other}' at Pad version {}", ctx.version),
-            ));
+            return Err(ctx.bad_attr("mode", format!("unsupported mode '{other}' at Pad version {}", ctx.version)));
         }
     };
     let (raw, value, axes) = if ctx.version < 11 {
-        let pads = ctx
-            .ints("pads")?
-            .ok_or_else(|| ctx.bad_attr("pads", "is required"))?;
+        let pads = ctx.ints("pads")?.ok_or_else(|| ctx.bad_attr("pads", "is required"))?;
         let value = Tensor::scalar_from_f64(x.dtype, ctx.float("value", 0.0)? as f64);
         (pads, value, None)
     } else {
-        let pads =
-            const_ints(im, ctx, 1, "pads")?.ok_or_else(|| ctx.bad("input 1 (pads) is required"))?;
+        let pads = const_ints(im, ctx, 1, "pads")?.ok_or_else(|| ctx.bad("input 1 (pads) is required"))?;
         let value = match const_input(im, ctx, 2, "constant_value")? {
-            Some(v) if v.len() == 1 && v.dtype() == x.dtype => {
-                v.reshape(&[]).map_err(|e| ctx.bad(e))?
-            }
+            Some(v) if v.len() == 1 && v.dtype() == x.dtype => v.reshape(&[]).map_err(|e| ctx.bad(e))?,
             Some(v) => {
-                return Err(ctx.bad(format!(
-                    "constant_value must be a {} scalar, got {}",
-                    x.dtype,
-                    v.tensor_type()
-                )));
+                return Err(ctx.bad(format!("constant_value must be a {} scalar, got {}", x.dtype, v.tensor_type())));
             }
             None => Tensor::zeros(&TensorType::new(x.dtype, vec![])),
         };
-        let axes = if ctx.version >= 18 {
-            const_ints(im, ctx, 3, "axes")?
-        } else {
-            None
-        };
+        let axes = if ctx.version >= 18 { const_ints(im, ctx, 3, "axes")? } else { None };
         (pads, value, axes)
     };
     let axes: Vec<usize> = match axes {
-        Some(a) => a
-            .iter()
-            .map(|&a| norm_axis(ctx, "axes", a, r))
-            .collect::<Result<_, _>>()?,
+        Some(a) => a.iter().map(|&a| norm_axis(ctx, "axes", a, r)).collect::<Result<_, _>>()?,
         None => (0..r).collect(),
     };
     if raw.len() != 2 * axes.len() {
-        return Err(ctx.bad(format!(
-            "{} pads for {} axes; need {}",
-            raw.len(),
-            axes.len(),
-            2 * axes.len()
-        )));
+        return Err(ctx.bad(format!("{} pads for {} axes; need {}", raw.len(), axes.len(), 2 * axes.len())));
     }
     let mut pads = vec![0i64; 2 * r];
     for (i, &a) in axes.iter().enumerate() {
@@ -750,23 +541,12 @@ fn import_pad(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Opera
     Ok((Op::Pad { pads, mode, value }, vec![named(ctx, 0)?]))
 }
 
-fn import_quant(
-    im: &mut Importer<'_>,
-    ctx: &NodeCtx<'_>,
-) -> Result<(Op, Vec<Operand>), ImportError> {
+fn import_quant(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operand>), ImportError> {
     let quantize = ctx.node.op_type == "QuantizeLinear";
     let x = input_type(im, ctx, 0)?;
     let scale = input_type(im, ctx, 1)?;
-    let axis = if ctx.version >= 13 {
-        ctx.int("axis", 1)?
-    } else {
-        1
-    };
-    let block_size = if ctx.version >= 21 {
-        ctx.int("block_size", 0)?
-    } else {
-        0
-    };
+    let axis = if ctx.version >= 13 { ctx.int("axis", 1)? } else { 1 };
+    let block_size = if ctx.version >= 21 { ctx.int("block_size", 0)? } else { 0 };
     let per_tensor = scale.num_elements() == 1 && scale.rank() <= 1;
     let axis = if per_tensor {
         QuantAxis::PerTensor
@@ -774,10 +554,7 @@ fn import_quant(
         let axis = norm_axis(ctx, "axis", axis, x.rank())?;
         match block_size {
             0 => QuantAxis::PerAxis { axis },
-            b if b > 0 => QuantAxis::Blocked {
-                axis,
-                block_size: b as usize,
-            },
+            b if b > 0 => QuantAxis::Blocked { axis, block_size: b as usize },
             b => return Err(ctx.bad_attr("block_size", format!("must be >= 0, got {b}"))),
         }
     };
@@ -787,29 +564,18 @@ fn import_quant(
             let dtype = if quantize {
                 match ctx.int("output_dtype", 0)? {
                     0 => DType::U8,
-                    code => DType::from_onnx_code(code as i32).map_err(|dtype| {
-                        ImportError::UnsupportedDtype {
-                            context: format!("node '{}' output_dtype", ctx.name),
-                            dtype,
-                        }
+                    code => DType::from_onnx_code(code as i32).map_err(|dtype| ImportError::UnsupportedDtype {
+                        context: format!("node '{}' output_dtype", ctx.name),
+                        dtype,
                     })?,
                 }
             } else {
                 x.dtype
             };
-            zeros_operand(
-                im,
-                ctx,
-                "zero_point",
-                TensorType::new(dtype, scale.shape.clone()),
-            )
+            zeros_operand(im, ctx, "zero_point", TensorType::new(dtype, scale.shape.clone()))
         }
     };
-    let op = if quantize {
-        Op::QuantizeLinear { axis }
-    } else {
-        Op::DequantizeLinear { axis }
-    };
+    let op = if quantize { Op::QuantizeLinear { axis } } else { Op::DequantizeLinear { axis } };
     Ok((op, vec![named(ctx, 0)?, named(ctx, 1)?, zp]))
 }
 
@@ -829,11 +595,9 @@ fn resolve_reshape(
             }
             -1 => return Err(ctx.bad(format!("shape {target:?} has more than one -1"))),
             0 if !allow_zero => {
-                let d = *input.get(i).ok_or_else(|| {
-                    ctx.bad(format!(
-                        "shape {target:?}: 0 at {i} has no input dimension to copy"
-                    ))
-                })?;
+                let d = *input
+                    .get(i)
+                    .ok_or_else(|| ctx.bad(format!("shape {target:?}: 0 at {i} has no input dimension to copy")))?;
                 out.push(d);
             }
             d if d < 0 => {
@@ -854,39 +618,21 @@ fn resolve_reshape(
 }
 
 /// Explicit begin/end pads for one spatial axis under `auto_pad`.
-fn auto_pads(
-    mode: &str,
-    input: usize,
-    kernel: usize,
-    stride: usize,
-    dilation: usize,
-) -> (usize, usize) {
+fn auto_pads(mode: &str, input: usize, kernel: usize, stride: usize, dilation: usize) -> (usize, usize) {
     let out = input.div_ceil(stride.max(1));
     let span = dilation * (kernel.max(1) - 1) + 1;
     let total = ((out.max(1) - 1) * stride + span).saturating_sub(input);
     let small = total / 2;
-    if mode == "SAME_LOWER" {
-        (total - small, small)
-    } else {
-        (small, total - small)
-    }
+    if mode == "SAME_LOWER" { (total - small, small) } else { (small, total - small) }
 }
 
 fn window(ctx: &NodeCtx<'_>, spatial: &[usize], kernel: Vec<usize>) -> Result<Window, ImportError> {
     let k = spatial.len();
     if kernel.len() != k {
-        return Err(ctx.bad_attr(
-            "kernel_shape",
-            format!("has {} entries for {k} spatial axes", kernel.len()),
-        ));
+        return Err(ctx.bad_attr("kernel_shape", format!("has {} entries for {k} spatial axes", kernel.len())));
     }
     let ones = vec![1i64; k];
-    let strides = to_usizes(
-        ctx,
-        "strides",
-        &ctx.ints("strides")?.unwrap_or(ones.clone()),
-        1,
-    )?;
+    let strides = to_usizes(ctx, "strides", &ctx.ints("strides")?.unwrap_or(ones.clone()), 1)?;
     let dilations = to_usizes(ctx, "dilations", &ctx.ints("dilations")?.unwrap_or(ones), 1)?;
     if strides.len() != k || dilations.len() != k {
         return Err(ctx.bad(format!("strides/dilations must have {k} entries")));
@@ -896,34 +642,22 @@ fn window(ctx: &NodeCtx<'_>, spatial: &[usize], kernel: Vec<usize>) -> Result<Wi
         "NOTSET" => {
             let pads = to_usizes(ctx, "pads", &ctx.ints("pads")?.unwrap_or(vec![0; 2 * k]), 0)?;
             if pads.len() != 2 * k {
-                return Err(ctx.bad_attr(
-                    "pads",
-                    format!("has {} entries, need {}", pads.len(), 2 * k),
-                ));
+                return Err(ctx.bad_attr("pads", format!("has {} entries, need {}", pads.len(), 2 * k)));
             }
             (pads[..k].to_vec(), pads[k..].to_vec())
         }
         "VALID" => (vec![0; k], vec![0; k]),
-        "SAME_UPPER" | "SAME_LOWER" => (0..k)
-            .map(|d| auto_pads(&auto_pad, spatial[d], kernel[d], strides[d], dilations[d]))
-            .unzip(),
+        "SAME_UPPER" | "SAME_LOWER" => {
+            (0..k).map(|d| auto_pads(&auto_pad, spatial[d], kernel[d], strides[d], dilations[d])).unzip()
+        }
         other => return Err(ctx.bad_attr("auto_pad", format!("unknown value '{other}'"))),
     };
-    Ok(Window {
-        kernel,
-        strides,
-        dilations,
-        pads_begin,
-        pads_end,
-    })
+    Ok(Window { kernel, strides, dilations, pads_begin, pads_end })
 }
 
 fn conv_attrs(ctx: &NodeCtx<'_>, x: &TensorType, w: &TensorType) -> Result<ConvAttrs, ImportError> {
     if x.rank() < 3 || w.rank() != x.rank() {
-        return Err(ctx.bad(format!(
-            "input {:?} and weight {:?} must have equal rank >= 3",
-            x.shape, w.shape
-        )));
+        return Err(ctx.bad(format!("input {:?} and weight {:?} must have equal rank >= 3", x.shape, w.shape)));
     }
     let kernel = match ctx.ints("kernel_shape")? {
         Some(k) => to_usizes(ctx, "kernel_shape", &k, 1)?,
@@ -934,24 +668,16 @@ fn conv_attrs(ctx: &NodeCtx<'_>, x: &TensorType, w: &TensorType) -> Result<ConvA
     if group < 1 {
         return Err(ctx.bad_attr("group", format!("must be >= 1, got {group}")));
     }
-    Ok(ConvAttrs {
-        window: win,
-        group: group as usize,
-    })
+    Ok(ConvAttrs { window: win, group: group as usize })
 }
 
 fn pool_attrs(ctx: &NodeCtx<'_>, x: &TensorType) -> Result<PoolAttrs, ImportError> {
     if x.rank() < 3 {
         return Err(ctx.bad(format!("input {:?} must have rank >= 3", x.shape)));
     }
-    let kernel = ctx
-        .ints("kernel_shape")?
-        .ok_or_else(|| ctx.bad_attr("kernel_shape", "is required"))?;
+    let kernel = ctx.ints("kernel_shape")?.ok_or_else(|| ctx.bad_attr("kernel_shape", "is required"))?;
     let kernel = to_usizes(ctx, "kernel_shape", &kernel, 1)?;
     let win = window(ctx, &x.shape[2..], kernel)?;
     let ceil_mode = ctx.version >= 10 && ctx.flag("ceil_mode", false)?;
-    Ok(PoolAttrs {
-        window: win,
-        ceil_mode,
-    })
+    Ok(PoolAttrs { window: win, ceil_mode })
 }

@@ -10,23 +10,13 @@ use super::proto::TensorProto;
 
 /// Decodes an ONNX tensor (initializer, Constant attribute or a test-data `.pb`).
 pub fn tensor_from_proto(t: &TensorProto) -> Result<Tensor, ImportError> {
-    let name = if t.name.is_empty() {
-        "<unnamed tensor>".to_string()
-    } else {
-        t.name.clone()
-    };
-    let bad = |reason: String| ImportError::BadTensor {
-        name: name.clone(),
-        reason,
-    };
+    let name = if t.name.is_empty() { "<unnamed tensor>".to_string() } else { t.name.clone() };
+    let bad = |reason: String| ImportError::BadTensor { name: name.clone(), reason };
     if t.data_location == 1 || !t.external_data.is_empty() {
         return Err(ImportError::ExternalData { name });
     }
-    let dtype =
-        DType::from_onnx_code(t.data_type).map_err(|dtype| ImportError::UnsupportedDtype {
-            context: format!("tensor '{name}'"),
-            dtype,
-        })?;
+    let dtype = DType::from_onnx_code(t.data_type)
+        .map_err(|dtype| ImportError::UnsupportedDtype { context: format!("tensor '{name}'"), dtype })?;
     let shape = t
         .dims
         .iter()
@@ -44,12 +34,7 @@ pub fn tensor_from_proto(t: &TensorProto) -> Result<Tensor, ImportError> {
         }
         return Tensor::from_le_bytes(&ty, &t.raw_data).map_err(|e| bad(format!("raw_data {e}")));
     }
-    let count_err = |field: &str, got: usize| {
-        bad(format!(
-            "{field} has {got} values, shape {:?} needs {n}",
-            ty.shape
-        ))
-    };
+    let count_err = |field: &str, got: usize| bad(format!("{field} has {got} values, shape {:?} needs {n}", ty.shape));
     macro_rules! typed {
         ($field:ident, $name:literal, $conv:expr) => {{
             if t.$field.len() != n {
@@ -65,9 +50,7 @@ pub fn tensor_from_proto(t: &TensorProto) -> Result<Tensor, ImportError> {
         DType::U32 => typed!(uint64_data, "uint64_data", |v: &u64| *v as u32),
         DType::U64 => typed!(uint64_data, "uint64_data", |v: &u64| *v),
         // The narrow types (and f16's raw bits) travel in int32_data.
-        DType::F16 => typed!(int32_data, "int32_data", |v: &i32| f16::from_bits(
-            *v as u16
-        )),
+        DType::F16 => typed!(int32_data, "int32_data", |v: &i32| f16::from_bits(*v as u16)),
         DType::I8 => typed!(int32_data, "int32_data", |v: &i32| *v as i8),
         DType::I16 => typed!(int32_data, "int32_data", |v: &i32| *v as i16),
         DType::I32 => typed!(int32_data, "int32_data", |v: &i32| *v),

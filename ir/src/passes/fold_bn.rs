@@ -38,23 +38,12 @@ fn try_fold(graph: &mut Graph, bn_index: usize) -> bool {
     if !dtype.is_float() || graph.outputs.contains(&x) || graph.use_counts()[x.0] != 1 {
         return false;
     }
-    let params: Option<Vec<Vec<f64>>> = bn.inputs[1..]
-        .iter()
-        .map(|&p| constant_f64(graph, p))
-        .collect();
+    let params: Option<Vec<Vec<f64>>> = bn.inputs[1..].iter().map(|&p| constant_f64(graph, p)).collect();
     let Some(params) = params else { return false };
     let (scale, bias, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
-    let k: Vec<f64> = scale
-        .iter()
-        .zip(var)
-        .map(|(s, v)| s / (v + epsilon as f64).sqrt())
-        .collect();
+    let k: Vec<f64> = scale.iter().zip(var).map(|(s, v)| s / (v + epsilon as f64).sqrt()).collect();
     let bn_out = bn.outputs[0];
-    let Some(p) = graph
-        .nodes
-        .iter()
-        .position(|n| n.outputs.first() == Some(&x))
-    else {
+    let Some(p) = graph.nodes.iter().position(|n| n.outputs.first() == Some(&x)) else {
         return false;
     };
     let producer = graph.nodes[p].clone();
@@ -74,25 +63,17 @@ fn try_fold(graph: &mut Graph, bn_index: usize) -> bool {
             };
             let per = w.len() / channels;
             let w: Vec<f64> = w.iter().enumerate().map(|(i, v)| v * k[i / per]).collect();
-            let b: Vec<f64> = (0..channels)
-                .map(|c| (b[c] - mean[c]) * k[c] + bias[c])
-                .collect();
+            let b: Vec<f64> = (0..channels).map(|c| (b[c] - mean[c]) * k[c] + bias[c]).collect();
             (producer.op.clone(), w, b)
         }
-        Op::Gemm {
-            alpha,
-            beta,
-            trans_a,
-            trans_b,
-        } => {
+        Op::Gemm { alpha, beta, trans_a, trans_b } => {
             let Some(w) = constant_f64(graph, producer.inputs[1]) else {
                 return false;
             };
             let c = match producer.inputs.get(2) {
                 Some(&c) => {
                     let shape = graph.ty(c).shape.clone();
-                    let per_column = shape.iter().product::<usize>() == channels
-                        && shape.last() == Some(&channels);
+                    let per_column = shape.iter().product::<usize>() == channels && shape.last() == Some(&channels);
                     let scalar = shape.iter().product::<usize>() == 1;
                     match constant_f64(graph, c) {
                         Some(v) if per_column => v,
@@ -106,36 +87,15 @@ fn try_fold(graph: &mut Graph, bn_index: usize) -> bool {
             let w: Vec<f64> = w
                 .iter()
                 .enumerate()
-                .map(|(i, v)| {
-                    v * k[if *trans_b {
-                        i / (w.len() / channels)
-                    } else {
-                        i % channels
-                    }]
-                })
+                .map(|(i, v)| v * k[if *trans_b { i / (w.len() / channels) } else { i % channels }])
                 .collect();
-            let b: Vec<f64> = (0..channels)
-                .map(|n| (*beta as f64 * c[n] - mean[n]) * k[n] + bias[n])
-                .collect();
-            (
-                Op::Gemm {
-                    alpha: *alpha,
-                    beta: 1.0,
-                    trans_a: *trans_a,
-                    trans_b: *trans_b,
-                },
-                w,
-                b,
-            )
+            let b: Vec<f64> = (0..channels).map(|n| (*beta as f64 * c[n] - mean[n]) * k[n] + bias[n]).collect();
+            (Op::Gemm { alpha: *alpha, beta: 1.0, trans_a: *trans_a, trans_b: *trans_b }, w, b)
         }
         _ => return false,
     };
 
-    let to_tensor = |shape: &[usize], v: Vec<f64>| {
-        Tensor::from_vec::<f64>(shape, v)
-            .expect("sizes match")
-            .cast(dtype)
-    };
+    let to_tensor = |shape: &[usize], v: Vec<f64>| Tensor::from_vec::<f64>(shape, v).expect("sizes match").cast(dtype);
     let w_shape = graph.ty(producer.inputs[1]).shape.clone();
     let w_name = graph.fresh_name(&format!("{}:folded_weight", producer.name));
     let w_id = graph.add_constant(w_name, to_tensor(&w_shape, weight));

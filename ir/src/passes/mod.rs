@@ -39,11 +39,8 @@ pub fn fold_constants(graph: &mut Graph) -> usize {
     let mut folded = 0;
     let mut keep = Vec::with_capacity(graph.nodes.len());
     for node in std::mem::take(&mut graph.nodes) {
-        let consts: Option<Vec<Arc<crate::Tensor>>> = node
-            .inputs
-            .iter()
-            .map(|i| graph.values[i.0].constant.clone())
-            .collect();
+        let consts: Option<Vec<Arc<crate::Tensor>>> =
+            node.inputs.iter().map(|i| graph.values[i.0].constant.clone()).collect();
         let result = consts.and_then(|c| {
             let refs: Vec<&crate::Tensor> = c.iter().map(|t| t.as_ref()).collect();
             eval_op(&node.op, &refs).ok()
@@ -78,9 +75,8 @@ pub fn remove_identities(graph: &mut Graph) -> usize {
         }
         let (src, dst) = (node.inputs[0], node.outputs[0]);
         if graph.outputs.contains(&dst) {
-            let src_pinned = graph.inputs.contains(&src)
-                || graph.outputs.contains(&src)
-                || graph.values[src.0].constant.is_some();
+            let src_pinned =
+                graph.inputs.contains(&src) || graph.outputs.contains(&src) || graph.values[src.0].constant.is_some();
             if src_pinned {
                 i += 1;
                 continue;
@@ -113,9 +109,7 @@ pub fn eliminate_dead_nodes(graph: &mut Graph) -> usize {
     }
     let before = graph.nodes.len();
     let mut k = keep.iter();
-    graph
-        .nodes
-        .retain(|_| *k.next().expect("one flag per node"));
+    graph.nodes.retain(|_| *k.next().expect("one flag per node"));
     let removed = before - graph.nodes.len();
     compact_values(graph);
     removed
@@ -124,12 +118,11 @@ pub fn eliminate_dead_nodes(graph: &mut Graph) -> usize {
 /// Drops values not referenced by any node, input or output, renumbering the rest.
 fn compact_values(graph: &mut Graph) {
     let mut used = vec![false; graph.values.len()];
-    let ids = graph.inputs.iter().chain(&graph.outputs).chain(
-        graph
-            .nodes
-            .iter()
-            .flat_map(|n| n.inputs.iter().chain(&n.outputs)),
-    );
+    let ids = graph
+        .inputs
+        .iter()
+        .chain(&graph.outputs)
+        .chain(graph.nodes.iter().flat_map(|n| n.inputs.iter().chain(&n.outputs)));
     for id in ids {
         used[id.0] = true;
     }

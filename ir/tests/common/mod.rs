@@ -12,11 +12,7 @@ pub fn shared_dir() -> PathBuf {
     }
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let candidate = here.join("../../shared");
-    assert!(
-        candidate.is_dir(),
-        "shared/ not found at {}; set HERON_SHARED to its location",
-        candidate.display()
-    );
+    assert!(candidate.is_dir(), "shared/ not found at {}; set HERON_SHARED to its location", candidate.display());
     candidate
 }
 
@@ -24,11 +20,7 @@ pub fn shared_dir() -> PathBuf {
 /// `atol + rtol * |want|` (NaN matches NaN).
 pub fn assert_close(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result<(), String> {
     if got.dtype() != want.dtype() || got.shape() != want.shape() {
-        return Err(format!(
-            "got {}, want {}",
-            got.tensor_type(),
-            want.tensor_type()
-        ));
+        return Err(format!("got {}, want {}", got.tensor_type(), want.tensor_type()));
     }
     if !got.dtype().is_float() {
         if got != want {
@@ -49,20 +41,14 @@ pub fn assert_close(got: &Tensor, want: &Tensor, rtol: f64, atol: f64) -> Result
 /// The project's float rule: |got - want| <= 1e-4 * max(1, |want|) for every element.
 pub fn assert_float_rule(got: &Tensor, want: &Tensor) -> Result<(), String> {
     if got.shape() != want.shape() {
-        return Err(format!(
-            "got shape {:?}, want {:?}",
-            got.shape(),
-            want.shape()
-        ));
+        return Err(format!("got shape {:?}, want {:?}", got.shape(), want.shape()));
     }
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         let err = (a - b).abs() / b.abs().max(1.0);
         // Written so that NaN fails too.
         if err.is_nan() || err > 1e-4 {
-            return Err(format!(
-                "element {i}: got {a}, want {b} (relative error {err:e})"
-            ));
+            return Err(format!("element {i}: got {a}, want {b} (relative error {err:e})"));
         }
     }
     Ok(())
