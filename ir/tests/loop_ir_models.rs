@@ -3,35 +3,11 @@
 
 mod common;
 
-use heron_ir::loop_ir::{flatten, interp as loop_interp, layout, print, verify::verify_module};
+use common::check_stages;
+use heron_ir::loop_ir::{flatten, layout, verify::verify_module};
 use heron_ir::npy::read_npy;
 use heron_ir::onnx::{ImportOptions, load_model};
-use heron_ir::{Graph, Tensor, interp, lower, passes};
-
-/// Runs the three stages of `graph` on `inputs` and compares each with the graph interpreter.
-pub fn check_stages(graph: &Graph, inputs: &[Tensor]) {
-    let want = interp::run(graph, inputs).expect("graph interpreter");
-    let mut m = lower::lower(graph).expect("lowering");
-    for stage in ["lowered", "layout", "flat"] {
-        match stage {
-            "layout" => layout::apply_layout_transforms(&mut m).expect("layout transforms"),
-            "flat" => flatten::flatten(&mut m),
-            _ => {}
-        }
-        verify_module(&m)
-            .unwrap_or_else(|e| panic!("{stage}: {e}\n{}", print::print_module(&m, print::ConstData::Elided)));
-        let got = loop_interp::run(&m, inputs).unwrap_or_else(|e| panic!("{stage}: {e}"));
-        for ((g, w), &o) in got.iter().zip(&want).zip(&graph.outputs) {
-            let g = g.reshape(&graph.ty(o).shape).unwrap();
-            let r = if w.dtype().is_float() {
-                common::assert_float_rule(&g, w)
-            } else {
-                common::assert_close(&g, w, 0.0, 0.0)
-            };
-            r.unwrap_or_else(|e| panic!("{stage}, output '{}': {e}", graph.value(o).name));
-        }
-    }
-}
+use heron_ir::{Graph, Tensor, lower, passes};
 
 fn model(name: &str) -> (Graph, Tensor) {
     let dir = common::shared_dir().join("reference");

@@ -360,3 +360,12 @@ fn output_dir_is_a_file() {
     std::fs::write(&file, b"x").unwrap();
     fails_with(&["run", s(&mlp()), "--input", s(&a), "--output-dir", s(&file)], &["not_a_dir"]);
 }
+
+#[test]
+fn bad_index_maps() {
+    fails_with(&["layout", "--shape", "8,8", "--map", "lambda a, b: [a + b]"], &["not injective"]);
+    fails_with(&["layout", "--shape", "8", "--map", "lambda a, b: [a, b]"], &["rank 1"]);
+    fails_with(&["layout", "--shape", "8", "--map", "lambda a: [z]"], &["unknown variable 'z'"]);
+    fails_with(&["layout", "--shape", "8", "--map", "lambda a: [a,"], &["malformed index map"]);
+    fails_with(&["layout", "--shape", "8", "--map", "lambda a: [a]", "--index", "9"], &["outside shape"]);
+}

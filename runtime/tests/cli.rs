@@ -103,3 +103,44 @@ fn inspect_reports_ops_bytes_and_flops() {
     assert!(out.contains("peak live in node order: 27648"), "{out}");
     assert!(out.contains("0.0006 GFLOP") || out.contains("0.0005 GFLOP"), "{out}");
 }
+
+#[test]
+fn layout_prints_the_seed_examples_as_json() {
+    let out = heron(&[
+        "layout",
+        "--shape",
+        "16,64,64,128",
+        "--map",
+        "lambda n, h, w, c: [n, c // 4, h, w, c % 4]",
+        "--index",
+        "11,37,23,101",
+    ]);
+    assert_eq!(
+        out.trim(),
+        r#"{"transformed_shape": [16, 32, 64, 64, 4], "physical_shape": [8388608], "flat_index": 6186333}"#
+    );
+    let map = "lambda n, h, w, c: [n, c // 4, h, AXIS_SEPARATOR, w, c % 4]";
+    let out = heron(&["layout", "--shape", "16,64,64,128", "--map", map, "--index", "11,37,23,101"]);
+    assert_eq!(
+        out.trim(),
+        r#"{"transformed_shape": [16, 32, 64, 64, 4], "physical_shape": [32768, 256], "flat_index": [24165, 93]}"#
+    );
+    let out = heron(&["layout", "--shape", "64,128", "--map", "lambda i, j: [j, i]"]);
+    assert_eq!(out.trim(), r#"{"transformed_shape": [128, 64], "physical_shape": [8192]}"#);
+}
+
+#[test]
+fn lower_prints_every_stage_and_inspect_reports_workspace() {
+    let model = shared().join("reference/lenet.onnx");
+    let m = model.to_str().unwrap();
+    let lowered = heron(&["lower", m, "--stage", "lowered"]);
+    assert!(lowered.contains("func @conv_relu_0(%input: f32[1, 1, 28, 28]"), "{lowered}");
+    let flat = heron(&["lower", m]);
+    assert!(flat.contains("func @conv_relu_0(%input: f32[784]"), "{flat}");
+    assert!(flat.contains("func @main("));
+    let full = heron(&["lower", m, "--stage", "layout", "--full-constants"]);
+    heron_ir::loop_ir::parse::parse_module(&full).expect("full output parses back");
+    let ws = heron(&["inspect", "--workspace", m]);
+    assert!(ws.contains("workspace per function"), "{ws}");
+    assert!(ws.lines().any(|l| l.trim_start().starts_with("main ")), "{ws}");
+}

@@ -348,11 +348,11 @@ impl Parser<'_> {
                 self.expect(",")?;
             }
             let save = self.pos;
-            if let Some(id) = self.ident() {
-                if id.rsplit('.').next() == Some("AXIS_SEPARATOR") {
-                    seps.push(exprs.len());
-                    continue;
-                }
+            if let Some(id) = self.ident()
+                && id.rsplit('.').next() == Some("AXIS_SEPARATOR")
+            {
+                seps.push(exprs.len());
+                continue;
             }
             self.pos = save;
             exprs.push(self.sum()?);

@@ -98,10 +98,10 @@ impl Linear {
         self.terms.is_empty().then_some(self.constant)
     }
 
-    fn range(&self, f: &PrimFunc, ranges: &Ranges) -> Option<(i64, i64)> {
+    fn range(&self, ranges: &Ranges) -> Option<(i64, i64)> {
         let (mut lo, mut hi) = (self.constant, self.constant);
         for (atom, c) in &self.terms {
-            let (a, b) = range(atom, f, ranges)?;
+            let (a, b) = range(atom, ranges)?;
             let (x, y) = (a.checked_mul(*c)?, b.checked_mul(*c)?);
             lo = lo.checked_add(x.min(y))?;
             hi = hi.checked_add(x.max(y))?;
@@ -131,12 +131,12 @@ impl Linear {
 }
 
 /// Inclusive range of an i64 expression, when known.
-pub fn range(e: &Expr, f: &PrimFunc, ranges: &Ranges) -> Option<(i64, i64)> {
+pub fn range(e: &Expr, ranges: &Ranges) -> Option<(i64, i64)> {
     match e {
         Expr::Int { value, .. } => Some((*value, *value)),
         Expr::Var(v) => ranges.get(v).copied(),
         Expr::Binary { op, lhs, rhs } => {
-            let (a, b) = (range(lhs, f, ranges)?, range(rhs, f, ranges)?);
+            let (a, b) = (range(lhs, ranges)?, range(rhs, ranges)?);
             match op {
                 BinOp::Add => Some((a.0.checked_add(b.0)?, a.1.checked_add(b.1)?)),
                 BinOp::Sub => Some((a.0.checked_sub(b.1)?, a.1.checked_sub(b.0)?)),
@@ -160,7 +160,7 @@ pub fn range(e: &Expr, f: &PrimFunc, ranges: &Ranges) -> Option<(i64, i64)> {
             }
         }
         Expr::Select { then, otherwise, .. } => {
-            let (a, b) = (range(then, f, ranges)?, range(otherwise, f, ranges)?);
+            let (a, b) = (range(then, ranges)?, range(otherwise, ranges)?);
             Some((a.0.min(b.0), a.1.max(b.1)))
         }
         _ => None,
@@ -184,13 +184,13 @@ fn linear(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Linear {
             let a = linear(*lhs, f, ranges);
             let b = linear(*rhs, f, ranges);
             match b.as_constant() {
-                Some(c) if c > 0 => div_mod(op, a, c, f, ranges),
+                Some(c) if c > 0 => div_mod(op, a, c, ranges),
                 _ => Linear::atom(Expr::binary(op, a.to_expr(), b.to_expr())),
             }
         }
         Expr::Binary { op: op @ (BinOp::Min | BinOp::Max), lhs, rhs } => {
             let (a, b) = (linear(*lhs, f, ranges), linear(*rhs, f, ranges));
-            if let (Some(x), Some(y)) = (a.range(f, ranges), b.range(f, ranges)) {
+            if let (Some(x), Some(y)) = (a.range(ranges), b.range(ranges)) {
                 let a_smaller = x.1 <= y.0;
                 let b_smaller = y.1 <= x.0;
                 match (op, a_smaller, b_smaller) {
@@ -207,7 +207,7 @@ fn linear(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Linear {
 
 /// `floordiv(L, c)` / `floormod(L, c)` for c > 0: the terms of L that are multiples of c pass
 /// through the division (and vanish in the modulus); the rest is decided by its range.
-fn div_mod(op: BinOp, a: Linear, c: i64, f: &PrimFunc, ranges: &Ranges) -> Linear {
+fn div_mod(op: BinOp, a: Linear, c: i64, ranges: &Ranges) -> Linear {
     if c == 1 {
         return if op == BinOp::FloorDiv { a } else { Linear::constant(0) };
     }
@@ -220,7 +220,7 @@ fn div_mod(op: BinOp, a: Linear, c: i64, f: &PrimFunc, ranges: &Ranges) -> Linea
             rest.terms.push((atom, k));
         }
     }
-    let rest_range = rest.range(f, ranges);
+    let rest_range = rest.range(ranges);
     match op {
         BinOp::FloorDiv => match rest_range {
             Some((lo, hi)) if lo.div_euclid(c) == hi.div_euclid(c) => {
@@ -287,7 +287,7 @@ fn fold_binary(op: BinOp, a: Expr, b: Expr) -> Expr {
 
 fn fold_cmp(op: CmpOp, a: Expr, b: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr {
     if a.dtype(f) == DType::I64
-        && let (Some(x), Some(y)) = (range(&a, f, ranges), range(&b, f, ranges))
+        && let (Some(x), Some(y)) = (range(&a, ranges), range(&b, ranges))
     {
         let decided = match op {
             CmpOp::Lt if x.1 < y.0 => Some(true),

@@ -9,6 +9,8 @@ use crate::tensor::Tensor;
 use super::takes_epilogue;
 
 /// One elementwise step applied to a value at its store.
+// Chains are a few steps long; boxing the clip bounds would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Epilogue {
     Unary(UnaryOp),

@@ -638,7 +638,7 @@ fn global_average_pool(fb: &mut FuncBuilder, x: &Operand, out: &Operand, epi: &E
     let sp = x.shape[2..].to_vec();
     let count: usize = sp.iter().product();
     let (sum, alloc) = local(fb, "sum", acc_t);
-    let nest = loops(fb, "o", &x.shape[..2].to_vec(), |fb, o| {
+    let nest = loops(fb, "o", &x.shape[..2], |fb, o| {
         let reduce = loops(fb, "r", &sp, |_, r| {
             let v = cast_to(acc_t, x.load([o.to_vec(), r.to_vec()].concat()), x.dtype);
             set(sum, add(get(sum), v))

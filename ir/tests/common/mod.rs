@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use heron_ir::Tensor;
+use heron_ir::loop_ir::{flatten, interp as loop_interp, layout, print, verify::verify_module};
+use heron_ir::{Graph, Tensor, interp, lower};
 
 /// The `shared/` folder that sits beside the repository (override with `HERON_SHARED`).
 pub fn shared_dir() -> PathBuf {
@@ -52,4 +53,31 @@ pub fn assert_float_rule(got: &Tensor, want: &Tensor) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Runs the three stages of `graph` on `inputs` and compares each with the graph interpreter.
+pub fn check_stages(graph: &Graph, inputs: &[Tensor]) {
+    check_stages_with(graph, inputs, |_| {})
+}
+
+/// Like [`check_stages`], with `annotate` adding layout transforms to the lowered module first.
+pub fn check_stages_with(graph: &Graph, inputs: &[Tensor], annotate: impl FnOnce(&mut heron_ir::loop_ir::Module)) {
+    let want = interp::run(graph, inputs).expect("graph interpreter");
+    let mut m = lower::lower(graph).expect("lowering");
+    annotate(&mut m);
+    for stage in ["lowered", "layout", "flat"] {
+        match stage {
+            "layout" => layout::apply_layout_transforms(&mut m).expect("layout transforms"),
+            "flat" => flatten::flatten(&mut m),
+            _ => {}
+        }
+        verify_module(&m)
+            .unwrap_or_else(|e| panic!("{stage}: {e}\n{}", print::print_module(&m, print::ConstData::Elided)));
+        let got = loop_interp::run(&m, inputs).unwrap_or_else(|e| panic!("{stage}: {e}"));
+        for ((g, w), &o) in got.iter().zip(&want).zip(&graph.outputs) {
+            let g = g.reshape(&graph.ty(o).shape).unwrap();
+            let r = if w.dtype().is_float() { assert_float_rule(&g, w) } else { assert_close(&g, w, 0.0, 0.0) };
+            r.unwrap_or_else(|e| panic!("{stage}, output '{}': {e}", graph.value(o).name));
+        }
+    }
 }

@@ -1,0 +1,243 @@
+//! Property tests: randomly configured operators lowered to the loop IR compute what the graph
+//! interpreter computes, before and after layout transforms and flattening; random split/reorder
+//! index maps on intermediate tensors do not change results.
+
+mod common;
+
+use common::{check_stages, check_stages_with};
+use heron_ir::loop_ir::IndexMap;
+use heron_ir::loop_ir::layout::set_layout;
+use heron_ir::{
+    BinaryOp, ConvAttrs, DType, Graph, Op, PoolAttrs, QuantAxis, Tensor, TensorType, UnaryOp, ValueId, Window,
+};
+use proptest::prelude::*;
+
+fn data(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn f32s(seed: u64, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(shape, data(seed, shape.iter().product())).unwrap()
+}
+
+fn input(g: &mut Graph, name: &str, shape: &[usize]) -> ValueId {
+    g.add_input(name, TensorType::new(DType::F32, shape.to_vec()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn conv_lowering_matches(
+        seed in any::<u64>(), n in 1usize..3, cg in 1usize..4, mg in 1usize..3, groups in 1usize..4,
+        h in 1usize..8, w in 1usize..8, kh in 1usize..4, kw in 1usize..4, s in 1usize..3, d in 1usize..3,
+        pads in proptest::array::uniform4(0usize..3), bias in any::<bool>(), act in 0usize..3,
+    ) {
+        let (c, m) = (cg * groups, mg * groups);
+        prop_assume!(h + pads[0] + pads[2] > d * (kh - 1) && w + pads[1] + pads[3] > d * (kw - 1));
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &[n, c, h, w]);
+        let wt = g.add_constant("w", f32s(seed ^ 1, &[m, cg, kh, kw]));
+        let mut ins = vec![x, wt];
+        if bias {
+            ins.push(g.add_constant("b", f32s(seed ^ 2, &[m])));
+        }
+        let window = Window {
+            kernel: vec![kh, kw], strides: vec![s, s], dilations: vec![d, d],
+            pads_begin: vec![pads[0], pads[1]], pads_end: vec![pads[2], pads[3]],
+        };
+        let mut y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: groups }), &ins).unwrap();
+        if act == 1 {
+            y = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+        } else if act == 2 {
+            let lo = Tensor::scalar_from_f64(DType::F32, 0.0);
+            let hi = Tensor::scalar_from_f64(DType::F32, 0.5);
+            y = g.add_op("clip", Op::Clip { min: Some(lo), max: Some(hi) }, &[y]).unwrap();
+        }
+        g.set_outputs(vec![y]);
+        check_stages(&g, &[f32s(seed, &[n, c, h, w])]);
+    }
+
+    #[test]
+    fn pooling_lowering_matches(
+        seed in any::<u64>(), c in 1usize..3, h in 1usize..9, w in 1usize..9, k in 1usize..4, s in 1usize..3,
+        p in 0usize..2, ceil in any::<bool>(), include in any::<bool>(), kind in 0usize..3, col in any::<bool>(),
+    ) {
+        prop_assume!(p < k && h + 2 * p >= k && w + 2 * p >= k);
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &[1, c, h, w]);
+        let mut window = Window::dense(vec![k, k]);
+        window.strides = vec![s, s];
+        window.pads_begin = vec![p, p];
+        window.pads_end = vec![p, p];
+        let pool = PoolAttrs { window, ceil_mode: ceil };
+        let outs = match kind {
+            0 => g.add_node("pool", Op::MaxPool { pool, storage_order_col_major: col }, &[x], 2).unwrap(),
+            1 => vec![g.add_op("pool", Op::AveragePool { pool, count_include_pad: include }, &[x]).unwrap()],
+            _ => vec![g.add_op("pool", Op::GlobalAveragePool, &[x]).unwrap()],
+        };
+        g.set_outputs(outs);
+        check_stages(&g, &[f32s(seed, &[1, c, h, w])]);
+    }
+
+    #[test]
+    fn matmul_and_gemm_lowering_matches(
+        seed in any::<u64>(), m in 1usize..6, k in 1usize..7, n in 1usize..6, batch in 1usize..3,
+        a_1d in any::<bool>(), b_1d in any::<bool>(), ta in any::<bool>(), tb in any::<bool>(),
+    ) {
+        let ashape: Vec<usize> = if a_1d { vec![k] } else { vec![batch, m, k] };
+        let bshape: Vec<usize> = if b_1d { vec![k] } else { vec![1, k, n] };
+        let mut g = Graph::new();
+        let a = input(&mut g, "a", &ashape);
+        let b = g.add_constant("b", f32s(seed ^ 5, &bshape));
+        let mm = g.add_op("mm", Op::MatMul, &[a, b]).unwrap();
+        let ga = input(&mut g, "ga", &if ta { [k, m] } else { [m, k] });
+        let gb = g.add_constant("gb", f32s(seed ^ 6, &if tb { [n, k] } else { [k, n] }));
+        let gc = g.add_constant("gc", f32s(seed ^ 7, &[n]));
+        let gemm = g.add_op("gemm", Op::Gemm { alpha: 0.5, beta: 2.0, trans_a: ta, trans_b: tb }, &[ga, gb, gc]).unwrap();
+        g.set_outputs(vec![mm, gemm]);
+        let ga_shape = if ta { [k, m] } else { [m, k] };
+        check_stages(&g, &[f32s(seed, &ashape), f32s(seed ^ 9, &ga_shape)]);
+    }
+
+    #[test]
+    fn broadcasting_elementwise_chains_fuse_correctly(
+        seed in any::<u64>(), a in 1usize..4, b in 1usize..5, c in 1usize..5, ops in proptest::collection::vec(0usize..6, 1..5),
+    ) {
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &[a, b, c]);
+        let mut v = g.add_op("exp", Op::Unary(UnaryOp::Tanh), &[x]).unwrap();
+        for (i, op) in ops.iter().enumerate() {
+            v = match op {
+                0 => g.add_op(format!("relu{i}"), Op::Unary(UnaryOp::Relu), &[v]).unwrap(),
+                1 => g.add_op(format!("sig{i}"), Op::Unary(UnaryOp::Sigmoid), &[v]).unwrap(),
+                2 => g.add_op(format!("leaky{i}"), Op::LeakyRelu { alpha: 0.1 }, &[v]).unwrap(),
+                3 => {
+                    let k = g.add_constant(format!("k{i}"), f32s(seed ^ i as u64, &[b, 1]));
+                    g.add_op(format!("add{i}"), Op::Binary(BinaryOp::Add), &[k, v]).unwrap()
+                }
+                4 => {
+                    let k = g.add_constant(format!("k{i}"), f32s(seed ^ i as u64, &[c]));
+                    g.add_op(format!("mul{i}"), Op::Binary(BinaryOp::Mul), &[v, k]).unwrap()
+                }
+                _ => {
+                    let k = g.add_constant(format!("k{i}"), f32s(seed ^ i as u64, &[1, b, c]));
+                    g.add_op(format!("max{i}"), Op::Binary(BinaryOp::Max), &[v, k]).unwrap()
+                }
+            };
+        }
+        g.set_outputs(vec![v]);
+        let m = heron_ir::lower::lower(&g).unwrap();
+        prop_assert_eq!(m.funcs.len(), 2, "one fused function and main");
+        check_stages(&g, &[f32s(seed, &[a, b, c])]);
+    }
+
+    #[test]
+    fn softmax_lowering_matches(seed in any::<u64>(), shape in proptest::collection::vec(1usize..5, 1..4), axis in 0usize..3, coerce in any::<bool>()) {
+        prop_assume!(axis < shape.len());
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &shape);
+        let y = g.add_op("softmax", Op::Softmax { axis, coerce_2d: coerce }, &[x]).unwrap();
+        g.set_outputs(vec![y]);
+        check_stages(&g, &[f32s(seed, &shape)]);
+    }
+
+    #[test]
+    fn integer_ops_are_bit_exact(
+        seed in any::<u64>(), m in 1usize..5, k in 1usize..6, n in 1usize..5, zp in 0u8..20, per_row in any::<bool>(),
+    ) {
+        let bytes = |s: u64, len: usize| data(s, len).into_iter().map(|v| ((v + 1.0) * 127.0) as u8).collect::<Vec<u8>>();
+        let mut g = Graph::new();
+        let a = g.add_input("a", TensorType::new(DType::U8, vec![m, k]));
+        let b = g.add_constant("b", Tensor::from_vec(&[k, n], bytes(seed ^ 3, k * n)).unwrap());
+        let azp = if per_row {
+            g.add_constant("azp", Tensor::from_vec(&[m], vec![zp; m]).unwrap())
+        } else {
+            g.add_constant("azp", Tensor::from_vec::<u8>(&[], vec![zp]).unwrap())
+        };
+        let bzp = g.add_constant("bzp", Tensor::from_vec::<u8>(&[n], (0..n as u8).collect()).unwrap());
+        let y = g.add_op("mmi", Op::MatMulInteger, &[a, b, azp, bzp]).unwrap();
+        let scale = g.add_constant("scale", Tensor::from_vec::<f32>(&[], vec![0.37]).unwrap());
+        let qzp = g.add_constant("qzp", Tensor::from_vec::<i8>(&[], vec![-3]).unwrap());
+        let f = g.add_op("tofloat", Op::Cast { to: DType::F32 }, &[y]).unwrap();
+        let q = g.add_op("quant", Op::QuantizeLinear { axis: QuantAxis::PerTensor }, &[f, scale, qzp]).unwrap();
+        let dq = g.add_op("dequant", Op::DequantizeLinear { axis: QuantAxis::PerTensor }, &[q, scale, qzp]).unwrap();
+        let sh = g.add_constant("shift", Tensor::from_vec::<i32>(&[1], vec![3]).unwrap());
+        let shifted = g.add_op("shift", Op::BitShift { left: false }, &[y, sh]).unwrap();
+        g.set_outputs(vec![y, q, dq, shifted]);
+        check_stages(&g, &[Tensor::from_vec(&[m, k], bytes(seed, m * k)).unwrap()]);
+    }
+
+    #[test]
+    fn random_layouts_on_intermediates_keep_results(
+        seed in any::<u64>(), shape in proptest::collection::vec(1usize..6, 1..4),
+        factors in proptest::collection::vec(1usize..4, 3), order in any::<u64>(), sep in any::<bool>(),
+    ) {
+        // t = tanh(x) is an intermediate main allocates; y = t * 2 + x reads it back.
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &shape);
+        let t = g.add_op("t", Op::Unary(UnaryOp::Tanh), &[x]).unwrap();
+        let two = g.add_constant("two", Tensor::scalar_from_f64(DType::F32, 2.0));
+        let t2 = g.add_op("t2", Op::Binary(BinaryOp::Mul), &[two, x]).unwrap();
+        let y = g.add_op("y", Op::Binary(BinaryOp::Add), &[t2, t]).unwrap();
+        g.set_outputs(vec![y]);
+        let map = random_map(shape.len(), &factors, order, sep);
+        check_stages_with(&g, &[f32s(seed, &shape)], |m| {
+            // `t` stays an intermediate only when it is not fused into its consumer.
+            if m.main().unwrap().find_buffer("t").is_some() {
+                set_layout(m, "main", "t", map.clone()).unwrap();
+            } else {
+                set_layout(m, "main", "t2", map.clone()).unwrap();
+            }
+        });
+    }
+}
+
+/// A random split/reorder map on `rank` axes: axis i is split by `factors[i]` (1 = not split),
+/// the parts are shuffled, and optionally an axis separator is inserted.
+fn random_map(rank: usize, factors: &[usize], order: u64, sep: bool) -> IndexMap {
+    let vars: Vec<String> = (0..rank).map(|i| format!("v{i}")).collect();
+    let mut parts: Vec<String> = Vec::new();
+    for (i, v) in vars.iter().enumerate() {
+        match factors[i] {
+            1 => parts.push(v.clone()),
+            f => {
+                parts.push(format!("{v} // {f}"));
+                parts.push(format!("{v} % {f}"));
+            }
+        }
+    }
+    let mut r = order;
+    for i in (1..parts.len()).rev() {
+        r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        parts.swap(i, (r >> 33) as usize % (i + 1));
+    }
+    if sep && parts.len() > 1 {
+        parts.insert(1 + (r as usize % (parts.len() - 1)), "AXIS_SEPARATOR".into());
+    }
+    IndexMap::parse(&format!("lambda {}: [{}]", vars.join(", "), parts.join(", "))).unwrap()
+}
+
+#[test]
+fn layout_transformed_conv_scratch_matches() {
+    // Channels divisible by 4 with padding: the padded input gets the NCHWc layout.
+    let mut g = Graph::new();
+    let x = input(&mut g, "x", &[1, 8, 5, 5]);
+    let w = g.add_constant("w", f32s(3, &[4, 8, 3, 3]));
+    let mut window = Window::dense(vec![3, 3]);
+    window.pads_begin = vec![1, 1];
+    window.pads_end = vec![1, 1];
+    let y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: 1 }), &[x, w]).unwrap();
+    g.set_outputs(vec![y]);
+    let m = heron_ir::lower::lower(&g).unwrap();
+    assert!(m.funcs.iter().any(|f| !f.layout_transforms.is_empty()));
+    check_stages(&g, &[f32s(11, &[1, 8, 5, 5])]);
+}
