@@ -16,7 +16,7 @@ pub const WORKSPACE_ALIGNMENT: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkspaceSize {
     pub func: String,
-    /// Sum of every allocation's size.
+    /// Size when every allocation gets its own (aligned) space, in allocation order.
     pub unshared_bytes: usize,
     /// Size when allocations whose live ranges do not overlap share memory.
     pub shared_bytes: usize,
@@ -79,7 +79,7 @@ pub fn allocation_intervals(f: &PrimFunc) -> Vec<(BufferId, usize, usize, usize)
 /// Scratch needs of one function.
 pub fn workspace_size(f: &PrimFunc) -> WorkspaceSize {
     let intervals = allocation_intervals(f);
-    let unshared_bytes = intervals.iter().map(|i| i.3).sum();
+    let unshared_bytes = intervals.iter().fold(0usize, |end, i| end.next_multiple_of(WORKSPACE_ALIGNMENT) + i.3);
     // First fit in decreasing size order over the live intervals.
     let mut order: Vec<usize> = (0..intervals.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(intervals[i].3));
@@ -100,7 +100,8 @@ pub fn workspace_size(f: &PrimFunc) -> WorkspaceSize {
         placed.push((first, last, offset, size));
         shared_bytes = shared_bytes.max(offset + size);
     }
-    WorkspaceSize { func: f.name.clone(), unshared_bytes, shared_bytes }
+    // Sharing never costs more than not sharing: the unshared layout is a valid plan too.
+    WorkspaceSize { func: f.name.clone(), unshared_bytes, shared_bytes: shared_bytes.min(unshared_bytes) }
 }
 
 /// Workspace sizes of every function of the module, in module order.
