@@ -241,3 +241,44 @@ fn layout_transformed_conv_scratch_matches() {
     assert!(m.funcs.iter().any(|f| !f.layout_transforms.is_empty()));
     check_stages(&g, &[f32s(11, &[1, 8, 5, 5])]);
 }
+
+#[test]
+fn vta_packed_layouts_tile_like_the_reference() {
+    use heron_ir::loop_ir::layouts::{vta_conv_data, vta_conv_kernel};
+    // numpy: reshape(N/B, B, C/16, 16, H, W).transpose(0, 2, 4, 5, 1, 3)
+    let data = vta_conv_data(1, 16);
+    let t = data.transformed_shape(&[2, 32, 3, 3]).unwrap();
+    assert_eq!(t, vec![2, 2, 3, 3, 1, 16]);
+    assert_eq!(data.apply(&[1, 17, 2, 0]), vec![1, 1, 2, 0, 0, 1]);
+    let kernel = vta_conv_kernel(16, 16);
+    assert_eq!(kernel.transformed_shape(&[32, 16, 3, 3]).unwrap(), vec![2, 1, 3, 3, 16, 16]);
+    assert_eq!(kernel.apply(&[20, 5, 1, 2]), vec![1, 0, 1, 2, 4, 5]);
+    kernel.check_injective(&[32, 16, 3, 3]).unwrap();
+}
+
+#[test]
+fn vta_packed_layouts_on_an_int8_convolution_are_bit_exact() {
+    use heron_ir::loop_ir::layouts::{vta_conv_data, vta_conv_kernel};
+    let (c, m) = (16, 32);
+    let bytes = |s: u64, n: usize| data(s, n).into_iter().map(|v| (v * 100.0) as i8).collect::<Vec<i8>>();
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::I8, vec![1, c, 5, 5]));
+    // The conv input is an intermediate (relu of x), so its layout is the compiler's to choose.
+    let data_t = g.add_op("data", Op::Unary(UnaryOp::Relu), &[x]).unwrap();
+    let w = g.add_constant("kernel", Tensor::from_vec(&[m, c, 3, 3], bytes(7, m * c * 9)).unwrap());
+    let zx = g.add_constant("zx", Tensor::from_vec::<i8>(&[], vec![0]).unwrap());
+    let zw = g.add_constant("zw", Tensor::from_vec::<i8>(&[], vec![0]).unwrap());
+    let y = g
+        .add_op(
+            "conv",
+            Op::ConvInteger(ConvAttrs { window: Window::dense(vec![3, 3]), group: 1 }),
+            &[data_t, w, zx, zw],
+        )
+        .unwrap();
+    g.set_outputs(vec![y]);
+    let input = Tensor::from_vec(&[1, c, 5, 5], bytes(3, c * 25)).unwrap();
+    check_stages_with(&g, &[input], |m| {
+        set_layout(m, "main", "data", vta_conv_data(1, 16)).unwrap();
+        set_layout(m, "main", "kernel", vta_conv_kernel(16, 16)).unwrap();
+    });
+}

@@ -23,6 +23,10 @@ pub enum LayoutError {
     Conflict { func: String, buffer: String },
     #[error("no function named '{0}'")]
     UnknownFunction(String),
+    #[error(
+        "function '{func}' sees parameter '{buffer}' as shape {param:?}, not as the tensor's shape {tensor:?}: its layout cannot be changed"
+    )]
+    ShapeView { func: String, buffer: String, param: Vec<usize>, tensor: Vec<usize> },
 }
 
 /// Annotates buffer `buffer` of function `func` with a layout transform.
@@ -102,7 +106,7 @@ fn relayout(data: &Tensor, map: &IndexMap, new_shape: &[usize]) -> Tensor {
 /// Carries transforms on tensors `main` passes to operator functions over to the callees'
 /// parameters, then applies every function's transforms.
 pub fn apply_layout_transforms(m: &mut Module) -> Result<(), LayoutError> {
-    let mut to_callees: Vec<(String, usize, IndexMap)> = Vec::new();
+    let mut to_callees: Vec<(String, usize, IndexMap, Vec<usize>)> = Vec::new();
     if let Some(main) = m.func(MAIN) {
         main.body.walk(&mut |s| {
             if let Stmt::Evaluate(call) = s
@@ -112,16 +116,20 @@ pub fn apply_layout_transforms(m: &mut Module) -> Result<(), LayoutError> {
                     if let Arg::Buffer(b) = a
                         && let Some(map) = main.layout_transforms.get(b)
                     {
-                        to_callees.push((name.clone(), i, map.clone()));
+                        to_callees.push((name.clone(), i, map.clone(), main.buffer(*b).shape.clone()));
                     }
                 }
             }
         });
     }
-    for (name, i, map) in to_callees {
+    for (name, i, map, tensor) in to_callees {
         let f =
             m.funcs.iter_mut().find(|f| f.name == name).ok_or_else(|| LayoutError::UnknownFunction(name.clone()))?;
         let Some(&p) = f.params.get(i) else { continue };
+        if f.buffer(p).shape != tensor {
+            let (buffer, param) = (f.buffer(p).name.clone(), f.buffer(p).shape.clone());
+            return Err(LayoutError::ShapeView { func: f.name.clone(), buffer, param, tensor });
+        }
         match f.layout_transforms.get(&p) {
             Some(existing) if *existing != map => {
                 return Err(LayoutError::Conflict { func: f.name.clone(), buffer: f.buffer(p).name.clone() });

@@ -13,6 +13,7 @@ pub mod flatten;
 pub mod index_map;
 pub mod interp;
 pub mod layout;
+pub mod layouts;
 pub mod parse;
 pub mod print;
 pub mod simplify;
