@@ -1,5 +1,18 @@
-//! heron-planner: Unified Static Memory Planning.
+//! heron-planner: Unified Static Memory Planning (the USMP seed).
 //!
-//! Will hold buffer info and liveness extraction from the loop IR, pool descriptions, the planning
-//! algorithms and the rewrite of allocations to pool offsets (see ARCHITECTURE.md). Nothing is
-//! implemented yet; the crate exists so the workspace layout matches the map in DEVELOPERS.md.
+//! Every buffer — inter-operator tensors, operator scratch, constants — gets a static offset in
+//! a memory pool. [`types`] holds the vocabulary (`BufferInfo`, `PoolInfo`, `PoolAllocation`,
+//! `Plan`), [`algorithms`] the placement algorithms behind one trait and a registry, [`pools`]
+//! the multi-pool fallback, [`bound`] the lower bounds, [`verify`] the independent verifier.
+
+pub mod algorithms;
+pub mod bound;
+pub mod pools;
+pub mod problem;
+pub mod types;
+pub mod verify;
+
+pub use algorithms::{Algorithm, algorithm, registry};
+pub use problem::PoolProblem;
+pub use types::{Access, BufferInfo, Budget, Plan, PlanError, PoolAllocation, PoolInfo, PoolKind, normalize};
+pub use verify::verify_plan;

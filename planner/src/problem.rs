@@ -1,0 +1,181 @@
+//! The single-pool placement problem every algorithm solves, and the placement engine shared by
+//! the order-based algorithms: place buffers one by one at the lowest (first fit) or tightest
+//! (best fit) aligned gap left by already placed conflicting buffers.
+
+use crate::types::BufferInfo;
+
+/// Buffers to place in one pool: sizes, alignments, symmetric conflicts, optional lifetimes.
+#[derive(Clone, Debug)]
+pub struct PoolProblem {
+    pub sizes: Vec<u64>,
+    pub aligns: Vec<u64>,
+    pub adj: Vec<Vec<u32>>,
+    /// Half-open live intervals, when every buffer has one and conflicts are exactly the
+    /// overlapping intervals.
+    pub intervals: Option<Vec<(u64, u64)>>,
+    /// A hard limit the placement should stay under, when the pool has one.
+    pub capacity: Option<u64>,
+}
+
+impl PoolProblem {
+    /// The sub-problem of `members` (indices into `buffers`), conflicts restricted to members.
+    pub fn from_buffers(buffers: &[BufferInfo], members: &[usize], capacity: Option<u64>) -> PoolProblem {
+        let mut local = vec![u32::MAX; buffers.len()];
+        for (k, &i) in members.iter().enumerate() {
+            local[i] = k as u32;
+        }
+        let adj = members
+            .iter()
+            .map(|&i| buffers[i].conflicts.iter().map(|&j| local[j]).filter(|&j| j != u32::MAX).collect())
+            .collect();
+        let intervals: Option<Vec<(u64, u64)>> = members.iter().map(|&i| buffers[i].live_range).collect();
+        // Intervals are only trusted when they explain the conflicts exactly.
+        let mut p = PoolProblem {
+            sizes: members.iter().map(|&i| buffers[i].size_bytes).collect(),
+            aligns: members.iter().map(|&i| buffers[i].alignment).collect(),
+            adj,
+            intervals: None,
+            capacity,
+        };
+        if let Some(iv) = intervals
+            && intervals_match_conflicts(&iv, &p.adj)
+        {
+            p.intervals = Some(iv);
+        }
+        p
+    }
+
+    /// A problem given by lifetimes alone: conflicts are the overlapping intervals.
+    pub fn from_intervals(sizes: Vec<u64>, intervals: Vec<(u64, u64)>, capacity: Option<u64>) -> PoolProblem {
+        let adj = interval_conflicts(&intervals);
+        let aligns = vec![1; sizes.len()];
+        PoolProblem { sizes, aligns, adj, intervals: Some(intervals), capacity }
+    }
+
+    pub fn len(&self) -> usize {
+        self.sizes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sizes.is_empty()
+    }
+
+    /// Largest end offset of a placement.
+    pub fn peak(&self, offsets: &[u64]) -> u64 {
+        offsets.iter().zip(&self.sizes).map(|(o, s)| o + s).max().unwrap_or(0)
+    }
+
+    /// True when no two conflicting buffers overlap and every offset is aligned.
+    pub fn is_valid(&self, offsets: &[u64]) -> bool {
+        (0..self.len()).all(|i| {
+            offsets[i] % self.aligns[i] == 0
+                && self.adj[i].iter().all(|&j| {
+                    let j = j as usize;
+                    offsets[i] + self.sizes[i] <= offsets[j] || offsets[j] + self.sizes[j] <= offsets[i]
+                })
+        })
+    }
+}
+
+/// Conflicts of half-open intervals: the pairs that overlap.
+pub fn interval_conflicts(intervals: &[(u64, u64)]) -> Vec<Vec<u32>> {
+    let mut order: Vec<usize> = (0..intervals.len()).collect();
+    order.sort_by_key(|&i| intervals[i].0);
+    let mut adj: Vec<Vec<u32>> = vec![Vec::new(); intervals.len()];
+    let mut active: Vec<usize> = Vec::new();
+    for &i in &order {
+        let start = intervals[i].0;
+        active.retain(|&j| intervals[j].1 > start);
+        for &j in &active {
+            adj[i].push(j as u32);
+            adj[j].push(i as u32);
+        }
+        active.push(i);
+    }
+    adj
+}
+
+fn intervals_match_conflicts(intervals: &[(u64, u64)], adj: &[Vec<u32>]) -> bool {
+    let from_iv = interval_conflicts(intervals);
+    from_iv.iter().zip(adj).all(|(a, b)| {
+        let mut a = a.clone();
+        let mut b = b.clone();
+        a.sort_unstable();
+        b.sort_unstable();
+        a == b
+    })
+}
+
+/// How a buffer picks among the gaps that fit it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// The lowest offset.
+    First,
+    /// The gap that leaves the least room (bounded gaps only; otherwise the top).
+    Best,
+}
+
+/// Places buffers in `order`; returns offsets (indexed by buffer) and the peak.
+pub fn place_in_order(p: &PoolProblem, order: &[usize], fit: Fit) -> (Vec<u64>, u64) {
+    const UNPLACED: u64 = u64::MAX;
+    let mut offsets = vec![UNPLACED; p.len()];
+    let mut busy: Vec<(u64, u64)> = Vec::new();
+    let mut peak = 0;
+    for &i in order {
+        busy.clear();
+        for &j in &p.adj[i] {
+            let o = offsets[j as usize];
+            if o != UNPLACED {
+                busy.push((o, o + p.sizes[j as usize]));
+            }
+        }
+        busy.sort_unstable();
+        let (size, align) = (p.sizes[i], p.aligns[i]);
+        let mut cursor = 0u64;
+        let mut chosen: Option<(u64, u64)> = None; // (offset, slack)
+        for &(start, end) in &busy {
+            let at = cursor.next_multiple_of(align);
+            if at + size <= start {
+                let slack = start - (at + size);
+                match fit {
+                    Fit::First => {
+                        chosen = Some((at, slack));
+                        break;
+                    }
+                    Fit::Best => {
+                        if chosen.is_none_or(|(_, s)| slack < s) {
+                            chosen = Some((at, slack));
+                        }
+                    }
+                }
+            }
+            cursor = cursor.max(end);
+        }
+        let offset = chosen.map_or(cursor.next_multiple_of(align), |(o, _)| o);
+        offsets[i] = offset;
+        peak = peak.max(offset + size);
+    }
+    (offsets, peak)
+}
+
+/// A small deterministic generator (xorshift64*) for the randomised searches.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
