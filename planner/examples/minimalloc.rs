@@ -7,7 +7,8 @@ use heron_planner::{Budget, PoolProblem, registry};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).cloned().unwrap_or_else(|| "../shared/benchmarks/planner/minimalloc_challenging.json".into());
+    let path =
+        args.get(1).cloned().unwrap_or_else(|| "../shared/benchmarks/planner/minimalloc_challenging.json".into());
     let ms: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let only = args.get(3).cloned();
     let text = std::fs::read_to_string(&path).expect("benchmark file");
@@ -16,7 +17,8 @@ fn main() {
         let cap = inst["capacity_bytes"].as_u64().expect("capacity");
         let rows = inst["buffers"].as_array().expect("buffers");
         let sizes: Vec<u64> = rows.iter().map(|r| r[3].as_u64().expect("size")).collect();
-        let iv: Vec<(u64, u64)> = rows.iter().map(|r| (r[1].as_u64().expect("lo"), r[2].as_u64().expect("hi"))).collect();
+        let iv: Vec<(u64, u64)> =
+            rows.iter().map(|r| (r[1].as_u64().expect("lo"), r[2].as_u64().expect("hi"))).collect();
         let p = PoolProblem::from_intervals(sizes.clone(), iv.clone(), None);
         let lb = max_load(&sizes, &iv);
         let mut line = format!("{} n={} lb={lb} cap={cap}:", inst["id"].as_str().unwrap_or("?"), rows.len());
@@ -28,7 +30,13 @@ fn main() {
             let offsets = alg.place(&p, &Budget::millis(ms));
             assert!(p.is_valid(&offsets), "{} produced an invalid placement", alg.name());
             let peak = p.peak(&offsets);
-            line += &format!(" {}={} ({:.3}x, {:.1}s)", alg.name(), peak, peak as f64 / cap as f64, t.elapsed().as_secs_f64());
+            line += &format!(
+                " {}={} ({:.3}x, {:.1}s)",
+                alg.name(),
+                peak,
+                peak as f64 / cap as f64,
+                t.elapsed().as_secs_f64()
+            );
         }
         println!("{line}");
     }

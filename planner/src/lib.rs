@@ -7,6 +7,7 @@
 
 pub mod algorithms;
 pub mod bound;
+pub mod json;
 pub mod pools;
 pub mod problem;
 pub mod types;
@@ -14,5 +15,5 @@ pub mod verify;
 
 pub use algorithms::{Algorithm, algorithm, registry};
 pub use problem::PoolProblem;
-pub use types::{Access, BufferInfo, Budget, Plan, PlanError, PoolAllocation, PoolInfo, PoolKind, normalize};
+pub use types::{Access, Budget, BufferInfo, Plan, PlanError, PoolAllocation, PoolInfo, PoolKind, normalize};
 pub use verify::verify_plan;

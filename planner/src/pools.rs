@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use crate::algorithms::Algorithm;
 use crate::problem::PoolProblem;
-use crate::types::{BufferInfo, Budget, Plan, PlanError, PoolAllocation, PoolInfo, normalize};
+use crate::types::{Budget, BufferInfo, Plan, PlanError, PoolAllocation, PoolInfo, normalize};
 
 /// Candidate pool indices of every buffer, checking names.
 pub fn resolve_candidates(buffers: &[BufferInfo], pools: &[PoolInfo]) -> Result<Vec<Vec<usize>>, PlanError> {
@@ -16,7 +16,10 @@ pub fn resolve_candidates(buffers: &[BufferInfo], pools: &[PoolInfo]) -> Result<
             return Err(PlanError::DuplicatePool(p.name.clone()));
         }
         if p.alignment == 0 || !p.alignment.is_power_of_two() {
-            return Err(PlanError::BadPool { pool: p.name.clone(), reason: format!("alignment {} is not a power of two", p.alignment) });
+            return Err(PlanError::BadPool {
+                pool: p.name.clone(),
+                reason: format!("alignment {} is not a power of two", p.alignment),
+            });
         }
     }
     buffers
@@ -27,14 +30,24 @@ pub fn resolve_candidates(buffers: &[BufferInfo], pools: &[PoolInfo]) -> Result<
             }
             b.pool_candidates
                 .iter()
-                .map(|n| by_name.get(n.as_str()).copied().ok_or_else(|| PlanError::UnknownPool { buffer: b.name.clone(), pool: n.clone() }))
+                .map(|n| {
+                    by_name
+                        .get(n.as_str())
+                        .copied()
+                        .ok_or_else(|| PlanError::UnknownPool { buffer: b.name.clone(), pool: n.clone() })
+                })
                 .collect()
         })
         .collect()
 }
 
 /// Plans `buffers` over `pools` with `alg` placing each pool.
-pub fn plan_pools<A: Algorithm + ?Sized>(alg: &A, buffers: &[BufferInfo], pools: &[PoolInfo], budget: &Budget) -> Result<Plan, PlanError> {
+pub fn plan_pools<A: Algorithm + ?Sized>(
+    alg: &A,
+    buffers: &[BufferInfo],
+    pools: &[PoolInfo],
+    budget: &Budget,
+) -> Result<Plan, PlanError> {
     let mut buffers = buffers.to_vec();
     normalize(&mut buffers)?;
     let candidates = resolve_candidates(&buffers, pools)?;
@@ -44,9 +57,8 @@ pub fn plan_pools<A: Algorithm + ?Sized>(alg: &A, buffers: &[BufferInfo], pools:
     let mut sizes = vec![0u64; pools.len()];
     let mut dirty = vec![true; pools.len()];
     loop {
-        let members: Vec<Vec<usize>> = (0..pools.len())
-            .map(|p| (0..n).filter(|&i| candidates[i][choice[i]] == p).collect())
-            .collect();
+        let members: Vec<Vec<usize>> =
+            (0..pools.len()).map(|p| (0..n).filter(|&i| candidates[i][choice[i]] == p).collect()).collect();
         let todo = dirty.iter().filter(|&&d| d).count().max(1);
         let mut moved = false;
         for (p, pool) in pools.iter().enumerate() {
@@ -78,8 +90,10 @@ pub fn plan_pools<A: Algorithm + ?Sized>(alg: &A, buffers: &[BufferInfo], pools:
                 }
             }
             dirty[p] = true;
+            // Pool membership changed: recompute it before planning any other pool.
+            break;
         }
-        if !moved {
+        if !moved && !dirty.iter().any(|&d| d) {
             break;
         }
     }

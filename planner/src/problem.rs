@@ -68,7 +68,7 @@ impl PoolProblem {
     /// True when no two conflicting buffers overlap and every offset is aligned.
     pub fn is_valid(&self, offsets: &[u64]) -> bool {
         (0..self.len()).all(|i| {
-            offsets[i] % self.aligns[i] == 0
+            offsets[i].is_multiple_of(self.aligns[i])
                 && self.adj[i].iter().all(|&j| {
                     let j = j as usize;
                     offsets[i] + self.sizes[i] <= offsets[j] || offsets[j] + self.sizes[j] <= offsets[i]
@@ -167,7 +167,7 @@ impl Rng {
         Rng(seed | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -176,6 +176,6 @@ impl Rng {
 
     /// Uniform in `0..n` (n > 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 }

@@ -26,7 +26,7 @@ pub enum PoolKind {
     Constant,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     #[serde(rename = "rw")]
@@ -158,7 +158,10 @@ pub fn normalize(buffers: &mut [BufferInfo]) -> Result<(), PlanError> {
         if let Some((lo, hi)) = b.live_range
             && lo >= hi
         {
-            return Err(PlanError::BadBuffer { buffer: b.name.clone(), reason: format!("empty live range [{lo}, {hi})") });
+            return Err(PlanError::BadBuffer {
+                buffer: b.name.clone(),
+                reason: format!("empty live range [{lo}, {hi})"),
+            });
         }
     }
     let n = buffers.len();

@@ -22,7 +22,10 @@ pub fn verify_plan(buffers: &[BufferInfo], pools: &[PoolInfo], plan: &Plan) -> R
             continue;
         };
         if !b.pool_candidates.contains(&pool.name) {
-            errors.push(format!("buffer '{}' is in pool '{}', not one of its candidates {:?}", b.name, pool.name, b.pool_candidates));
+            errors.push(format!(
+                "buffer '{}' is in pool '{}', not one of its candidates {:?}",
+                b.name, pool.name, b.pool_candidates
+            ));
         }
         if b.alignment == 0 || a.offset % b.alignment != 0 {
             errors.push(format!("buffer '{}' at offset {} breaks its alignment {}", b.name, a.offset, b.alignment));
@@ -33,12 +36,18 @@ pub fn verify_plan(buffers: &[BufferInfo], pools: &[PoolInfo], plan: &Plan) -> R
             Some(end) => {
                 used[a.pool] = used[a.pool].max(end);
                 if end > plan.pool_sizes[a.pool] {
-                    errors.push(format!("buffer '{}' ends at {end}, past pool '{}' of size {}", b.name, pool.name, plan.pool_sizes[a.pool]));
+                    errors.push(format!(
+                        "buffer '{}' ends at {end}, past pool '{}' of size {}",
+                        b.name, pool.name, plan.pool_sizes[a.pool]
+                    ));
                 }
                 if let Some(limit) = pool.size_hint_bytes
                     && end > limit
                 {
-                    errors.push(format!("buffer '{}' ends at {end}, past the size hint {limit} of pool '{}'", b.name, pool.name));
+                    errors.push(format!(
+                        "buffer '{}' ends at {end}, past the size hint {limit} of pool '{}'",
+                        b.name, pool.name
+                    ));
                 }
             }
         }
@@ -50,15 +59,23 @@ pub fn verify_plan(buffers: &[BufferInfo], pools: &[PoolInfo], plan: &Plan) -> R
                 continue;
             };
             let (x, y) = (&plan.allocations[i], &plan.allocations[j]);
-            let overlap = x.pool == y.pool && x.offset < y.offset.saturating_add(c.size_bytes) && y.offset < x.offset.saturating_add(b.size_bytes);
+            let overlap = x.pool == y.pool
+                && x.offset < y.offset.saturating_add(c.size_bytes)
+                && y.offset < x.offset.saturating_add(b.size_bytes);
             if overlap && i != j && (i < j || !c.conflicts.contains(&i)) {
-                errors.push(format!("conflicting buffers '{}' and '{}' overlap in pool '{}'", b.name, c.name, pools[x.pool].name));
+                errors.push(format!(
+                    "conflicting buffers '{}' and '{}' overlap in pool '{}'",
+                    b.name, c.name, pools[x.pool].name
+                ));
             }
         }
     }
     for (p, pool) in pools.iter().enumerate() {
         if plan.pool_sizes[p] != used[p] {
-            errors.push(format!("pool '{}' is reported as {} bytes but its buffers end at {}", pool.name, plan.pool_sizes[p], used[p]));
+            errors.push(format!(
+                "pool '{}' is reported as {} bytes but its buffers end at {}",
+                pool.name, plan.pool_sizes[p], used[p]
+            ));
         }
     }
     if errors.is_empty() { Ok(()) } else { Err(errors) }

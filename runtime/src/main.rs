@@ -74,6 +74,18 @@ enum Command {
         #[arg(long)]
         full_constants: bool,
     },
+    /// Plan memory: a JSON planning problem (--buffers FILE.json) and print the plan as JSON.
+    Plan {
+        /// Planning problem: {"pools": [...], "buffers": [...]}.
+        #[arg(long, value_name = "FILE.json")]
+        buffers: PathBuf,
+        /// Planning algorithm (auto, greedy_by_size, greedy_by_conflicts, hill_climb, best_fit, exact).
+        #[arg(long, default_value = "auto")]
+        algorithm: String,
+        /// Time budget for planning.
+        #[arg(long, default_value_t = 250)]
+        time_limit_ms: u64,
+    },
     /// Apply an index map to a buffer shape (and optionally one index) and print JSON.
     Layout {
         /// Logical shape, e.g. 16,64,64,128.
@@ -97,6 +109,7 @@ fn main() -> ExitCode {
         Command::Inspect { model, workspace } => inspect(&model, workspace),
         Command::Lower { model, stage, full_constants } => lower(&model, stage, full_constants),
         Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
+        Command::Plan { buffers, algorithm, time_limit_ms } => plan_buffers(&buffers, &algorithm, time_limit_ms),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -193,6 +206,13 @@ fn lower(path: &Path, stage: Stage, full_constants: bool) -> Result<()> {
     let module = lowered(path, stage)?;
     let data = if full_constants { ConstData::Full } else { ConstData::Elided };
     print!("{}", print_module(&module, data));
+    Ok(())
+}
+
+fn plan_buffers(path: &Path, algorithm: &str, time_limit_ms: u64) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let plan = heron_planner::json::plan_json(&text, algorithm, time_limit_ms)?;
+    println!("{}", serde_json::to_string(&plan)?);
     Ok(())
 }
 

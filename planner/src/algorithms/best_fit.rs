@@ -12,7 +12,8 @@ const MAX_STEPS: usize = 50_000;
 /// The candidate orderings: by size, by conflict bytes, by lifetime start, by size x lifetime.
 fn orderings(p: &PoolProblem) -> Vec<Vec<usize>> {
     let n = p.len();
-    let conflict_bytes: Vec<u64> = (0..n).map(|i| p.adj[i].iter().map(|&j| p.sizes[j as usize]).sum::<u64>() + p.sizes[i]).collect();
+    let conflict_bytes: Vec<u64> =
+        (0..n).map(|i| p.adj[i].iter().map(|&j| p.sizes[j as usize]).sum::<u64>() + p.sizes[i]).collect();
     let by = |key: &dyn Fn(usize) -> (u64, u64)| {
         let mut o: Vec<usize> = (0..n).collect();
         o.sort_by_key(|&i| (std::cmp::Reverse(key(i)), i));
@@ -57,7 +58,7 @@ impl Algorithm for BestFit {
                 break;
             }
             let (a, b) = (rng.below(order.len()), rng.below(order.len()));
-            let swap = rng.next() & 1 == 0;
+            let swap = rng.next_u64() & 1 == 0;
             let mut trial = order.clone();
             if swap {
                 trial.swap(a, b);

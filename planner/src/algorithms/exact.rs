@@ -12,8 +12,8 @@
 
 use std::collections::HashSet;
 
-use crate::algorithms::best_fit::BestFit;
 use crate::algorithms::Algorithm;
+use crate::algorithms::best_fit::BestFit;
 use crate::bound::max_load;
 use crate::problem::PoolProblem;
 use crate::types::Budget;
@@ -28,6 +28,14 @@ pub enum Decision {
     Unknown,
 }
 
+/// A change to the search state, kept so that any branch can be undone.
+enum Undo {
+    /// A buffer was placed on sections whose floor was `floor` before.
+    Place { buffer: usize, floor: u64 },
+    /// A section's floor was raised from `floor`.
+    Raise { section: usize, floor: u64 },
+}
+
 struct Search<'a> {
     p: &'a PoolProblem,
     first: Vec<usize>,
@@ -38,6 +46,9 @@ struct Search<'a> {
     placed: Vec<bool>,
     offsets: Vec<u64>,
     capacity: u64,
+    trail: Vec<Undo>,
+    /// Scratch for the decomposition check: unplaced buffers crossing each section boundary.
+    crossing: Vec<i64>,
     nodes: u64,
     budget: Budget,
     timed_out: bool,
@@ -48,26 +59,97 @@ impl Search<'_> {
         self.floor[self.first[b]..=self.last[b]].iter().copied().max().unwrap_or(0)
     }
 
-    fn lowest_open_section(&self) -> Option<usize> {
-        let mut best: Option<usize> = None;
-        for s in 0..self.floor.len() {
-            if self.remaining[s] > 0 && best.is_none_or(|b| self.floor[s] < self.floor[b]) {
-                best = Some(s);
+    fn undo_to(&mut self, mark: usize) {
+        while self.trail.len() > mark {
+            match self.trail.pop().expect("non-empty trail") {
+                Undo::Place { buffer, floor } => {
+                    self.placed[buffer] = false;
+                    for s in self.first[buffer]..=self.last[buffer] {
+                        self.floor[s] = floor;
+                        self.remaining[s] += self.p.sizes[buffer];
+                    }
+                }
+                Undo::Raise { section, floor } => self.floor[section] = floor,
             }
         }
-        best
     }
 
-    /// Depth-first search; true when every buffer is placed.
-    fn run(&mut self) -> bool {
+    /// Places `b` at `offset` on sections all at floor `f`; false when a section it covers can
+    /// no longer hold its remaining buffers (the caller undoes).
+    fn place(&mut self, b: usize, offset: u64, f: u64) -> bool {
+        let top = offset + self.p.sizes[b];
+        self.placed[b] = true;
+        self.offsets[b] = offset;
+        self.trail.push(Undo::Place { buffer: b, floor: f });
+        let mut ok = true;
+        for s in self.first[b]..=self.last[b] {
+            self.floor[s] = top;
+            self.remaining[s] -= self.p.sizes[b];
+            ok &= top + self.remaining[s] <= self.capacity;
+        }
+        ok
+    }
+
+    /// Section boundaries in `lo..hi` (between `s` and `s + 1`) that no unplaced buffer crosses:
+    /// the parts between them are independent sub-problems.
+    fn cuts(&mut self, lo: usize, hi: usize) -> Vec<usize> {
+        for c in &mut self.crossing[lo..=hi] {
+            *c = 0;
+        }
+        for b in 0..self.placed.len() {
+            if !self.placed[b] && self.first[b] >= lo && self.last[b] <= hi && self.last[b] > self.first[b] {
+                self.crossing[self.first[b]] += 1;
+                self.crossing[self.last[b]] -= 1;
+            }
+        }
+        let mut cuts = Vec::new();
+        let mut running = 0;
+        for s in lo..hi {
+            running += self.crossing[s];
+            if running == 0 {
+                cuts.push(s);
+            }
+        }
+        cuts
+    }
+
+    /// Places every unplaced buffer whose sections lie in `lo..=hi`; on failure the state is
+    /// as before the call.
+    fn solve(&mut self, mut lo: usize, mut hi: usize) -> bool {
         self.nodes += 1;
-        if self.nodes.is_multiple_of(1024) && self.budget.expired() {
+        if self.nodes.is_multiple_of(256) && self.budget.expired() {
             self.timed_out = true;
         }
         if self.timed_out {
             return false;
         }
-        let Some(s) = self.lowest_open_section() else { return true };
+        while lo <= hi && self.remaining[lo] == 0 {
+            lo += 1;
+        }
+        while hi >= lo && self.remaining[hi] == 0 {
+            if hi == 0 {
+                return true;
+            }
+            hi -= 1;
+        }
+        if lo > hi {
+            return true;
+        }
+        let cuts = self.cuts(lo, hi);
+        if !cuts.is_empty() {
+            // Independent parts: one failing sinks the node, whatever the others do.
+            let mark = self.trail.len();
+            let mut start = lo;
+            for end in cuts.into_iter().chain([hi]) {
+                if !self.solve(start, end) {
+                    self.undo_to(mark);
+                    return false;
+                }
+                start = end + 1;
+            }
+            return true;
+        }
+        let s = (lo..=hi).filter(|&s| self.remaining[s] > 0).min_by_key(|&s| self.floor[s]).expect("open section");
         let f = self.floor[s];
         let mut tried: HashSet<(usize, usize, u64, u64)> = HashSet::new();
         let mut next_height = u64::MAX;
@@ -87,10 +169,11 @@ impl Search<'_> {
             if offset + size > self.capacity || !tried.insert((self.first[b], self.last[b], size, self.p.aligns[b])) {
                 continue;
             }
-            if self.place(b, offset) && self.run() {
+            let mark = self.trail.len();
+            if self.place(b, offset, f) && self.solve(lo, hi) {
                 return true;
             }
-            self.unplace(b, f);
+            self.undo_to(mark);
             if self.timed_out {
                 return false;
             }
@@ -99,35 +182,14 @@ impl Search<'_> {
         if next_height == u64::MAX || next_height + self.remaining[s] > self.capacity {
             return false;
         }
+        let mark = self.trail.len();
+        self.trail.push(Undo::Raise { section: s, floor: f });
         self.floor[s] = next_height;
-        let found = self.run();
-        if !found {
-            self.floor[s] = f;
+        if self.solve(lo, hi) {
+            return true;
         }
-        found
-    }
-
-    /// Places `b`; false when a section it covers can no longer fit its remaining buffers.
-    fn place(&mut self, b: usize, offset: u64) -> bool {
-        let top = offset + self.p.sizes[b];
-        self.placed[b] = true;
-        self.offsets[b] = offset;
-        let mut ok = true;
-        for s in self.first[b]..=self.last[b] {
-            self.floor[s] = top;
-            self.remaining[s] -= self.p.sizes[b];
-            ok &= top + self.remaining[s] <= self.capacity;
-        }
-        ok
-    }
-
-    /// Undoes `place(b, ..)`; every section of `b` was at floor `f` before.
-    fn unplace(&mut self, b: usize, f: u64) {
-        self.placed[b] = false;
-        for s in self.first[b]..=self.last[b] {
-            self.floor[s] = f;
-            self.remaining[s] += self.p.sizes[b];
-        }
+        self.undo_to(mark);
+        false
     }
 }
 
@@ -144,7 +206,9 @@ pub fn decide(p: &PoolProblem, capacity: u64, budget: Budget) -> Decision {
             if budget.expired() {
                 return Decision::Unknown;
             }
-            let slice = Budget { deadline: budget.deadline.min(std::time::Instant::now() + std::time::Duration::from_millis(slice_ms)) };
+            let slice = Budget {
+                deadline: budget.deadline.min(std::time::Instant::now() + std::time::Duration::from_millis(slice_ms)),
+            };
             match decide_with(p, capacity, slice, ordering) {
                 Decision::Unknown => {}
                 done => return done,
@@ -171,7 +235,8 @@ pub fn decide_with(p: &PoolProblem, capacity: u64, budget: Budget, ordering: usi
     match ordering {
         0 => order.sort_by_key(|&b| std::cmp::Reverse((p.sizes[b], len(b)))),
         1 => order.sort_by_key(|&b| std::cmp::Reverse((len(b), p.sizes[b]))),
-        2 => order.sort_by_key(|&b| std::cmp::Reverse(((intervals[b].1 - intervals[b].0) as u128 * p.sizes[b] as u128, b))),
+        2 => order
+            .sort_by_key(|&b| std::cmp::Reverse(((intervals[b].1 - intervals[b].0) as u128 * p.sizes[b] as u128, b))),
         3 => order.sort_by_key(|&b| std::cmp::Reverse((intervals[b].1 - intervals[b].0, p.sizes[b]))),
         k => {
             let mut rng = crate::problem::Rng::new(0x9E37_79B9 ^ k as u64);
@@ -201,11 +266,13 @@ pub fn decide_with(p: &PoolProblem, capacity: u64, budget: Budget, ordering: usi
         placed: vec![false; p.len()],
         offsets: vec![0; p.len()],
         capacity,
+        trail: Vec::new(),
+        crossing: vec![0; sections],
         nodes: 0,
         budget,
         timed_out: false,
     };
-    if search.run() {
+    if sections == 0 || search.solve(0, sections - 1) {
         Decision::Feasible(search.offsets)
     } else if search.timed_out {
         Decision::Unknown
@@ -239,12 +306,31 @@ impl Algorithm for Exact {
             hi = p.peak(&o);
             best = o;
         }
-        let mut first = true;
-        while lo < hi && !budget.expired() {
-            let target = if first { lo } else { lo + (hi - lo) / 2 };
-            let share = if first { 0.6 } else { 0.5 };
-            first = false;
+        // From the lower bound upwards in eighths of the gap: near-optimal targets with a
+        // little slack are found quickly, exact ones may take the whole budget. Then bisect.
+        let steps = 8u64;
+        let gap = hi.saturating_sub(lo);
+        for k in 0..steps {
+            if lo >= hi || budget.expired() {
+                break;
+            }
+            let target = (lb + gap * k / steps).max(lo);
+            if target >= hi {
+                break;
+            }
+            let share = if k == 0 { 0.4 } else { 1.0 / (steps - k + 1) as f64 };
             match decide(p, target, budget.share(share)) {
+                Decision::Feasible(o) => {
+                    hi = p.peak(&o);
+                    best = o;
+                    break;
+                }
+                Decision::Infeasible | Decision::Unknown => lo = target + 1,
+            }
+        }
+        while lo < hi && !budget.expired() {
+            let target = lo + (hi - lo) / 2;
+            match decide(p, target, budget.share(0.5)) {
                 Decision::Feasible(o) => {
                     hi = p.peak(&o);
                     best = o;

@@ -10,7 +10,7 @@ pub mod greedy;
 pub mod hill_climb;
 
 use crate::problem::PoolProblem;
-use crate::types::{BufferInfo, Budget, Plan, PlanError, PoolInfo};
+use crate::types::{Budget, BufferInfo, Plan, PlanError, PoolInfo};
 
 pub trait Algorithm: Send + Sync {
     fn name(&self) -> &'static str;
