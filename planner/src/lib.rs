@@ -7,9 +7,12 @@
 
 pub mod algorithms;
 pub mod bound;
+pub mod extract;
 pub mod json;
 pub mod pools;
 pub mod problem;
+pub mod spec;
+pub mod svg;
 pub mod types;
 pub mod verify;
 

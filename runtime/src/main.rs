@@ -74,11 +74,23 @@ enum Command {
         #[arg(long)]
         full_constants: bool,
     },
-    /// Plan memory: a JSON planning problem (--buffers FILE.json) and print the plan as JSON.
+    /// Plan memory: a model's buffers (memory map), or a JSON planning problem (--buffers).
     Plan {
-        /// Planning problem: {"pools": [...], "buffers": [...]}.
+        /// ONNX model whose lowered program to plan.
+        #[arg(required_unless_present = "buffers", conflicts_with = "buffers")]
+        model: Option<PathBuf>,
+        /// Planning problem: {"pools": [...], "buffers": [...]}; prints the plan as JSON.
         #[arg(long, value_name = "FILE.json")]
-        buffers: PathBuf,
+        buffers: Option<PathBuf>,
+        /// Workspace pool NAME[:size_hint=BYTES][:targets=cpu,vta]; repeat, most preferred first.
+        #[arg(long = "workspace-pool", value_name = "SPEC")]
+        workspace_pools: Vec<String>,
+        /// Parameter (constant) pool NAME[:size_hint=BYTES]; repeat, most preferred first.
+        #[arg(long = "parameter-pool", value_name = "SPEC")]
+        parameter_pools: Vec<String>,
+        /// Draw the memory map as SVG (time on x, offset on y).
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
         /// Planning algorithm (auto, greedy_by_size, greedy_by_conflicts, hill_climb, best_fit, exact).
         #[arg(long, default_value = "auto")]
         algorithm: String,
@@ -109,7 +121,16 @@ fn main() -> ExitCode {
         Command::Inspect { model, workspace } => inspect(&model, workspace),
         Command::Lower { model, stage, full_constants } => lower(&model, stage, full_constants),
         Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
-        Command::Plan { buffers, algorithm, time_limit_ms } => plan_buffers(&buffers, &algorithm, time_limit_ms),
+        Command::Plan { model, buffers, workspace_pools, parameter_pools, svg, algorithm, time_limit_ms } => {
+            match (model, buffers) {
+                (_, Some(buffers)) => plan_buffers(&buffers, &algorithm, time_limit_ms),
+                (Some(model), None) => {
+                    let opts = PlanOptions { workspace_pools, parameter_pools, svg, algorithm, time_limit_ms };
+                    plan_model(&model, &opts)
+                }
+                (None, None) => Err(anyhow::anyhow!("give a MODEL or --buffers FILE.json")),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -213,6 +234,66 @@ fn plan_buffers(path: &Path, algorithm: &str, time_limit_ms: u64) -> Result<()> 
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let plan = heron_planner::json::plan_json(&text, algorithm, time_limit_ms)?;
     println!("{}", serde_json::to_string(&plan)?);
+    Ok(())
+}
+
+struct PlanOptions {
+    workspace_pools: Vec<String>,
+    parameter_pools: Vec<String>,
+    svg: Option<PathBuf>,
+    algorithm: String,
+    time_limit_ms: u64,
+}
+
+fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
+    use heron_planner::{PoolKind, spec::parse_pool_spec};
+    let module = lowered(path, Stage::Flat)?;
+    let mut pools = Vec::new();
+    for (specs, kind, default) in [
+        (&opts.workspace_pools, PoolKind::Workspace, "workspace"),
+        (&opts.parameter_pools, PoolKind::Constant, "constants"),
+    ] {
+        if specs.is_empty() {
+            pools.push(parse_pool_spec(default, kind)?);
+        }
+        for s in specs {
+            pools.push(parse_pool_spec(s, kind)?);
+        }
+    }
+    let names = |kind: PoolKind| pools.iter().filter(|p| p.kind == kind).map(|p| p.name.clone()).collect::<Vec<_>>();
+    let extract_opts = heron_planner::extract::ExtractOptions {
+        workspace_pools: names(PoolKind::Workspace),
+        constant_pools: names(PoolKind::Constant),
+        ..Default::default()
+    };
+    let problem = heron_planner::extract::extract(&module, &extract_opts)?;
+    let alg = heron_planner::algorithm(&opts.algorithm)?;
+    let plan = alg.plan(&problem.buffers, &pools, &heron_planner::Budget::millis(opts.time_limit_ms))?;
+    heron_planner::verify_plan(&problem.buffers, &pools, &plan)
+        .map_err(|e| anyhow::anyhow!("plan failed verification: {}", e.join("; ")))?;
+    println!("memory plan of {} ({} buffers, algorithm {})", path.display(), problem.buffers.len(), plan.algorithm);
+    for (p, pool) in pools.iter().enumerate() {
+        let members: Vec<usize> = (0..problem.buffers.len()).filter(|&i| plan.allocations[i].pool == p).collect();
+        let sub = heron_planner::PoolProblem::from_buffers(&problem.buffers, &members, None);
+        let lb = heron_planner::bound::lower_bound(&sub, &heron_planner::Budget::millis(100));
+        let ratio = if lb == 0 { 1.0 } else { plan.pool_sizes[p] as f64 / lb as f64 };
+        let hint = pool.size_hint_bytes.map_or("unbounded".to_string(), |h| format!("limit {h}"));
+        println!(
+            "pool {} ({:?}, {hint}): {} bytes, lower bound {lb}, ratio {ratio:.4}",
+            pool.name, pool.kind, plan.pool_sizes[p]
+        );
+    }
+    println!("{:<48} {:>10} {:>10} {:>12}  live", "buffer", "size", "offset", "pool");
+    for (i, b) in problem.buffers.iter().enumerate() {
+        let a = &plan.allocations[i];
+        let live: Vec<String> = problem.ranges[i].iter().map(|(s, e)| format!("[{s}, {e})")).collect();
+        println!("{:<48} {:>10} {:>10} {:>12}  {}", b.name, b.size_bytes, a.offset, pools[a.pool].name, live.join(" "));
+    }
+    if let Some(svg) = &opts.svg {
+        std::fs::write(svg, heron_planner::svg::memory_map_svg(&problem, &pools, &plan))
+            .with_context(|| format!("cannot write {}", svg.display()))?;
+        println!("wrote {}", svg.display());
+    }
     Ok(())
 }
 

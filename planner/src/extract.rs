@@ -1,0 +1,256 @@
+//! Buffer-info extraction from the loop IR: one timeline across `main` and every function it
+//! calls, so inter-operator tensors and operator scratch are planned together.
+//!
+//! Each top-level statement of a function is one time step; a call expands into its callee's
+//! steps. A tensor `main` passes to an operator is live for the whole call; an operator's
+//! scratch is live from the first to the last of its statements that touch it (a loop nest is
+//! one statement). A function called twice keeps one offset for its scratch, so the scratch
+//! conflicts with everything live during either call. Constants conflict only with each other.
+//! `local` buffers (accumulators) are left to the code generator (registers or stack).
+
+use std::collections::HashMap;
+
+use heron_ir::loop_ir::workspace::allocation_intervals;
+use heron_ir::loop_ir::{Arg, BufferId, Callee, Expr, MAIN, Module, PrimFunc, Scope, Stmt};
+
+use crate::types::{BufferInfo, PlanError};
+
+/// Which buffer of which function a [`BufferInfo`] stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BufferRef {
+    pub func: String,
+    pub buffer: BufferId,
+}
+
+#[derive(Clone, Debug)]
+pub struct ExtractOptions {
+    /// Default candidate pools of workspace allocations (in preference order).
+    pub workspace_pools: Vec<String>,
+    /// Default candidate pools of constants.
+    pub constant_pools: Vec<String>,
+    /// Alignment of every planned buffer.
+    pub alignment: u64,
+}
+
+impl Default for ExtractOptions {
+    fn default() -> Self {
+        ExtractOptions {
+            workspace_pools: vec!["workspace".into()],
+            constant_pools: vec!["constants".into()],
+            alignment: 64,
+        }
+    }
+}
+
+/// The planning problem of a module.
+#[derive(Clone, Debug)]
+pub struct Extracted {
+    pub buffers: Vec<BufferInfo>,
+    pub refs: Vec<BufferRef>,
+    /// Every live interval of every buffer (one per call for scratch of repeated callees).
+    pub ranges: Vec<Vec<(u64, u64)>>,
+    /// Whether each buffer is a constant.
+    pub constant: Vec<bool>,
+    /// Name of the operator function each time step belongs to.
+    pub steps: Vec<String>,
+}
+
+struct Walker<'m> {
+    module: &'m Module,
+    index: HashMap<BufferRef, usize>,
+    out: Extracted,
+    opts: &'m ExtractOptions,
+    depth: usize,
+}
+
+fn touched(s: &Stmt) -> Vec<BufferId> {
+    let mut out = Vec::new();
+    s.walk(&mut |st| {
+        match st {
+            Stmt::Store { buffer, .. } => out.push(*buffer),
+            Stmt::Evaluate(c) => out.extend(c.args.iter().filter_map(|a| match a {
+                Arg::Buffer(b) => Some(*b),
+                Arg::Expr(_) => None,
+            })),
+            _ => {}
+        }
+        st.for_each_expr(|e| loads(e, &mut out));
+    });
+    out
+}
+
+fn loads(e: &Expr, out: &mut Vec<BufferId>) {
+    if let Expr::Load { buffer, .. } = e {
+        out.push(*buffer);
+    }
+    e.for_each_child(|c| loads(c, out));
+}
+
+impl Walker<'_> {
+    fn declare(&mut self, f: &PrimFunc, b: BufferId, pools: &[String], constant: bool) -> Result<(), PlanError> {
+        let buf = f.buffer(b);
+        if buf.scope == Scope::Local {
+            return Ok(());
+        }
+        let key = BufferRef { func: f.name.clone(), buffer: b };
+        if self.index.contains_key(&key) {
+            return Ok(());
+        }
+        let defaults = if constant { &self.opts.constant_pools } else { &self.opts.workspace_pools };
+        let pool_candidates = if pools.is_empty() { defaults.clone() } else { pools.to_vec() };
+        self.index.insert(key.clone(), self.out.buffers.len());
+        self.out.buffers.push(BufferInfo {
+            name: if f.name == MAIN { buf.name.clone() } else { format!("{}.{}", f.name, buf.name) },
+            size_bytes: buf.size_bytes().max(1) as u64,
+            alignment: self.opts.alignment,
+            conflicts: vec![],
+            pool_candidates,
+            live_range: None,
+        });
+        self.out.refs.push(key);
+        self.out.ranges.push(vec![]);
+        self.out.constant.push(constant);
+        Ok(())
+    }
+
+    fn mark(&mut self, f: &PrimFunc, b: BufferId, range: (u64, u64)) {
+        if let Some(&i) = self.index.get(&BufferRef { func: f.name.clone(), buffer: b }) {
+            self.out.ranges[i].push(range);
+        }
+    }
+
+    /// Lays `f` out on the timeline from `t`; `args` maps its parameters to the caller's
+    /// buffers. Returns the time after it.
+    fn walk(&mut self, f: &PrimFunc, t: u64, args: &[(String, BufferId)]) -> Result<u64, PlanError> {
+        if self.depth > 32 {
+            return Err(PlanError::BadBuffer { buffer: f.name.clone(), reason: "call depth exceeds 32".into() });
+        }
+        let param_of: HashMap<BufferId, &(String, BufferId)> = f.params.iter().copied().zip(args.iter()).collect();
+        let mut pending: Vec<(BufferId, Vec<String>, bool)> = Vec::new();
+        f.body.walk(&mut |s| match s {
+            Stmt::Allocate { buffer, pools } => pending.push((*buffer, pools.clone(), false)),
+            Stmt::AllocateConst { buffer, pools, .. } => pending.push((*buffer, pools.clone(), true)),
+            _ => {}
+        });
+        for (b, pools, constant) in &pending {
+            self.declare(f, *b, pools, *constant)?;
+        }
+        let top: Vec<&Stmt> = match &f.body {
+            Stmt::Seq(v) => v.iter().collect(),
+            s => vec![s],
+        };
+        let start = t;
+        let mut now = t;
+        let mut spans: Vec<(u64, u64)> = Vec::with_capacity(top.len());
+        for s in &top {
+            let begin = now;
+            if let Stmt::Evaluate(call) = s
+                && let Callee::Func(name) = &call.callee
+                && let Some(callee) = self.module.func(name)
+            {
+                let resolved: Vec<(String, BufferId)> = call
+                    .args
+                    .iter()
+                    .filter_map(|a| match a {
+                        Arg::Buffer(b) => Some(match param_of.get(b) {
+                            Some(outer) => (*outer).clone(),
+                            None => (f.name.clone(), *b),
+                        }),
+                        Arg::Expr(_) => None,
+                    })
+                    .collect();
+                self.depth += 1;
+                now = self.walk(callee, now, &resolved)?;
+                self.depth -= 1;
+            } else {
+                self.out.steps.push(f.name.clone());
+                now += 1;
+            }
+            now = now.max(begin + 1);
+            spans.push((begin, now));
+        }
+        // Buffers of this function (and caller buffers reached through parameters) are live
+        // from the first statement touching them to the end of the last one.
+        let mut first_last: HashMap<BufferId, (u64, u64)> = HashMap::new();
+        for (s, &(b, e)) in top.iter().zip(&spans) {
+            for id in touched(s) {
+                let entry = first_last.entry(id).or_insert((b, e));
+                entry.1 = e;
+            }
+        }
+        let scratch: HashMap<BufferId, ()> = allocation_intervals(f).into_iter().map(|(b, ..)| (b, ())).collect();
+        for (id, range) in first_last {
+            match param_of.get(&id) {
+                Some((owner, outer)) => {
+                    let owner = self.module.func(owner).expect("caller exists");
+                    self.mark(owner, *outer, range);
+                }
+                None if scratch.contains_key(&id) || f.name == MAIN => self.mark(f, id, range),
+                None => {}
+            }
+        }
+        for (b, _, constant) in pending {
+            if constant {
+                self.mark(f, b, (start, now.max(start + 1)));
+            }
+        }
+        Ok(now)
+    }
+}
+
+/// Extracts the planning problem of `module` (lowered and flattened).
+pub fn extract(module: &Module, opts: &ExtractOptions) -> Result<Extracted, PlanError> {
+    let main = module
+        .main()
+        .ok_or_else(|| PlanError::BadBuffer { buffer: MAIN.into(), reason: "module has no main".into() })?;
+    let mut w = Walker {
+        module,
+        index: HashMap::new(),
+        out: Extracted { buffers: vec![], refs: vec![], ranges: vec![], constant: vec![], steps: vec![] },
+        opts,
+        depth: 0,
+    };
+    let end = w.walk(main, 0, &[])?;
+    let mut out = w.out;
+    // Constants live for the whole program; unused buffers get one step where declared.
+    for i in 0..out.buffers.len() {
+        if out.constant[i] {
+            out.ranges[i] = vec![(0, end.max(1))];
+        } else if out.ranges[i].is_empty() {
+            out.ranges[i] = vec![(0, 1)];
+        }
+        let r = &mut out.ranges[i];
+        r.sort_unstable();
+        let merged = r.iter().fold(Vec::<(u64, u64)>::new(), |mut acc, &(a, b)| {
+            match acc.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => acc.push((a, b)),
+            }
+            acc
+        });
+        *r = merged;
+        out.buffers[i].live_range = (r.len() == 1).then(|| r[0]);
+    }
+    // Conflicts: overlapping ranges, and only within one kind (constants vs workspace).
+    let mut events: Vec<(u64, u64, usize)> =
+        out.ranges.iter().enumerate().flat_map(|(i, r)| r.iter().map(move |&(a, b)| (a, b, i))).collect();
+    events.sort_unstable();
+    let mut active: Vec<(u64, usize)> = Vec::new();
+    let mut conflicts: Vec<Vec<usize>> = vec![Vec::new(); out.buffers.len()];
+    for (a, b, i) in events {
+        active.retain(|&(end, _)| end > a);
+        for &(_, j) in &active {
+            if j != i && out.constant[i] == out.constant[j] {
+                conflicts[i].push(j);
+                conflicts[j].push(i);
+            }
+        }
+        active.push((b, i));
+    }
+    for (b, mut c) in out.buffers.iter_mut().zip(conflicts) {
+        c.sort_unstable();
+        c.dedup();
+        b.conflicts = c;
+    }
+    Ok(out)
+}
