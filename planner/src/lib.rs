@@ -11,6 +11,7 @@ pub mod extract;
 pub mod json;
 pub mod pools;
 pub mod problem;
+pub mod rewrite;
 pub mod spec;
 pub mod svg;
 pub mod types;

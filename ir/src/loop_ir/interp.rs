@@ -8,8 +8,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use ndarray::{ArrayD, IxDyn};
-
 use super::{Arg, BinOp, BufferId, Callee, CmpOp, Expr, MAIN, MathOp, Module, PrimFunc, Stmt};
 use crate::dtype::DType;
 use crate::tensor::{Element, Tensor, Wide};
@@ -175,15 +173,55 @@ fn math(op: MathOp, v: f64) -> f64 {
     }
 }
 
-struct Storage {
-    data: Vec<Val>,
+/// Byte-addressed memory, so that buffers declared inside a pool share its bytes exactly as
+/// compiled code does.
+type Memory = Rc<RefCell<Vec<u8>>>;
+
+/// A buffer's memory and the byte offset where it starts.
+#[derive(Clone)]
+struct View {
+    memory: Memory,
+    base: usize,
 }
 
-type Shared = Rc<RefCell<Storage>>;
+fn decode(bytes: &[u8], dtype: DType) -> Val {
+    macro_rules! le {
+        ($t:ty) => {
+            <$t>::from_le_bytes(bytes.try_into().expect("element size"))
+        };
+    }
+    match dtype {
+        DType::F16 => Val::F(half::f16::from_le_bytes(bytes.try_into().expect("2 bytes")).to_f64()),
+        DType::F32 => Val::F(le!(f32) as f64),
+        DType::F64 => Val::F(le!(f64)),
+        DType::I8 => Val::I(le!(i8) as i64),
+        DType::I16 => Val::I(le!(i16) as i64),
+        DType::I32 => Val::I(le!(i32) as i64),
+        DType::I64 => Val::I(le!(i64)),
+        DType::U8 => Val::U(le!(u8) as u64),
+        DType::U16 => Val::U(le!(u16) as u64),
+        DType::U32 => Val::U(le!(u32) as u64),
+        DType::U64 => Val::U(le!(u64)),
+        DType::Bool => Val::I((bytes[0] != 0) as i64),
+    }
+}
+
+fn encode(v: Val, dtype: DType, out: &mut [u8]) {
+    let v = convert(v, dtype);
+    match (dtype, v) {
+        (DType::F16, Val::F(x)) => out.copy_from_slice(&half::f16::from_f64(x).to_le_bytes()),
+        (DType::F32, Val::F(x)) => out.copy_from_slice(&(x as f32).to_le_bytes()),
+        (DType::F64, Val::F(x)) => out.copy_from_slice(&x.to_le_bytes()),
+        (DType::Bool, v) => out[0] = (v.as_i128() != 0) as u8,
+        (_, Val::I(x)) => out.copy_from_slice(&x.to_le_bytes()[..out.len()]),
+        (_, Val::U(x)) => out.copy_from_slice(&x.to_le_bytes()[..out.len()]),
+        (_, Val::F(x)) => out.copy_from_slice(&(x as i64).to_le_bytes()[..out.len()]),
+    }
+}
 
 struct Frame<'m> {
     func: &'m PrimFunc,
-    buffers: Vec<Option<Shared>>,
+    buffers: Vec<Option<View>>,
     vars: Vec<Option<Val>>,
 }
 
@@ -198,11 +236,28 @@ impl<'m> Frame<'m> {
         LoopInterpError::Eval { func: self.func.name.clone(), message: message.into() }
     }
 
-    fn storage(&self, id: BufferId) -> Result<&Shared, LoopInterpError> {
+    fn storage(&self, id: BufferId) -> Result<&View, LoopInterpError> {
         self.buffers
             .get(id.0 as usize)
             .and_then(|b| b.as_ref())
             .ok_or_else(|| self.err(format!("buffer #{} used before it is allocated", id.0)))
+    }
+
+    /// The memory, byte position and size of one element.
+    fn element(
+        &self,
+        id: BufferId,
+        indices: &[Expr],
+        m: &Machine<'_>,
+    ) -> Result<(View, usize, usize), LoopInterpError> {
+        let flat = self.offset(id, indices, m)?;
+        let view = self.storage(id)?.clone();
+        let size = self.func.buffer(id).dtype.size_bytes();
+        let start = view.base + flat * size;
+        if start + size > view.memory.borrow().len() {
+            return Err(self.err(format!("access to '{}' runs past its memory", self.func.buffer(id).name)));
+        }
+        Ok((view, start, size))
     }
 
     fn offset(&self, id: BufferId, indices: &[Expr], m: &Machine<'_>) -> Result<usize, LoopInterpError> {
@@ -259,8 +314,9 @@ impl<'m> Frame<'m> {
                 convert(Val::F(math(*op, self.eval(arg, m)?.as_f64())), dtype)
             }
             Expr::Load { buffer, indices } => {
-                let off = self.offset(*buffer, indices, m)?;
-                self.storage(*buffer)?.borrow().data[off]
+                let (view, start, size) = self.element(*buffer, indices, m)?;
+                let dtype = self.func.buffer(*buffer).dtype;
+                decode(&view.memory.borrow()[start..start + size], dtype)
             }
         })
     }
@@ -280,28 +336,39 @@ impl<'m> Frame<'m> {
                 }
             }
             Stmt::Store { buffer, indices, value } => {
-                let off = self.offset(*buffer, indices, m)?;
-                let v = convert(self.eval(value, m)?, self.func.buffer(*buffer).dtype);
-                self.storage(*buffer)?.borrow_mut().data[off] = v;
+                let (view, start, size) = self.element(*buffer, indices, m)?;
+                let v = self.eval(value, m)?;
+                let dtype = self.func.buffer(*buffer).dtype;
+                encode(v, dtype, &mut view.memory.borrow_mut()[start..start + size]);
             }
             Stmt::Allocate { buffer, .. } => {
                 let b = self.func.buffer(*buffer);
-                let zero = convert(Val::I(0), b.dtype);
                 self.buffers[buffer.0 as usize] =
-                    Some(Rc::new(RefCell::new(Storage { data: vec![zero; b.num_elements()] })));
+                    Some(View { memory: Rc::new(RefCell::new(vec![0; b.size_bytes()])), base: 0 });
             }
             Stmt::AllocateConst { buffer, data, .. } => {
                 let b = self.func.buffer(*buffer);
                 if data.len() != b.num_elements() || data.dtype() != b.dtype {
-                    return Err(self.err(format!(
+                    let msg = format!(
                         "constant '{}' holds {} but the buffer is {}{:?}",
                         b.name,
                         data.tensor_type(),
                         b.dtype,
                         b.shape
-                    )));
+                    );
+                    return Err(self.err(msg));
                 }
-                self.buffers[buffer.0 as usize] = Some(Rc::new(RefCell::new(Storage { data: tensor_vals(data) })));
+                self.buffers[buffer.0 as usize] =
+                    Some(View { memory: Rc::new(RefCell::new(data.to_le_bytes())), base: 0 });
+            }
+            Stmt::DeclPoolBuffer { buffer, pool, byte_offset } => {
+                let p = self.storage(*pool)?.clone();
+                let b = self.func.buffer(*buffer);
+                let start = p.base + *byte_offset as usize;
+                if start + b.size_bytes() > p.memory.borrow().len() {
+                    return Err(self.err(format!("buffer '{}' overruns its pool", b.name)));
+                }
+                self.buffers[buffer.0 as usize] = Some(View { memory: p.memory, base: start });
             }
             Stmt::Evaluate(call) => {
                 let Callee::Func(name) = &call.callee else {
@@ -335,7 +402,7 @@ impl<'m> Frame<'m> {
 }
 
 impl<'m> Machine<'m> {
-    fn call(&mut self, name: &str, args: Vec<(Shared, super::Buffer)>) -> Result<(), LoopInterpError> {
+    fn call(&mut self, name: &str, args: Vec<(View, super::Buffer)>) -> Result<(), LoopInterpError> {
         let func = self.module.func(name).ok_or_else(|| LoopInterpError::NoFunction(name.to_string()))?;
         if args.len() != func.params.len() {
             return Err(LoopInterpError::Arity { func: name.into(), expected: func.params.len(), got: args.len() });
@@ -364,29 +431,17 @@ impl<'m> Machine<'m> {
     }
 }
 
-fn tensor_vals(t: &Tensor) -> Vec<Val> {
-    crate::dispatch_tensor!(t, a, _T => a.iter().map(|v| Val::from_wide(v.widen())).collect())
-}
-
-fn vals_tensor(dtype: DType, shape: &[usize], data: &[Val]) -> Tensor {
-    fn go<T: Element>(shape: &[usize], data: &[Val]) -> Tensor {
-        let v: Vec<T> = data.iter().map(|x| T::from_wide(x.wide())).collect();
-        T::into_tensor(ArrayD::from_shape_vec(IxDyn(shape), v).expect("sizes match"))
-    }
-    crate::for_dtype!(dtype, T => go::<T>(shape, data))
-}
-
-/// Runs `main` of `module`. `inputs` fill main's first parameters in order; the remaining
-/// parameters are outputs, returned with main's parameter shapes.
-pub fn run(module: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, LoopInterpError> {
+/// Runs `main` of `module` with `params[i]` bound to main's i-th parameter (zero-filled when
+/// `None`), and returns every parameter's final contents with main's parameter shapes.
+pub fn run_params(module: &Module, params: Vec<Option<Tensor>>) -> Result<Vec<Tensor>, LoopInterpError> {
     let main = module.main().ok_or_else(|| LoopInterpError::NoFunction(MAIN.into()))?;
-    if inputs.len() > main.params.len() {
-        return Err(LoopInterpError::Arity { func: MAIN.into(), expected: main.params.len(), got: inputs.len() });
+    if params.len() > main.params.len() {
+        return Err(LoopInterpError::Arity { func: MAIN.into(), expected: main.params.len(), got: params.len() });
     }
     let mut args = Vec::new();
     for (i, &p) in main.params.iter().enumerate() {
         let b = main.buffer(p).clone();
-        let data = match inputs.get(i) {
+        let bytes = match params.get(i).cloned().flatten() {
             Some(t) => {
                 if t.dtype() != b.dtype || t.len() != b.num_elements() {
                     return Err(LoopInterpError::ArgType {
@@ -396,13 +451,27 @@ pub fn run(module: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, LoopInterp
                         got: t.tensor_type().to_string(),
                     });
                 }
-                tensor_vals(t)
+                t.to_le_bytes()
             }
-            None => vec![convert(Val::I(0), b.dtype); b.num_elements()],
+            None => vec![0; b.size_bytes()],
         };
-        args.push((Rc::new(RefCell::new(Storage { data })), b));
+        args.push((View { memory: Rc::new(RefCell::new(bytes)), base: 0 }, b));
     }
-    let outputs: Vec<(Shared, super::Buffer)> = args[inputs.len()..].to_vec();
+    let all = args.clone();
     Machine { module, depth: 0 }.call(MAIN, args)?;
-    Ok(outputs.iter().map(|(s, b)| vals_tensor(b.dtype, &b.shape, &s.borrow().data)).collect())
+    Ok(all
+        .iter()
+        .map(|(v, b)| {
+            let ty = crate::dtype::TensorType::new(b.dtype, b.shape.clone());
+            Tensor::from_le_bytes(&ty, &v.memory.borrow()).expect("parameter memory has the parameter's size")
+        })
+        .collect())
+}
+
+/// Runs `main` of `module`. `inputs` fill main's first parameters in order; the remaining
+/// parameters are outputs, returned with main's parameter shapes.
+pub fn run(module: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, LoopInterpError> {
+    let n = inputs.len();
+    let mut all = run_params(module, inputs.iter().cloned().map(Some).collect())?;
+    Ok(all.split_off(n))
 }

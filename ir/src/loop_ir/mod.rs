@@ -5,7 +5,7 @@
 //! logical shape until [`layout::apply_layout_transforms`] rewrites them to their physical
 //! layout and [`flatten::flatten`] reduces them to 1-d (or N-d, per `axis_separators`).
 //!
-//! Scoping: `Allocate`, `AllocateConst` and `Let` are declarations; what they declare is visible
+//! Scoping: `Allocate`, `AllocateConst`, `DeclPoolBuffer` and `Let` are declarations; what they declare is visible
 //! from the declaration to the end of the enclosing `Seq` (like `let` in Rust).
 
 pub mod build;
@@ -217,6 +217,13 @@ pub enum Stmt {
         data: Arc<Tensor>,
         pools: Vec<String>,
     },
+    /// Declares `buffer` as the bytes of pool `pool` (a `u8` buffer) from `byte_offset` on:
+    /// what planning turns allocations into.
+    DeclPoolBuffer {
+        buffer: BufferId,
+        pool: BufferId,
+        byte_offset: u64,
+    },
     Evaluate(Call),
     If {
         cond: Expr,
@@ -414,7 +421,7 @@ impl Stmt {
             }),
             Stmt::If { cond, .. } => f(cond),
             Stmt::Let { value, .. } => f(value),
-            Stmt::Seq(_) | Stmt::Allocate { .. } | Stmt::AllocateConst { .. } => {}
+            Stmt::Seq(_) | Stmt::Allocate { .. } | Stmt::AllocateConst { .. } | Stmt::DeclPoolBuffer { .. } => {}
         }
     }
 

@@ -430,6 +430,18 @@ impl Parser<'_> {
             let buffer = self.declare_buffer(b)?;
             return Ok(Stmt::Allocate { buffer, pools });
         }
+        if self.eat("view") {
+            let n = self.local()?;
+            self.expect(":")?;
+            let b = self.buffer_type(n)?;
+            self.expect("in")?;
+            let pn = self.local()?;
+            let pool = *self.buffers.get(&pn).ok_or_else(|| self.err(format!("unknown pool buffer `%{pn}`")))?;
+            self.expect("at")?;
+            let byte_offset = u64::try_from(self.int()?).map_err(|_| self.err("negative byte offset"))?;
+            let buffer = self.declare_buffer(b)?;
+            return Ok(Stmt::DeclPoolBuffer { buffer, pool, byte_offset });
+        }
         if self.eat("constant") {
             let n = self.local()?;
             self.expect(":")?;

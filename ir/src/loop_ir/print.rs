@@ -210,6 +210,12 @@ impl Printer<'_> {
                 let text = format!("constant {}: {} {} = {body}", self.buf(*buffer), buffer_type(b), pools_text(pools));
                 self.line(depth, &text);
             }
+            Stmt::DeclPoolBuffer { buffer, pool, byte_offset } => {
+                let b = self.f.buffer(*buffer);
+                let text =
+                    format!("view {}: {} in {} at {byte_offset}", self.buf(*buffer), buffer_type(b), self.buf(*pool));
+                self.line(depth, &text);
+            }
             Stmt::Evaluate(call) => {
                 let args: Vec<String> = call
                     .args

@@ -242,6 +242,37 @@ impl Verifier<'_> {
                 }
             }
             Stmt::Allocate { buffer, .. } => self.declare_buffer(*buffer),
+            Stmt::DeclPoolBuffer { buffer, pool, byte_offset } => {
+                if self.buffer_ok(*pool) {
+                    let p = self.f.buffer(*pool);
+                    let pool_bytes = p.size_bytes() as u64;
+                    if p.dtype != DType::U8 || p.shape.len() != 1 {
+                        let msg = format!("pool '{}' must be a 1-d u8 buffer, is {}{:?}", p.name, p.dtype, p.shape);
+                        self.err(msg);
+                    }
+                    if let Some(b) = self.f.buffers.get(buffer.0 as usize) {
+                        // The static guarantee behind compiled code staying inside its pools.
+                        let end = byte_offset.checked_add(b.size_bytes() as u64);
+                        if end.is_none_or(|e| e > pool_bytes) {
+                            let msg = format!(
+                                "buffer '{}' ({} bytes at {byte_offset}) overruns pool '{}' of {pool_bytes} bytes",
+                                b.name,
+                                b.size_bytes(),
+                                p.name
+                            );
+                            self.err(msg);
+                        }
+                        if b.dtype.size_bytes() > 1 && byte_offset % b.dtype.size_bytes() as u64 != 0 {
+                            let msg = format!(
+                                "buffer '{}' at byte offset {byte_offset} is not aligned to its {} elements",
+                                b.name, b.dtype
+                            );
+                            self.err(msg);
+                        }
+                    }
+                }
+                self.declare_buffer(*buffer);
+            }
             Stmt::AllocateConst { buffer, data, .. } => {
                 self.declare_buffer(*buffer);
                 if let Some(b) = self.f.buffers.get(buffer.0 as usize)
