@@ -41,6 +41,10 @@ impl Algorithm for BestFit {
     fn place(&self, p: &PoolProblem, budget: &Budget) -> Vec<u64> {
         let mut best: Option<(Vec<usize>, Vec<u64>, u64)> = None;
         for order in orderings(p) {
+            // The first ordering always runs, so there is a plan whatever the budget.
+            if best.is_some() && budget.expired() {
+                break;
+            }
             for fit in [Fit::Best, Fit::First] {
                 let (offsets, peak) = place_in_order(p, &order, fit);
                 if best.as_ref().is_none_or(|b| peak < b.2) {

@@ -294,6 +294,9 @@ impl Algorithm for Exact {
         let heuristic_budget = budget.share(if p.intervals.is_some() { 0.15 } else { 1.0 });
         let mut best = BestFit.place(p, &heuristic_budget);
         let Some(intervals) = &p.intervals else { return best };
+        if budget.expired() {
+            return best;
+        }
         let lb = max_load(&p.sizes, intervals);
         let mut hi = p.peak(&best); // best known
         let mut lo = lb; // nothing below is feasible

@@ -1,0 +1,25 @@
+//! Plans `n` random-lifetime buffers with one algorithm and prints time and ratio:
+//! `cargo run --release -p heron-benches --example plan_random [N] [ALGORITHM] [TIME_LIMIT_MS]`.
+
+use heron_benches::random_lifetimes;
+use heron_planner::bound::lower_bound;
+use heron_planner::{Budget, algorithm};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let name = args.get(2).cloned().unwrap_or_else(|| "auto".into());
+    let ms: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(250);
+    let p = random_lifetimes(n, 42);
+    let lb = lower_bound(&p, &Budget::millis(1000));
+    let alg = algorithm(&name).expect("known algorithm");
+    let t = std::time::Instant::now();
+    let offsets = alg.place(&p, &Budget::millis(ms));
+    let dt = t.elapsed();
+    assert!(p.is_valid(&offsets));
+    println!(
+        "{name} n={n}: {:.1} ms, {:.4}x the lower bound",
+        dt.as_secs_f64() * 1e3,
+        p.peak(&offsets) as f64 / lb as f64
+    );
+}
