@@ -49,6 +49,10 @@ struct Search<'a> {
     trail: Vec<Undo>,
     /// Scratch for the decomposition check: unplaced buffers crossing each section boundary.
     crossing: Vec<i64>,
+    /// Scratch for the bound: the lowest offset each unplaced buffer can take now.
+    start_at: Vec<u64>,
+    /// Branch on the tightest of the lowest sections instead of the leftmost.
+    tightest_first: bool,
     nodes: u64,
     budget: Budget,
     timed_out: bool,
@@ -88,6 +92,27 @@ impl Search<'_> {
             ok &= top + self.remaining[s] <= self.capacity;
         }
         ok
+    }
+
+    /// Every unplaced buffer covering a section starts at or above the lowest height any of
+    /// them can take there, and they stack: that height plus their total size must fit.
+    /// Stronger than `floor + remaining <= capacity` when the floors around a section are high.
+    fn bound_holds(&mut self, lo: usize, hi: usize) -> bool {
+        for b in 0..self.placed.len() {
+            if !self.placed[b] && self.first[b] >= lo && self.last[b] <= hi {
+                self.start_at[b] = self.max_floor(b);
+            }
+        }
+        for s in lo..=hi {
+            if self.remaining[s] == 0 {
+                continue;
+            }
+            let lowest = self.covering[s].iter().filter(|&&b| !self.placed[b]).map(|&b| self.start_at[b]).min().unwrap_or(0);
+            if lowest + self.remaining[s] > self.capacity {
+                return false;
+            }
+        }
+        true
     }
 
     /// Section boundaries in `lo..hi` (between `s` and `s + 1`) that no unplaced buffer crosses:
@@ -135,6 +160,9 @@ impl Search<'_> {
         if lo > hi {
             return true;
         }
+        if !self.bound_holds(lo, hi) {
+            return false;
+        }
         let cuts = self.cuts(lo, hi);
         if !cuts.is_empty() {
             // Independent parts: one failing sinks the node, whatever the others do.
@@ -149,7 +177,13 @@ impl Search<'_> {
             }
             return true;
         }
-        let s = (lo..=hi).filter(|&s| self.remaining[s] > 0).min_by_key(|&s| self.floor[s]).expect("open section");
+        // The lowest section; among equally low ones either the leftmost or the tightest (least
+        // free room, failing first), depending on the restart.
+        let tight = self.tightest_first;
+        let s = (lo..=hi)
+            .filter(|&s| self.remaining[s] > 0)
+            .min_by_key(|&s| (self.floor[s], std::cmp::Reverse(if tight { self.remaining[s] } else { 0 })))
+            .expect("open section");
         let f = self.floor[s];
         let mut tried: HashSet<(usize, usize, u64, u64)> = HashSet::new();
         let mut next_height = u64::MAX;
@@ -194,13 +228,13 @@ impl Search<'_> {
 }
 
 /// Number of candidate orderings [`decide_with`] knows.
-pub const ORDERINGS: usize = 6;
+pub const ORDERINGS: usize = 16;
 
 /// Is there a placement of `p` (which must have intervals) within `capacity`? Restarts the
 /// search with different candidate orderings and growing time slices until the budget ends,
 /// since one ordering can get lost in a subtree another avoids.
 pub fn decide(p: &PoolProblem, capacity: u64, budget: Budget) -> Decision {
-    let mut slice_ms = 40u64;
+    let mut slice_ms = 20u64;
     loop {
         for ordering in 0..ORDERINGS {
             if budget.expired() {
@@ -232,7 +266,7 @@ pub fn decide_with(p: &PoolProblem, capacity: u64, budget: Budget, ordering: usi
     // later; the last orderings are seeded shuffles.
     let mut order: Vec<usize> = (0..p.len()).collect();
     let len = |b: usize| (last[b] - first[b]) as u64;
-    match ordering {
+    match ordering / 2 {
         0 => order.sort_by_key(|&b| std::cmp::Reverse((p.sizes[b], len(b)))),
         1 => order.sort_by_key(|&b| std::cmp::Reverse((len(b), p.sizes[b]))),
         2 => order
@@ -268,6 +302,8 @@ pub fn decide_with(p: &PoolProblem, capacity: u64, budget: Budget, ordering: usi
         capacity,
         trail: Vec::new(),
         crossing: vec![0; sections],
+        start_at: vec![0; p.len()],
+        tightest_first: ordering % 2 == 1,
         nodes: 0,
         budget,
         timed_out: false,
