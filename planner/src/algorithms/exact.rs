@@ -234,7 +234,8 @@ pub const ORDERINGS: usize = 16;
 /// search with different candidate orderings and growing time slices until the budget ends,
 /// since one ordering can get lost in a subtree another avoids.
 pub fn decide(p: &PoolProblem, capacity: u64, budget: Budget) -> Decision {
-    let mut slice_ms = 20u64;
+    // A slice must allow at least one full dive (about one node per buffer and section).
+    let mut slice_ms = 20 + p.len() as u64 / 8;
     loop {
         for ordering in 0..ORDERINGS {
             if budget.expired() {
