@@ -21,3 +21,34 @@ pub use algorithms::{Algorithm, algorithm, registry};
 pub use problem::PoolProblem;
 pub use types::{Access, Budget, BufferInfo, Plan, PlanError, PoolAllocation, PoolInfo, PoolKind, normalize};
 pub use verify::verify_plan;
+
+/// Everything that planning a lowered module produces.
+#[derive(Clone, Debug)]
+pub struct PlannedModule {
+    pub rewritten: rewrite::Rewritten,
+    pub problem: extract::Extracted,
+    pub plan: Plan,
+}
+
+/// Extracts, plans, verifies and rewrites a lowered, flattened module: the pipeline step
+/// between lowering and code generation. The plan is checked by the independent verifier and
+/// the rewritten module by the loop-IR verifier (pool views inside their pools).
+pub fn plan_module(
+    module: &heron_ir::loop_ir::Module,
+    pools: &[PoolInfo],
+    algorithm_name: &str,
+    budget: &Budget,
+) -> Result<PlannedModule, PlanError> {
+    let names = |kind: PoolKind| pools.iter().filter(|p| p.kind == kind).map(|p| p.name.clone()).collect::<Vec<_>>();
+    let opts = extract::ExtractOptions {
+        workspace_pools: names(PoolKind::Workspace),
+        constant_pools: names(PoolKind::Constant),
+        ..Default::default()
+    };
+    let problem = extract::extract(module, &opts)?;
+    let plan = algorithm(algorithm_name)?.plan(&problem.buffers, pools, budget)?;
+    verify_plan(&problem.buffers, pools, &plan).map_err(|e| PlanError::Invalid(e.join("; ")))?;
+    let rewritten = rewrite::rewrite(module, &problem, pools, &plan)?;
+    heron_ir::loop_ir::verify::verify_module(&rewritten.module).map_err(|e| PlanError::Invalid(e.to_string()))?;
+    Ok(PlannedModule { rewritten, problem, plan })
+}

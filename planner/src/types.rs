@@ -140,6 +140,8 @@ pub enum PlanError {
     UnknownAlgorithm { name: String, known: String },
     #[error("buffer '{0}' has a size only known at run time; dynamic sizes are not supported")]
     DynamicSize(String),
+    #[error("the plan failed verification: {0}")]
+    Invalid(String),
 }
 
 /// Checks sizes and alignments and makes every conflict symmetric (a conflict listed on one

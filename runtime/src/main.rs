@@ -35,6 +35,8 @@ enum Stage {
     Layout,
     /// After flattening every buffer to its physical rank.
     Flat,
+    /// After memory planning: allocations are views into pools at their planned offsets.
+    Planned,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -216,8 +218,16 @@ fn lowered(path: &Path, stage: Stage) -> Result<Module> {
     if matches!(stage, Stage::Layout | Stage::Flat) {
         apply_layout_transforms(&mut module)?;
     }
-    if matches!(stage, Stage::Flat) {
+    if matches!(stage, Stage::Flat | Stage::Planned) {
         flatten(&mut module);
+    }
+    if matches!(stage, Stage::Planned) {
+        let pools = [
+            heron_planner::PoolInfo::workspace("workspace", None),
+            heron_planner::PoolInfo::constant("constants", None),
+        ];
+        module =
+            heron_planner::plan_module(&module, &pools, "auto", &heron_planner::Budget::millis(250))?.rewritten.module;
     }
     verify_module(&module)?;
     Ok(module)

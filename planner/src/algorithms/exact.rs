@@ -107,7 +107,8 @@ impl Search<'_> {
             if self.remaining[s] == 0 {
                 continue;
             }
-            let lowest = self.covering[s].iter().filter(|&&b| !self.placed[b]).map(|&b| self.start_at[b]).min().unwrap_or(0);
+            let lowest =
+                self.covering[s].iter().filter(|&&b| !self.placed[b]).map(|&b| self.start_at[b]).min().unwrap_or(0);
             if lowest + self.remaining[s] > self.capacity {
                 return false;
             }
