@@ -369,3 +369,37 @@ fn bad_index_maps() {
     fails_with(&["layout", "--shape", "8", "--map", "lambda a: [a,"], &["malformed index map"]);
     fails_with(&["layout", "--shape", "8", "--map", "lambda a: [a]", "--index", "9"], &["outside shape"]);
 }
+
+#[test]
+fn bad_pool_flags_and_plans() {
+    let m = mlp();
+    let m = s(&m);
+    fails_with(&["plan", m, "--workspace-pool", "sram:size_hint"], &["not key=value"]);
+    fails_with(&["plan", m, "--workspace-pool", "sram:color=red"], &["unknown key 'color'"]);
+    fails_with(&["plan", m, "--workspace-pool", "sram:size_hint=lots"], &["not a byte count"]);
+    fails_with(&["plan", m, "--workspace-pool", ":size_hint=5"], &["non-empty name"]);
+    fails_with(&["plan", m, "--workspace-pool", "sram:targets=gpu"], &["known targets"]);
+    fails_with(&["plan", m, "--workspace-pool", "a", "--workspace-pool", "a"], &["pool 'a' is defined twice"]);
+    fails_with(
+        &["plan", m, "--workspace-pool", "tiny:size_hint=100"],
+        &["fits none of its candidate pools", "tiny (limit 100"],
+    );
+    let planning = scratch("unknown_pool.json");
+    std::fs::write(
+        &planning,
+        r#"{"pools":[{"name":"p"}],"buffers":[{"name":"a","size_bytes":8,"pool_candidates":["q"]}]}"#,
+    )
+    .unwrap();
+    fails_with(&["plan", "--buffers", s(&planning)], &["unknown pool 'q'"]);
+}
+
+#[test]
+fn plans_with_a_fallback_pool_succeed() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_heron"))
+        .args(["plan", s(&mlp()), "--workspace-pool", "tiny:size_hint=100", "--workspace-pool", "big"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pool big"), "{text}");
+}
