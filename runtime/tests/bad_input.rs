@@ -395,7 +395,7 @@ fn bad_pool_flags_and_plans() {
 
 #[test]
 fn plans_with_a_fallback_pool_succeed() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_heron"))
+    let out = Command::new(env!("CARGO_BIN_EXE_heron"))
         .args(["plan", s(&mlp()), "--workspace-pool", "tiny:size_hint=100", "--workspace-pool", "big"])
         .output()
         .unwrap();
