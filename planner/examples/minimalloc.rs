@@ -19,7 +19,8 @@ fn main() {
         let sizes: Vec<u64> = rows.iter().map(|r| r[3].as_u64().expect("size")).collect();
         let iv: Vec<(u64, u64)> =
             rows.iter().map(|r| (r[1].as_u64().expect("lo"), r[2].as_u64().expect("hi"))).collect();
-        let p = PoolProblem::from_intervals(sizes.clone(), iv.clone(), None);
+        // The capacity is the pool's size limit, as with `--workspace-pool NAME:size_hint=1048576`.
+        let p = PoolProblem::from_intervals(sizes.clone(), iv.clone(), Some(cap));
         let lb = max_load(&sizes, &iv);
         let mut line = format!("{} n={} lb={lb} cap={cap}:", inst["id"].as_str().unwrap_or("?"), rows.len());
         for alg in registry() {

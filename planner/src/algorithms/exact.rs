@@ -342,7 +342,7 @@ impl Algorithm for Exact {
         if let Some(cap) = p.capacity
             && cap < hi
             && cap >= lo
-            && let Decision::Feasible(o) = decide(p, cap, budget.share(0.5))
+            && let Decision::Feasible(o) = decide(p, cap, budget.share(0.7))
         {
             hi = p.peak(&o);
             best = o;
