@@ -236,7 +236,7 @@ pub const ORDERINGS: usize = 16;
 /// since one ordering can get lost in a subtree another avoids.
 pub fn decide(p: &PoolProblem, capacity: u64, budget: Budget) -> Decision {
     // A slice must allow at least one full dive (about one node per buffer and section).
-    let mut slice_ms = 20 + p.len() as u64 / 8;
+    let mut slice_ms = 20 + p.len() as u64 / 2;
     loop {
         for ordering in 0..ORDERINGS {
             if budget.expired() {
