@@ -1,6 +1,6 @@
 //! Debug helper: decision search on one MiniMalloc instance at a capacity.
 //! `cargo run --release -p heron-planner --example decide_one PATH INDEX CAPACITY MS`
-use heron_planner::algorithms::exact::{decide, decide_with, ORDERINGS};
+use heron_planner::algorithms::exact::{ORDERINGS, decide, decide_with};
 use heron_planner::{Budget, PoolProblem};
 
 fn main() {
