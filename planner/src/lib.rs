@@ -8,6 +8,7 @@
 pub mod algorithms;
 pub mod bound;
 pub mod extract;
+pub mod intervals;
 pub mod json;
 pub mod pools;
 pub mod problem;

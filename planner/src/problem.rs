@@ -37,11 +37,11 @@ impl PoolProblem {
             intervals: None,
             capacity,
         };
-        if let Some(iv) = intervals
-            && intervals_match_conflicts(&iv, &p.adj)
-        {
-            p.intervals = Some(iv);
-        }
+        p.intervals = match intervals {
+            Some(iv) if intervals_match_conflicts(&iv, &p.adj) => Some(iv),
+            // No usable lifetimes: recover some when the conflicts form an interval graph.
+            _ => crate::intervals::recover_intervals(&p.adj),
+        };
         p
     }
 

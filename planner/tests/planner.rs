@@ -214,3 +214,31 @@ fn json_interface_rejects_bad_input_clearly() {
     let ok = r#"{"pools":[{"name":"p","size_hint_bytes":100},{"name":"q"}],"buffers":[{"name":"big","size_bytes":200,"pool_candidates":["p","q"]}]}"#;
     assert!(plan_json(ok, "auto", 50).is_ok());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn lifetimes_are_recovered_from_interval_conflicts(spec in proptest::collection::vec((0u64..60, 1u64..15, 1u64..50), 1..60)) {
+        let from_iv = PoolProblem::from_intervals(spec.iter().map(|s| s.2).collect(), spec.iter().map(|s| (s.0, s.0 + s.1)).collect(), None);
+        let buffers: Vec<BufferInfo> = spec.iter().enumerate().map(|(i, s)| BufferInfo {
+            name: format!("b{i}"),
+            size_bytes: s.2,
+            alignment: 1,
+            conflicts: from_iv.adj[i].iter().map(|&j| j as usize).collect(),
+            pool_candidates: vec!["ws".into()],
+            live_range: None,
+        }).collect();
+        let all: Vec<usize> = (0..buffers.len()).collect();
+        let p = PoolProblem::from_buffers(&buffers, &all, None);
+        let iv = p.intervals.clone().expect("an interval graph's lifetimes are recovered");
+        prop_assert_eq!(max_load(&p.sizes, &iv), max_load(&from_iv.sizes, from_iv.intervals.as_ref().unwrap()));
+    }
+}
+
+#[test]
+fn a_cycle_of_four_has_no_lifetimes() {
+    // C4 is not an interval graph (not even chordal).
+    let adj = vec![vec![1, 3], vec![0, 2], vec![1, 3], vec![0, 2]];
+    assert!(heron_planner::intervals::recover_intervals(&adj).is_none());
+}
