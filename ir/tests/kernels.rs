@@ -1,21 +1,12 @@
 //! Property tests of the interpreter's kernels against direct scalar loops written from the ONNX
 //! definitions (the interpreter's conv is im2col + matrix product, its matmul broadcasts views).
 
+mod common;
+
+use common::data;
 use heron_ir::interp::eval_op;
 use heron_ir::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, Tensor, Window};
 use proptest::prelude::*;
-
-fn data(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn close(got: &[f64], want: &[f64]) -> Result<(), TestCaseError> {
     prop_assert_eq!(got.len(), want.len());

@@ -4,25 +4,13 @@
 
 mod common;
 
-use common::{check_stages, check_stages_with};
+use common::{check_stages, check_stages_with, data};
 use heron_ir::loop_ir::IndexMap;
 use heron_ir::loop_ir::layout::set_layout;
 use heron_ir::{
     BinaryOp, ConvAttrs, DType, Graph, Op, PoolAttrs, QuantAxis, Tensor, TensorType, UnaryOp, ValueId, Window,
 };
 use proptest::prelude::*;
-
-fn data(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn f32s(seed: u64, shape: &[usize]) -> Tensor {
     Tensor::from_vec(shape, data(seed, shape.iter().product())).unwrap()

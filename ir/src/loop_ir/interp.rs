@@ -132,18 +132,7 @@ fn binary(op: BinOp, a: Val, b: Val, dtype: DType) -> Result<Val, String> {
 }
 
 fn compare(op: CmpOp, a: Val, b: Val, float: bool) -> bool {
-    if float {
-        let (x, y) = (a.as_f64(), b.as_f64());
-        match op {
-            CmpOp::Eq => x == y,
-            CmpOp::Ne => x != y,
-            CmpOp::Lt => x < y,
-            CmpOp::Le => x <= y,
-            CmpOp::Gt => x > y,
-            CmpOp::Ge => x >= y,
-        }
-    } else {
-        let (x, y) = (a.as_i128(), b.as_i128());
+    fn by<T: PartialOrd>(op: CmpOp, x: T, y: T) -> bool {
         match op {
             CmpOp::Eq => x == y,
             CmpOp::Ne => x != y,
@@ -153,6 +142,7 @@ fn compare(op: CmpOp, a: Val, b: Val, float: bool) -> bool {
             CmpOp::Ge => x >= y,
         }
     }
+    if float { by(op, a.as_f64(), b.as_f64()) } else { by(op, a.as_i128(), b.as_i128()) }
 }
 
 fn math(op: MathOp, v: f64) -> f64 {

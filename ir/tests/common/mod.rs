@@ -81,3 +81,16 @@ pub fn check_stages_with(graph: &Graph, inputs: &[Tensor], annotate: impl FnOnce
         }
     }
 }
+
+/// Deterministic test data in [-1, 1) (xorshift).
+pub fn data(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
