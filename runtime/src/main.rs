@@ -114,7 +114,21 @@ enum Command {
     },
 }
 
+/// A reader that closes the pipe (`heron ... | head`) ends the program quietly; any other panic
+/// is a bug, reported on one line like every error.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info.payload_as_str().unwrap_or("panic");
+        if message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("error: internal error (please report): {message}{place}");
+    }));
+}
+
 fn main() -> ExitCode {
+    install_panic_hook();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { model, inputs, output_dir, engine } => {
