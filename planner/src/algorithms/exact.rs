@@ -187,18 +187,31 @@ impl Search<'_> {
             .min_by_key(|&s| (self.floor[s], std::cmp::Reverse(if tight { self.remaining[s] } else { 0 })))
             .expect("open section");
         let f = self.floor[s];
-        let mut tried: HashSet<(usize, usize, u64, u64)> = HashSet::new();
+        // The flat run at height f around s: a candidate spanning all of it leaves no sliver,
+        // so such candidates go first.
+        let (mut run_a, mut run_b) = (s, s);
+        while run_a > lo && self.floor[run_a - 1] == f {
+            run_a -= 1;
+        }
+        while run_b < hi && self.floor[run_b + 1] == f {
+            run_b += 1;
+        }
+        let mut candidates: Vec<usize> = Vec::new();
         let mut next_height = u64::MAX;
-        for k in 0..self.covering[s].len() {
-            let b = self.covering[s][k];
+        for &b in &self.covering[s] {
             if self.placed[b] {
                 continue;
             }
             let mf = self.max_floor(b);
             if mf > f {
                 next_height = next_height.min(mf);
-                continue;
+            } else {
+                candidates.push(b);
             }
+        }
+        candidates.sort_by_key(|&b| !(self.first[b] == run_a && self.last[b] == run_b));
+        let mut tried: HashSet<(usize, usize, u64, u64)> = HashSet::new();
+        for b in candidates {
             let offset = f.next_multiple_of(self.p.aligns[b]);
             let size = self.p.sizes[b];
             // Identical buffers are interchangeable: try one of them.
