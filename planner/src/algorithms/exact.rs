@@ -243,7 +243,7 @@ impl Search<'_> {
 }
 
 /// Number of candidate orderings [`decide_with`] knows.
-pub const ORDERINGS: usize = 16;
+pub const ORDERINGS: usize = 24;
 
 /// Is there a placement of `p` (which must have intervals) within `capacity`? Restarts the
 /// search with different candidate orderings and growing time slices until the budget ends,
@@ -270,7 +270,17 @@ pub fn decide(p: &PoolProblem, capacity: u64, budget: Budget) -> Decision {
 
 /// One complete search with candidate ordering `ordering` (0..ORDERINGS).
 pub fn decide_with(p: &PoolProblem, capacity: u64, budget: Budget, ordering: usize) -> Decision {
-    let intervals = p.intervals.as_ref().expect("exact search needs lifetimes");
+    let given = p.intervals.as_ref().expect("exact search needs lifetimes");
+    // Half the restarts run time backwards: the skyline then grows from the other end, which
+    // changes which sections the search settles first (offsets mean the same either way).
+    let horizon = given.iter().map(|&(_, b)| b).max().unwrap_or(0);
+    let reversed: Vec<(u64, u64)>;
+    let intervals = if ordering % 4 >= 2 {
+        reversed = given.iter().map(|&(a, b)| (horizon - b, horizon - a)).collect();
+        &reversed
+    } else {
+        given
+    };
     let mut points: Vec<u64> = intervals.iter().flat_map(|&(a, b)| [a, b]).collect();
     points.sort_unstable();
     points.dedup();
@@ -282,7 +292,7 @@ pub fn decide_with(p: &PoolProblem, capacity: u64, budget: Budget, ordering: usi
     // later; the last orderings are seeded shuffles.
     let mut order: Vec<usize> = (0..p.len()).collect();
     let len = |b: usize| (last[b] - first[b]) as u64;
-    match ordering / 2 {
+    match ordering / 4 {
         0 => order.sort_by_key(|&b| std::cmp::Reverse((p.sizes[b], len(b)))),
         1 => order.sort_by_key(|&b| std::cmp::Reverse((len(b), p.sizes[b]))),
         2 => order
