@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use heron_ir::loop_ir::workspace::allocation_intervals;
-use heron_ir::loop_ir::{Arg, BufferId, Callee, Expr, MAIN, Module, PrimFunc, Scope, Stmt};
+use heron_ir::loop_ir::{Arg, BufferId, Callee, MAIN, Module, PrimFunc, Scope, Stmt};
 
 use crate::types::{BufferInfo, PlanError};
 
@@ -61,29 +61,6 @@ struct Walker<'m> {
     out: Extracted,
     opts: &'m ExtractOptions,
     depth: usize,
-}
-
-fn touched(s: &Stmt) -> Vec<BufferId> {
-    let mut out = Vec::new();
-    s.walk(&mut |st| {
-        match st {
-            Stmt::Store { buffer, .. } => out.push(*buffer),
-            Stmt::Evaluate(c) => out.extend(c.args.iter().filter_map(|a| match a {
-                Arg::Buffer(b) => Some(*b),
-                Arg::Expr(_) => None,
-            })),
-            _ => {}
-        }
-        st.for_each_expr(|e| loads(e, &mut out));
-    });
-    out
-}
-
-fn loads(e: &Expr, out: &mut Vec<BufferId>) {
-    if let Expr::Load { buffer, .. } = e {
-        out.push(*buffer);
-    }
-    e.for_each_child(|c| loads(c, out));
 }
 
 impl Walker<'_> {
@@ -173,7 +150,7 @@ impl Walker<'_> {
         // from the first statement touching them to the end of the last one.
         let mut first_last: HashMap<BufferId, (u64, u64)> = HashMap::new();
         for (s, &(b, e)) in top.iter().zip(&spans) {
-            for id in touched(s) {
+            for id in s.buffers_used() {
                 let entry = first_last.entry(id).or_insert((b, e));
                 entry.1 = e;
             }

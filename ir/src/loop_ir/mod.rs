@@ -470,6 +470,30 @@ impl Stmt {
         s.map_stores(f)
     }
 
+    /// Every buffer this statement (and everything nested in it) loads, stores or passes to a
+    /// call, in visiting order, with repeats. Declarations are not uses.
+    pub fn buffers_used(&self) -> Vec<BufferId> {
+        fn loads(e: &Expr, out: &mut Vec<BufferId>) {
+            if let Expr::Load { buffer, .. } = e {
+                out.push(*buffer);
+            }
+            e.for_each_child(|c| loads(c, out));
+        }
+        let mut out = Vec::new();
+        self.walk(&mut |st| {
+            match st {
+                Stmt::Store { buffer, .. } => out.push(*buffer),
+                Stmt::Evaluate(call) => out.extend(call.args.iter().filter_map(|a| match a {
+                    Arg::Buffer(b) => Some(*b),
+                    Arg::Expr(_) => None,
+                })),
+                _ => {}
+            }
+            st.for_each_expr(|e| loads(e, &mut out));
+        });
+        out
+    }
+
     /// Rewrites every statement bottom-up with `f` (children first).
     pub fn map_stmts(self, f: &mut impl FnMut(Stmt) -> Stmt) -> Stmt {
         let s = match self {

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use super::{Arg, BufferId, Expr, Module, PrimFunc, Stmt};
+use super::{BufferId, Module, PrimFunc, Stmt};
 
 /// Alignment of every scratch buffer in the shared layout (one cache line).
 pub const WORKSPACE_ALIGNMENT: usize = 64;
@@ -22,27 +22,14 @@ pub struct WorkspaceSize {
     pub shared_bytes: usize,
 }
 
+/// Buffers a statement declares or uses: a declared but unused allocation still gets a span.
 fn touched(s: &Stmt, out: &mut Vec<BufferId>) {
     s.walk(&mut |st| {
-        match st {
-            Stmt::Store { buffer, .. } | Stmt::Allocate { buffer, .. } | Stmt::AllocateConst { buffer, .. } => {
-                out.push(*buffer)
-            }
-            Stmt::Evaluate(call) => out.extend(call.args.iter().filter_map(|a| match a {
-                Arg::Buffer(b) => Some(*b),
-                Arg::Expr(_) => None,
-            })),
-            _ => {}
+        if let Stmt::Allocate { buffer, .. } | Stmt::AllocateConst { buffer, .. } = st {
+            out.push(*buffer);
         }
-        st.for_each_expr(|e| loads(e, out));
     });
-}
-
-fn loads(e: &Expr, out: &mut Vec<BufferId>) {
-    if let Expr::Load { buffer, .. } = e {
-        out.push(*buffer);
-    }
-    e.for_each_child(|c| loads(c, out));
+    out.extend(s.buffers_used());
 }
 
 /// Live interval `[first, last]` (top-level statement indices) and size of every workspace
