@@ -1,5 +1,6 @@
 //! Gap-filling best fit over several orderings, then local search on the best order (random
-//! swaps and moves of one buffer, kept when the peak does not grow).
+//! swaps and moves of one buffer, kept when the peak does not grow). The local search is shared
+//! with `hill_climb`.
 
 use crate::algorithms::Algorithm;
 use crate::problem::{Fit, PoolProblem, Rng, place_in_order};
@@ -52,31 +53,59 @@ impl Algorithm for BestFit {
                 }
             }
         }
-        let (mut order, mut offsets, mut peak) = best.expect("at least one ordering");
-        if p.len() < 2 {
-            return offsets;
-        }
-        let mut rng = Rng::new(0xB357);
-        for _ in 0..MAX_STEPS {
-            if budget.expired() {
-                break;
-            }
-            let (a, b) = (rng.below(order.len()), rng.below(order.len()));
-            let swap = rng.next_u64() & 1 == 0;
-            let mut trial = order.clone();
-            if swap {
-                trial.swap(a, b);
-            } else {
-                let x = trial.remove(a);
-                trial.insert(b, x);
-            }
-            let (o, pk) = place_in_order(p, &trial, Fit::Best);
-            if pk <= peak {
-                order = trial;
-                offsets = o;
-                peak = pk;
-            }
-        }
-        offsets
+        let (order, offsets, peak) = best.expect("at least one ordering");
+        improve_order(
+            p,
+            order,
+            offsets,
+            peak,
+            Search { fit: Fit::Best, inserts: true, seed: 0xB357, max_steps: MAX_STEPS },
+            budget,
+        )
     }
+}
+
+/// How [`improve_order`] searches.
+pub(crate) struct Search {
+    pub fit: Fit,
+    /// Also move one buffer to another place in the order, not only swap two.
+    pub inserts: bool,
+    pub seed: u64,
+    pub max_steps: usize,
+}
+
+/// Local search on a placement order: random swaps (and moves, with `inserts`) are kept when
+/// the peak does not grow. Returns the best offsets found.
+pub(crate) fn improve_order(
+    p: &PoolProblem,
+    mut order: Vec<usize>,
+    mut offsets: Vec<u64>,
+    mut peak: u64,
+    search: Search,
+    budget: &Budget,
+) -> Vec<u64> {
+    if p.len() < 2 {
+        return offsets;
+    }
+    let mut rng = Rng::new(search.seed);
+    for _ in 0..search.max_steps {
+        if budget.expired() {
+            break;
+        }
+        let (a, b) = (rng.below(order.len()), rng.below(order.len()));
+        let mut trial = order.clone();
+        if !search.inserts || rng.next_u64() & 1 == 0 {
+            trial.swap(a, b);
+        } else {
+            let x = trial.remove(a);
+            trial.insert(b, x);
+        }
+        let (o, pk) = place_in_order(p, &trial, search.fit);
+        if pk <= peak {
+            order = trial;
+            offsets = o;
+            peak = pk;
+        }
+    }
+    offsets
 }

@@ -2,8 +2,9 @@
 //! in the order that do not make the first-fit placement worse.
 
 use crate::algorithms::Algorithm;
+use crate::algorithms::best_fit::{Search, improve_order};
 use crate::algorithms::greedy::size_order;
-use crate::problem::{Fit, PoolProblem, Rng, place_in_order};
+use crate::problem::{Fit, PoolProblem, place_in_order};
 use crate::types::Budget;
 
 pub struct HillClimb;
@@ -17,26 +18,9 @@ impl Algorithm for HillClimb {
     }
 
     fn place(&self, p: &PoolProblem, budget: &Budget) -> Vec<u64> {
-        let mut order = size_order(p);
-        let (mut best, mut peak) = place_in_order(p, &order, Fit::First);
-        if p.len() < 2 {
-            return best;
-        }
-        let mut rng = Rng::new(0x5EED);
-        for _ in 0..MAX_STEPS {
-            if budget.expired() {
-                break;
-            }
-            let (a, b) = (rng.below(order.len()), rng.below(order.len()));
-            order.swap(a, b);
-            let (offsets, new_peak) = place_in_order(p, &order, Fit::First);
-            if new_peak <= peak {
-                peak = new_peak;
-                best = offsets;
-            } else {
-                order.swap(a, b);
-            }
-        }
-        best
+        let order = size_order(p);
+        let (offsets, peak) = place_in_order(p, &order, Fit::First);
+        let search = Search { fit: Fit::First, inserts: false, seed: 0x5EED, max_steps: MAX_STEPS };
+        improve_order(p, order, offsets, peak, search, budget)
     }
 }
