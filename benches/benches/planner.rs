@@ -16,10 +16,10 @@ fn planning(c: &mut Criterion) {
         let lb = lower_bound(&p, &Budget::millis(1000));
         for alg in registry() {
             // Budgets as the CLI default would give them.
-            let offsets = alg.place(&p, &Budget::millis(250));
+            let offsets = alg.place(&p, &Budget::default_limit());
             println!("{} n={n}: {:.4}x the lower bound", alg.name(), p.peak(&offsets) as f64 / lb as f64);
             group.bench_with_input(BenchmarkId::new(alg.name(), n), &p, |b, p| {
-                b.iter(|| alg.place(p, &Budget::millis(250)))
+                b.iter(|| alg.place(p, &Budget::default_limit()))
             });
         }
     }

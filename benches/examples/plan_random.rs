@@ -1,5 +1,5 @@
 //! Plans `n` random-lifetime buffers with one algorithm and prints time and ratio:
-//! `cargo run --release -p heron-benches --example plan_random [N] [ALGORITHM] [TIME_LIMIT_MS]`.
+//! `cargo run --release -p heron-benches --example plan_random [N] [ALGORITHM] [TIME_LIMIT_MS] [SEED]`.
 
 use heron_benches::random_lifetimes;
 use heron_planner::bound::lower_bound;
@@ -9,8 +9,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
     let name = args.get(2).cloned().unwrap_or_else(|| "auto".into());
-    let ms: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(250);
-    let p = random_lifetimes(n, 42);
+    let ms: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(Budget::DEFAULT_MILLIS);
+    let seed: u64 = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(42);
+    let p = random_lifetimes(n, seed);
     let lb = lower_bound(&p, &Budget::millis(1000));
     let alg = algorithm(&name).expect("known algorithm");
     let t = std::time::Instant::now();

@@ -97,7 +97,7 @@ enum Command {
         #[arg(long, default_value = "auto")]
         algorithm: String,
         /// Time budget for planning.
-        #[arg(long, default_value_t = 250)]
+        #[arg(long, default_value_t = heron_planner::Budget::DEFAULT_MILLIS)]
         time_limit_ms: u64,
     },
     /// Apply an index map to a buffer shape (and optionally one index) and print JSON.
@@ -240,8 +240,9 @@ fn lowered(path: &Path, stage: Stage) -> Result<Module> {
             heron_planner::PoolInfo::workspace("workspace", None),
             heron_planner::PoolInfo::constant("constants", None),
         ];
-        module =
-            heron_planner::plan_module(&module, &pools, "auto", &heron_planner::Budget::millis(250))?.rewritten.module;
+        module = heron_planner::plan_module(&module, &pools, "auto", &heron_planner::Budget::default_limit())?
+            .rewritten
+            .module;
     }
     verify_module(&module)?;
     Ok(module)

@@ -1,8 +1,13 @@
-//! Gap-filling best fit over several orderings, then local search on the best order (random
-//! swaps and moves of one buffer, kept when the peak does not grow). The local search is shared
-//! with `hill_climb`.
+//! Gap filling over a portfolio of orderings, each refined by squeaky-wheel re-ordering (the
+//! buffers that ended up high go first next time), then local search on the best order
+//! (random swaps and moves of one buffer, kept when the peak does not grow; shared with
+//! `hill_climb`). Orderings run on all cores.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::algorithms::Algorithm;
+use crate::bound::lower_bound;
 use crate::problem::{Fit, PoolProblem, Rng, place_in_order};
 use crate::types::Budget;
 
@@ -10,28 +15,126 @@ pub struct BestFit;
 
 const MAX_STEPS: usize = 50_000;
 
-/// The candidate orderings: by size, by conflict bytes, by lifetime start, by size x lifetime.
-fn orderings(p: &PoolProblem) -> Vec<Vec<usize>> {
+/// Squeaky-wheel rounds without improvement before an ordering is given up.
+const PATIENCE: usize = 8;
+
+/// One way to start: a placement order and how each buffer picks its gap.
+struct Start {
+    order: Vec<usize>,
+    fit: Fit,
+}
+
+/// The starting orderings, most promising first.
+///
+/// With lifetimes, the first ones place "hot" buffers first — those live while the total live
+/// size comes close to its peak, where every byte counts — in bands of similar size (largest
+/// band first, in time order within a band, so each band packs like a sweep). Measured on
+/// random-lifetime instances these beat pure size or time orders by 2-4% of the peak. Then the
+/// classic orders: by size, by conflicting bytes, by conflict count, by lifetime start, by area.
+fn starts(p: &PoolProblem) -> Vec<Start> {
     let n = p.len();
-    let conflict_bytes: Vec<u64> =
-        (0..n).map(|i| p.adj[i].iter().map(|&j| p.sizes[j as usize]).sum::<u64>() + p.sizes[i]).collect();
-    let by = |key: &dyn Fn(usize) -> (u64, u64)| {
+    let sorted = |key: &dyn Fn(usize) -> (u64, u64, u64)| {
         let mut o: Vec<usize> = (0..n).collect();
-        o.sort_by_key(|&i| (std::cmp::Reverse(key(i)), i));
+        o.sort_by_key(|&i| (key(i), i));
         o
     };
-    let mut all = vec![
-        by(&|i| (p.sizes[i], p.adj[i].len() as u64)),
-        by(&|i| (conflict_bytes[i], p.sizes[i])),
-        by(&|i| (p.adj[i].len() as u64, p.sizes[i])),
-    ];
+    let mut all = Vec::new();
     if let Some(iv) = &p.intervals {
-        let mut start: Vec<usize> = (0..n).collect();
-        start.sort_by_key(|&i| (iv[i].0, std::cmp::Reverse(iv[i].1)));
-        all.push(start);
-        all.push(by(&|i| (p.sizes[i] * (iv[i].1 - iv[i].0), p.sizes[i])));
+        let hottest = hottest_load(&p.sizes, iv);
+        let peak = hottest.iter().copied().max().unwrap_or(0).max(1) as f64;
+        let largest = p.sizes.iter().copied().max().unwrap_or(0) + 1;
+        // Band 0 holds the largest buffers.
+        let band = |i: usize, bands: u64| bands - 1 - (p.sizes[i] as u128 * bands as u128 / largest as u128) as u64;
+        for (heat, bands) in [(0.97, 6), (0.9, 3), (0.93, 4)] {
+            let cold = |i: usize| ((hottest[i] as f64) < heat * peak) as u64;
+            all.push(Start { order: sorted(&|i| (cold(i), band(i, bands), iv[i].0)), fit: Fit::First });
+        }
+    }
+    let conflict_bytes: Vec<u64> =
+        (0..n).map(|i| p.adj[i].iter().map(|&j| p.sizes[j as usize]).sum::<u64>() + p.sizes[i]).collect();
+    let by_size = sorted(&|i| (u64::MAX - p.sizes[i], u64::MAX - p.adj[i].len() as u64, 0));
+    all.push(Start { order: by_size.clone(), fit: Fit::First });
+    all.push(Start { order: by_size, fit: Fit::Best });
+    for fit in [Fit::Best, Fit::First] {
+        all.push(Start { order: sorted(&|i| (u64::MAX - conflict_bytes[i], u64::MAX - p.sizes[i], 0)), fit });
+        all.push(Start { order: sorted(&|i| (u64::MAX - p.adj[i].len() as u64, u64::MAX - p.sizes[i], 0)), fit });
+    }
+    if let Some(iv) = &p.intervals {
+        all.push(Start { order: sorted(&|i| (iv[i].0, u64::MAX - iv[i].1, 0)), fit: Fit::Best });
+        let area = |i: usize| p.sizes[i].saturating_mul(iv[i].1 - iv[i].0);
+        all.push(Start { order: sorted(&|i| (u64::MAX - area(i), u64::MAX - p.sizes[i], 0)), fit: Fit::First });
     }
     all
+}
+
+/// For each buffer, the largest total live size at any moment of its lifetime.
+fn hottest_load(sizes: &[u64], intervals: &[(u64, u64)]) -> Vec<u64> {
+    let mut times: Vec<u64> = intervals.iter().flat_map(|&(a, b)| [a, b]).collect();
+    times.sort_unstable();
+    times.dedup();
+    let at = |t: u64| times.binary_search(&t).expect("endpoint");
+    let mut delta = vec![0i128; times.len() + 1];
+    for (&s, &(a, b)) in sizes.iter().zip(intervals) {
+        delta[at(a)] += s as i128;
+        delta[at(b)] -= s as i128;
+    }
+    let mut load = Vec::with_capacity(times.len());
+    let mut running = 0i128;
+    for d in &delta[..times.len()] {
+        running += d;
+        load.push(running as u64);
+    }
+    intervals.iter().map(|&(a, b)| load[at(a)..at(b)].iter().copied().max().unwrap_or(0)).collect()
+}
+
+/// The best placement reached from `start` by squeaky-wheel rounds: after each placement the
+/// buffers ending above a quarter of the way from `floor` to the peak move to the front (keeping
+/// their relative order), until `PATIENCE` rounds bring nothing or the peak reaches `floor`.
+fn squeaky_wheel(p: &PoolProblem, start: Start, floor: u64, budget: &Budget) -> (Vec<usize>, Vec<u64>, u64) {
+    let mut order = start.order;
+    let (mut best_offsets, mut best_peak) = place_in_order(p, &order, start.fit);
+    let mut best_order = order.clone();
+    let (mut offsets, mut peak) = (best_offsets.clone(), best_peak);
+    let mut stale = 0;
+    while peak > floor && stale < PATIENCE && !budget.expired() {
+        let line = floor + (peak - floor) / 4;
+        let (mut high, low): (Vec<usize>, Vec<usize>) = order.iter().partition(|&&i| offsets[i] + p.sizes[i] > line);
+        high.extend(low);
+        order = high;
+        (offsets, peak) = place_in_order(p, &order, start.fit);
+        if peak < best_peak {
+            (best_order, best_offsets, best_peak) = (order.clone(), offsets.clone(), peak);
+            stale = 0;
+        } else {
+            stale += 1;
+        }
+    }
+    (best_order, best_offsets, best_peak)
+}
+
+/// Runs `job` on every item on all cores; items not started when the budget ends are skipped
+/// (the first one per core always runs, so there is a result whatever the budget).
+fn run_parallel<T: Send, R: Send>(items: Vec<T>, budget: &Budget, job: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len()).max(1);
+    let items: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= items.len() || (k >= workers && budget.expired()) {
+                        break;
+                    }
+                    let item = items[k].lock().expect("unpoisoned").take().expect("taken once");
+                    let r = job(item);
+                    results.lock().expect("unpoisoned").push(r);
+                }
+            });
+        }
+    });
+    results.into_inner().expect("unpoisoned")
 }
 
 impl Algorithm for BestFit {
@@ -40,26 +143,22 @@ impl Algorithm for BestFit {
     }
 
     fn place(&self, p: &PoolProblem, budget: &Budget) -> Vec<u64> {
-        let mut best: Option<(Vec<usize>, Vec<u64>, u64)> = None;
-        for order in orderings(p) {
-            // The first ordering always runs, so there is a plan whatever the budget.
-            if best.is_some() && budget.expired() {
-                break;
-            }
-            for fit in [Fit::Best, Fit::First] {
-                let (offsets, peak) = place_in_order(p, &order, fit);
-                if best.as_ref().is_none_or(|b| peak < b.2) {
-                    best = Some((order.clone(), offsets, peak));
-                }
-            }
+        let floor = lower_bound(p, &budget.share(0.05));
+        let results = run_parallel(starts(p), budget, |s| {
+            let fit = s.fit;
+            (squeaky_wheel(p, s, floor, budget), fit)
+        });
+        let ((order, offsets, peak), fit) =
+            results.into_iter().min_by_key(|((_, _, peak), _)| *peak).expect("at least one ordering");
+        if peak <= floor {
+            return offsets;
         }
-        let (order, offsets, peak) = best.expect("at least one ordering");
         improve_order(
             p,
             order,
             offsets,
             peak,
-            Search { fit: Fit::Best, inserts: true, seed: 0xB357, max_steps: MAX_STEPS },
+            Search { fit, inserts: true, seed: 0xB357, max_steps: MAX_STEPS, floor },
             budget,
         )
     }
@@ -72,6 +171,8 @@ pub(crate) struct Search {
     pub inserts: bool,
     pub seed: u64,
     pub max_steps: usize,
+    /// A lower bound: reaching it ends the search.
+    pub floor: u64,
 }
 
 /// Local search on a placement order: random swaps (and moves, with `inserts`) are kept when
@@ -89,7 +190,7 @@ pub(crate) fn improve_order(
     }
     let mut rng = Rng::new(search.seed);
     for _ in 0..search.max_steps {
-        if budget.expired() {
+        if budget.expired() || peak <= search.floor {
             break;
         }
         let (a, b) = (rng.below(order.len()), rng.below(order.len()));

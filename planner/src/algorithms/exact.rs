@@ -353,7 +353,11 @@ impl Algorithm for Exact {
     }
 
     fn place(&self, p: &PoolProblem, budget: &Budget) -> Vec<u64> {
-        let heuristic_budget = budget.share(if p.intervals.is_some() { 0.15 } else { 1.0 });
+        // The exact search needs about one slice for a first dive; when the budget cannot pay
+        // for it, the heuristics get everything.
+        let slice = std::time::Duration::from_millis(20 + p.len() as u64 / 2);
+        let exact_pays = p.intervals.is_some() && budget.remaining() > slice;
+        let heuristic_budget = budget.share(if exact_pays { 0.15 } else { 1.0 });
         let mut best = BestFit.place(p, &heuristic_budget);
         let Some(intervals) = &p.intervals else { return best };
         if budget.expired() {

@@ -20,7 +20,7 @@ impl Algorithm for HillClimb {
     fn place(&self, p: &PoolProblem, budget: &Budget) -> Vec<u64> {
         let order = size_order(p);
         let (offsets, peak) = place_in_order(p, &order, Fit::First);
-        let search = Search { fit: Fit::First, inserts: false, seed: 0x5EED, max_steps: MAX_STEPS };
+        let search = Search { fit: Fit::First, inserts: false, seed: 0x5EED, max_steps: MAX_STEPS, floor: 0 };
         improve_order(p, order, offsets, peak, search, budget)
     }
 }
