@@ -30,6 +30,7 @@ pub mod op;
 pub mod passes;
 pub mod stats;
 pub mod tensor;
+pub mod testing;
 pub mod verify;
 
 pub use dtype::{DType, TensorType};

@@ -231,22 +231,36 @@ impl Tensor {
 
     /// Raw little-endian bytes of the elements in row-major order (bool as 0/1).
     pub fn to_le_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.size_bytes());
-        match self {
-            Tensor::F16(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::F32(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::F64(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::I8(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::I16(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::I32(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::I64(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::U8(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::U16(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::U32(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::U64(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::Bool(a) => a.iter().for_each(|v| out.push(*v as u8)),
-        }
+        let mut out = vec![0u8; self.size_bytes()];
+        self.write_le_bytes(&mut out);
         out
+    }
+
+    /// Writes [`Tensor::to_le_bytes`] into `dst` without allocating; `dst` must hold exactly
+    /// `size_bytes()` bytes.
+    pub fn write_le_bytes(&self, dst: &mut [u8]) {
+        assert_eq!(dst.len(), self.size_bytes(), "destination size");
+        macro_rules! encode {
+            ($a:expr, $n:expr) => {
+                for (chunk, v) in dst.chunks_exact_mut($n).zip($a.iter()) {
+                    chunk.copy_from_slice(&v.to_le_bytes());
+                }
+            };
+        }
+        match self {
+            Tensor::F16(a) => encode!(a, 2),
+            Tensor::F32(a) => encode!(a, 4),
+            Tensor::F64(a) => encode!(a, 8),
+            Tensor::I8(a) => encode!(a, 1),
+            Tensor::I16(a) => encode!(a, 2),
+            Tensor::I32(a) => encode!(a, 4),
+            Tensor::I64(a) => encode!(a, 8),
+            Tensor::U8(a) => encode!(a, 1),
+            Tensor::U16(a) => encode!(a, 2),
+            Tensor::U32(a) => encode!(a, 4),
+            Tensor::U64(a) => encode!(a, 8),
+            Tensor::Bool(a) => dst.iter_mut().zip(a.iter()).for_each(|(d, v)| *d = *v as u8),
+        }
     }
 
     /// Builds a tensor from raw little-endian bytes (the layout of ONNX `raw_data`).

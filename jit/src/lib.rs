@@ -1,4 +1,39 @@
-//! heron-jit: Cranelift code generation shared with the AOT back end, and the in-process JIT.
+//! heron-jit: Cranelift code generation for planned loop-IR modules, and the in-process JIT.
 //!
-//! Nothing is implemented yet; the crate exists so the workspace layout matches the map in
-//! DEVELOPERS.md.
+//! [`codegen`] turns a flat, planned [`heron_ir::loop_ir::Module`] into Cranelift functions
+//! through any [`cranelift_module::Module`], so the AOT back end (cranelift-object) reuses it
+//! unchanged, the way cranelift-jit and cranelift-object share that trait. [`jit`] holds the
+//! in-process back end: compile, finalize, call. [`isa`] builds target ISAs, [`bounds`] proves
+//! buffer accesses in range (the rest get a run-time check), [`math`] emits exp/tanh/sigmoid as
+//! polynomials, [`vector`] emits loops marked vectorized with 128-bit SIMD.
+
+pub mod bounds;
+pub mod codegen;
+pub mod isa;
+pub mod jit;
+pub mod math;
+pub mod readonly;
+pub mod schedule;
+pub mod vector;
+
+pub use codegen::{CodegenOptions, EmittedModule, emit_module};
+pub use jit::{JitArg, JitModule, JitOptions, JitRunError};
+
+/// Why code generation failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CodegenError {
+    #[error("function '{func}': {what} is not supported by the code generator")]
+    Unsupported { func: String, what: String },
+    #[error("module has no function '{0}'")]
+    NoFunction(String),
+    #[error("target ISA: {0}")]
+    Isa(String),
+    #[error("cranelift: {0}")]
+    Cranelift(String),
+}
+
+impl From<cranelift_module::ModuleError> for CodegenError {
+    fn from(e: cranelift_module::ModuleError) -> Self {
+        CodegenError::Cranelift(e.to_string())
+    }
+}

@@ -12,6 +12,9 @@
 //! ```
 
 pub mod builtin;
+mod compiler;
 mod model;
 
+pub use compiler::{CompileOptions, CompileStats, CompiledModel, Compiler, Engine, PoolLayout, Workspace};
+pub use heron_jit::isa::OptLevel;
 pub use model::{Model, RuntimeError, TensorInfo};

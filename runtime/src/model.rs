@@ -25,6 +25,18 @@ pub enum RuntimeError {
     DuplicateInput(String),
     #[error("input '{name}' must be {expected}, got {got}")]
     InputType { name: String, expected: TensorType, got: TensorType },
+    #[error(transparent)]
+    Lower(#[from] heron_ir::lower::LowerError),
+    #[error(transparent)]
+    Plan(#[from] heron_planner::PlanError),
+    #[error(transparent)]
+    Codegen(#[from] heron_jit::CodegenError),
+    #[error(transparent)]
+    Execute(#[from] heron_jit::JitRunError),
+    #[error("compile: {0}")]
+    Compile(String),
+    #[error("the workspace was made for another model")]
+    ForeignWorkspace,
 }
 
 /// A named tensor slot of a model: an input or an output.

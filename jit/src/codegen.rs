@@ -1,0 +1,745 @@
+//! Loop IR to Cranelift IR, generic over [`cranelift_module::Module`] (JIT and object files).
+//!
+//! Every `PrimFunc` becomes a local function taking one pointer per buffer parameter plus a
+//! pointer to a status word; the exported entry takes a pointer to an array holding `main`'s
+//! buffer pointers (inputs, outputs, pools, in `main`'s parameter order) and the status pointer.
+//! Pool views (`DeclPoolBuffer`) are pool base + byte offset; loop-local accumulators live in
+//! registers (Cranelift variables) or, when indexed dynamically, in stack slots. Accesses whose
+//! index cannot be proven in range (e.g. indices loaded from a tensor) are checked at run time:
+//! out of range, the status word gets the function's number and the access goes to element 0,
+//! so generated code never touches memory outside its buffers.
+
+use std::collections::HashMap;
+
+use cranelift_codegen::Context;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
+use cranelift_codegen::ir::{
+    AbiParam, Block, FuncRef, InstBuilder, MemFlagsData, Signature, StackSlotData, StackSlotKind, Type, UserFuncName,
+    Value,
+};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
+use cranelift_module::{FuncId, Linkage, Module};
+use heron_ir::DType;
+use heron_ir::loop_ir::{
+    self, Arg, BinOp, BufferId, Callee, CmpOp, Expr, ForKind, MAIN, MathOp, PrimFunc, Scope, Stmt, VarId,
+};
+
+use crate::CodegenError;
+use crate::bounds::VarRanges;
+use crate::math;
+
+/// Code generation choices.
+#[derive(Clone, Copy, Debug)]
+pub struct CodegenOptions {
+    /// Emit loops marked vectorized with 128-bit SIMD (otherwise they run scalar).
+    pub vectorize: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        CodegenOptions { vectorize: true }
+    }
+}
+
+/// What [`emit_module`] declared.
+#[derive(Clone, Debug)]
+pub struct EmittedModule {
+    /// `entry(args: *const *mut u8, status: *mut i32)`.
+    pub entry: FuncId,
+    /// Number of pointers `args` must hold (`main`'s parameters).
+    pub num_args: usize,
+    /// Names of the functions, by status code - 1.
+    pub func_names: Vec<String>,
+}
+
+/// Host functions generated code may call (f64 math only; f32 math is inline). The JIT binds
+/// them to Rust; objects import them from libm.
+pub const LIBM_IMPORTS: [&str; 2] = ["exp", "tanh"];
+
+/// Emits every function of `ir` (a flat, planned module with a `main`) into `module`, plus the
+/// entry `entry_name` with `entry_linkage`.
+pub fn emit_module<M: Module>(
+    module: &mut M,
+    ir: &loop_ir::Module,
+    entry_name: &str,
+    entry_linkage: Linkage,
+    options: CodegenOptions,
+) -> Result<EmittedModule, CodegenError> {
+    let main = ir.main().ok_or_else(|| CodegenError::NoFunction(MAIN.into()))?;
+    let ptr = module.target_config().pointer_type();
+    let mut ids = HashMap::new();
+    for f in &ir.funcs {
+        let sig = func_signature(module, f.params.len() + 1, ptr);
+        let id = module.declare_function(&format!("{entry_name}__{}", f.name), Linkage::Local, &sig)?;
+        ids.insert(f.name.clone(), id);
+    }
+    let mut libm = HashMap::new();
+    for name in LIBM_IMPORTS {
+        let mut sig = module.make_signature();
+        sig.params.push(AbiParam::new(F64));
+        sig.returns.push(AbiParam::new(F64));
+        libm.insert(name, module.declare_function(name, Linkage::Import, &sig)?);
+    }
+    let mut ctx = module.make_context();
+    let mut fctx = FunctionBuilderContext::new();
+    for (index, f) in ir.funcs.iter().enumerate() {
+        ctx.func.signature = func_signature(module, f.params.len() + 1, ptr);
+        ctx.func.name = UserFuncName::user(0, ids[&f.name].as_u32());
+        {
+            let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+            let mut refs = HashMap::new();
+            for (name, &id) in &ids {
+                refs.insert(name.clone(), module.declare_func_in_func(id, b.func));
+            }
+            let libm = libm.iter().map(|(&n, &id)| (n, module.declare_func_in_func(id, b.func))).collect();
+            let entry = b.create_block();
+            b.append_block_params_for_function_params(entry);
+            b.switch_to_block(entry);
+            let params = b.block_params(entry).to_vec();
+            let status = params[f.params.len()];
+            let callees = Callees { funcs: refs, libm };
+            let mut t = FuncTranslator::new(b, f, ptr, index as i64 + 1, status, callees, options);
+            for (k, &p) in f.params.iter().enumerate() {
+                t.bufs[p.0 as usize] = Buf::Ptr(params[k]);
+            }
+            t.prepare_locals();
+            t.stmt(&f.body)?;
+            let mut b = t.b;
+            b.ins().return_(&[]);
+            b.seal_all_blocks();
+            b.finalize(module.target_config());
+        }
+        define(module, ids[&f.name], &mut ctx, &f.name)?;
+    }
+    // The entry: unpack the argument array and call main.
+    let entry = module.declare_function(entry_name, entry_linkage, &func_signature(module, 2, ptr))?;
+    ctx.func.signature = func_signature(module, 2, ptr);
+    ctx.func.name = UserFuncName::user(0, entry.as_u32());
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let main_ref = module.declare_func_in_func(ids[MAIN], b.func);
+        let block = b.create_block();
+        b.append_block_params_for_function_params(block);
+        b.switch_to_block(block);
+        let (args, status) = (b.block_params(block)[0], b.block_params(block)[1]);
+        let mut call_args = Vec::with_capacity(main.params.len() + 1);
+        for k in 0..main.params.len() {
+            call_args.push(b.ins().load(ptr, MemFlagsData::trusted(), args, (k * ptr.bytes() as usize) as i32));
+        }
+        call_args.push(status);
+        b.ins().call(main_ref, &call_args);
+        b.ins().return_(&[]);
+        b.seal_all_blocks();
+        b.finalize(module.target_config());
+    }
+    define(module, entry, &mut ctx, entry_name)?;
+    Ok(EmittedModule {
+        entry,
+        num_args: main.params.len(),
+        func_names: ir.funcs.iter().map(|f| f.name.clone()).collect(),
+    })
+}
+
+fn define<M: Module>(module: &mut M, id: FuncId, ctx: &mut Context, name: &str) -> Result<(), CodegenError> {
+    module.define_function(id, ctx).map_err(|e| CodegenError::Cranelift(format!("function '{name}': {e:?}")))?;
+    module.clear_context(ctx);
+    Ok(())
+}
+
+fn func_signature<M: Module>(module: &M, pointers: usize, ptr: Type) -> Signature {
+    let mut sig = module.make_signature();
+    sig.params.extend((0..pointers).map(|_| AbiParam::new(ptr)));
+    sig
+}
+
+/// The Cranelift type holding values of `dtype` (bool as 0/1 in a byte).
+pub fn clif_type(dtype: DType) -> Option<Type> {
+    Some(match dtype {
+        DType::F32 => F32,
+        DType::F64 => F64,
+        DType::I8 | DType::U8 | DType::Bool => I8,
+        DType::I16 | DType::U16 => I16,
+        DType::I32 | DType::U32 => I32,
+        DType::I64 | DType::U64 => I64,
+        DType::F16 => return None,
+    })
+}
+
+/// Where a buffer's elements are.
+#[derive(Clone, Debug)]
+pub(crate) enum Buf {
+    NotDeclared,
+    Ptr(Value),
+    /// A loop-local buffer indexed only by constants: one variable per element.
+    Vars(Vec<Variable>),
+}
+
+pub(crate) struct FuncTranslator<'a> {
+    pub b: FunctionBuilder<'a>,
+    pub f: &'a PrimFunc,
+    pub ptr: Type,
+    pub bufs: Vec<Buf>,
+    pub vars: Vec<Option<Variable>>,
+    pub ranges: VarRanges,
+    pub status: Value,
+    code: i64,
+    callees: Callees,
+    pub options: CodegenOptions,
+}
+
+/// What a function can call: the module's functions by name, and the libm imports.
+struct Callees {
+    funcs: HashMap<String, FuncRef>,
+    libm: HashMap<&'static str, FuncRef>,
+}
+
+impl<'a> FuncTranslator<'a> {
+    fn new(
+        b: FunctionBuilder<'a>,
+        f: &'a PrimFunc,
+        ptr: Type,
+        code: i64,
+        status: Value,
+        callees: Callees,
+        options: CodegenOptions,
+    ) -> Self {
+        FuncTranslator {
+            b,
+            f,
+            ptr,
+            bufs: vec![Buf::NotDeclared; f.buffers.len()],
+            vars: vec![None; f.vars.len()],
+            ranges: VarRanges::new(f.vars.len()),
+            status,
+            code,
+            callees,
+            options,
+        }
+    }
+
+    pub fn unsupported(&self, what: impl Into<String>) -> CodegenError {
+        CodegenError::Unsupported { func: self.f.name.clone(), what: what.into() }
+    }
+
+    pub fn ty(&self, dtype: DType) -> Result<Type, CodegenError> {
+        clif_type(dtype).ok_or_else(|| self.unsupported(format!("dtype {dtype}")))
+    }
+
+    /// Declares Cranelift variables for the scalar variables (their types are known up front).
+    fn prepare_locals(&mut self) {
+        for (k, v) in self.f.vars.iter().enumerate() {
+            if let Some(ty) = clif_type(v.dtype) {
+                self.vars[k] = Some(self.b.declare_var(ty));
+            }
+        }
+    }
+
+    pub fn var(&self, v: VarId) -> Result<Variable, CodegenError> {
+        self.vars[v.0 as usize].ok_or_else(|| self.unsupported(format!("variable of dtype {}", self.f.var(v).dtype)))
+    }
+
+    fn buffer_ptr(&mut self, id: BufferId) -> Result<Value, CodegenError> {
+        match &self.bufs[id.0 as usize] {
+            Buf::Ptr(p) => Ok(*p),
+            Buf::Vars(_) => Err(self.unsupported(format!("passing register buffer '{}'", self.f.buffer(id).name))),
+            Buf::NotDeclared => Err(self.unsupported(format!("use of undeclared buffer '{}'", self.f.buffer(id).name))),
+        }
+    }
+
+    /// Row-major linear index of an access, as an expression.
+    pub fn linear_index(&self, id: BufferId, indices: &[Expr]) -> Expr {
+        let shape = &self.f.buffer(id).shape;
+        let mut lin: Option<Expr> = None;
+        for (k, ix) in indices.iter().enumerate() {
+            let term = match lin {
+                None => ix.clone(),
+                Some(l) => {
+                    Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, l, Expr::index(shape[k] as i64)), ix.clone())
+                }
+            };
+            lin = Some(term);
+        }
+        lin.unwrap_or(Expr::index(0))
+    }
+
+    /// Address of element `indices` of a pointer buffer, range-checked when not provable.
+    pub fn address(&mut self, id: BufferId, indices: &[Expr]) -> Result<Value, CodegenError> {
+        let base = self.buffer_ptr(id)?;
+        let buf = self.f.buffer(id);
+        let len = buf.num_elements() as i128;
+        let elem = buf.dtype.size_bytes() as i64;
+        let lin = self.linear_index(id, indices);
+        let proven = self.ranges.range(&lin).is_some_and(|(lo, hi)| lo >= 0 && hi < len);
+        let mut idx = self.expr(&lin)?;
+        if !proven {
+            idx = self.checked_index(idx, len as i64);
+        }
+        let off = self.b.ins().imul_imm_s(idx, elem);
+        Ok(self.b.ins().iadd(base, off))
+    }
+
+    /// `idx` when in `0..len`; otherwise records this function's code in the status word and
+    /// yields 0.
+    fn checked_index(&mut self, idx: Value, len: i64) -> Value {
+        let ok = self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, idx, len);
+        let (fail, cont) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(ok, cont, &[], fail, &[]);
+        self.b.switch_to_block(fail);
+        let code = self.b.ins().iconst(I32, self.code);
+        self.b.ins().store(MemFlagsData::trusted(), code, self.status, 0);
+        self.b.ins().jump(cont, &[]);
+        self.b.switch_to_block(cont);
+        let zero = self.b.ins().iconst(I64, 0);
+        self.b.ins().select(ok, idx, zero)
+    }
+
+    fn local_slot(&self, id: BufferId, indices: &[Expr]) -> Result<usize, CodegenError> {
+        let buf = self.f.buffer(id);
+        let mut lin = 0usize;
+        for (k, ix) in indices.iter().enumerate() {
+            let i = ix.as_int().filter(|&i| i >= 0 && (i as usize) < buf.shape[k]);
+            let i = i.ok_or_else(|| self.unsupported(format!("out-of-range or dynamic index into '{}'", buf.name)))?;
+            lin = lin * buf.shape[k] + i as usize;
+        }
+        Ok(lin)
+    }
+
+    pub fn load(&mut self, id: BufferId, indices: &[Expr]) -> Result<Value, CodegenError> {
+        let ty = self.ty(self.f.buffer(id).dtype)?;
+        if let Buf::Vars(vars) = &self.bufs[id.0 as usize] {
+            let var = vars[self.local_slot(id, indices)?];
+            return Ok(self.b.use_var(var));
+        }
+        let addr = self.address(id, indices)?;
+        Ok(self.b.ins().load(ty, MemFlagsData::trusted(), addr, 0))
+    }
+
+    pub fn store(&mut self, id: BufferId, indices: &[Expr], value: Value) -> Result<(), CodegenError> {
+        if let Buf::Vars(vars) = &self.bufs[id.0 as usize] {
+            let var = vars[self.local_slot(id, indices)?];
+            self.b.def_var(var, value);
+            return Ok(());
+        }
+        let addr = self.address(id, indices)?;
+        self.b.ins().store(MemFlagsData::trusted(), value, addr, 0);
+        Ok(())
+    }
+
+    /// True when every access to `id` in the function uses constant indices.
+    fn constant_indexed(&self, id: BufferId) -> bool {
+        fn expr_ok(e: &Expr, id: BufferId) -> bool {
+            let mut ok = match e {
+                Expr::Load { buffer, indices } if *buffer == id => indices.iter().all(|i| i.as_int().is_some()),
+                _ => true,
+            };
+            e.for_each_child(|c| ok &= expr_ok(c, id));
+            ok
+        }
+        let mut ok = true;
+        self.f.body.walk(&mut |s| {
+            if let Stmt::Store { buffer, indices, .. } = s
+                && *buffer == id
+            {
+                ok &= indices.iter().all(|i| i.as_int().is_some());
+            }
+            if let Stmt::Evaluate(call) = s {
+                ok &= !call.args.iter().any(|a| matches!(a, Arg::Buffer(b) if *b == id));
+            }
+            s.for_each_expr(|e| ok &= expr_ok(e, id));
+        });
+        ok
+    }
+
+    fn declare_local(&mut self, id: BufferId) -> Result<(), CodegenError> {
+        let buf = self.f.buffer(id);
+        let ty = self.ty(buf.dtype)?;
+        const MAX_REGISTER_ELEMENTS: usize = 64;
+        if buf.num_elements() <= MAX_REGISTER_ELEMENTS && self.constant_indexed(id) {
+            let vars: Vec<Variable> = (0..buf.num_elements()).map(|_| self.b.declare_var(ty)).collect();
+            for &v in &vars {
+                let zero = self.zero(ty);
+                self.b.def_var(v, zero);
+            }
+            self.bufs[id.0 as usize] = Buf::Vars(vars);
+        } else {
+            let bytes = (buf.size_bytes() as u32).max(1);
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4));
+            let p = self.b.ins().stack_addr(self.ptr, slot, 0);
+            self.bufs[id.0 as usize] = Buf::Ptr(p);
+        }
+        Ok(())
+    }
+
+    pub fn zero(&mut self, ty: Type) -> Value {
+        match ty {
+            F32 => self.b.ins().f32const(0.0),
+            F64 => self.b.ins().f64const(0.0),
+            _ => self.b.ins().iconst(ty, 0),
+        }
+    }
+
+    pub fn stmt(&mut self, s: &Stmt) -> Result<(), CodegenError> {
+        match s {
+            Stmt::Seq(v) => {
+                for s in v {
+                    self.stmt(s)?;
+                }
+            }
+            Stmt::For { var, extent, kind, body } => {
+                if *kind == ForKind::Vectorized
+                    && self.options.vectorize
+                    && crate::vector::try_emit(self, *var, extent, body)?
+                {
+                    return Ok(());
+                }
+                self.serial_loop(*var, extent, |t| t.stmt(body))?;
+            }
+            Stmt::Store { buffer, indices, value } => {
+                let v = self.expr(value)?;
+                self.store(*buffer, indices, v)?;
+            }
+            Stmt::Allocate { buffer, .. } => {
+                if self.f.buffer(*buffer).scope != Scope::Local {
+                    return Err(self.unsupported(format!("unplanned allocation of '{}'", self.f.buffer(*buffer).name)));
+                }
+                self.declare_local(*buffer)?;
+            }
+            Stmt::AllocateConst { buffer, .. } => {
+                return Err(self.unsupported(format!("unplanned constant '{}'", self.f.buffer(*buffer).name)));
+            }
+            Stmt::DeclPoolBuffer { buffer, pool, byte_offset } => {
+                let base = self.buffer_ptr(*pool)?;
+                let p = self.b.ins().iadd_imm_s(base, *byte_offset as i64);
+                self.bufs[buffer.0 as usize] = Buf::Ptr(p);
+            }
+            Stmt::Evaluate(call) => {
+                let Callee::Func(name) = &call.callee else {
+                    return Err(self.unsupported(format!("call to external function {:?}", call.callee)));
+                };
+                let fref = *self.callees.funcs.get(name).ok_or_else(|| CodegenError::NoFunction(name.clone()))?;
+                let mut args = Vec::with_capacity(call.args.len() + 1);
+                for a in &call.args {
+                    match a {
+                        Arg::Buffer(b) => args.push(self.buffer_ptr(*b)?),
+                        Arg::Expr(_) => return Err(self.unsupported("scalar call arguments")),
+                    }
+                }
+                args.push(self.status);
+                self.b.ins().call(fref, &args);
+            }
+            Stmt::If { cond, then, otherwise } => {
+                let c = self.expr(cond)?;
+                let (tb, eb, merge) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(c, tb, &[], eb, &[]);
+                self.b.switch_to_block(tb);
+                self.stmt(then)?;
+                self.b.ins().jump(merge, &[]);
+                self.b.switch_to_block(eb);
+                if let Some(o) = otherwise {
+                    self.stmt(o)?;
+                }
+                self.b.ins().jump(merge, &[]);
+                self.b.switch_to_block(merge);
+            }
+            Stmt::Let { var, value } => {
+                let v = self.expr(value)?;
+                let var_ = self.var(*var)?;
+                self.b.def_var(var_, v);
+                let r = if self.f.var(*var).dtype.is_int() { self.ranges.range(value) } else { None };
+                self.ranges.set(*var, r);
+            }
+        }
+        Ok(())
+    }
+
+    /// `for var in 0..extent { body }` with the induction variable in a block parameter.
+    pub fn serial_loop(
+        &mut self,
+        var: VarId,
+        extent: &Expr,
+        body: impl FnOnce(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        let ext = self.expr(extent)?;
+        let start = self.b.ins().iconst(I64, 0);
+        self.counted_loop(var, start, ext, 1, body)
+    }
+
+    /// `for var in (start..end).step_by(step)` (the body sees `var`).
+    pub fn counted_loop(
+        &mut self,
+        var: VarId,
+        start: Value,
+        end: Value,
+        step: i64,
+        body: impl FnOnce(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        let (header, body_block, exit): (Block, Block, Block) =
+            (self.b.create_block(), self.b.create_block(), self.b.create_block());
+        self.b.append_block_param(header, I64);
+        self.b.ins().jump(header, &[start.into()]);
+        self.b.switch_to_block(header);
+        let i = self.b.block_params(header)[0];
+        let go = self.b.ins().icmp(IntCC::SignedLessThan, i, end);
+        self.b.ins().brif(go, body_block, &[], exit, &[]);
+        self.b.switch_to_block(body_block);
+        let v = self.var(var)?;
+        self.b.def_var(v, i);
+        body(self)?;
+        let next = self.b.ins().iadd_imm_s(i, step);
+        self.b.ins().jump(header, &[next.into()]);
+        self.b.switch_to_block(exit);
+        Ok(())
+    }
+
+    pub fn expr(&mut self, e: &Expr) -> Result<Value, CodegenError> {
+        Ok(match e {
+            Expr::Int { value, dtype } => {
+                let ty = self.ty(*dtype)?;
+                self.b.ins().iconst(ty, *value)
+            }
+            Expr::Float { value, dtype } => match dtype {
+                DType::F32 => self.b.ins().f32const(*value as f32),
+                DType::F64 => self.b.ins().f64const(*value),
+                other => return Err(self.unsupported(format!("float literal of dtype {other}"))),
+            },
+            Expr::Var(v) => {
+                let var = self.var(*v)?;
+                self.b.use_var(var)
+            }
+            Expr::Binary { op, lhs, rhs } => {
+                let dtype = lhs.dtype(self.f);
+                let (a, c) = (self.expr(lhs)?, self.expr(rhs)?);
+                self.binary(*op, a, c, dtype)?
+            }
+            Expr::Cmp { op, lhs, rhs } => {
+                let dtype = lhs.dtype(self.f);
+                let (a, c) = (self.expr(lhs)?, self.expr(rhs)?);
+                self.compare(*op, a, c, dtype)
+            }
+            Expr::Not(x) => {
+                let v = self.expr(x)?;
+                self.b.ins().icmp_imm_s(IntCC::Equal, v, 0)
+            }
+            Expr::Select { cond, then, otherwise } => {
+                let c = self.expr(cond)?;
+                let (t, o) = (self.expr(then)?, self.expr(otherwise)?);
+                self.b.ins().select(c, t, o)
+            }
+            Expr::Cast { dtype, value } => {
+                let from = value.dtype(self.f);
+                let v = self.expr(value)?;
+                self.cast(v, from, *dtype)?
+            }
+            Expr::Math { op, arg } => {
+                let dtype = arg.dtype(self.f);
+                let v = self.expr(arg)?;
+                self.math(*op, v, dtype)?
+            }
+            Expr::Load { buffer, indices } => self.load(*buffer, indices)?,
+        })
+    }
+
+    pub fn binary(&mut self, op: BinOp, a: Value, c: Value, dtype: DType) -> Result<Value, CodegenError> {
+        if dtype.is_float() {
+            return Ok(match op {
+                BinOp::Add => self.b.ins().fadd(a, c),
+                BinOp::Sub => self.b.ins().fsub(a, c),
+                BinOp::Mul => self.b.ins().fmul(a, c),
+                BinOp::Div => self.b.ins().fdiv(a, c),
+                BinOp::Min => self.b.ins().fmin(a, c),
+                BinOp::Max => self.b.ins().fmax(a, c),
+                other => return Err(self.unsupported(format!("{other:?} on {dtype}"))),
+            });
+        }
+        let signed = dtype.is_signed_int();
+        Ok(match op {
+            BinOp::Add => self.b.ins().iadd(a, c),
+            BinOp::Sub => self.b.ins().isub(a, c),
+            BinOp::Mul => self.b.ins().imul(a, c),
+            BinOp::Min if signed => self.b.ins().smin(a, c),
+            BinOp::Max if signed => self.b.ins().smax(a, c),
+            BinOp::Min => self.b.ins().umin(a, c),
+            BinOp::Max => self.b.ins().umax(a, c),
+            BinOp::Shl => self.b.ins().ishl(a, c),
+            BinOp::Shr if signed => self.b.ins().sshr(a, c),
+            BinOp::Shr => self.b.ins().ushr(a, c),
+            BinOp::And => self.b.ins().band(a, c),
+            BinOp::Or => self.b.ins().bor(a, c),
+            BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod => self.division(op, a, c, signed),
+        })
+    }
+
+    /// Integer division that never traps: x / 0 is 0, MIN / -1 wraps.
+    fn division(&mut self, op: BinOp, a: Value, c: Value, signed: bool) -> Value {
+        let ty = self.b.func.dfg.value_type(a);
+        let zero = self.b.ins().iconst(ty, 0);
+        let one = self.b.ins().iconst(ty, 1);
+        let is_zero = self.b.ins().icmp_imm_s(IntCC::Equal, c, 0);
+        if !signed {
+            let d = self.b.ins().select(is_zero, one, c);
+            let r = match op {
+                BinOp::FloorMod => self.b.ins().urem(a, d),
+                _ => self.b.ins().udiv(a, d),
+            };
+            return self.b.ins().select(is_zero, zero, r);
+        }
+        let is_neg_one = self.b.ins().icmp_imm_s(IntCC::Equal, c, -1);
+        let special = self.b.ins().bor(is_zero, is_neg_one);
+        let d = self.b.ins().select(special, one, c);
+        let q = self.b.ins().sdiv(a, d);
+        let r = self.b.ins().srem(a, d);
+        let result = match op {
+            BinOp::Div => q,
+            _ => {
+                // Round toward negative infinity: adjust when the remainder's sign differs from
+                // the divisor's.
+                let r_nonzero = self.b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+                let x = self.b.ins().bxor(r, d);
+                let signs_differ = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
+                let adjust = self.b.ins().band(r_nonzero, signs_differ);
+                if op == BinOp::FloorDiv {
+                    let q1 = self.b.ins().iadd_imm_s(q, -1);
+                    self.b.ins().select(adjust, q1, q)
+                } else {
+                    let r1 = self.b.ins().iadd(r, d);
+                    self.b.ins().select(adjust, r1, r)
+                }
+            }
+        };
+        // x / -1 = -x (wrapping); x mod -1 = 0.
+        let neg = self.b.ins().ineg(a);
+        let by_neg_one = if op == BinOp::FloorMod { zero } else { neg };
+        let result = self.b.ins().select(is_neg_one, by_neg_one, result);
+        self.b.ins().select(is_zero, zero, result)
+    }
+
+    pub fn compare(&mut self, op: CmpOp, a: Value, c: Value, dtype: DType) -> Value {
+        if dtype.is_float() {
+            let cc = match op {
+                CmpOp::Eq => FloatCC::Equal,
+                CmpOp::Ne => FloatCC::NotEqual,
+                CmpOp::Lt => FloatCC::LessThan,
+                CmpOp::Le => FloatCC::LessThanOrEqual,
+                CmpOp::Gt => FloatCC::GreaterThan,
+                CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+            };
+            return self.b.ins().fcmp(cc, a, c);
+        }
+        let s = dtype.is_signed_int();
+        let cc = match op {
+            CmpOp::Eq => IntCC::Equal,
+            CmpOp::Ne => IntCC::NotEqual,
+            CmpOp::Lt if s => IntCC::SignedLessThan,
+            CmpOp::Le if s => IntCC::SignedLessThanOrEqual,
+            CmpOp::Gt if s => IntCC::SignedGreaterThan,
+            CmpOp::Ge if s => IntCC::SignedGreaterThanOrEqual,
+            CmpOp::Lt => IntCC::UnsignedLessThan,
+            CmpOp::Le => IntCC::UnsignedLessThanOrEqual,
+            CmpOp::Gt => IntCC::UnsignedGreaterThan,
+            CmpOp::Ge => IntCC::UnsignedGreaterThanOrEqual,
+        };
+        self.b.ins().icmp(cc, a, c)
+    }
+
+    /// Conversion with Rust `as` semantics (float to int saturates, NaN to 0; to bool is != 0).
+    pub fn cast(&mut self, v: Value, from: DType, to: DType) -> Result<Value, CodegenError> {
+        let (fty, tty) = (self.ty(from)?, self.ty(to)?);
+        if from == to {
+            return Ok(v);
+        }
+        if to == DType::Bool {
+            return Ok(if from.is_float() {
+                let z = self.zero(fty);
+                self.b.ins().fcmp(FloatCC::NotEqual, v, z)
+            } else {
+                self.b.ins().icmp_imm_s(IntCC::NotEqual, v, 0)
+            });
+        }
+        let from_signed = from.is_signed_int();
+        if from.is_float() && to.is_float() {
+            return Ok(if tty == F64 { self.b.ins().fpromote(F64, v) } else { self.b.ins().fdemote(F32, v) });
+        }
+        if to.is_float() {
+            let wide = if fty.bits() < 32 { self.extend(v, I32, from_signed) } else { v };
+            return Ok(if from_signed {
+                self.b.ins().fcvt_from_sint(tty, wide)
+            } else {
+                self.b.ins().fcvt_from_uint(tty, wide)
+            });
+        }
+        if from.is_float() {
+            return Ok(match to {
+                DType::I64 => self.b.ins().fcvt_to_sint_sat(I64, v),
+                DType::U64 => self.b.ins().fcvt_to_uint_sat(I64, v),
+                DType::I32 => self.b.ins().fcvt_to_sint_sat(I32, v),
+                DType::U32 => self.b.ins().fcvt_to_uint_sat(I32, v),
+                _ => {
+                    // Narrow types: saturate through i32, then clamp to the type's range.
+                    let wide = self.b.ins().fcvt_to_sint_sat(I32, v);
+                    let (lo, hi) = match to {
+                        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+                        DType::U8 => (0, u8::MAX as i64),
+                        DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+                        _ => (0, u16::MAX as i64),
+                    };
+                    let (lo, hi) = (self.b.ins().iconst(I32, lo), self.b.ins().iconst(I32, hi));
+                    let c = self.b.ins().smax(wide, lo);
+                    let c = self.b.ins().smin(c, hi);
+                    self.b.ins().ireduce(tty, c)
+                }
+            });
+        }
+        // Integer to integer: wrap.
+        Ok(match tty.bits().cmp(&fty.bits()) {
+            std::cmp::Ordering::Equal => v,
+            std::cmp::Ordering::Less => self.b.ins().ireduce(tty, v),
+            std::cmp::Ordering::Greater => self.extend(v, tty, from_signed),
+        })
+    }
+
+    fn extend(&mut self, v: Value, to: Type, signed: bool) -> Value {
+        if signed { self.b.ins().sextend(to, v) } else { self.b.ins().uextend(to, v) }
+    }
+
+    fn math(&mut self, op: MathOp, v: Value, dtype: DType) -> Result<Value, CodegenError> {
+        let ty = self.ty(dtype)?;
+        if !dtype.is_float() {
+            return match op {
+                MathOp::Abs if dtype.is_signed_int() => {
+                    // Like the interpreter (through f64, then `as`): |MIN| saturates to MAX.
+                    let a = self.b.ins().iabs(v);
+                    let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, a, 0);
+                    let max = self.b.ins().iconst(ty, (1i64 << (ty.bits() - 1)) - 1);
+                    Ok(self.b.ins().select(neg, max, a))
+                }
+                MathOp::Abs | MathOp::Round => Ok(v),
+                other => Err(self.unsupported(format!("{other:?} on {dtype}"))),
+            };
+        }
+        Ok(match op {
+            MathOp::Sqrt => self.b.ins().sqrt(v),
+            MathOp::Abs => self.b.ins().fabs(v),
+            MathOp::Round => self.b.ins().nearest(v),
+            MathOp::Exp | MathOp::Tanh | MathOp::Sigmoid if ty == F32 => match op {
+                MathOp::Exp => math::exp(&mut self.b, F32, v),
+                MathOp::Tanh => math::tanh(&mut self.b, F32, v),
+                _ => math::sigmoid(&mut self.b, F32, v),
+            },
+            MathOp::Exp => self.libm("exp", v),
+            MathOp::Tanh => self.libm("tanh", v),
+            MathOp::Sigmoid => {
+                let n = self.b.ins().fneg(v);
+                let e = self.libm("exp", n);
+                let one = self.b.ins().f64const(1.0);
+                let d = self.b.ins().fadd(e, one);
+                self.b.ins().fdiv(one, d)
+            }
+        })
+    }
+
+    fn libm(&mut self, name: &str, v: Value) -> Value {
+        let call = self.b.ins().call(self.callees.libm[name], &[v]);
+        self.b.inst_results(call)[0]
+    }
+}

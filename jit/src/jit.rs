@@ -1,0 +1,218 @@
+//! The in-process back end: compile a planned module with cranelift-jit and call it.
+//!
+//! This is the only place generated code is called. [`JitModule::run`] takes byte slices, checks
+//! that there is one per parameter of `main` and that each is at least as large as its buffer,
+//! and only then jumps into the code; the code itself never goes outside those buffers (see
+//! [`crate::codegen`]), so the call is safe whatever the slices hold.
+#![allow(unsafe_code)]
+
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, default_libcall_names};
+use heron_ir::loop_ir;
+
+use crate::CodegenError;
+use crate::codegen::{CodegenOptions, emit_module};
+use crate::isa::{OptLevel, TargetCpu, build_isa};
+
+/// Why a run of generated code failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum JitRunError {
+    #[error("expected {expected} buffers, got {got}")]
+    Arity { expected: usize, got: usize },
+    #[error("buffer #{index} ('{name}') needs {needed} bytes, got {got}")]
+    TooSmall { index: usize, name: String, needed: usize, got: usize },
+    #[error("buffer #{index} ('{name}') is written by the code but was passed read-only")]
+    NotWritable { index: usize, name: String },
+    #[error("an index computed from tensor data was out of range in '{func}'")]
+    IndexOutOfRange { func: String },
+}
+
+type EntryFn = extern "C" fn(*const *mut u8, *mut i32);
+
+/// One buffer handed to generated code.
+pub enum JitArg<'a> {
+    /// A buffer the code only reads (inputs, constant pools).
+    Read(&'a [u8]),
+    /// A buffer the code may write (outputs, workspace pools).
+    Write(&'a mut [u8]),
+}
+
+impl JitArg<'_> {
+    fn len(&self) -> usize {
+        match self {
+            JitArg::Read(b) => b.len(),
+            JitArg::Write(b) => b.len(),
+        }
+    }
+
+    fn ptr(&mut self) -> *mut u8 {
+        match self {
+            // Never written through: `compile` proved no store reaches a read-only parameter.
+            JitArg::Read(b) => b.as_ptr().cast_mut(),
+            JitArg::Write(b) => b.as_mut_ptr(),
+        }
+    }
+}
+
+/// Compiled code for one planned module.
+pub struct JitModule {
+    /// Owns the code memory; `None` only while dropping.
+    module: Option<JITModule>,
+    entry: EntryFn,
+    /// Byte size, name and read-only-ness of each of `main`'s parameters.
+    params: Vec<(usize, String, bool)>,
+    func_names: Vec<String>,
+}
+
+// SAFETY: after `finalize_definitions` the code memory is immutable and executable; the module
+// is never touched again until drop. Running the code mutates only the argument buffers, which
+// `run` borrows mutably, so concurrent runs on different buffers do not interact.
+unsafe impl Send for JitModule {}
+unsafe impl Sync for JitModule {}
+
+/// JIT options.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JitOptions {
+    pub opt_level: OptLevel,
+    pub codegen: CodegenOptions,
+}
+
+impl JitModule {
+    /// Compiles `ir` (flat and planned, with a `main`) for this machine; `read_only` marks the
+    /// parameters of `main` the code must never write.
+    pub fn compile(ir: &loop_ir::Module, read_only: &[bool], options: JitOptions) -> Result<JitModule, CodegenError> {
+        let main = ir.main().ok_or_else(|| CodegenError::NoFunction(loop_ir::MAIN.into()))?;
+        crate::readonly::check_read_only(ir, read_only)?;
+        let params = main
+            .params
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| {
+                (main.buffer(p).size_bytes(), main.buffer(p).name.clone(), read_only.get(k).copied().unwrap_or(false))
+            })
+            .collect();
+        let isa = build_isa(TargetCpu::Native, options.opt_level, false)?;
+        let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+        for (name, f) in host_math() {
+            builder.symbol(name, f);
+        }
+        let mut module = JITModule::new(builder);
+        let emitted = emit_module(&mut module, ir, "heron_entry", Linkage::Export, options.codegen)?;
+        module.finalize_definitions()?;
+        let code = module.get_finalized_function(emitted.entry);
+        // SAFETY: `code` is the entry emitted above, whose signature is
+        // (pointer, pointer) -> () in the host's default calling convention.
+        let entry = unsafe { std::mem::transmute::<*const u8, EntryFn>(code) };
+        Ok(JitModule { module: Some(module), entry, params, func_names: emitted.func_names })
+    }
+
+    /// Byte sizes of the buffers `run` takes, in order.
+    pub fn param_sizes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.params.iter().map(|p| p.0)
+    }
+
+    /// Runs `main` on `args` (one per parameter: inputs, outputs, pools; writable where
+    /// `compile` was not told the parameter is read-only). Checks count, sizes and writability
+    /// before the code runs; allocates nothing for up to 64 parameters.
+    pub fn run<'a>(&self, args: impl IntoIterator<Item = JitArg<'a>>) -> Result<(), JitRunError> {
+        const MAX_INLINE: usize = 64;
+        let mut inline = [std::ptr::null_mut::<u8>(); MAX_INLINE];
+        let mut spilled = Vec::new();
+        let mut count = 0;
+        for mut arg in args {
+            let Some((needed, name, read_only)) = self.params.get(count) else {
+                return Err(JitRunError::Arity { expected: self.params.len(), got: count + 1 });
+            };
+            if arg.len() < *needed {
+                return Err(JitRunError::TooSmall {
+                    index: count,
+                    name: name.clone(),
+                    needed: *needed,
+                    got: arg.len(),
+                });
+            }
+            if matches!(arg, JitArg::Read(_)) && !read_only {
+                return Err(JitRunError::NotWritable { index: count, name: name.clone() });
+            }
+            if count < MAX_INLINE {
+                inline[count] = arg.ptr();
+            } else {
+                spilled.push(arg.ptr());
+            }
+            count += 1;
+        }
+        if count != self.params.len() {
+            return Err(JitRunError::Arity { expected: self.params.len(), got: count });
+        }
+        let ptrs: Vec<*mut u8>;
+        let table: *const *mut u8 = if count <= MAX_INLINE {
+            inline.as_ptr()
+        } else {
+            ptrs = inline.iter().copied().chain(spilled).collect();
+            ptrs.as_ptr()
+        };
+        let mut status = 0i32;
+        // The pointers stay valid for the call: they come from borrows that live for 'a.
+        (self.entry)(table, &mut status);
+        if status != 0 {
+            let func = self.func_names.get(status as usize - 1).cloned().unwrap_or_default();
+            return Err(JitRunError::IndexOutOfRange { func });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for JitModule {
+    fn drop(&mut self) {
+        if let Some(m) = self.module.take() {
+            // SAFETY: `entry` is private and dies with `self`; no run can be in progress since
+            // `run` borrows `self`.
+            unsafe { m.free_memory() };
+        }
+    }
+}
+
+extern "C" fn host_exp(x: f64) -> f64 {
+    x.exp()
+}
+extern "C" fn host_tanh(x: f64) -> f64 {
+    x.tanh()
+}
+extern "C" fn host_fmaf(a: f32, b: f32, c: f32) -> f32 {
+    a.mul_add(b, c)
+}
+extern "C" fn host_fma(a: f64, b: f64, c: f64) -> f64 {
+    a.mul_add(b, c)
+}
+extern "C" fn host_nearbyintf(x: f32) -> f32 {
+    x.round_ties_even()
+}
+extern "C" fn host_nearbyint(x: f64) -> f64 {
+    x.round_ties_even()
+}
+extern "C" fn host_floorf(x: f32) -> f32 {
+    x.floor()
+}
+extern "C" fn host_ceilf(x: f32) -> f32 {
+    x.ceil()
+}
+extern "C" fn host_truncf(x: f32) -> f32 {
+    x.trunc()
+}
+
+/// Host implementations of the math the generated code may import: f64 exp/tanh, and the
+/// libcalls Cranelift falls back to on CPUs without the matching instructions. Bound
+/// explicitly, since a dlsym lookup fails when the host binary does not link libm.
+fn host_math() -> [(&'static str, *const u8); 9] {
+    [
+        ("exp", host_exp as *const u8),
+        ("tanh", host_tanh as *const u8),
+        ("fmaf", host_fmaf as *const u8),
+        ("fma", host_fma as *const u8),
+        ("nearbyintf", host_nearbyintf as *const u8),
+        ("nearbyint", host_nearbyint as *const u8),
+        ("floorf", host_floorf as *const u8),
+        ("ceilf", host_ceilf as *const u8),
+        ("truncf", host_truncf as *const u8),
+    ]
+}
