@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::Tensor;
+use crate::loop_ir::{flatten, interp as loop_interp, layout, print, verify::verify_module};
+use crate::{Graph, Tensor, interp, lower};
 
 /// The `shared/` folder that sits beside the repository (override with `HERON_SHARED`).
 pub fn shared_dir() -> PathBuf {
@@ -53,4 +54,133 @@ pub fn assert_float_rule(got: &Tensor, want: &Tensor) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// One ONNX backend node test, loaded: the imported graph, its inputs (model order) and the
+/// expected outputs.
+pub struct ConformanceCase {
+    pub graph: Graph,
+    pub inputs: Vec<Tensor>,
+    pub expected: Vec<Tensor>,
+}
+
+/// Why a conformance case is not run.
+pub enum CaseError {
+    /// Outside what Heron supports (the reason says what).
+    Skip(String),
+    /// Malformed, or rejected when it should not be.
+    Fail(String),
+}
+
+fn read_pb(path: &std::path::Path) -> Result<Result<Tensor, String>, String> {
+    use prost::Message;
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let t = crate::onnx::proto::TensorProto::decode(&bytes[..]).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(crate::onnx::tensor_from_proto(&t).map_err(|e| e.to_string()))
+}
+
+/// Loads the conformance case in `dir` (`model.onnx` and `test_data_set_0/`). Input values are
+/// also given to the importer, so shape-deciding inputs work.
+pub fn load_conformance_case(dir: &std::path::Path) -> Result<ConformanceCase, CaseError> {
+    use crate::onnx::{ImportError, ImportOptions, import_model, proto};
+    use prost::Message;
+    let model_bytes =
+        std::fs::read(dir.join("model.onnx")).map_err(|e| CaseError::Fail(format!("cannot read model: {e}")))?;
+    let model = proto::ModelProto::decode(&model_bytes[..]).map_err(|e| CaseError::Fail(format!("decode: {e}")))?;
+    // Non-tensor inputs (sequence, optional) have no TensorProto data: let the importer say why.
+    if let Err(e @ ImportError::UnsupportedTypeKind { .. }) = import_model(&model_bytes, &ImportOptions::default()) {
+        return Err(CaseError::Skip(e.to_string()));
+    }
+    let g = model.graph.unwrap_or_default();
+    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let input_names: Vec<&str> = g.input.iter().map(|i| i.name.as_str()).filter(|n| !inits.contains(n)).collect();
+    let data = dir.join("test_data_set_0");
+    let mut options = ImportOptions::default();
+    for (i, name) in input_names.iter().enumerate() {
+        match read_pb(&data.join(format!("input_{i}.pb"))) {
+            Err(e) => return Err(CaseError::Skip(format!("input not a tensor ({e})"))),
+            Ok(Err(e)) => return Err(CaseError::Skip(e)),
+            Ok(Ok(t)) => {
+                options.known_values.insert(name.to_string(), t);
+            }
+        }
+    }
+    let mut expected = Vec::new();
+    for i in 0..g.output.len() {
+        match read_pb(&data.join(format!("output_{i}.pb"))) {
+            Err(e) => return Err(CaseError::Skip(format!("output not a tensor ({e})"))),
+            Ok(Err(e)) => return Err(CaseError::Skip(e)),
+            Ok(Ok(t)) => expected.push(t),
+        }
+    }
+    let graph = match import_model(&model_bytes, &options) {
+        Ok(g) => g,
+        Err(e @ (ImportError::UnsupportedDtype { .. } | ImportError::UnsupportedTypeKind { .. })) => {
+            return Err(CaseError::Skip(e.to_string()));
+        }
+        Err(e @ ImportError::TrainingMode { .. }) => {
+            return Err(CaseError::Skip(format!("needs training/randomness: {e}")));
+        }
+        Err(e) => return Err(CaseError::Fail(format!("import: {e}"))),
+    };
+    crate::verify(&graph).map_err(|e| CaseError::Fail(e.to_string()))?;
+    let inputs = graph.inputs.iter().map(|&id| options.known_values[&graph.value(id).name].clone()).collect();
+    Ok(ConformanceCase { graph, inputs, expected })
+}
+
+/// The conformance case folders under `shared/conformance/onnx-node`, sorted.
+pub fn conformance_dirs() -> Vec<PathBuf> {
+    let root = shared_dir().join("conformance/onnx-node");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", root.display()))
+        .map(|e| e.expect("dir entry").path())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Runs the three stages of `graph` on `inputs` and compares each with the graph interpreter.
+/// Returns the graph interpreter's outputs.
+pub fn check_stages(graph: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    check_stages_with(graph, inputs, |_| {})
+}
+
+/// Like [`check_stages`], with `annotate` adding layout transforms to the lowered module first.
+pub fn check_stages_with(
+    graph: &Graph,
+    inputs: &[Tensor],
+    annotate: impl FnOnce(&mut crate::loop_ir::Module),
+) -> Vec<Tensor> {
+    let want = interp::run(graph, inputs).expect("graph interpreter");
+    let mut m = lower::lower(graph).expect("lowering");
+    annotate(&mut m);
+    for stage in ["lowered", "layout", "flat"] {
+        match stage {
+            "layout" => layout::apply_layout_transforms(&mut m).expect("layout transforms"),
+            "flat" => flatten::flatten(&mut m),
+            _ => {}
+        }
+        verify_module(&m)
+            .unwrap_or_else(|e| panic!("{stage}: {e}\n{}", print::print_module(&m, print::ConstData::Elided)));
+        let got = loop_interp::run(&m, inputs).unwrap_or_else(|e| panic!("{stage}: {e}"));
+        for ((g, w), &o) in got.iter().zip(&want).zip(&graph.outputs) {
+            let g = g.reshape(&graph.ty(o).shape).unwrap();
+            let r = if w.dtype().is_float() { assert_float_rule(&g, w) } else { assert_close(&g, w, 0.0, 0.0) };
+            r.unwrap_or_else(|e| panic!("{stage}, output '{}': {e}", graph.value(o).name));
+        }
+    }
+    want
+}
+
+/// Deterministic test data in [-1, 1) (xorshift).
+pub fn data(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
 }

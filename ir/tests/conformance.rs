@@ -4,9 +4,8 @@
 
 mod common;
 
-use heron_ir::onnx::{ImportError, ImportOptions, import_model, proto, tensor_from_proto};
+use heron_ir::testing::{CaseError, ConformanceCase, conformance_dirs, load_conformance_case};
 use heron_ir::{Tensor, interp};
-use prost::Message;
 
 enum Outcome {
     Pass,
@@ -14,62 +13,12 @@ enum Outcome {
     Fail(String),
 }
 
-fn read_pb(path: &std::path::Path) -> Result<Result<Tensor, String>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let t = proto::TensorProto::decode(&bytes[..]).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(tensor_from_proto(&t).map_err(|e| e.to_string()))
-}
-
 fn run_case(dir: &std::path::Path) -> Outcome {
-    let model_bytes = match std::fs::read(dir.join("model.onnx")) {
-        Ok(b) => b,
-        Err(e) => return Outcome::Fail(format!("cannot read model: {e}")),
+    let ConformanceCase { graph, inputs, expected } = match load_conformance_case(dir) {
+        Ok(c) => c,
+        Err(CaseError::Skip(r)) => return Outcome::Skip(r),
+        Err(CaseError::Fail(r)) => return Outcome::Fail(r),
     };
-    let model = match proto::ModelProto::decode(&model_bytes[..]) {
-        Ok(m) => m,
-        Err(e) => return Outcome::Fail(format!("decode: {e}")),
-    };
-    // Non-tensor inputs (sequence, optional) have no TensorProto data: let the importer say why.
-    if let Err(e @ ImportError::UnsupportedTypeKind { .. }) = import_model(&model_bytes, &ImportOptions::default()) {
-        return Outcome::Skip(e.to_string());
-    }
-    let g = model.graph.unwrap_or_default();
-    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
-    let input_names: Vec<&str> = g.input.iter().map(|i| i.name.as_str()).filter(|n| !inits.contains(n)).collect();
-    let data = dir.join("test_data_set_0");
-    let mut options = ImportOptions::default();
-    for (i, name) in input_names.iter().enumerate() {
-        match read_pb(&data.join(format!("input_{i}.pb"))) {
-            Err(e) => return Outcome::Skip(format!("input not a tensor ({e})")),
-            Ok(Err(e)) => return Outcome::Skip(e),
-            Ok(Ok(t)) => {
-                options.known_values.insert(name.to_string(), t);
-            }
-        }
-    }
-    let mut expected = Vec::new();
-    for i in 0..g.output.len() {
-        match read_pb(&data.join(format!("output_{i}.pb"))) {
-            Err(e) => return Outcome::Skip(format!("output not a tensor ({e})")),
-            Ok(Err(e)) => return Outcome::Skip(e),
-            Ok(Ok(t)) => expected.push(t),
-        }
-    }
-    let graph = match import_model(&model_bytes, &options) {
-        Ok(g) => g,
-        Err(e @ (ImportError::UnsupportedDtype { .. } | ImportError::UnsupportedTypeKind { .. })) => {
-            return Outcome::Skip(e.to_string());
-        }
-        Err(e @ ImportError::TrainingMode { .. }) => {
-            return Outcome::Skip(format!("needs training/randomness: {e}"));
-        }
-        Err(e) => return Outcome::Fail(format!("import: {e}")),
-    };
-    if let Err(e) = heron_ir::verify(&graph) {
-        return Outcome::Fail(e.to_string());
-    }
-    let inputs: Vec<Tensor> =
-        graph.inputs.iter().map(|&id| options.known_values[&graph.value(id).name].clone()).collect();
     let got = match interp::run(&graph, &inputs) {
         Ok(o) => o,
         Err(e) => return Outcome::Fail(format!("run: {e}")),
@@ -107,12 +56,7 @@ fn lower_and_run(graph: &heron_ir::Graph, inputs: &[Tensor]) -> Result<Vec<Tenso
 
 #[test]
 fn onnx_node_conformance_on_interpreter() {
-    let root = common::shared_dir().join("conformance/onnx-node");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", root.display()))
-        .map(|e| e.expect("dir entry").path())
-        .collect();
-    dirs.sort();
+    let dirs = conformance_dirs();
     assert!(dirs.len() >= 400, "expected the 409 conformance tests, found {}", dirs.len());
     let (mut pass, mut fail, mut skip) = (0, Vec::new(), Vec::new());
     for d in &dirs {

@@ -16,8 +16,8 @@ use heron_ir::loop_ir::{IndexMap, Module};
 use heron_ir::npy::{read_npy, write_npy};
 use heron_ir::passes;
 use heron_ir::stats::graph_stats;
-use heron_runtime::Model;
 use heron_runtime::builtin::builtin_input;
+use heron_runtime::{CompileOptions, CompiledModel, Compiler, Model};
 
 #[derive(Parser)]
 #[command(name = "heron", version, about = "Heron: a small-footprint ML compiler and runtime")]
@@ -41,8 +41,20 @@ enum Stage {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Engine {
+    /// Cranelift machine code with statically planned memory pools.
+    Jit,
     /// The reference interpreter (the correctness oracle).
     Interp,
+}
+
+impl Engine {
+    fn compile_options(self) -> CompileOptions {
+        let engine = match self {
+            Engine::Jit => heron_runtime::Engine::Jit,
+            Engine::Interp => heron_runtime::Engine::Interpreter,
+        };
+        CompileOptions { engine, ..CompileOptions::default() }
+    }
 }
 
 #[derive(Subcommand)]
@@ -57,7 +69,20 @@ enum Command {
         /// Write every output to DIR/<output name>.npy.
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "interp")]
+        #[arg(long, value_enum, default_value = "jit")]
+        engine: Engine,
+    },
+    /// Compile a model and time its runs: compile time, median / p90 / min latency and the
+    /// peak workspace bytes.
+    Bench {
+        model: PathBuf,
+        /// Timed runs.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Untimed runs first.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        #[arg(long, value_enum, default_value = "jit")]
         engine: Engine,
     },
     /// Print a model's inputs, outputs, op counts, parameter and activation bytes and FLOPs.
@@ -134,6 +159,7 @@ fn main() -> ExitCode {
         Command::Run { model, inputs, output_dir, engine } => {
             run(model.as_deref(), &inputs, output_dir.as_deref(), engine)
         }
+        Command::Bench { model, runs, warmup, engine } => bench(&model, runs, warmup, engine),
         Command::Inspect { model, workspace } => inspect(&model, workspace),
         Command::Lower { model, stage, full_constants } => lower(&model, stage, full_constants),
         Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
@@ -180,10 +206,13 @@ fn run(model_path: Option<&Path>, inputs: &[String], output_dir: Option<&Path>, 
     };
     let bound = model.bind_inputs(given)?;
     println!("model {} loaded in {load_ms:.2} ms", model.name());
+    let compiled = Compiler::new(engine.compile_options()).compile(&model)?;
+    if matches!(engine, Engine::Jit) {
+        print_compile_stats(&compiled);
+    }
+    let mut ws = compiled.workspace();
     let t1 = Instant::now();
-    let outputs = match engine {
-        Engine::Interp => model.run_interpreter(&bound)?,
-    };
+    let outputs = compiled.run_with(&mut ws, &bound)?;
     let run_ms = t1.elapsed().as_secs_f64() * 1e3;
     println!("ran on engine {engine:?} in {run_ms:.3} ms");
     for (info, t) in model.outputs().iter().zip(&outputs) {
@@ -197,6 +226,49 @@ fn run(model_path: Option<&Path>, inputs: &[String], output_dir: Option<&Path>, 
             println!("wrote {}", file.display());
         }
     }
+    Ok(())
+}
+
+fn print_compile_stats(compiled: &CompiledModel) {
+    let st = compiled.stats();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "compiled in {:.1} ms (planning {:.1} ms, code generation {:.1} ms)",
+        ms(st.total),
+        ms(st.planning),
+        ms(st.codegen)
+    );
+    for p in compiled.pools() {
+        println!("  pool {} ({:?}): {} bytes", p.name, p.kind, p.size_bytes);
+    }
+}
+
+fn bench(path: &Path, runs: usize, warmup: usize, engine: Engine) -> Result<()> {
+    let model = Model::load(path)?;
+    let inputs: Vec<Tensor> = model.inputs().iter().map(|i| Tensor::zeros(&i.ty)).collect();
+    let compiled = Compiler::new(engine.compile_options()).compile(&model)?;
+    print_compile_stats(&compiled);
+    let mut ws = compiled.workspace();
+    for _ in 0..warmup {
+        compiled.run_with(&mut ws, &inputs)?;
+    }
+    let mut times: Vec<f64> = Vec::with_capacity(runs.max(1));
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        compiled.run_with(&mut ws, &inputs)?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "{}: {} runs, median {:.4} ms, p90 {:.4} ms, min {:.4} ms",
+        model.name(),
+        times.len(),
+        at(0.5),
+        at(0.9),
+        times[0]
+    );
+    println!("peak workspace: {} bytes", ws.pool_bytes());
     Ok(())
 }
 
