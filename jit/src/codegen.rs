@@ -387,11 +387,20 @@ impl<'a> FuncTranslator<'a> {
                 }
             }
             Stmt::For { var, extent, kind, body } => {
-                if *kind == ForKind::Vectorized
-                    && self.options.vectorize
-                    && crate::vector::try_emit(self, *var, extent, body)?
-                {
-                    return Ok(());
+                let r = crate::vector::loop_range(&self.ranges, extent);
+                self.ranges.set(*var, r);
+                if self.options.vectorize {
+                    let done = match (kind, &**body) {
+                        (ForKind::Vectorized, _) => crate::vector::try_emit(self, *var, extent, body, None)?,
+                        // Unroll-and-jam over a vectorized loop.
+                        (ForKind::Unrolled, Stmt::For { var: v, extent: e, kind: ForKind::Vectorized, body: b }) => {
+                            crate::vector::try_emit(self, *v, e, b, Some((*var, extent)))?
+                        }
+                        _ => false,
+                    };
+                    if done {
+                        return Ok(());
+                    }
                 }
                 self.serial_loop(*var, extent, |t| t.stmt(body))?;
             }

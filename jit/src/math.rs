@@ -112,7 +112,7 @@ pub fn tanh(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
     let d = b.ins().fadd(e, one);
     let q = b.ins().fdiv(two, d);
     let large = b.ins().fsub(one, q);
-    let large = b.ins().fcopysign(large, x);
+    let large = copysign(b, ty, large, x);
     // Small branch (|x| < 0.625).
     let z = b.ins().fmul(x, x);
     let p = horner(b, ty, z, &[-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1]);
@@ -122,6 +122,20 @@ pub fn tanh(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
     let limit = fconst(b, ty, 0.625);
     let is_small = b.ins().fcmp(FloatCC::LessThan, ax, limit);
     select_by(b, ty, is_small, small, large)
+}
+
+/// |mag| with the sign of `sign` (x64 has no vector `fcopysign`: done on the bits).
+fn copysign(b: &mut FunctionBuilder<'_>, ty: Type, mag: Value, sign: Value) -> Value {
+    if !ty.is_vector() {
+        return b.ins().fcopysign(mag, sign);
+    }
+    let (m, s) = (bitcast(b, I32X4, mag), bitcast(b, I32X4, sign));
+    let sign_bit = iconst(b, I32X4, i32::MIN as i64);
+    let rest = b.ins().bnot(sign_bit);
+    let s = b.ins().band(s, sign_bit);
+    let m = b.ins().band(m, rest);
+    let r = b.ins().bor(m, s);
+    bitcast(b, ty, r)
 }
 
 /// 1 / (1 + e^-x).

@@ -1,6 +1,151 @@
-//! Loop schedules applied before code generation.
+//! Loop schedules for the CPU, applied to a flat module before planning and code generation.
+//!
+//! For every perfectly nested chain of loops whose innermost loop `L` writes a global buffer
+//! (the output loop of an operator: its body may hold an accumulator init, reduction loops and
+//! the output store), `L` is marked vectorized, and one of the spatial loops above it is moved
+//! right around it and marked unrolled, which the code generator unrolls and jams into a
+//! register block (see [`crate::vector`]). The loop to jam is the one whose variable appears in
+//! the fewest loads that also move with `L` — for a 1x1 convolution the output channel, so an
+//! input vector is loaded once for several channels.
+//!
+//! Only loops whose variable indexes every global store of the body are moved or jammed: their
+//! iterations write disjoint outputs, so reordering them cannot change results.
 
-use heron_ir::loop_ir::Module;
+use heron_ir::loop_ir::{Expr, ForKind, Module, PrimFunc, Scope, Stmt, VarId};
 
-/// Marks the loops the code generator should vectorize.
-pub fn schedule(_module: &mut Module) {}
+/// Smallest extent worth a vector loop (one F32X4).
+const MIN_VECTOR_EXTENT: i64 = 4;
+
+/// Marks the loops of every function for vectorization and unroll-and-jam.
+pub fn schedule(module: &mut Module) {
+    for f in &mut module.funcs {
+        let body = std::mem::replace(&mut f.body, Stmt::Seq(vec![]));
+        f.body = schedule_stmt(body, f);
+    }
+}
+
+fn schedule_stmt(s: Stmt, f: &PrimFunc) -> Stmt {
+    match s {
+        Stmt::Seq(v) => Stmt::Seq(v.into_iter().map(|s| schedule_stmt(s, f)).collect()),
+        Stmt::If { cond, then, otherwise } => Stmt::If {
+            cond,
+            then: Box::new(schedule_stmt(*then, f)),
+            otherwise: otherwise.map(|o| Box::new(schedule_stmt(*o, f))),
+        },
+        s @ Stmt::For { .. } => schedule_chain(s, f),
+        other => other,
+    }
+}
+
+/// A loop header: what a `For` is without its body.
+struct Header {
+    var: VarId,
+    extent: Expr,
+    kind: ForKind,
+}
+
+fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
+    // Peel the perfectly nested chain.
+    let mut headers = Vec::new();
+    let mut cur = s;
+    let body = loop {
+        match cur {
+            Stmt::For { var, extent, kind, body } => {
+                headers.push(Header { var, extent, kind });
+                match *body {
+                    inner @ Stmt::For { .. } => cur = inner,
+                    other => break other,
+                }
+            }
+            other => break other,
+        }
+    };
+    let last = headers.len() - 1;
+    let stores = global_stores(&body, f);
+    let innermost_spatial =
+        stores.as_ref().is_some_and(|st| !st.is_empty() && st.iter().all(|idx| mentions(idx, headers[last].var)))
+            && headers[last].extent.as_int().is_some_and(|n| n >= MIN_VECTOR_EXTENT);
+    let body = if innermost_spatial {
+        let stores = stores.expect("checked");
+        headers[last].kind = ForKind::Vectorized;
+        // Spatial loops directly above, innermost first, up to the first one that is not.
+        let mut movable = Vec::new();
+        for i in (0..last).rev() {
+            let h = &headers[i];
+            if !(h.extent.as_int().is_some_and(|n| n >= 2) && stores.iter().all(|idx| mentions(idx, h.var))) {
+                break;
+            }
+            movable.push(i);
+        }
+        let moving_loads = varying_loads(&body, f, headers[last].var);
+        if let Some(&best) =
+            movable.iter().min_by_key(|&&i| moving_loads.iter().filter(|e| mentions(e, headers[i].var)).count())
+        {
+            let h = headers.remove(best);
+            headers.insert(last - 1, Header { kind: ForKind::Unrolled, ..h });
+        }
+        body
+    } else {
+        schedule_stmt(body, f)
+    };
+    headers.into_iter().rev().fold(body, |inner, h| Stmt::For {
+        var: h.var,
+        extent: h.extent,
+        kind: h.kind,
+        body: Box::new(inner),
+    })
+}
+
+/// Linear index expressions of the global stores in `body`, or `None` when a global store sits
+/// inside a nested loop or branch (a reduction into memory: not a spatial loop body).
+fn global_stores(body: &Stmt, f: &PrimFunc) -> Option<Vec<Vec<Expr>>> {
+    let top: Vec<&Stmt> = match body {
+        Stmt::Seq(v) => v.iter().collect(),
+        other => vec![other],
+    };
+    let mut out = Vec::new();
+    for s in top {
+        match s {
+            Stmt::Store { buffer, indices, .. } if f.buffer(*buffer).scope == Scope::Global => {
+                out.push(indices.clone());
+            }
+            Stmt::Store { .. } | Stmt::Let { .. } | Stmt::Allocate { .. } => {}
+            nested => {
+                let mut deep = false;
+                nested.walk(&mut |x| {
+                    deep |= matches!(x, Stmt::Store { buffer, .. } if f.buffer(*buffer).scope == Scope::Global)
+                });
+                if deep {
+                    return None;
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Index lists of the global loads in `body` that move with `v`.
+fn varying_loads(body: &Stmt, f: &PrimFunc, v: VarId) -> Vec<Vec<Expr>> {
+    let mut out = Vec::new();
+    fn collect(e: &Expr, f: &PrimFunc, v: VarId, out: &mut Vec<Vec<Expr>>) {
+        if let Expr::Load { buffer, indices } = e
+            && f.buffer(*buffer).scope == Scope::Global
+            && mentions(indices, v)
+        {
+            out.push(indices.clone());
+        }
+        e.for_each_child(|c| collect(c, f, v, out));
+    }
+    body.walk(&mut |s| s.for_each_expr(|e| collect(e, f, v, &mut out)));
+    out
+}
+
+/// Whether any of `exprs` uses `v`.
+fn mentions(exprs: &[Expr], v: VarId) -> bool {
+    fn go(e: &Expr, v: VarId) -> bool {
+        let mut found = matches!(e, Expr::Var(x) if *x == v);
+        e.for_each_child(|c| found |= go(c, v));
+        found
+    }
+    exprs.iter().any(|e| go(e, v))
+}

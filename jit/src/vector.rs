@@ -1,17 +1,711 @@
-//! Loops marked vectorized, emitted with 128-bit SIMD.
+//! Loops marked vectorized, emitted with 128-bit SIMD (F32X4), optionally jammed with the loop
+//! around them.
+//!
+//! `for v in 0..n vectorized { body }` runs its main part `4 * U` iterations at a time: every
+//! value that depends on `v` becomes U F32X4 registers (lanes v, v+1, ...), everything else
+//! stays scalar and is computed once, through the ordinary scalar translator. Loads and stores
+//! whose index moves by 1 with `v` are vector loads/stores; by 0, a scalar broadcast; by any other
+//! constant, four scalar accesses (gather/scatter). Loop-local accumulators become vector
+//! registers, inner (reduction) loops stay scalar loops around vector bodies, so a convolution
+//! or GEMM reduction keeps U vectors of outputs in registers. The last `n % (4U)` iterations run
+//! the scalar body.
+//!
+//! `for j in 0..m unrolled { for v in 0..n vectorized { body } }` is unrolled-and-jammed: J
+//! copies of the body (j, j+1, ...) share each inner loop, so a J x U block of outputs stays in
+//! registers and a value that does not depend on `j` (an input vector) is loaded once for all J.
+//! This is the register-blocked microkernel shape (e.g. 4 output channels x 8 positions).
+//!
+//! Anything else (varying integers, data-dependent indices, varying conditions, calls) is left
+//! to the scalar translator: [`try_emit`] says so before emitting anything.
 
-use heron_ir::loop_ir::{Expr, Stmt, VarId};
+use std::collections::{HashMap, HashSet};
+
+use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
+use cranelift_frontend::Variable;
+use heron_ir::DType;
+use heron_ir::loop_ir::{BinOp, BufferId, Expr, MathOp, Scope, Stmt, VarId};
 
 use crate::CodegenError;
-use crate::codegen::FuncTranslator;
+use crate::bounds::VarRanges;
+use crate::codegen::{Buf, FuncTranslator};
+use crate::math;
 
-/// Emits `for var in 0..extent vectorized { body }` with SIMD when the body allows it; false
-/// when it does not (the caller emits it serially).
+const LANES: i64 = 4;
+
+/// The loop being vectorized and the optional jammed loop around it.
+#[derive(Clone, Copy)]
+struct Shape {
+    v: VarId,
+    jam: Option<VarId>,
+    /// Vectors per value.
+    u: usize,
+    /// Jammed copies (1 without jam).
+    j: usize,
+}
+
+/// A value in vector mode: scalar or U vectors, shared by all jammed copies or one per copy.
+#[derive(Clone, Debug)]
+struct Tile {
+    per_j: bool,
+    vector: bool,
+    vals: Vec<Value>,
+}
+
+impl Tile {
+    fn uniform(v: Value) -> Tile {
+        Tile { per_j: false, vector: false, vals: vec![v] }
+    }
+
+    fn at(&self, sh: Shape, j: usize, u: usize) -> Value {
+        let jj = if self.per_j { j } else { 0 };
+        if self.vector { self.vals[jj * sh.u + u] } else { self.vals[jj] }
+    }
+}
+
+/// What the body depends on: the vectorized variable, the jammed one.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Deps {
+    v: bool,
+    j: bool,
+}
+
+impl Deps {
+    fn or(self, o: Deps) -> Deps {
+        Deps { v: self.v || o.v, j: self.j || o.j }
+    }
+}
+
+struct VecCtx {
+    sh: Shape,
+    /// Integer `let`s, substituted into index expressions.
+    index_lets: HashMap<VarId, Expr>,
+    /// Float `let`s in vector mode.
+    tile_lets: HashMap<VarId, Tile>,
+    /// Loop-local buffers as vector registers: per element, J x U variables.
+    locals: HashMap<BufferId, Vec<Variable>>,
+}
+
+/// Vectorizes `for var in 0..extent { body }` (jammed with `jam` = (var, extent) when given);
+/// returns false, having emitted nothing, when the loop is not of a supported shape.
 pub(crate) fn try_emit(
-    _t: &mut FuncTranslator<'_>,
-    _var: VarId,
-    _extent: &Expr,
-    _body: &Stmt,
+    t: &mut FuncTranslator<'_>,
+    var: VarId,
+    extent: &Expr,
+    body: &Stmt,
+    jam: Option<(VarId, &Expr)>,
 ) -> Result<bool, CodegenError> {
-    Ok(false)
+    let jam_var = jam.map(|(v, _)| v);
+    let (u, j) = if jam.is_some() { (2, 4) } else { (4, 1) };
+    let sh = Shape { v: var, jam: jam_var, u, j };
+    let mut ranges = t.ranges.clone();
+    ranges.set(var, loop_range(&ranges, extent));
+    if let Some((jv, e)) = jam {
+        ranges.set(jv, loop_range(&ranges, e));
+    }
+    let mut stored: HashMap<BufferId, Vec<Expr>> = HashMap::new();
+    body.walk(&mut |s| {
+        if let Stmt::Store { buffer, indices, .. } = s {
+            stored.entry(*buffer).or_default().push(t.linear_index(*buffer, indices));
+        }
+    });
+    let mut check = Checker {
+        t,
+        sh,
+        ranges,
+        depth: 0,
+        defined: HashSet::new(),
+        stored,
+        index_lets: HashMap::new(),
+        float_lets: HashMap::new(),
+    };
+    if check.deps(extent).v || !check.stmt(body) {
+        return Ok(false);
+    }
+    if let Some((_, e)) = jam
+        && (check.deps(e).v || check.deps(e).j)
+    {
+        return Ok(false);
+    }
+    t.ranges = check.ranges;
+    match jam {
+        None => emit_v_loop(t, sh, extent, body, None)?,
+        Some((jv, jext)) => {
+            let m = t.expr(jext)?;
+            let main_end = round_down(t, m, sh.j as i64);
+            let start = t.b.ins().iconst(I64, 0);
+            t.counted_loop(jv, start, main_end, sh.j as i64, |t| {
+                let jb = t.b.use_var(t.var(jv)?);
+                emit_v_loop(t, sh, extent, body, Some(jb))
+            })?;
+            // Left-over copies one at a time.
+            let single = Shape { j: 1, ..sh };
+            t.counted_loop(jv, main_end, m, 1, |t| {
+                let jb = t.b.use_var(t.var(jv)?);
+                emit_v_loop(t, single, extent, body, Some(jb))
+            })?;
+        }
+    }
+    Ok(true)
+}
+
+fn round_down(t: &mut FuncTranslator<'_>, n: Value, step: i64) -> Value {
+    let q = t.b.ins().sdiv_imm_s(n, step);
+    t.b.ins().imul_imm_s(q, step)
+}
+
+/// The vector main loop over `v` and the scalar remainder, for jam base `jb` (if jammed).
+fn emit_v_loop(
+    t: &mut FuncTranslator<'_>,
+    sh: Shape,
+    extent: &Expr,
+    body: &Stmt,
+    jb: Option<Value>,
+) -> Result<(), CodegenError> {
+    let n = t.expr(extent)?;
+    let step = LANES * sh.u as i64;
+    let main_end = round_down(t, n, step);
+    let zero = t.b.ins().iconst(I64, 0);
+    let mut ctx = VecCtx { sh, index_lets: HashMap::new(), tile_lets: HashMap::new(), locals: HashMap::new() };
+    t.counted_loop(sh.v, zero, main_end, step, |t| ctx.stmt(t, body, jb))?;
+    for j in 0..sh.j {
+        if let (Some(jv), Some(jb)) = (sh.jam, jb) {
+            let jv_var = t.var(jv)?;
+            let val = t.b.ins().iadd_imm_s(jb, j as i64);
+            t.b.def_var(jv_var, val);
+        }
+        t.counted_loop(sh.v, main_end, n, 1, |t| t.stmt(body))?;
+    }
+    Ok(())
+}
+
+/// Decides, without emitting code, whether a body can be vectorized.
+struct Checker<'t, 'a> {
+    t: &'t FuncTranslator<'a>,
+    sh: Shape,
+    ranges: VarRanges,
+    /// Loop nesting inside the vectorized body.
+    depth: usize,
+    /// Loop-local buffers stored at the top of the body so far: each iteration sets them
+    /// before reading them, so no value crosses iterations.
+    defined: HashSet<BufferId>,
+    /// Linear store indices per global buffer the body writes.
+    stored: HashMap<BufferId, Vec<Expr>>,
+    index_lets: HashMap<VarId, Deps>,
+    float_lets: HashMap<VarId, Deps>,
+}
+
+impl Checker<'_, '_> {
+    fn deps(&self, e: &Expr) -> Deps {
+        let mut d = match e {
+            Expr::Var(x) if *x == self.sh.v => Deps { v: true, j: false },
+            Expr::Var(x) if Some(*x) == self.sh.jam => Deps { v: false, j: true },
+            Expr::Var(x) => self.index_lets.get(x).or(self.float_lets.get(x)).copied().unwrap_or_default(),
+            Expr::Load { buffer, .. } if self.is_local(*buffer) => Deps { v: true, j: true },
+            _ => Deps::default(),
+        };
+        e.for_each_child(|c| d = d.or(self.deps(c)));
+        d
+    }
+
+    fn is_local(&self, b: BufferId) -> bool {
+        self.t.f.buffer(b).scope == Scope::Local
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> bool {
+        match s {
+            Stmt::Seq(v) => v.iter().all(|s| self.stmt(s)),
+            Stmt::For { var, extent, body, .. } => {
+                let d = self.deps(extent);
+                self.ranges.set(*var, loop_range(&self.ranges, extent));
+                self.depth += 1;
+                let ok = !d.v && !d.j && self.stmt(body);
+                self.depth -= 1;
+                ok
+            }
+            Stmt::Let { var, value } => {
+                let d = self.deps(value);
+                let dtype = self.t.f.var(*var).dtype;
+                if dtype.is_int() && !has_load(value) {
+                    self.index_lets.insert(*var, d);
+                    self.ranges.set(*var, self.ranges.range(value));
+                    true
+                } else if dtype == DType::F32 && self.value_ok(value) {
+                    self.float_lets.insert(*var, d);
+                    true
+                } else {
+                    !d.v && !d.j
+                }
+            }
+            Stmt::Store { buffer, indices, value } => {
+                let buf = self.t.f.buffer(*buffer);
+                if buf.dtype != DType::F32 || !self.value_ok(value) {
+                    return false;
+                }
+                if self.is_local(*buffer) {
+                    if self.depth == 0 {
+                        self.defined.insert(*buffer);
+                    }
+                    return matches!(self.t.bufs[buffer.0 as usize], Buf::Vars(_));
+                }
+                matches!(self.access(*buffer, indices), Some(c) if c != 0)
+            }
+            Stmt::If { cond, then, otherwise } => {
+                let d = self.deps(cond);
+                self.depth += 1;
+                let ok = !d.v && !d.j && self.stmt(then) && otherwise.as_ref().is_none_or(|o| self.stmt(o));
+                self.depth -= 1;
+                ok
+            }
+            _ => false,
+        }
+    }
+
+    /// The index's step per `v` when the access is affine in `v`, proven in bounds and free of
+    /// data-dependent parts.
+    fn access(&self, buffer: BufferId, indices: &[Expr]) -> Option<i64> {
+        if indices.iter().any(has_load) {
+            return None;
+        }
+        let lin = self.t.linear_index(buffer, indices);
+        // Reading a buffer the body writes, anywhere but where this iteration writes it, could
+        // see another lane's value.
+        if self.stored.get(&buffer).is_some_and(|st| st.iter().any(|s| *s != lin)) {
+            return None;
+        }
+        let len = self.t.f.buffer(buffer).num_elements() as i128;
+        if !self.ranges.range(&lin).is_some_and(|(lo, hi)| lo >= 0 && hi < len) {
+            return None;
+        }
+        affine_step(&lin, self.sh.v, &|x| self.index_lets.get(&x).is_some_and(|d| d.v))
+    }
+
+    /// A value expression the vector translator handles: v-dependent parts are F32 or masks.
+    fn value_ok(&self, e: &Expr) -> bool {
+        if !self.deps(e).v {
+            return true;
+        }
+        let f = self.t.f;
+        match e {
+            Expr::Var(x) => self.float_lets.contains_key(x),
+            Expr::Binary { op, lhs, rhs } => match lhs.dtype(f) {
+                DType::F32 => {
+                    matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max)
+                        && self.value_ok(lhs)
+                        && self.value_ok(rhs)
+                }
+                DType::Bool => matches!(op, BinOp::And | BinOp::Or) && self.value_ok(lhs) && self.value_ok(rhs),
+                _ => false,
+            },
+            Expr::Cmp { lhs, rhs, .. } => lhs.dtype(f) == DType::F32 && self.value_ok(lhs) && self.value_ok(rhs),
+            Expr::Not(x) => self.value_ok(x),
+            Expr::Select { cond, then, otherwise } => {
+                then.dtype(f) == DType::F32 && self.value_ok(cond) && self.value_ok(then) && self.value_ok(otherwise)
+            }
+            Expr::Cast { dtype: DType::F32, value } => {
+                matches!(value.dtype(f), DType::F32 | DType::Bool) && self.value_ok(value)
+            }
+            Expr::Math { arg, .. } => arg.dtype(f) == DType::F32 && self.value_ok(arg),
+            Expr::Load { buffer, indices } => {
+                let buf = f.buffer(*buffer);
+                if buf.dtype != DType::F32 {
+                    return false;
+                }
+                if self.is_local(*buffer) {
+                    self.defined.contains(buffer) && matches!(self.t.bufs[buffer.0 as usize], Buf::Vars(_))
+                } else {
+                    self.access(*buffer, indices).is_some()
+                }
+            }
+            _ => false,
+        }
+    }
+}
+
+fn has_load(e: &Expr) -> bool {
+    let mut found = matches!(e, Expr::Load { .. });
+    e.for_each_child(|c| found |= has_load(c));
+    found
+}
+
+/// The range of `var` in `for var in 0..extent`.
+pub(crate) fn loop_range(ranges: &VarRanges, extent: &Expr) -> Option<(i128, i128)> {
+    ranges.range(extent).map(|(_, hi)| (0, (hi - 1).max(0)))
+}
+
+/// `e` with integer `let`s inlined.
+fn substitute(e: &Expr, lets: &HashMap<VarId, Expr>) -> Expr {
+    e.clone().map(&mut |x| match x {
+        Expr::Var(v) if lets.contains_key(&v) => lets[&v].clone(),
+        other => other,
+    })
+}
+
+/// The constant step of `e` per unit of `v` when `e` is affine in `v`; `varies` says which
+/// other variables depend on `v` (then the step is unknown).
+fn affine_step(e: &Expr, v: VarId, varies: &dyn Fn(VarId) -> bool) -> Option<i64> {
+    match e {
+        Expr::Var(x) if *x == v => Some(1),
+        Expr::Var(x) => (!varies(*x)).then_some(0),
+        Expr::Int { .. } => Some(0),
+        Expr::Binary { op: BinOp::Add, lhs, rhs } => {
+            affine_step(lhs, v, varies)?.checked_add(affine_step(rhs, v, varies)?)
+        }
+        Expr::Binary { op: BinOp::Sub, lhs, rhs } => {
+            affine_step(lhs, v, varies)?.checked_sub(affine_step(rhs, v, varies)?)
+        }
+        Expr::Binary { op: BinOp::Mul, lhs, rhs } => {
+            let (a, b) = (affine_step(lhs, v, varies)?, affine_step(rhs, v, varies)?);
+            match (a, b, lhs.as_int(), rhs.as_int()) {
+                (0, 0, _, _) => Some(0),
+                (_, 0, _, Some(k)) => a.checked_mul(k),
+                (0, _, Some(k), _) => b.checked_mul(k),
+                _ => None,
+            }
+        }
+        other => {
+            // Anything else must not involve v at all.
+            let mut uses = false;
+            other.for_each_child(|c| uses |= affine_step(c, v, varies) != Some(0));
+            (!uses).then_some(0)
+        }
+    }
+}
+
+impl VecCtx {
+    fn jam_value(&self, t: &mut FuncTranslator<'_>, jb: Option<Value>, j: usize) -> Result<(), CodegenError> {
+        if let (Some(jv), Some(jb)) = (self.sh.jam, jb) {
+            let var = t.var(jv)?;
+            let val = t.b.ins().iadd_imm_s(jb, j as i64);
+            t.b.def_var(var, val);
+        }
+        Ok(())
+    }
+
+    fn deps(&self, t: &FuncTranslator<'_>, e: &Expr) -> Deps {
+        let mut d = match e {
+            Expr::Var(x) if *x == self.sh.v => Deps { v: true, j: false },
+            Expr::Var(x) if Some(*x) == self.sh.jam => Deps { v: false, j: true },
+            Expr::Var(x) => {
+                if let Some(tile) = self.tile_lets.get(x) {
+                    Deps { v: tile.vector, j: tile.per_j }
+                } else if let Some(sub) = self.index_lets.get(x) {
+                    self.deps(t, sub)
+                } else {
+                    Deps::default()
+                }
+            }
+            Expr::Load { buffer, .. } if t.f.buffer(*buffer).scope == Scope::Local => Deps { v: true, j: true },
+            _ => Deps::default(),
+        };
+        e.for_each_child(|c| d = d.or(self.deps(t, c)));
+        d
+    }
+
+    /// A scalar expression (not depending on v) evaluated once, or once per jammed copy.
+    fn scalar(
+        &self,
+        t: &mut FuncTranslator<'_>,
+        e: &Expr,
+        jb: Option<Value>,
+        per_j: bool,
+    ) -> Result<Tile, CodegenError> {
+        let e = substitute(e, &self.index_lets);
+        if !per_j {
+            return Ok(Tile::uniform(t.expr(&e)?));
+        }
+        let mut vals = Vec::with_capacity(self.sh.j);
+        for j in 0..self.sh.j {
+            self.jam_value(t, jb, j)?;
+            vals.push(t.expr(&e)?);
+        }
+        Ok(Tile { per_j: true, vector: false, vals })
+    }
+
+    fn stmt(&mut self, t: &mut FuncTranslator<'_>, s: &Stmt, jb: Option<Value>) -> Result<(), CodegenError> {
+        match s {
+            Stmt::Seq(v) => {
+                for s in v {
+                    self.stmt(t, s, jb)?;
+                }
+            }
+            Stmt::For { var, extent, body, .. } => {
+                let extent = substitute(extent, &self.index_lets);
+                let r = loop_range(&t.ranges, &extent);
+                t.ranges.set(*var, r);
+                let ext = t.expr(&extent)?;
+                let zero = t.b.ins().iconst(I64, 0);
+                t.counted_loop(*var, zero, ext, 1, |t| self.stmt(t, body, jb))?;
+            }
+            Stmt::Let { var, value } => {
+                if t.f.var(*var).dtype.is_int() && !has_load(value) && self.deps(t, value) != Deps::default() {
+                    let sub = substitute(value, &self.index_lets);
+                    self.index_lets.insert(*var, sub);
+                } else if t.f.var(*var).dtype == DType::F32 && self.deps(t, value) != Deps::default() {
+                    let tile = self.value(t, value, jb)?;
+                    self.tile_lets.insert(*var, tile);
+                } else {
+                    t.stmt(s)?;
+                }
+            }
+            Stmt::Store { buffer, indices, value } => {
+                let tile = self.value(t, value, jb)?;
+                self.store(t, *buffer, indices, tile, jb)?;
+            }
+            Stmt::If { cond, then, otherwise } => {
+                let c = t.expr(&substitute(cond, &self.index_lets))?;
+                let (tb, eb, merge) = (t.b.create_block(), t.b.create_block(), t.b.create_block());
+                t.b.ins().brif(c, tb, &[], eb, &[]);
+                t.b.switch_to_block(tb);
+                self.stmt(t, then, jb)?;
+                t.b.ins().jump(merge, &[]);
+                t.b.switch_to_block(eb);
+                if let Some(o) = otherwise {
+                    self.stmt(t, o, jb)?;
+                }
+                t.b.ins().jump(merge, &[]);
+                t.b.switch_to_block(merge);
+            }
+            other => return Err(t.unsupported(format!("vectorizing {other:?}"))),
+        }
+        Ok(())
+    }
+
+    fn local_vars(&mut self, t: &mut FuncTranslator<'_>, buffer: BufferId) -> Vec<Variable> {
+        let n = self.sh.j * self.sh.u;
+        self.locals
+            .entry(buffer)
+            .or_insert_with(|| {
+                let elems = t.f.buffer(buffer).num_elements();
+                (0..elems * n).map(|_| t.b.declare_var(F32X4)).collect()
+            })
+            .clone()
+    }
+
+    fn local_slot(t: &FuncTranslator<'_>, buffer: BufferId, indices: &[Expr]) -> Result<usize, CodegenError> {
+        let shape = &t.f.buffer(buffer).shape;
+        let mut lin = 0usize;
+        for (k, ix) in indices.iter().enumerate() {
+            let i = ix.as_int().filter(|&i| i >= 0 && (i as usize) < shape[k]);
+            lin = lin * shape[k] + i.ok_or_else(|| t.unsupported("dynamic index into a register buffer"))? as usize;
+        }
+        Ok(lin)
+    }
+
+    /// Lane-0 element index of an access for each (j, u), and the step per lane.
+    fn indices(
+        &self,
+        t: &mut FuncTranslator<'_>,
+        buffer: BufferId,
+        indices: &[Expr],
+        jb: Option<Value>,
+    ) -> Result<(Vec<Value>, i64, bool), CodegenError> {
+        let lin = substitute(&t.linear_index(buffer, indices), &self.index_lets);
+        let step =
+            affine_step(&lin, self.sh.v, &|_| false).ok_or_else(|| t.unsupported("a non-affine vector access"))?;
+        let per_j = self.deps(t, &lin).j;
+        let base = self.scalar(t, &lin, jb, per_j)?;
+        let mut out = Vec::with_capacity(self.sh.j * self.sh.u);
+        for j in 0..self.sh.j {
+            for u in 0..self.sh.u {
+                let b = base.at(self.sh, j, 0);
+                out.push(if u == 0 { b } else { t.b.ins().iadd_imm_s(b, step * LANES * u as i64) });
+            }
+        }
+        Ok((out, step, per_j))
+    }
+
+    fn address(t: &mut FuncTranslator<'_>, buffer: BufferId, index: Value) -> Result<Value, CodegenError> {
+        let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
+            return Err(t.unsupported("a vector access to an undeclared buffer"));
+        };
+        let off = t.b.ins().imul_imm_s(index, 4);
+        Ok(t.b.ins().iadd(base, off))
+    }
+
+    fn store(
+        &mut self,
+        t: &mut FuncTranslator<'_>,
+        buffer: BufferId,
+        indices: &[Expr],
+        tile: Tile,
+        jb: Option<Value>,
+    ) -> Result<(), CodegenError> {
+        let sh = self.sh;
+        if t.f.buffer(buffer).scope == Scope::Local {
+            let vars = self.local_vars(t, buffer);
+            let slot = Self::local_slot(t, buffer, indices)?;
+            for j in 0..sh.j {
+                for u in 0..sh.u {
+                    let v = self.vector(t, &tile, j, u);
+                    t.b.def_var(vars[slot * sh.j * sh.u + j * sh.u + u], v);
+                }
+            }
+            return Ok(());
+        }
+        let (idx, step, _) = self.indices(t, buffer, indices, jb)?;
+        let flags = MemFlagsData::new().with_notrap();
+        for j in 0..sh.j {
+            for u in 0..sh.u {
+                let v = self.vector(t, &tile, j, u);
+                let addr = Self::address(t, buffer, idx[j * sh.u + u])?;
+                if step == 1 {
+                    t.b.ins().store(flags, v, addr, 0);
+                } else {
+                    for lane in 0..LANES {
+                        let x = t.b.ins().extractlane(v, lane as u8);
+                        t.b.ins().store(flags, x, addr, (lane * step * 4) as i32);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The (j, u) vector of a tile, broadcasting scalars.
+    fn vector(&self, t: &mut FuncTranslator<'_>, tile: &Tile, j: usize, u: usize) -> Value {
+        let v = tile.at(self.sh, j, u);
+        if tile.vector { v } else { t.b.ins().splat(F32X4, v) }
+    }
+
+    fn value(&mut self, t: &mut FuncTranslator<'_>, e: &Expr, jb: Option<Value>) -> Result<Tile, CodegenError> {
+        let d = self.deps(t, e);
+        if !d.v {
+            return self.scalar(t, e, jb, d.j);
+        }
+        let sh = self.sh;
+        let lanes = |tiles: &[&Tile]| {
+            let per_j = tiles.iter().any(|x| x.per_j);
+            (per_j, if per_j { sh.j } else { 1 })
+        };
+        Ok(match e {
+            Expr::Var(x) => self.tile_lets.get(x).cloned().ok_or_else(|| t.unsupported("a varying variable"))?,
+            Expr::Load { buffer, indices } => {
+                if t.f.buffer(*buffer).scope == Scope::Local {
+                    let vars = self.local_vars(t, *buffer);
+                    let slot = Self::local_slot(t, *buffer, indices)?;
+                    let vals = (0..sh.j * sh.u).map(|k| t.b.use_var(vars[slot * sh.j * sh.u + k])).collect();
+                    Tile { per_j: true, vector: true, vals }
+                } else {
+                    let (idx, step, per_j) = self.indices(t, *buffer, indices, jb)?;
+                    let flags = MemFlagsData::new().with_notrap();
+                    let mut vals = Vec::new();
+                    for j in 0..if per_j { sh.j } else { 1 } {
+                        for u in 0..sh.u {
+                            let addr = Self::address(t, *buffer, idx[j * sh.u + u])?;
+                            vals.push(if step == 1 {
+                                t.b.ins().load(F32X4, flags, addr, 0)
+                            } else {
+                                let first = t.b.ins().load(F32, flags, addr, 0);
+                                let mut v = t.b.ins().scalar_to_vector(F32X4, first);
+                                for lane in 1..LANES {
+                                    let x = t.b.ins().load(F32, flags, addr, (lane * step * 4) as i32);
+                                    v = t.b.ins().insertlane(v, x, lane as u8);
+                                }
+                                v
+                            });
+                        }
+                    }
+                    Tile { per_j, vector: true, vals }
+                }
+            }
+            Expr::Binary { op, lhs, rhs } => {
+                let (a, b) = (self.value(t, lhs, jb)?, self.value(t, rhs, jb)?);
+                let (per_j, nj) = lanes(&[&a, &b]);
+                let mut vals = Vec::new();
+                for j in 0..nj {
+                    for u in 0..sh.u {
+                        let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
+                        vals.push(match op {
+                            BinOp::And => t.b.ins().band(x, y),
+                            BinOp::Or => t.b.ins().bor(x, y),
+                            // Against a constant, compare-and-select is one instruction and
+                            // still lets NaN through: the constant wins only when the comparison
+                            // holds.
+                            BinOp::Max | BinOp::Min if matches!(**rhs, Expr::Float { .. }) => {
+                                let cc = if *op == BinOp::Max { FloatCC::GreaterThan } else { FloatCC::LessThan };
+                                let c = t.b.ins().fcmp(cc, y, x);
+                                math::select_by(&mut t.b, F32X4, c, y, x)
+                            }
+                            _ => t.binary(*op, x, y, DType::F32)?,
+                        });
+                    }
+                }
+                Tile { per_j, vector: true, vals }
+            }
+            Expr::Cmp { op, lhs, rhs } => {
+                let (a, b) = (self.value(t, lhs, jb)?, self.value(t, rhs, jb)?);
+                let (per_j, nj) = lanes(&[&a, &b]);
+                let mut vals = Vec::new();
+                for j in 0..nj {
+                    for u in 0..sh.u {
+                        let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
+                        vals.push(t.compare(*op, x, y, DType::F32));
+                    }
+                }
+                Tile { per_j, vector: true, vals }
+            }
+            Expr::Not(x) => {
+                let a = self.value(t, x, jb)?;
+                let vals = a.vals.iter().map(|&v| t.b.ins().bnot(v)).collect();
+                Tile { vals, ..a }
+            }
+            Expr::Select { cond, then, otherwise } => {
+                let (c, a, b) = (self.value(t, cond, jb)?, self.value(t, then, jb)?, self.value(t, otherwise, jb)?);
+                let (per_j, nj) = lanes(&[&c, &a, &b]);
+                let mut vals = Vec::new();
+                for j in 0..nj {
+                    for u in 0..sh.u {
+                        let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
+                        let m = self.mask(t, &c, j, u);
+                        vals.push(math::select_by(&mut t.b, F32X4, m, x, y));
+                    }
+                }
+                Tile { per_j, vector: true, vals }
+            }
+            Expr::Cast { value, .. } => {
+                let a = self.value(t, value, jb)?;
+                if value.dtype(t.f) == DType::F32 {
+                    return Ok(a);
+                }
+                let (one, zero) = (math::fconst(&mut t.b, F32X4, 1.0), math::fconst(&mut t.b, F32X4, 0.0));
+                let mut vals = Vec::new();
+                for k in 0..a.vals.len() {
+                    let m = self.mask(t, &a, k / sh.u, k % sh.u);
+                    vals.push(math::select_by(&mut t.b, F32X4, m, one, zero));
+                }
+                Tile { vals, ..a }
+            }
+            Expr::Math { op, arg } => {
+                let a = self.value(t, arg, jb)?;
+                let vals = a
+                    .vals
+                    .iter()
+                    .map(|&v| match op {
+                        MathOp::Exp => math::exp(&mut t.b, F32X4, v),
+                        MathOp::Tanh => math::tanh(&mut t.b, F32X4, v),
+                        MathOp::Sigmoid => math::sigmoid(&mut t.b, F32X4, v),
+                        MathOp::Sqrt => t.b.ins().sqrt(v),
+                        MathOp::Abs => t.b.ins().fabs(v),
+                        MathOp::Round => t.b.ins().nearest(v),
+                    })
+                    .collect();
+                Tile { vals, ..a }
+            }
+            other => return Err(t.unsupported(format!("vectorizing {other:?}"))),
+        })
+    }
+
+    /// The (j, u) lane mask of a boolean tile: vector masks as they are, scalar bools widened
+    /// to all-ones / all-zeros.
+    fn mask(&self, t: &mut FuncTranslator<'_>, tile: &Tile, j: usize, u: usize) -> Value {
+        let v = tile.at(self.sh, j, u);
+        if tile.vector {
+            return v;
+        }
+        let wide = t.b.ins().uextend(I32, v);
+        let m = t.b.ins().ineg(wide);
+        t.b.ins().splat(I32X4, m)
+    }
 }
