@@ -11,7 +11,7 @@
 //! Only loops whose variable indexes every global store of the body are moved or jammed: their
 //! iterations write disjoint outputs, so reordering them cannot change results.
 
-use heron_ir::loop_ir::{Expr, ForKind, Module, PrimFunc, Scope, Stmt, VarId};
+use heron_ir::loop_ir::{Arg, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarId};
 
 /// Smallest extent worth a vector loop (one F32X4).
 const MIN_VECTOR_EXTENT: i64 = 4;
@@ -148,4 +148,99 @@ fn mentions(exprs: &[Expr], v: VarId) -> bool {
         found
     }
     exprs.iter().any(|e| go(e, v))
+}
+
+/// Picks physical layouts for the CPU kernels, before layout transforms are applied:
+/// - scratch buffers inside operators keep their logical (row-major) layout, since the
+///   kernels vectorize along the innermost logical axis (a channel-blocked scratch would make
+///   those loads strided);
+/// - a constant matrix read as `W[v, k]` inside a loop vectorized over `v` (a GEMM with
+///   transposed weights) is stored transposed, so the vector loads are contiguous.
+pub fn choose_layouts(module: &mut Module) {
+    for f in &mut module.funcs {
+        let params = f.params.clone();
+        f.layout_transforms.retain(|b, _| params.contains(b));
+    }
+    let mut probe = module.clone();
+    schedule(&mut probe);
+    // Parameters (function, position) worth transposing.
+    let mut wanted: Vec<(String, usize)> = Vec::new();
+    for f in &probe.funcs {
+        for (pos, &p) in f.params.iter().enumerate() {
+            if f.buffer(p).shape.len() == 2 && transposed_reads(&f.body, p) {
+                wanted.push((f.name.clone(), pos));
+            }
+        }
+    }
+    let Some(main_index) = module.funcs.iter().position(|f| f.name == heron_ir::loop_ir::MAIN) else { return };
+    let main = &module.funcs[main_index];
+    let mut constants: Vec<BufferId> = Vec::new();
+    main.body.walk(&mut |s| {
+        if let Stmt::AllocateConst { buffer, .. } = s {
+            constants.push(*buffer);
+        }
+    });
+    // A constant qualifies when every call that receives it wants it transposed.
+    let mut verdict: std::collections::HashMap<BufferId, bool> = std::collections::HashMap::new();
+    main.body.walk(&mut |s| {
+        if let Stmt::Evaluate(call) = s
+            && let Callee::Func(name) = &call.callee
+        {
+            for (pos, a) in call.args.iter().enumerate() {
+                if let Arg::Buffer(b) = a
+                    && constants.contains(b)
+                {
+                    let ok = wanted.iter().any(|(n, p)| n == name && *p == pos);
+                    let e = verdict.entry(*b).or_insert(true);
+                    *e &= ok;
+                }
+            }
+        }
+    });
+    let transpose = IndexMap::parse("lambda a, b: [b, a]").expect("valid map");
+    let main = &mut module.funcs[main_index];
+    for (b, ok) in verdict {
+        if ok && main.buffer(b).shape.len() == 2 {
+            main.layout_transforms.insert(b, transpose.clone());
+        }
+    }
+}
+
+/// True when every load of `p` in `body` is `p[e0, e1]` inside a loop vectorized over `v`,
+/// with `e0` exactly `v` and `e1` free of `v`.
+fn transposed_reads(body: &Stmt, p: BufferId) -> bool {
+    fn walk(s: &Stmt, p: BufferId, v: Option<VarId>, seen: &mut bool) -> bool {
+        let v = match s {
+            Stmt::For { var, kind: ForKind::Vectorized, .. } => Some(*var),
+            _ => v,
+        };
+        let mut ok = true;
+        s.for_each_expr(|e| ok &= loads_ok(e, p, v, seen));
+        match s {
+            Stmt::Seq(list) => ok && list.iter().all(|x| walk(x, p, v, seen)),
+            Stmt::For { body, .. } => ok && walk(body, p, v, seen),
+            Stmt::If { then, otherwise, .. } => {
+                ok && walk(then, p, v, seen) && otherwise.as_ref().is_none_or(|o| walk(o, p, v, seen))
+            }
+            Stmt::Evaluate(call) => ok && !call.args.iter().any(|a| matches!(a, Arg::Buffer(b) if *b == p)),
+            Stmt::Store { buffer, .. } => ok && *buffer != p,
+            _ => ok,
+        }
+    }
+    fn loads_ok(e: &Expr, p: BufferId, v: Option<VarId>, seen: &mut bool) -> bool {
+        let mut ok = match e {
+            Expr::Load { buffer, indices } if *buffer == p => {
+                *seen = true;
+                match (v, indices.as_slice()) {
+                    (Some(v), [Expr::Var(x), e1]) => *x == v && !mentions(std::slice::from_ref(e1), v),
+                    _ => false,
+                }
+            }
+            _ => true,
+        };
+        e.for_each_child(|c| ok &= loads_ok(c, p, v, seen));
+        ok
+    }
+    let mut seen = false;
+    walk(body, p, None, &mut seen) && seen
 }

@@ -105,9 +105,13 @@ pub(crate) fn try_emit(
         ranges.set(jv, loop_range(&ranges, e));
     }
     let mut stored: HashMap<BufferId, Vec<Expr>> = HashMap::new();
+    let mut stored_set: HashSet<BufferId> = HashSet::new();
     body.walk(&mut |s| {
         if let Stmt::Store { buffer, indices, .. } = s {
             stored.entry(*buffer).or_default().push(t.linear_index(*buffer, indices));
+            if t.f.buffer(*buffer).scope == Scope::Global {
+                stored_set.insert(*buffer);
+            }
         }
     });
     let mut check = Checker {
@@ -129,21 +133,26 @@ pub(crate) fn try_emit(
         return Ok(false);
     }
     t.ranges = check.ranges;
+    // Recomputing an element is harmless when no buffer the body writes is also read: then the
+    // tail can be whole vectors that overlap the main part instead of scalar iterations.
+    let mut loaded = HashSet::new();
+    body.walk(&mut |s| s.for_each_expr(|e| collect_loads(e, &mut loaded)));
+    let overlap = extent.as_int().is_some_and(|n| n >= LANES) && stored_set.iter().all(|b| !loaded.contains(b));
     match jam {
-        None => emit_v_loop(t, sh, extent, body, None)?,
+        None => emit_v_loop(t, sh, extent, body, None, overlap)?,
         Some((jv, jext)) => {
             let m = t.expr(jext)?;
             let main_end = round_down(t, m, sh.j as i64);
             let start = t.b.ins().iconst(I64, 0);
             t.counted_loop(jv, start, main_end, sh.j as i64, |t| {
                 let jb = t.b.use_var(t.var(jv)?);
-                emit_v_loop(t, sh, extent, body, Some(jb))
+                emit_v_loop(t, sh, extent, body, Some(jb), overlap)
             })?;
             // Left-over copies one at a time.
             let single = Shape { j: 1, ..sh };
             t.counted_loop(jv, main_end, m, 1, |t| {
                 let jb = t.b.use_var(t.var(jv)?);
-                emit_v_loop(t, single, extent, body, Some(jb))
+                emit_v_loop(t, single, extent, body, Some(jb), overlap)
             })?;
         }
     }
@@ -155,13 +164,16 @@ fn round_down(t: &mut FuncTranslator<'_>, n: Value, step: i64) -> Value {
     t.b.ins().imul_imm_s(q, step)
 }
 
-/// The vector main loop over `v` and the scalar remainder, for jam base `jb` (if jammed).
+/// The vector main loop over `v` and the remainder, for jam base `jb` (if jammed). With
+/// `overlap` (extent >= 4, body free of read-after-write), the remainder is single vectors, the
+/// last one ending exactly at the extent; otherwise scalar iterations.
 fn emit_v_loop(
     t: &mut FuncTranslator<'_>,
     sh: Shape,
     extent: &Expr,
     body: &Stmt,
     jb: Option<Value>,
+    overlap: bool,
 ) -> Result<(), CodegenError> {
     let n = t.expr(extent)?;
     let step = LANES * sh.u as i64;
@@ -169,6 +181,19 @@ fn emit_v_loop(
     let zero = t.b.ins().iconst(I64, 0);
     let mut ctx = VecCtx { sh, index_lets: HashMap::new(), tile_lets: HashMap::new(), locals: HashMap::new() };
     t.counted_loop(sh.v, zero, main_end, step, |t| ctx.stmt(t, body, jb))?;
+    if overlap {
+        let last = t.b.ins().iadd_imm_s(n, -LANES);
+        let one = Shape { u: 1, ..sh };
+        let mut tail =
+            VecCtx { sh: one, index_lets: HashMap::new(), tile_lets: HashMap::new(), locals: HashMap::new() };
+        return t.counted_loop(sh.v, main_end, n, LANES, |t| {
+            let var = t.var(sh.v)?;
+            let i = t.b.use_var(var);
+            let at = t.b.ins().smin(i, last);
+            t.b.def_var(var, at);
+            tail.stmt(t, body, jb)
+        });
+    }
     for j in 0..sh.j {
         if let (Some(jv), Some(jb)) = (sh.jam, jb) {
             let jv_var = t.var(jv)?;
@@ -321,6 +346,13 @@ impl Checker<'_, '_> {
             _ => false,
         }
     }
+}
+
+fn collect_loads(e: &Expr, out: &mut HashSet<BufferId>) {
+    if let Expr::Load { buffer, .. } = e {
+        out.insert(*buffer);
+    }
+    e.for_each_child(|c| collect_loads(c, out));
 }
 
 fn has_load(e: &Expr) -> bool {

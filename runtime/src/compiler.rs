@@ -158,6 +158,7 @@ impl Compiler {
         let mut graph = model.graph().clone();
         passes::optimize(&mut graph);
         let mut module = heron_ir::lower::lower(&graph)?;
+        heron_jit::schedule::choose_layouts(&mut module);
         apply_layout_transforms(&mut module).map_err(|e| RuntimeError::Compile(e.to_string()))?;
         flatten(&mut module);
         heron_jit::schedule::schedule(&mut module);

@@ -35,7 +35,8 @@ enum Stage {
     Layout,
     /// After flattening every buffer to its physical rank.
     Flat,
-    /// After memory planning: allocations are views into pools at their planned offsets.
+    /// Scheduled for the CPU (vectorized / unrolled loops) and memory-planned: allocations are
+    /// views into pools at their planned offsets. What the code generators compile.
     Planned,
 }
 
@@ -301,11 +302,17 @@ fn lowered(path: &Path, stage: Stage) -> Result<Module> {
     let mut graph = model.graph().clone();
     passes::optimize(&mut graph);
     let mut module = heron_ir::lower::lower(&graph)?;
-    if matches!(stage, Stage::Layout | Stage::Flat) {
+    if matches!(stage, Stage::Planned) {
+        heron_jit::schedule::choose_layouts(&mut module);
+    }
+    if matches!(stage, Stage::Layout | Stage::Flat | Stage::Planned) {
         apply_layout_transforms(&mut module)?;
     }
     if matches!(stage, Stage::Flat | Stage::Planned) {
         flatten(&mut module);
+    }
+    if matches!(stage, Stage::Planned) {
+        heron_jit::schedule::schedule(&mut module);
     }
     if matches!(stage, Stage::Planned) {
         let pools = [
