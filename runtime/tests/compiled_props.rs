@@ -70,6 +70,49 @@ proptest! {
         check_stages(&g, &[f32s(seed, &[n, c, h, w])]);
     }
 
+    /// Wider shapes than above, so the JIT's full vector loops, unroll-and-jam blocks and
+    /// overlapping tails all run (JIT only: the loop-IR interpreter is slow at this size).
+    #[test]
+    fn wide_convs_on_the_jit(
+        seed in any::<u64>(), cg in 1usize..6, mg in 1usize..7, groups in 1usize..3, h in 4usize..20,
+        w in 4usize..40, k in 1usize..4, s in 1usize..3, p in 0usize..2, act in 0usize..2,
+    ) {
+        let (c, m) = (cg * groups, mg * groups);
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &[1, c, h, w]);
+        let wt = g.add_constant("w", f32s(seed ^ 1, &[m, cg, k, k]));
+        let b = g.add_constant("b", f32s(seed ^ 2, &[m]));
+        let window = Window {
+            kernel: vec![k, k], strides: vec![s, s], dilations: vec![1, 1],
+            pads_begin: vec![p, p], pads_end: vec![p, p],
+        };
+        let mut y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: groups }), &[x, wt, b]).unwrap();
+        if act == 1 {
+            y = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[y]).unwrap();
+        }
+        g.set_outputs(vec![y]);
+        let inputs = [f32s(seed, &[1, c, h, w])];
+        let want = heron_ir::interp::run(&g, &inputs).expect("graph interpreter");
+        check_jit(&g, &inputs, &want);
+    }
+
+    /// GEMMs wide enough for the full vector loops (U = 4) and transposed constant weights.
+    #[test]
+    fn wide_gemms_on_the_jit(
+        seed in any::<u64>(), m in 1usize..5, k in 1usize..40, n in 1usize..70, ta in any::<bool>(), tb in any::<bool>(),
+    ) {
+        let mut g = Graph::new();
+        let ga = input(&mut g, "ga", &if ta { [k, m] } else { [m, k] });
+        let gb = g.add_constant("gb", f32s(seed ^ 6, &if tb { [n, k] } else { [k, n] }));
+        let gc = g.add_constant("gc", f32s(seed ^ 7, &[n]));
+        let gemm = g.add_op("gemm", Op::Gemm { alpha: 1.5, beta: 0.5, trans_a: ta, trans_b: tb }, &[ga, gb, gc]).unwrap();
+        let y = g.add_op("sig", Op::Unary(UnaryOp::Sigmoid), &[gemm]).unwrap();
+        g.set_outputs(vec![y]);
+        let inputs = [f32s(seed, &if ta { [k, m] } else { [m, k] })];
+        let want = heron_ir::interp::run(&g, &inputs).expect("graph interpreter");
+        check_jit(&g, &inputs, &want);
+    }
+
     #[test]
     fn pooling_lowering_matches(
         seed in any::<u64>(), c in 1usize..3, h in 1usize..9, w in 1usize..9, k in 1usize..4, s in 1usize..3,
