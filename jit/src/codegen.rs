@@ -166,6 +166,37 @@ pub fn clif_type(dtype: DType) -> Option<Type> {
     })
 }
 
+/// `e` as `sum(coef * var) + constant` when it is affine with constant coefficients.
+pub(crate) fn affine_terms(e: &Expr) -> Option<(HashMap<VarId, i64>, i64)> {
+    fn go(e: &Expr, scale: i64, terms: &mut HashMap<VarId, i64>, constant: &mut i64) -> Option<()> {
+        match e {
+            Expr::Int { value, dtype: DType::I64 } => *constant = constant.checked_add(value.checked_mul(scale)?)?,
+            Expr::Var(v) => {
+                let t = terms.entry(*v).or_insert(0);
+                *t = t.checked_add(scale)?;
+            }
+            Expr::Binary { op: BinOp::Add, lhs, rhs } => {
+                go(lhs, scale, terms, constant)?;
+                go(rhs, scale, terms, constant)?;
+            }
+            Expr::Binary { op: BinOp::Sub, lhs, rhs } => {
+                go(lhs, scale, terms, constant)?;
+                go(rhs, scale.checked_neg()?, terms, constant)?;
+            }
+            Expr::Binary { op: BinOp::Mul, lhs, rhs } => match (lhs.as_int(), rhs.as_int()) {
+                (_, Some(k)) => go(lhs, scale.checked_mul(k)?, terms, constant)?,
+                (Some(k), _) => go(rhs, scale.checked_mul(k)?, terms, constant)?,
+                _ => return None,
+            },
+            _ => return None,
+        }
+        Some(())
+    }
+    let (mut terms, mut constant) = (HashMap::new(), 0i64);
+    go(e, 1, &mut terms, &mut constant)?;
+    Some((terms, constant))
+}
+
 /// Where a buffer's elements are.
 #[derive(Clone, Debug)]
 pub(crate) enum Buf {
@@ -182,6 +213,9 @@ pub(crate) struct FuncTranslator<'a> {
     pub bufs: Vec<Buf>,
     pub vars: Vec<Option<Variable>>,
     pub ranges: VarRanges,
+    /// Loop nesting depth at which each variable was last defined (for ordering index sums).
+    depth_of: HashMap<VarId, usize>,
+    depth: usize,
     pub status: Value,
     code: i64,
     callees: Callees,
@@ -211,6 +245,8 @@ impl<'a> FuncTranslator<'a> {
             bufs: vec![Buf::NotDeclared; f.buffers.len()],
             vars: vec![None; f.vars.len()],
             ranges: VarRanges::new(f.vars.len()),
+            depth_of: HashMap::new(),
+            depth: 0,
             status,
             code,
             callees,
@@ -271,12 +307,31 @@ impl<'a> FuncTranslator<'a> {
         let elem = buf.dtype.size_bytes() as i64;
         let lin = self.linear_index(id, indices);
         let proven = self.ranges.range(&lin).is_some_and(|(lo, hi)| lo >= 0 && hi < len);
-        let mut idx = self.expr(&lin)?;
+        let mut idx = self.index(&lin)?;
         if !proven {
             idx = self.checked_index(idx, len as i64);
         }
         let off = self.b.ins().imul_imm_s(idx, elem);
         Ok(self.b.ins().iadd(base, off))
+    }
+
+    /// An i64 index expression. Affine ones are emitted as a sum ordered from the outermost
+    /// loop's variable to the innermost, so the partial sums that do not change in an inner
+    /// loop are computed outside it (Cranelift hoists loop-invariant code).
+    pub fn index(&mut self, e: &Expr) -> Result<Value, CodegenError> {
+        let Some((terms, constant)) = affine_terms(e) else { return self.expr(e) };
+        let mut terms: Vec<(VarId, i64)> = terms.into_iter().filter(|&(_, c)| c != 0).collect();
+        let deepest = usize::MAX;
+        terms.sort_by_key(|(v, _)| (self.depth_of.get(v).copied().unwrap_or(deepest), v.0));
+        let mut acc = self.b.ins().iconst(I64, constant);
+        for (v, c) in terms {
+            let var = self.var(v)?;
+            let x = self.b.use_var(var);
+            let x = if self.f.var(v).dtype == DType::I64 { x } else { return self.expr(e) };
+            let term = if c == 1 { x } else { self.b.ins().imul_imm_s(x, c) };
+            acc = self.b.ins().iadd(acc, term);
+        }
+        Ok(acc)
     }
 
     /// `idx` when in `0..len`; otherwise records this function's code in the status word and
@@ -452,6 +507,7 @@ impl<'a> FuncTranslator<'a> {
                 self.b.switch_to_block(merge);
             }
             Stmt::Let { var, value } => {
+                self.depth_of.insert(*var, self.depth);
                 let v = self.expr(value)?;
                 let var_ = self.var(*var)?;
                 self.b.def_var(var_, v);
@@ -469,6 +525,14 @@ impl<'a> FuncTranslator<'a> {
         extent: &Expr,
         body: impl FnOnce(&mut Self) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
+        // A single iteration needs no loop (1x1 kernels have several of these).
+        if extent.as_int() == Some(1) {
+            let zero = self.b.ins().iconst(I64, 0);
+            let v = self.var(var)?;
+            self.b.def_var(v, zero);
+            self.depth_of.insert(var, 0);
+            return body(self);
+        }
         let ext = self.expr(extent)?;
         let start = self.b.ins().iconst(I64, 0);
         self.counted_loop(var, start, ext, 1, body)
@@ -494,7 +558,11 @@ impl<'a> FuncTranslator<'a> {
         self.b.switch_to_block(body_block);
         let v = self.var(var)?;
         self.b.def_var(v, i);
-        body(self)?;
+        self.depth += 1;
+        self.depth_of.insert(var, self.depth);
+        let r = body(self);
+        self.depth -= 1;
+        r?;
         let next = self.b.ins().iadd_imm_s(i, step);
         self.b.ins().jump(header, &[next.into()]);
         self.b.switch_to_block(exit);

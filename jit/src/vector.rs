@@ -466,9 +466,7 @@ impl VecCtx {
                 let extent = substitute(extent, &self.index_lets);
                 let r = loop_range(&t.ranges, &extent);
                 t.ranges.set(*var, r);
-                let ext = t.expr(&extent)?;
-                let zero = t.b.ins().iconst(I64, 0);
-                t.counted_loop(*var, zero, ext, 1, |t| self.stmt(t, body, jb))?;
+                t.serial_loop(*var, &extent, |t| self.stmt(t, body, jb))?;
             }
             Stmt::Let { var, value } => {
                 if t.f.var(*var).dtype.is_int() && !has_load(value) && self.deps(t, value) != Deps::default() {
