@@ -34,11 +34,14 @@ use crate::math;
 pub struct CodegenOptions {
     /// Emit loops marked vectorized with 128-bit SIMD (otherwise they run scalar).
     pub vectorize: bool,
+    /// Contract `a * b + c` in vector code into fused multiply-adds (needs an ISA with FMA;
+    /// results then differ from separate rounding by at most an ulp per step).
+    pub fma: bool,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
-        CodegenOptions { vectorize: true }
+        CodegenOptions { vectorize: true, fma: false }
     }
 }
 

@@ -92,12 +92,14 @@ impl JitModule {
             })
             .collect();
         let isa = build_isa(TargetCpu::Native, options.opt_level, false)?;
+        let mut codegen = options.codegen;
+        codegen.fma &= crate::isa::has_fma(&*isa);
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
         for (name, f) in host_math() {
             builder.symbol(name, f);
         }
         let mut module = JITModule::new(builder);
-        let emitted = emit_module(&mut module, ir, "heron_entry", Linkage::Export, options.codegen)?;
+        let emitted = emit_module(&mut module, ir, "heron_entry", Linkage::Export, codegen)?;
         module.finalize_definitions()?;
         let code = module.get_finalized_function(emitted.entry);
         // SAFETY: `code` is the entry emitted above, whose signature is

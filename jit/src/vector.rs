@@ -34,6 +34,9 @@ use crate::math;
 
 const LANES: i64 = 4;
 
+/// Inner loops of at most this many iterations are unrolled in vector bodies.
+const MAX_UNROLL: i64 = 4;
+
 /// The loop being vectorized and the optional jammed loop around it.
 #[derive(Clone, Copy)]
 struct Shape {
@@ -348,6 +351,15 @@ impl Checker<'_, '_> {
     }
 }
 
+/// `(a, b, c)` when `lhs + rhs` is `a * b + c` (either side the product).
+fn product<'e>(lhs: &'e Expr, rhs: &'e Expr) -> Option<(&'e Expr, &'e Expr, &'e Expr)> {
+    match (lhs, rhs) {
+        (_, Expr::Binary { op: BinOp::Mul, lhs: a, rhs: b }) => Some((a, b, lhs)),
+        (Expr::Binary { op: BinOp::Mul, lhs: a, rhs: b }, _) => Some((a, b, rhs)),
+        _ => None,
+    }
+}
+
 fn collect_loads(e: &Expr, out: &mut HashSet<BufferId>) {
     if let Expr::Load { buffer, .. } = e {
         out.insert(*buffer);
@@ -466,7 +478,19 @@ impl VecCtx {
                 let extent = substitute(extent, &self.index_lets);
                 let r = loop_range(&t.ranges, &extent);
                 t.ranges.set(*var, r);
-                t.serial_loop(*var, &extent, |t| self.stmt(t, body, jb))?;
+                match extent.as_int() {
+                    // Short constant loops (3x3 kernel windows) are unrolled: no loop overhead,
+                    // and their index terms fold to constants.
+                    Some(n) if n <= MAX_UNROLL => {
+                        for i in 0..n {
+                            let v = t.var(*var)?;
+                            let c = t.b.ins().iconst(I64, i);
+                            t.b.def_var(v, c);
+                            self.stmt(t, body, jb)?;
+                        }
+                    }
+                    _ => t.serial_loop(*var, &extent, |t| self.stmt(t, body, jb))?,
+                }
             }
             Stmt::Let { var, value } => {
                 if t.f.var(*var).dtype.is_int() && !has_load(value) && self.deps(t, value) != Deps::default() {
@@ -639,6 +663,19 @@ impl VecCtx {
                     }
                     Tile { per_j, vector: true, vals }
                 }
+            }
+            Expr::Binary { op: BinOp::Add, lhs, rhs } if t.options.fma && product(lhs, rhs).is_some() => {
+                let (p, q, acc) = product(lhs, rhs).expect("checked");
+                let (a, b, c) = (self.value(t, p, jb)?, self.value(t, q, jb)?, self.value(t, acc, jb)?);
+                let (per_j, nj) = lanes(&[&a, &b, &c]);
+                let mut vals = Vec::new();
+                for j in 0..nj {
+                    for u in 0..sh.u {
+                        let (x, y, z) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u), self.vector(t, &c, j, u));
+                        vals.push(t.b.ins().fma(x, y, z));
+                    }
+                }
+                Tile { per_j, vector: true, vals }
             }
             Expr::Binary { op, lhs, rhs } => {
                 let (a, b) = (self.value(t, lhs, jb)?, self.value(t, rhs, jb)?);

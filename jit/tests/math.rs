@@ -12,7 +12,7 @@ fn apply(op: &str, xs: &[f32], vectorize: bool) -> Vec<f32> {
         "func @main(%x: f32[{n}], %y: f32[{n}]) {{\n  for %i: i64 in 0..{n} vectorized {{\n    %y[%i] = {op}(%x[%i])\n  }}\n}}\n"
     );
     let module = parse_module(&text).expect("valid loop IR");
-    let options = JitOptions { codegen: CodegenOptions { vectorize }, ..JitOptions::default() };
+    let options = JitOptions { codegen: CodegenOptions { vectorize, fma: true }, ..JitOptions::default() };
     let jit = JitModule::compile(&module, &[true, false], options).expect("compile");
     let input: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
     let mut out = vec![0u8; 4 * n];

@@ -188,7 +188,7 @@ impl Compiler {
         let codegen_start = Instant::now();
         let options = JitOptions {
             opt_level: self.options.opt_level,
-            codegen: CodegenOptions { vectorize: self.options.vectorize },
+            codegen: CodegenOptions { vectorize: self.options.vectorize, fma: true },
         };
         let code = JitModule::compile(&rewritten.module, &read_only, options)?;
         let codegen = codegen_start.elapsed();
