@@ -154,8 +154,9 @@ fn mentions(exprs: &[Expr], v: VarId) -> bool {
 /// - scratch buffers inside operators keep their logical (row-major) layout, since the
 ///   kernels vectorize along the innermost logical axis (a channel-blocked scratch would make
 ///   those loads strided);
-/// - a constant matrix read as `W[v, k]` inside a loop vectorized over `v` (a GEMM with
-///   transposed weights) is stored transposed, so the vector loads are contiguous.
+/// - a constant read as `W[v, ...]` inside a loop vectorized over `v` (e.g. GEMM weights with
+///   output features first) is stored with that axis innermost, so the vector loads are
+///   contiguous.
 pub fn choose_layouts(module: &mut Module) {
     for f in &mut module.funcs {
         let params = f.params.clone();
@@ -167,7 +168,7 @@ pub fn choose_layouts(module: &mut Module) {
     let mut wanted: Vec<(String, usize)> = Vec::new();
     for f in &probe.funcs {
         for (pos, &p) in f.params.iter().enumerate() {
-            if f.buffer(p).shape.len() == 2 && transposed_reads(&f.body, p) {
+            if f.buffer(p).shape.len() >= 2 && leading_axis_vectorized(&f.body, p) {
                 wanted.push((f.name.clone(), pos));
             }
         }
@@ -197,18 +198,27 @@ pub fn choose_layouts(module: &mut Module) {
             }
         }
     });
-    let transpose = IndexMap::parse("lambda a, b: [b, a]").expect("valid map");
     let main = &mut module.funcs[main_index];
     for (b, ok) in verdict {
-        if ok && main.buffer(b).shape.len() == 2 {
-            main.layout_transforms.insert(b, transpose.clone());
+        let rank = main.buffer(b).shape.len();
+        if ok && rank >= 2 {
+            main.layout_transforms.insert(b, leading_axis_last(rank));
         }
     }
 }
 
-/// True when every load of `p` in `body` is `p[e0, e1]` inside a loop vectorized over `v`,
-/// with `e0` exactly `v` and `e1` free of `v`.
-fn transposed_reads(body: &Stmt, p: BufferId) -> bool {
+/// `lambda d0, d1, ..., dn: [d1, ..., dn, d0]`: the leading axis moves innermost (for a
+/// matrix, the transpose).
+fn leading_axis_last(rank: usize) -> IndexMap {
+    let names: Vec<String> = (0..rank).map(|k| format!("d{k}")).collect();
+    let mut out = names[1..].to_vec();
+    out.push(names[0].clone());
+    IndexMap::parse(&format!("lambda {}: [{}]", names.join(", "), out.join(", "))).expect("valid map")
+}
+
+/// True when every load of `p` in `body` is `p[e0, e1, ...]` inside a loop vectorized over `v`,
+/// with `e0` moving by 1 with `v` and the other indices free of `v`.
+fn leading_axis_vectorized(body: &Stmt, p: BufferId) -> bool {
     fn walk(s: &Stmt, p: BufferId, v: Option<VarId>, seen: &mut bool) -> bool {
         let v = match s {
             Stmt::For { var, kind: ForKind::Vectorized, .. } => Some(*var),
@@ -231,8 +241,11 @@ fn transposed_reads(body: &Stmt, p: BufferId) -> bool {
         let mut ok = match e {
             Expr::Load { buffer, indices } if *buffer == p => {
                 *seen = true;
-                match (v, indices.as_slice()) {
-                    (Some(v), [Expr::Var(x), e1]) => *x == v && !mentions(std::slice::from_ref(e1), v),
+                match (v, indices.split_first()) {
+                    (Some(v), Some((first, rest))) => {
+                        let unit = crate::codegen::affine_terms(first).is_some_and(|(t, _)| t.get(&v) == Some(&1));
+                        unit && !mentions(rest, v)
+                    }
                     _ => false,
                 }
             }
