@@ -9,9 +9,11 @@ use crate::CodegenError;
 /// How hard Cranelift optimises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum OptLevel {
-    /// Keeps source order, which suits hand-scheduled kernels best (see the Cranelift notes).
-    #[default]
+    /// No optimisation: instructions stay in source order, but nothing is hoisted out of loops.
     None,
+    /// E-graph optimisation with loop-invariant code motion; measured faster on every
+    /// reference model (the index arithmetic of inner loops moves out).
+    #[default]
     Speed,
 }
 

@@ -100,6 +100,8 @@ pub(crate) fn try_emit(
     jam: Option<(VarId, &Expr)>,
 ) -> Result<bool, CodegenError> {
     let jam_var = jam.map(|(v, _)| v);
+    // 4 x 8 blocks with a jam (8 accumulators: 16 xmm registers leave room for the operands),
+    // 16 lanes without.
     let (u, j) = if jam.is_some() { (2, 4) } else { (4, 1) };
     let sh = Shape { v: var, jam: jam_var, u, j };
     let mut ranges = t.ranges.clone();

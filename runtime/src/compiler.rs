@@ -43,7 +43,7 @@ impl Default for CompileOptions {
     fn default() -> Self {
         CompileOptions {
             engine: Engine::Jit,
-            opt_level: OptLevel::Speed,
+            opt_level: OptLevel::default(),
             vectorize: true,
             planner: "auto".into(),
             planner_time_limit_ms: Budget::DEFAULT_MILLIS,
