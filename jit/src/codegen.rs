@@ -156,16 +156,16 @@ fn func_signature<M: Module>(module: &M, pointers: usize, ptr: Type) -> Signatur
     sig
 }
 
-/// The Cranelift type holding values of `dtype` (bool as 0/1 in a byte).
+/// The Cranelift type holding values of `dtype` in registers (bool as 0/1 in a byte; f16 as an
+/// f32 holding an f16 value, rounded after every operation like the interpreter does).
 pub fn clif_type(dtype: DType) -> Option<Type> {
     Some(match dtype {
-        DType::F32 => F32,
+        DType::F32 | DType::F16 => F32,
         DType::F64 => F64,
         DType::I8 | DType::U8 | DType::Bool => I8,
         DType::I16 | DType::U16 => I16,
         DType::I32 | DType::U32 => I32,
         DType::I64 | DType::U64 => I64,
-        DType::F16 => return None,
     })
 }
 
@@ -370,6 +370,10 @@ impl<'a> FuncTranslator<'a> {
             return Ok(self.b.use_var(var));
         }
         let addr = self.address(id, indices)?;
+        if self.f.buffer(id).dtype == DType::F16 {
+            let bits = self.b.ins().load(I16, MemFlagsData::trusted(), addr, 0);
+            return Ok(math::f16_bits_to_f32(&mut self.b, bits));
+        }
         Ok(self.b.ins().load(ty, MemFlagsData::trusted(), addr, 0))
     }
 
@@ -380,6 +384,8 @@ impl<'a> FuncTranslator<'a> {
             return Ok(());
         }
         let addr = self.address(id, indices)?;
+        let value =
+            if self.f.buffer(id).dtype == DType::F16 { math::f32_to_f16_bits(&mut self.b, value) } else { value };
         self.b.ins().store(MemFlagsData::trusted(), value, addr, 0);
         Ok(())
     }
@@ -580,6 +586,7 @@ impl<'a> FuncTranslator<'a> {
             }
             Expr::Float { value, dtype } => match dtype {
                 DType::F32 => self.b.ins().f32const(*value as f32),
+                DType::F16 => self.b.ins().f32const(heron_ir::f16::from_f64(*value).to_f32()),
                 DType::F64 => self.b.ins().f64const(*value),
                 other => return Err(self.unsupported(format!("float literal of dtype {other}"))),
             },
@@ -621,6 +628,10 @@ impl<'a> FuncTranslator<'a> {
     }
 
     pub fn binary(&mut self, op: BinOp, a: Value, c: Value, dtype: DType) -> Result<Value, CodegenError> {
+        if dtype == DType::F16 {
+            let r = self.binary(op, a, c, DType::F32)?;
+            return Ok(math::round_to_f16(&mut self.b, r));
+        }
         if dtype.is_float() {
             return Ok(match op {
                 BinOp::Add => self.b.ins().fadd(a, c),
@@ -724,10 +735,18 @@ impl<'a> FuncTranslator<'a> {
 
     /// Conversion with Rust `as` semantics (float to int saturates, NaN to 0; to bool is != 0).
     pub fn cast(&mut self, v: Value, from: DType, to: DType) -> Result<Value, CodegenError> {
-        let (fty, tty) = (self.ty(from)?, self.ty(to)?);
         if from == to {
             return Ok(v);
         }
+        // f16 values are f32 in registers: convert as f32, then round to f16.
+        if from == DType::F16 {
+            return self.cast(v, DType::F32, to);
+        }
+        if to == DType::F16 {
+            let f = self.cast(v, from, DType::F32)?;
+            return Ok(math::round_to_f16(&mut self.b, f));
+        }
+        let (fty, tty) = (self.ty(from)?, self.ty(to)?);
         if to == DType::Bool {
             return Ok(if from.is_float() {
                 let z = self.zero(fty);
@@ -783,6 +802,10 @@ impl<'a> FuncTranslator<'a> {
     }
 
     fn math(&mut self, op: MathOp, v: Value, dtype: DType) -> Result<Value, CodegenError> {
+        if dtype == DType::F16 {
+            let r = self.math(op, v, DType::F32)?;
+            return Ok(math::round_to_f16(&mut self.b, r));
+        }
         let ty = self.ty(dtype)?;
         if !dtype.is_float() {
             return match op {

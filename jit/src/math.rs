@@ -1,9 +1,10 @@
 //! exp, tanh and sigmoid as inline polynomials on F32 or F32X4 values (Cranelift has no such
-//! opcodes, and libcalls in hot loops cost 7-8 ns each). Accuracy, checked in tests against
+//! opcodes, and libcalls in hot loops cost 7-8 ns each), and the f16 <-> f32 conversions that
+//! let f16 tensors live as f32 values in registers. Accuracy, checked in tests against
 //! f64: exp within 2e-6 relative on [-87, 88] (0 below about -104, inf above 88.72), tanh and
 //! sigmoid within 2e-6 absolute everywhere; NaN in, NaN out.
 
-use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, I32, I32X4};
 use cranelift_codegen::ir::{Endianness, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
@@ -150,4 +151,64 @@ pub fn sigmoid(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
 /// Whether `ty` is one the polynomials above are written for.
 pub fn supported(ty: Type) -> bool {
     ty == F32 || ty == cranelift_codegen::ir::types::F32X4
+}
+
+/// The f32 value of IEEE half-precision bits `h` (an I16).
+pub fn f16_bits_to_f32(b: &mut FunctionBuilder<'_>, h: Value) -> Value {
+    let h = b.ins().uextend(I32, h);
+    let magnitude = b.ins().band_imm_s(h, 0x7fff);
+    let shifted = b.ins().ishl_imm_s(magnitude, 13);
+    // Rebias by multiplying with 2^112: exact for normals and subnormals alike.
+    let as_float = bitcast(b, F32, shifted);
+    let scale = b.ins().f32const(f32::from_bits((127 + 112) << 23));
+    let scaled = b.ins().fmul(as_float, scale);
+    let scaled_bits = bitcast(b, I32, scaled);
+    // Exponent 31: infinity or NaN keeps its payload.
+    let exponent = b.ins().band_imm_s(h, 0x7c00);
+    let special = b.ins().icmp_imm_s(IntCC::Equal, exponent, 0x7c00);
+    let inf_nan = b.ins().bor_imm_s(shifted, 0x7f80_0000);
+    let bits = b.ins().select(special, inf_nan, scaled_bits);
+    let sign = b.ins().band_imm_s(h, 0x8000);
+    let sign = b.ins().ishl_imm_s(sign, 16);
+    let bits = b.ins().bor(bits, sign);
+    bitcast(b, F32, bits)
+}
+
+/// IEEE half-precision bits (an I16) of `x`, rounded to nearest even; overflow gives infinity,
+/// NaN stays NaN.
+pub fn f32_to_f16_bits(b: &mut FunctionBuilder<'_>, x: Value) -> Value {
+    let f = bitcast(b, I32, x);
+    let sign = b.ins().band_imm_s(f, i32::MIN as i64);
+    let abs = b.ins().bxor(f, sign);
+    // NaN or too large for f16: NaN becomes a quiet NaN, the rest infinity.
+    let is_nan = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, abs, 0x7f80_0000);
+    let nan = b.ins().iconst(I32, 0x7e00);
+    let inf = b.ins().iconst(I32, 0x7c00);
+    let big = b.ins().select(is_nan, nan, inf);
+    // Subnormal f16 (or zero): let the FPU round by adding a magic number.
+    let magic = b.ins().f32const(f32::from_bits(((127 - 15) + (23 - 10) + 1) << 23));
+    let absf = bitcast(b, F32, abs);
+    let sum = b.ins().fadd(absf, magic);
+    let sum_bits = bitcast(b, I32, sum);
+    let magic_bits = b.ins().iconst(I32, (((127 - 15) + (23 - 10) + 1) << 23) as i64);
+    let small = b.ins().isub(sum_bits, magic_bits);
+    // Normal: rebias and round to nearest even by hand.
+    let odd = b.ins().ushr_imm_s(abs, 13);
+    let odd = b.ins().band_imm_s(odd, 1);
+    let rebias = b.ins().iadd_imm_s(abs, (((15 - 127) << 23) + 0xfff) as i64);
+    let rounded = b.ins().iadd(rebias, odd);
+    let normal = b.ins().ushr_imm_s(rounded, 13);
+    let is_big = b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, abs, ((127 + 16) << 23) as i64);
+    let is_small = b.ins().icmp_imm_s(IntCC::SignedLessThan, abs, (113 << 23) as i64);
+    let out = b.ins().select(is_small, small, normal);
+    let out = b.ins().select(is_big, big, out);
+    let sign16 = b.ins().ushr_imm_s(sign, 16);
+    let out = b.ins().bor(out, sign16);
+    b.ins().ireduce(cranelift_codegen::ir::types::I16, out)
+}
+
+/// `x` rounded to the nearest f16 value, kept as f32 (how f16 values live in registers).
+pub fn round_to_f16(b: &mut FunctionBuilder<'_>, x: Value) -> Value {
+    let bits = f32_to_f16_bits(b, x);
+    f16_bits_to_f32(b, bits)
 }

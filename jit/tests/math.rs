@@ -69,3 +69,51 @@ fn nan_in_nan_out() {
         }
     }
 }
+
+/// Runs `y[i] = cast<to>(x[i])` over raw little-endian element bytes.
+fn cast_bytes(from: &str, to: &str, input: &[u8], n: usize, out_elem: usize) -> Vec<u8> {
+    let text = format!(
+        "func @main(%x: {from}[{n}], %y: {to}[{n}]) {{\n  for %i: i64 in 0..{n} serial {{\n    %y[%i] = cast<{to}>(%x[%i])\n  }}\n}}\n"
+    );
+    let module = parse_module(&text).expect("valid loop IR");
+    let jit = JitModule::compile(&module, &[true, false], JitOptions::default()).expect("compile");
+    let mut out = vec![0u8; out_elem * n];
+    jit.run([JitArg::Read(input), JitArg::Write(&mut out)]).expect("run");
+    out
+}
+
+#[test]
+fn every_f16_widens_exactly() {
+    let n = 1 << 16;
+    let input: Vec<u8> = (0..n as u32).flat_map(|b| (b as u16).to_le_bytes()).collect();
+    let out = cast_bytes("f16", "f32", &input, n, 4);
+    for (bits, got) in (0..n as u32).zip(out.chunks_exact(4)) {
+        let got = f32::from_le_bytes(got.try_into().unwrap());
+        let want = heron_ir::f16::from_bits(bits as u16).to_f32();
+        assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{bits:#06x}: {got} vs {want}");
+    }
+}
+
+#[test]
+fn f32_narrows_to_f16_with_round_to_nearest_even() {
+    // Every f16 value, the midpoints between neighbours (ties), and values around them, plus
+    // overflow, underflow and NaN.
+    let mut xs: Vec<f32> = Vec::new();
+    for bits in 0..0x7c00u16 {
+        let v = heron_ir::f16::from_bits(bits).to_f32();
+        let next = heron_ir::f16::from_bits(bits + 1).to_f32();
+        let mid = (v as f64 + next as f64) / 2.0;
+        for x in [v, mid as f32, f32::from_bits((mid as f32).to_bits() + 1), f32::from_bits((mid as f32).to_bits() - 1)]
+        {
+            xs.extend([x, -x]);
+        }
+    }
+    xs.extend([65504.0, 65520.0, 70000.0, f32::MAX, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-10, -1e-10]);
+    let input: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let out = cast_bytes("f32", "f16", &input, xs.len(), 2);
+    for (x, got) in xs.iter().zip(out.chunks_exact(2)) {
+        let got = heron_ir::f16::from_bits(u16::from_le_bytes(got.try_into().unwrap()));
+        let want = heron_ir::f16::from_f32(*x);
+        assert!(got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "{x}: {got} vs {want}");
+    }
+}
