@@ -11,7 +11,7 @@
 //! Only loops whose variable indexes every global store of the body are moved or jammed: their
 //! iterations write disjoint outputs, so reordering them cannot change results.
 
-use heron_ir::loop_ir::{Arg, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarId};
+use heron_ir::loop_ir::{Arg, BinOp, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarId};
 
 /// Smallest extent worth a vector loop (one F32X4).
 const MIN_VECTOR_EXTENT: i64 = 4;
@@ -84,7 +84,7 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
             let h = headers.remove(best);
             headers.insert(last - 1, Header { kind: ForKind::Unrolled, ..h });
         }
-        body
+        longest_reduction_innermost(body, f)
     } else {
         schedule_stmt(body, f)
     };
@@ -94,6 +94,46 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
         kind: h.kind,
         body: Box::new(inner),
     })
+}
+
+/// Reorders each pure accumulation nest in `body` (`for .. { acc[i] = acc[i] + e }`, a
+/// reduction into a loop-local accumulator) so its longest loop is innermost: the input
+/// channels of a convolution rather than a 3-wide kernel window, so the innermost loop runs
+/// long and its body stays small. Only the summation order changes.
+fn longest_reduction_innermost(body: Stmt, f: &PrimFunc) -> Stmt {
+    let reorder = |s: Stmt| -> Stmt {
+        let mut headers = Vec::new();
+        let mut cur = s;
+        let inner = loop {
+            match cur {
+                Stmt::For { var, extent, kind, body } => {
+                    headers.push(Header { var, extent, kind });
+                    cur = *body;
+                }
+                other => break other,
+            }
+        };
+        let accumulates = matches!(&inner, Stmt::Store { buffer, indices, value: Expr::Binary { op: BinOp::Add, lhs, .. } }
+            if f.buffer(*buffer).scope == Scope::Local
+                && matches!(&**lhs, Expr::Load { buffer: b, indices: i } if b == buffer && i == indices));
+        let constant = headers.iter().all(|h| h.extent.as_int().is_some() && h.kind == ForKind::Serial);
+        if accumulates && constant {
+            headers.sort_by_key(|h| h.extent.as_int());
+        }
+        headers.into_iter().rev().fold(inner, |b, h| Stmt::For {
+            var: h.var,
+            extent: h.extent,
+            kind: h.kind,
+            body: Box::new(b),
+        })
+    };
+    match body {
+        Stmt::Seq(v) => {
+            Stmt::Seq(v.into_iter().map(|s| if matches!(s, Stmt::For { .. }) { reorder(s) } else { s }).collect())
+        }
+        s @ Stmt::For { .. } => reorder(s),
+        other => other,
+    }
 }
 
 /// Linear index expressions of the global stores in `body`, or `None` when a global store sits
