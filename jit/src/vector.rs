@@ -102,7 +102,8 @@ pub(crate) fn try_emit(
     let jam_var = jam.map(|(v, _)| v);
     // 4 x 12 blocks with a jam (12 accumulators; the other 4 xmm registers hold the operands of
     // one reduction step, measured best against 4 x 8, 3 x 12 and 6 x 8), 16 lanes without.
-    let (u, j) = if jam.is_some() { (3, 4) } else { (4, 1) };
+    let (max_u, j) = if jam.is_some() { (3, 4) } else { (4, 1) };
+    let u = vectors_per_value(extent.as_int(), max_u);
     let sh = Shape { v: var, jam: jam_var, u, j };
     let mut ranges = t.ranges.clone();
     ranges.set(var, loop_range(&ranges, extent));
@@ -162,6 +163,14 @@ pub(crate) fn try_emit(
         }
     }
     Ok(true)
+}
+
+/// Vectors per value for a loop of `extent` lanes: the fewest blocks (full `4u`-lane blocks
+/// plus single-vector tail chunks), ties to the larger `u`.
+fn vectors_per_value(extent: Option<i64>, max_u: usize) -> usize {
+    let Some(n) = extent else { return max_u };
+    let blocks = |u: i64| n / (LANES * u) + (n % (LANES * u) + LANES - 1) / LANES;
+    (1..=max_u as i64).rev().min_by_key(|&u| blocks(u)).unwrap_or(1) as usize
 }
 
 fn round_down(t: &mut FuncTranslator<'_>, n: Value, step: i64) -> Value {
