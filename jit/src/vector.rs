@@ -1,28 +1,33 @@
-//! Loops marked vectorized, emitted with 128-bit SIMD (F32X4), optionally jammed with the loop
-//! around them.
+//! Loops marked vectorized, emitted with 128-bit SIMD, optionally jammed with the loop around
+//! them.
 //!
 //! `for v in 0..n vectorized { body }` runs its main part `4 * U` iterations at a time: every
-//! value that depends on `v` becomes U F32X4 registers (lanes v, v+1, ...), everything else
-//! stays scalar and is computed once, through the ordinary scalar translator. Loads and stores
-//! whose index moves by 1 with `v` are vector loads/stores; by 0, a scalar broadcast; by any other
-//! constant, four scalar accesses (gather/scatter). Loop-local accumulators become vector
-//! registers, inner (reduction) loops stay scalar loops around vector bodies, so a convolution
-//! or GEMM reduction keeps U vectors of outputs in registers. The last `n % (4U)` iterations run
-//! the scalar body.
+//! value that depends on `v` becomes U four-lane registers (F32X4 for f32, I32X4 for i32 and for
+//! i8/u8/i16/u16 loads widened by sign, I32X4 masks for conditions), everything else stays
+//! scalar and is computed once, through the ordinary scalar translator. Loads and stores whose
+//! index moves by 1 with `v` are vector loads/stores; by 0, a scalar broadcast; by another
+//! constant or non-affinely (clamped padding reads), lane-by-lane gathers; index comparisons
+//! (padding guards) become lane masks. Loop-local accumulators become vector registers, inner
+//! (reduction) loops stay scalar loops around vector bodies (short ones unrolled), so a
+//! convolution or GEMM reduction keeps U vectors of outputs in registers. The remainder runs as
+//! single vectors overlapping the main part when recomputing is harmless, else as scalar
+//! iterations.
 //!
 //! `for j in 0..m unrolled { for v in 0..n vectorized { body } }` is unrolled-and-jammed: J
 //! copies of the body (j, j+1, ...) share each inner loop, so a J x U block of outputs stays in
 //! registers and a value that does not depend on `j` (an input vector) is loaded once for all J.
-//! This is the register-blocked microkernel shape (4 output channels x 12 positions).
+//! This is the register-blocked microkernel shape (4 output channels x 12 positions), with
+//! multiply-adds fused when the ISA has FMA.
 //!
-//! Anything else (varying integers, data-dependent indices, varying conditions, calls) is left
-//! to the scalar translator: [`try_emit`] says so before emitting anything.
+//! Anything else (varying i64 or narrow arithmetic, data-dependent indices, varying branch
+//! conditions, calls) is left to the scalar translator: [`try_emit`] says so before emitting
+//! anything.
 
 use std::collections::{HashMap, HashSet};
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::types::{F32, F32X4, I32, I32X4, I64};
-use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
+use cranelift_codegen::ir::types::{F32, F32X4, I8, I16, I32, I32X4, I64};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::Variable;
 use heron_ir::DType;
 use heron_ir::loop_ir::{BinOp, BufferId, Expr, MathOp, Scope, Stmt, VarId};
@@ -279,7 +284,7 @@ impl Checker<'_, '_> {
             }
             Stmt::Store { buffer, indices, value } => {
                 let buf = self.t.f.buffer(*buffer);
-                if buf.dtype != DType::F32 || !self.value_ok(value) {
+                if !lane_dtype(buf.dtype) || !self.value_ok(value) {
                     return false;
                 }
                 if self.is_local(*buffer) {
@@ -304,6 +309,13 @@ impl Checker<'_, '_> {
     /// The index's step per `v` when the access is affine in `v`, proven in bounds and free of
     /// data-dependent parts.
     fn access(&self, buffer: BufferId, indices: &[Expr]) -> Option<i64> {
+        let lin = self.in_bounds(buffer, indices)?;
+        affine_step(&lin, self.sh.v, &|x| self.index_lets.get(&x).is_some_and(|d| d.v))
+    }
+
+    /// The linear index of an access that is proven in bounds, free of data-dependent parts
+    /// and not reading another lane's output.
+    fn in_bounds(&self, buffer: BufferId, indices: &[Expr]) -> Option<Expr> {
         if indices.iter().any(has_load) {
             return None;
         }
@@ -314,13 +326,17 @@ impl Checker<'_, '_> {
             return None;
         }
         let len = self.t.f.buffer(buffer).num_elements() as i128;
-        if !self.ranges.range(&lin).is_some_and(|(lo, hi)| lo >= 0 && hi < len) {
-            return None;
-        }
-        affine_step(&lin, self.sh.v, &|x| self.index_lets.get(&x).is_some_and(|d| d.v))
+        self.ranges.range(&lin).is_some_and(|(lo, hi)| lo >= 0 && hi < len).then_some(lin)
     }
 
-    /// A value expression the vector translator handles: v-dependent parts are F32 or masks.
+    /// An index expression (no loads) whose values fit i32 lanes, so comparisons on it (padding
+    /// guards) can be done lane-wise.
+    fn small_index(&self, e: &Expr) -> bool {
+        !has_load(e) && self.ranges.range(e).is_some_and(|(lo, hi)| lo >= i32::MIN as i128 && hi <= i32::MAX as i128)
+    }
+
+    /// A value expression the vector translator handles: v-dependent parts are f32 or i32 lanes
+    /// or masks (narrow integers only as loads widened to i32).
     fn value_ok(&self, e: &Expr) -> bool {
         if !self.deps(e).v {
             return true;
@@ -334,32 +350,60 @@ impl Checker<'_, '_> {
                         && self.value_ok(lhs)
                         && self.value_ok(rhs)
                 }
+                DType::I32 => {
+                    let shift_ok = !matches!(op, BinOp::Shl | BinOp::Shr) || !self.deps(rhs).v;
+                    matches!(
+                        op,
+                        BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Min | BinOp::Max | BinOp::Shl | BinOp::Shr
+                    ) && shift_ok
+                        && self.value_ok(lhs)
+                        && self.value_ok(rhs)
+                }
                 DType::Bool => matches!(op, BinOp::And | BinOp::Or) && self.value_ok(lhs) && self.value_ok(rhs),
                 _ => false,
             },
-            Expr::Cmp { lhs, rhs, .. } => lhs.dtype(f) == DType::F32 && self.value_ok(lhs) && self.value_ok(rhs),
+            Expr::Cmp { lhs, rhs, .. } if lhs.dtype(f) == DType::I64 => self.small_index(lhs) && self.small_index(rhs),
+            Expr::Cmp { lhs, rhs, .. } => lane_dtype(lhs.dtype(f)) && self.value_ok(lhs) && self.value_ok(rhs),
             Expr::Not(x) => self.value_ok(x),
             Expr::Select { cond, then, otherwise } => {
-                then.dtype(f) == DType::F32 && self.value_ok(cond) && self.value_ok(then) && self.value_ok(otherwise)
+                lane_dtype(then.dtype(f)) && self.value_ok(cond) && self.value_ok(then) && self.value_ok(otherwise)
             }
             Expr::Cast { dtype: DType::F32, value } => {
-                matches!(value.dtype(f), DType::F32 | DType::Bool) && self.value_ok(value)
+                matches!(value.dtype(f), DType::F32 | DType::I32 | DType::Bool) && self.value_ok(value)
             }
+            Expr::Cast { dtype: DType::I32, value } => match (value.dtype(f), &**value) {
+                (DType::F32 | DType::I32 | DType::Bool, _) => self.value_ok(value),
+                (DType::I8 | DType::U8 | DType::I16 | DType::U16, Expr::Load { buffer, indices }) => {
+                    !self.is_local(*buffer) && self.in_bounds(*buffer, indices).is_some()
+                }
+                _ => false,
+            },
             Expr::Math { arg, .. } => arg.dtype(f) == DType::F32 && self.value_ok(arg),
             Expr::Load { buffer, indices } => {
                 let buf = f.buffer(*buffer);
-                if buf.dtype != DType::F32 {
+                if !lane_dtype(buf.dtype) {
                     return false;
                 }
                 if self.is_local(*buffer) {
                     self.defined.contains(buffer) && matches!(self.t.bufs[buffer.0 as usize], Buf::Vars(_))
                 } else {
-                    self.access(*buffer, indices).is_some()
+                    // Non-affine indices (clamped padding reads) are gathered lane by lane.
+                    self.in_bounds(*buffer, indices).is_some()
                 }
             }
             _ => false,
         }
     }
+}
+
+/// Element types that live in vector lanes as they are (f32 or i32).
+fn lane_dtype(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::I32)
+}
+
+/// The 4-lane vector type for lanes of `d`.
+fn lanes_of(d: DType) -> Type {
+    if d == DType::F32 { F32X4 } else { I32X4 }
 }
 
 /// `(a, b, c)` when `lhs + rhs` is `a * b + c` (either side the product).
@@ -369,6 +413,12 @@ fn product<'e>(lhs: &'e Expr, rhs: &'e Expr) -> Option<(&'e Expr, &'e Expr, &'e 
         (Expr::Binary { op: BinOp::Mul, lhs: a, rhs: b }, _) => Some((a, b, rhs)),
         _ => None,
     }
+}
+
+/// `mask ? x : y` lane-wise for f32 or i32 lanes.
+fn lane_select(t: &mut FuncTranslator<'_>, mask: Value, x: Value, y: Value) -> Value {
+    let ty = t.b.func.dfg.value_type(x);
+    if ty == I32X4 { t.b.ins().bitselect(mask, x, y) } else { math::select_by(&mut t.b, ty, mask, x, y) }
 }
 
 fn collect_loads(e: &Expr, out: &mut HashSet<BufferId>) {
@@ -542,8 +592,8 @@ impl VecCtx {
         self.locals
             .entry(buffer)
             .or_insert_with(|| {
-                let elems = t.f.buffer(buffer).num_elements();
-                (0..elems * n).map(|_| t.b.declare_var(F32X4)).collect()
+                let (elems, ty) = (t.f.buffer(buffer).num_elements(), lanes_of(t.f.buffer(buffer).dtype));
+                (0..elems * n).map(|_| t.b.declare_var(ty)).collect()
             })
             .clone()
     }
@@ -579,6 +629,111 @@ impl VecCtx {
             }
         }
         Ok((out, step, per_j))
+    }
+
+    /// Element index of every lane of an access, per (j, u) (j only when the index depends on
+    /// it): from the affine step, or, for other indices, evaluated lane by lane.
+    fn lane_indices(
+        &self,
+        t: &mut FuncTranslator<'_>,
+        buffer: BufferId,
+        indices: &[Expr],
+        jb: Option<Value>,
+    ) -> Result<(Vec<[Value; LANES as usize]>, bool), CodegenError> {
+        let lin = substitute(&t.linear_index(buffer, indices), &self.index_lets);
+        let per_j = self.deps(t, &lin).j;
+        let copies = if per_j { self.sh.j } else { 1 };
+        if affine_step(&lin, self.sh.v, &|_| false).is_some() {
+            let (base, step, _) = self.indices(t, buffer, indices, jb)?;
+            let mut out = Vec::new();
+            for &b in &base[..copies * self.sh.u] {
+                out.push(std::array::from_fn(|l| if l == 0 { b } else { t.b.ins().iadd_imm_s(b, step * l as i64) }));
+            }
+            return Ok((out, per_j));
+        }
+        let v = t.var(self.sh.v)?;
+        let vb = t.b.use_var(v);
+        let mut out = Vec::new();
+        for j in 0..copies {
+            self.jam_value(t, jb, j)?;
+            for u in 0..self.sh.u {
+                let mut lanes = [vb; LANES as usize];
+                for (l, slot) in lanes.iter_mut().enumerate() {
+                    let at = t.b.ins().iadd_imm_s(vb, LANES * u as i64 + l as i64);
+                    t.b.def_var(v, at);
+                    *slot = t.index(&lin)?;
+                }
+                out.push(lanes);
+            }
+        }
+        // The rest of the body sees the block's first lane again.
+        t.b.def_var(v, vb);
+        Ok((out, per_j))
+    }
+
+    /// An i64 index expression as i32 lanes (its range fits, see `Checker::small_index`):
+    /// uniform parts stay scalar, varying ones are evaluated per lane.
+    fn index_lanes(&self, t: &mut FuncTranslator<'_>, e: &Expr, jb: Option<Value>) -> Result<Tile, CodegenError> {
+        let e = substitute(e, &self.index_lets);
+        let d = self.deps(t, &e);
+        if !d.v {
+            let s = self.scalar(t, &e, jb, d.j)?;
+            let vals = s.vals.iter().map(|&v| t.b.ins().ireduce(I32, v)).collect();
+            return Ok(Tile { vals, ..s });
+        }
+        let v = t.var(self.sh.v)?;
+        let vb = t.b.use_var(v);
+        let copies = if d.j { self.sh.j } else { 1 };
+        let mut vals = Vec::new();
+        for j in 0..copies {
+            self.jam_value(t, jb, j)?;
+            for u in 0..self.sh.u {
+                let zero = t.b.ins().iconst(I32, 0);
+                let mut lanes = t.b.ins().splat(I32X4, zero);
+                for l in 0..LANES {
+                    let at = t.b.ins().iadd_imm_s(vb, LANES * u as i64 + l);
+                    t.b.def_var(v, at);
+                    let x = t.index(&e)?;
+                    let x = t.b.ins().ireduce(I32, x);
+                    lanes = t.b.ins().insertlane(lanes, x, l as u8);
+                }
+                vals.push(lanes);
+            }
+        }
+        t.b.def_var(v, vb);
+        Ok(Tile { per_j: d.j, vector: true, vals })
+    }
+
+    /// Loads one element per lane into a vector of `vty` lanes of `sty` (widened from `mem` by
+    /// sign when narrower).
+    fn gather(
+        t: &mut FuncTranslator<'_>,
+        buffer: BufferId,
+        lanes: &[Value; LANES as usize],
+        vty: Type,
+        sty: Type,
+        mem: Type,
+        signed: bool,
+    ) -> Result<Value, CodegenError> {
+        let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
+            return Err(t.unsupported("a vector access to an undeclared buffer"));
+        };
+        let flags = MemFlagsData::new().with_notrap();
+        let elem = mem.bytes() as i64;
+        let zero = if sty == F32 { t.b.ins().f32const(0.0) } else { t.b.ins().iconst(I32, 0) };
+        let mut v = t.b.ins().splat(vty, zero);
+        for (lane, &ix) in lanes.iter().enumerate() {
+            let off = t.b.ins().imul_imm_s(ix, elem);
+            let addr = t.b.ins().iadd(base, off);
+            let x = t.b.ins().load(mem, flags, addr, 0);
+            let x = match (mem == sty, signed) {
+                (true, _) => x,
+                (false, true) => t.b.ins().sextend(sty, x),
+                (false, false) => t.b.ins().uextend(sty, x),
+            };
+            v = t.b.ins().insertlane(v, x, lane as u8);
+        }
+        Ok(v)
     }
 
     fn address(t: &mut FuncTranslator<'_>, buffer: BufferId, index: Value) -> Result<Value, CodegenError> {
@@ -631,7 +786,11 @@ impl VecCtx {
     /// The (j, u) vector of a tile, broadcasting scalars.
     fn vector(&self, t: &mut FuncTranslator<'_>, tile: &Tile, j: usize, u: usize) -> Value {
         let v = tile.at(self.sh, j, u);
-        if tile.vector { v } else { t.b.ins().splat(F32X4, v) }
+        if tile.vector {
+            return v;
+        }
+        let ty = if t.b.func.dfg.value_type(v) == F32 { F32X4 } else { I32X4 };
+        t.b.ins().splat(ty, v)
     }
 
     fn value(&mut self, t: &mut FuncTranslator<'_>, e: &Expr, jb: Option<Value>) -> Result<Tile, CodegenError> {
@@ -653,29 +812,31 @@ impl VecCtx {
                     let vals = (0..sh.j * sh.u).map(|k| t.b.use_var(vars[slot * sh.j * sh.u + k])).collect();
                     Tile { per_j: true, vector: true, vals }
                 } else {
-                    let (idx, step, per_j) = self.indices(t, *buffer, indices, jb)?;
-                    let flags = MemFlagsData::new().with_notrap();
+                    let (vty, sty) = if t.f.buffer(*buffer).dtype == DType::F32 { (F32X4, F32) } else { (I32X4, I32) };
+                    let lin = substitute(&t.linear_index(*buffer, indices), &self.index_lets);
                     let mut vals = Vec::new();
-                    for j in 0..if per_j { sh.j } else { 1 } {
-                        for u in 0..sh.u {
-                            let addr = Self::address(t, *buffer, idx[j * sh.u + u])?;
-                            vals.push(if step == 1 {
-                                t.b.ins().load(F32X4, flags, addr, 0)
-                            } else {
-                                let first = t.b.ins().load(F32, flags, addr, 0);
-                                let mut v = t.b.ins().scalar_to_vector(F32X4, first);
-                                for lane in 1..LANES {
-                                    let x = t.b.ins().load(F32, flags, addr, (lane * step * 4) as i32);
-                                    v = t.b.ins().insertlane(v, x, lane as u8);
-                                }
-                                v
-                            });
+                    let per_j;
+                    if affine_step(&lin, sh.v, &|_| false) == Some(1) {
+                        let (idx, _, pj) = self.indices(t, *buffer, indices, jb)?;
+                        per_j = pj;
+                        let flags = MemFlagsData::new().with_notrap();
+                        for &ix in &idx[..if per_j { sh.j * sh.u } else { sh.u }] {
+                            let addr = Self::address(t, *buffer, ix)?;
+                            vals.push(t.b.ins().load(vty, flags, addr, 0));
+                        }
+                    } else {
+                        let (lanes, pj) = self.lane_indices(t, *buffer, indices, jb)?;
+                        per_j = pj;
+                        for l in &lanes {
+                            vals.push(Self::gather(t, *buffer, l, vty, sty, sty, false)?);
                         }
                     }
                     Tile { per_j, vector: true, vals }
                 }
             }
-            Expr::Binary { op: BinOp::Add, lhs, rhs } if t.options.fma && product(lhs, rhs).is_some() => {
+            Expr::Binary { op: BinOp::Add, lhs, rhs }
+                if t.options.fma && lhs.dtype(t.f) == DType::F32 && product(lhs, rhs).is_some() =>
+            {
                 let (p, q, acc) = product(lhs, rhs).expect("checked");
                 let (a, b, c) = (self.value(t, p, jb)?, self.value(t, q, jb)?, self.value(t, acc, jb)?);
                 let (per_j, nj) = lanes(&[&a, &b, &c]);
@@ -694,10 +855,13 @@ impl VecCtx {
                 let mut vals = Vec::new();
                 for j in 0..nj {
                     for u in 0..sh.u {
+                        if matches!(op, BinOp::And | BinOp::Or) {
+                            let (x, y) = (self.mask(t, &a, j, u), self.mask(t, &b, j, u));
+                            vals.push(if *op == BinOp::And { t.b.ins().band(x, y) } else { t.b.ins().bor(x, y) });
+                            continue;
+                        }
                         let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
                         vals.push(match op {
-                            BinOp::And => t.b.ins().band(x, y),
-                            BinOp::Or => t.b.ins().bor(x, y),
                             // Against a constant, compare-and-select is one instruction and
                             // still lets NaN through: the constant wins only when the comparison
                             // holds.
@@ -706,8 +870,25 @@ impl VecCtx {
                                 let c = t.b.ins().fcmp(cc, y, x);
                                 math::select_by(&mut t.b, F32X4, c, y, x)
                             }
-                            _ => t.binary(*op, x, y, DType::F32)?,
+                            // Shift amounts are uniform: Cranelift shifts every lane by a scalar.
+                            BinOp::Shl | BinOp::Shr => {
+                                let amount = b.at(sh, j, u);
+                                t.binary(*op, x, amount, DType::I32)?
+                            }
+                            _ => t.binary(*op, x, y, lhs.dtype(t.f))?,
                         });
+                    }
+                }
+                Tile { per_j, vector: true, vals }
+            }
+            Expr::Cmp { op, lhs, rhs } if lhs.dtype(t.f) == DType::I64 => {
+                let (a, b) = (self.index_lanes(t, lhs, jb)?, self.index_lanes(t, rhs, jb)?);
+                let (per_j, nj) = lanes(&[&a, &b]);
+                let mut vals = Vec::new();
+                for j in 0..nj {
+                    for u in 0..sh.u {
+                        let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
+                        vals.push(t.compare(*op, x, y, DType::I32));
                     }
                 }
                 Tile { per_j, vector: true, vals }
@@ -719,7 +900,7 @@ impl VecCtx {
                 for j in 0..nj {
                     for u in 0..sh.u {
                         let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
-                        vals.push(t.compare(*op, x, y, DType::F32));
+                        vals.push(t.compare(*op, x, y, lhs.dtype(t.f)));
                     }
                 }
                 Tile { per_j, vector: true, vals }
@@ -737,21 +918,45 @@ impl VecCtx {
                     for u in 0..sh.u {
                         let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
                         let m = self.mask(t, &c, j, u);
-                        vals.push(math::select_by(&mut t.b, F32X4, m, x, y));
+                        vals.push(lane_select(t, m, x, y));
                     }
                 }
                 Tile { per_j, vector: true, vals }
             }
-            Expr::Cast { value, .. } => {
+            Expr::Cast { dtype: to, value } => {
+                let from = value.dtype(t.f);
+                if let (DType::I8 | DType::U8 | DType::I16 | DType::U16, Expr::Load { buffer, indices }) =
+                    (from, &**value)
+                {
+                    return self.widening_load(t, *buffer, indices, jb);
+                }
                 let a = self.value(t, value, jb)?;
-                if value.dtype(t.f) == DType::F32 {
+                if from == *to {
                     return Ok(a);
                 }
-                let (one, zero) = (math::fconst(&mut t.b, F32X4, 1.0), math::fconst(&mut t.b, F32X4, 0.0));
                 let mut vals = Vec::new();
                 for k in 0..a.vals.len() {
-                    let m = self.mask(t, &a, k / sh.u, k % sh.u);
-                    vals.push(math::select_by(&mut t.b, F32X4, m, one, zero));
+                    let (j, u) = (k / sh.u, k % sh.u);
+                    vals.push(match (from, to) {
+                        (DType::Bool, _) => {
+                            let m = self.mask(t, &a, j, u);
+                            let (one, zero) = if *to == DType::F32 {
+                                (math::fconst(&mut t.b, F32X4, 1.0), math::fconst(&mut t.b, F32X4, 0.0))
+                            } else {
+                                let (o, z) = (t.b.ins().iconst(I32, 1), t.b.ins().iconst(I32, 0));
+                                (t.b.ins().splat(I32X4, o), t.b.ins().splat(I32X4, z))
+                            };
+                            lane_select(t, m, one, zero)
+                        }
+                        (DType::I32, _) => {
+                            let v = self.vector(t, &a, j, u);
+                            t.b.ins().fcvt_from_sint(F32X4, v)
+                        }
+                        _ => {
+                            let v = self.vector(t, &a, j, u);
+                            t.b.ins().fcvt_to_sint_sat(I32X4, v)
+                        }
+                    });
                 }
                 Tile { vals, ..a }
             }
@@ -773,6 +978,26 @@ impl VecCtx {
             }
             other => return Err(t.unsupported(format!("vectorizing {other:?}"))),
         })
+    }
+
+    /// i8/u8/i16/u16 elements loaded and widened (by their signedness) to i32 lanes, one lane
+    /// at a time.
+    fn widening_load(
+        &self,
+        t: &mut FuncTranslator<'_>,
+        buffer: BufferId,
+        indices: &[Expr],
+        jb: Option<Value>,
+    ) -> Result<Tile, CodegenError> {
+        let dtype = t.f.buffer(buffer).dtype;
+        let (elem, signed) = (dtype.size_bytes() as i64, dtype.is_signed_int());
+        let (lanes, per_j) = self.lane_indices(t, buffer, indices, jb)?;
+        let narrow = if elem == 1 { I8 } else { I16 };
+        let mut vals = Vec::new();
+        for l in &lanes {
+            vals.push(Self::gather(t, buffer, l, I32X4, I32, narrow, signed)?);
+        }
+        Ok(Tile { per_j, vector: true, vals })
     }
 
     /// The (j, u) lane mask of a boolean tile: vector masks as they are, scalar bools widened

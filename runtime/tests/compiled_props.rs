@@ -113,6 +113,27 @@ proptest! {
         check_jit(&g, &inputs, &want);
     }
 
+    /// Integer GEMMs wide enough for i32 vector lanes (u8 inputs widened, zero points,
+    /// requantization): bit-exact against the interpreter.
+    #[test]
+    fn wide_integer_matmuls_on_the_jit(seed in any::<u64>(), m in 1usize..4, k in 1usize..20, n in 4usize..40) {
+        let bytes = |s: u64, len: usize| data(s, len).into_iter().map(|v| ((v + 1.0) * 127.0) as u8).collect::<Vec<u8>>();
+        let mut g = Graph::new();
+        let a = g.add_input("a", TensorType::new(DType::U8, vec![m, k]));
+        let b = g.add_constant("b", Tensor::from_vec(&[k, n], bytes(seed ^ 3, k * n)).unwrap());
+        let azp = g.add_constant("azp", Tensor::from_vec::<u8>(&[], vec![7]).unwrap());
+        let bzp = g.add_constant("bzp", Tensor::from_vec::<u8>(&[n], (0..n).map(|i| (i * 5 % 30) as u8).collect()).unwrap());
+        let y = g.add_op("mmi", Op::MatMulInteger, &[a, b, azp, bzp]).unwrap();
+        let f = g.add_op("tofloat", Op::Cast { to: DType::F32 }, &[y]).unwrap();
+        let scale = g.add_constant("scale", Tensor::from_vec::<f32>(&[], vec![0.05]).unwrap());
+        let qzp = g.add_constant("qzp", Tensor::from_vec::<i8>(&[], vec![-3]).unwrap());
+        let q = g.add_op("quant", Op::QuantizeLinear { axis: QuantAxis::PerTensor }, &[f, scale, qzp]).unwrap();
+        g.set_outputs(vec![y, q]);
+        let inputs = [Tensor::from_vec(&[m, k], bytes(seed, m * k)).unwrap()];
+        let want = heron_ir::interp::run(&g, &inputs).expect("graph interpreter");
+        check_jit(&g, &inputs, &want);
+    }
+
     #[test]
     fn pooling_lowering_matches(
         seed in any::<u64>(), c in 1usize..3, h in 1usize..9, w in 1usize..9, k in 1usize..4, s in 1usize..3,
