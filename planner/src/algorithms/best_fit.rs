@@ -143,6 +143,9 @@ impl Algorithm for BestFit {
     }
 
     fn place(&self, p: &PoolProblem, budget: &Budget) -> Vec<u64> {
+        if let Some(offsets) = stack_clique(p) {
+            return offsets;
+        }
         let floor = lower_bound(p, &budget.share(0.05));
         let results = run_parallel(starts(p), budget, |s| {
             let fit = s.fit;
@@ -162,6 +165,26 @@ impl Algorithm for BestFit {
             budget,
         )
     }
+}
+
+/// The optimal placement when every buffer conflicts with every other and all share one
+/// alignment (a constant pool): the buffers stack, each padded to the alignment except the
+/// top one, so the one with the most padding goes on top.
+fn stack_clique(p: &PoolProblem) -> Option<Vec<u64>> {
+    let n = p.len();
+    let align = *p.aligns.first()?;
+    if p.aligns.iter().any(|&a| a != align) || p.adj.iter().any(|a| a.len() + 1 != n) {
+        return None;
+    }
+    let padding = |i: usize| p.sizes[i].next_multiple_of(align) - p.sizes[i];
+    let top = (0..n).max_by_key(|&i| (padding(i), std::cmp::Reverse(i)))?;
+    let mut offsets = vec![0u64; n];
+    let mut at = 0u64;
+    for i in (0..n).filter(|&i| i != top).chain([top]) {
+        offsets[i] = at;
+        at = (at + p.sizes[i]).next_multiple_of(align);
+    }
+    Some(offsets)
 }
 
 /// How [`improve_order`] searches.
