@@ -77,6 +77,10 @@ pub fn emit_module<M: Module>(
         let id = module.declare_function(&format!("{entry_name}__{}", f.name), Linkage::Local, &sig)?;
         ids.insert(f.name.clone(), id);
     }
+    let mut externs = HashMap::new();
+    for (name, sig) in extern_signatures(module, ir, ptr)? {
+        externs.insert(name.clone(), module.declare_function(&name, Linkage::Import, &sig)?);
+    }
     let mut libm = HashMap::new();
     for name in LIBM_IMPORTS {
         let mut sig = module.make_signature();
@@ -96,6 +100,9 @@ pub fn emit_module<M: Module>(
                 refs.insert(name.clone(), module.declare_func_in_func(id, b.func));
             }
             let libm = libm.iter().map(|(&n, &id)| (n, module.declare_func_in_func(id, b.func))).collect();
+            for (name, &id) in &externs {
+                refs.insert(format!("extern {name}"), module.declare_func_in_func(id, b.func));
+            }
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
@@ -142,6 +149,52 @@ pub fn emit_module<M: Module>(
         num_args: main.params.len(),
         func_names: ir.funcs.iter().map(|f| f.name.clone()).collect(),
     })
+}
+
+/// The signatures of the precompiled routines the module calls (`call extern "name"(...)`):
+/// a pointer per buffer, i64 per integer, f32/f64 per float argument. Every call of a routine
+/// must agree.
+fn extern_signatures<M: Module>(
+    module: &M,
+    ir: &loop_ir::Module,
+    ptr: Type,
+) -> Result<Vec<(String, Signature)>, CodegenError> {
+    let mut out: Vec<(String, Signature)> = Vec::new();
+    for f in &ir.funcs {
+        let mut calls = Vec::new();
+        f.body.walk(&mut |s| {
+            if let Stmt::Evaluate(call) = s
+                && let Callee::Extern(name) = &call.callee
+            {
+                calls.push((name.clone(), call.args.clone()));
+            }
+        });
+        for (name, args) in calls {
+            let mut sig = module.make_signature();
+            for a in &args {
+                let ty = match a {
+                    Arg::Buffer(_) => ptr,
+                    Arg::Expr(e) => match e.dtype(f) {
+                        DType::F32 => F32,
+                        DType::F64 => F64,
+                        _ => I64,
+                    },
+                };
+                sig.params.push(AbiParam::new(ty));
+            }
+            match out.iter().find(|(n, _)| *n == name) {
+                Some((_, existing)) if *existing != sig => {
+                    return Err(CodegenError::Unsupported {
+                        func: f.name.clone(),
+                        what: format!("calls of routine '{name}' with different argument types"),
+                    });
+                }
+                Some(_) => {}
+                None => out.push((name, sig)),
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn define<M: Module>(module: &mut M, id: FuncId, ctx: &mut Context, name: &str) -> Result<(), CodegenError> {
@@ -487,18 +540,27 @@ impl<'a> FuncTranslator<'a> {
                 self.bufs[buffer.0 as usize] = Buf::Ptr(p);
             }
             Stmt::Evaluate(call) => {
-                let Callee::Func(name) = &call.callee else {
-                    return Err(self.unsupported(format!("call to external function {:?}", call.callee)));
+                let (key, internal) = match &call.callee {
+                    Callee::Func(name) => (name.clone(), true),
+                    Callee::Extern(name) => (format!("extern {name}"), false),
                 };
-                let fref = *self.callees.funcs.get(name).ok_or_else(|| CodegenError::NoFunction(name.clone()))?;
+                let fref = *self.callees.funcs.get(&key).ok_or_else(|| CodegenError::NoFunction(key.clone()))?;
                 let mut args = Vec::with_capacity(call.args.len() + 1);
                 for a in &call.args {
                     match a {
                         Arg::Buffer(b) => args.push(self.buffer_ptr(*b)?),
-                        Arg::Expr(_) => return Err(self.unsupported("scalar call arguments")),
+                        Arg::Expr(e) if !internal => {
+                            let v = self.expr(e)?;
+                            args.push(self.extern_scalar(v, e.dtype(self.f))?);
+                        }
+                        Arg::Expr(_) => return Err(self.unsupported("scalar arguments to a module function")),
                     }
                 }
-                args.push(self.status);
+                // Module functions report out-of-range indices through the status word;
+                // precompiled routines are trusted to stay inside the buffers they are given.
+                if internal {
+                    args.push(self.status);
+                }
                 self.b.ins().call(fref, &args);
             }
             Stmt::If { cond, then, otherwise } => {
@@ -794,6 +856,16 @@ impl<'a> FuncTranslator<'a> {
             std::cmp::Ordering::Equal => v,
             std::cmp::Ordering::Less => self.b.ins().ireduce(tty, v),
             std::cmp::Ordering::Greater => self.extend(v, tty, from_signed),
+        })
+    }
+
+    /// A scalar argument for a precompiled routine: integers widened to i64, floats as they are.
+    fn extern_scalar(&mut self, v: Value, dtype: DType) -> Result<Value, CodegenError> {
+        Ok(match dtype {
+            DType::F32 | DType::F64 => v,
+            DType::I64 | DType::U64 => v,
+            d if d.is_int() || d == DType::Bool => self.extend(v, I64, d.is_signed_int()),
+            other => return Err(self.unsupported(format!("a {other} argument to a precompiled routine"))),
         })
     }
 

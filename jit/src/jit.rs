@@ -8,7 +8,7 @@
 
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, default_libcall_names};
-use heron_ir::loop_ir;
+use heron_ir::loop_ir::{self, Callee, Stmt};
 
 use crate::CodegenError;
 use crate::codegen::{CodegenOptions, emit_module};
@@ -71,10 +71,14 @@ unsafe impl Send for JitModule {}
 unsafe impl Sync for JitModule {}
 
 /// JIT options.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct JitOptions {
     pub opt_level: OptLevel,
     pub codegen: CodegenOptions,
+    /// Precompiled routines the module calls (`call extern "name"(...)`), by name: the address
+    /// of an `extern "C"` function taking a pointer per buffer, i64 per integer and f32/f64 per
+    /// float argument. They are trusted to stay inside the buffers they are given.
+    pub routines: Vec<(String, *const u8)>,
 }
 
 impl JitModule {
@@ -91,12 +95,33 @@ impl JitModule {
                 (main.buffer(p).size_bytes(), main.buffer(p).name.clone(), read_only.get(k).copied().unwrap_or(false))
             })
             .collect();
+        // An unresolved import would make cranelift-jit panic at finalization: refuse first.
+        for f in &ir.funcs {
+            let mut missing = None;
+            f.body.walk(&mut |s| {
+                if let Stmt::Evaluate(call) = s
+                    && let Callee::Extern(name) = &call.callee
+                    && !options.routines.iter().any(|(n, _)| n == name)
+                {
+                    missing.get_or_insert(name.clone());
+                }
+            });
+            if let Some(name) = missing {
+                return Err(CodegenError::Unsupported {
+                    func: f.name.clone(),
+                    what: format!("a call to routine '{name}', which was not provided"),
+                });
+            }
+        }
         let isa = build_isa(TargetCpu::Native, options.opt_level, false)?;
         let mut codegen = options.codegen;
         codegen.fma &= crate::isa::has_fma(&*isa);
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
         for (name, f) in host_math() {
             builder.symbol(name, f);
+        }
+        for (name, f) in &options.routines {
+            builder.symbol(name, *f);
         }
         let mut module = JITModule::new(builder);
         let emitted = emit_module(&mut module, ir, "heron_entry", Linkage::Export, codegen)?;

@@ -189,6 +189,7 @@ impl Compiler {
         let options = JitOptions {
             opt_level: self.options.opt_level,
             codegen: CodegenOptions { vectorize: self.options.vectorize, fma: true },
+            routines: Vec::new(),
         };
         let code = JitModule::compile(&rewritten.module, &read_only, options)?;
         let codegen = codegen_start.elapsed();
