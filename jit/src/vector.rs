@@ -19,8 +19,11 @@
 //! This is the register-blocked microkernel shape (4 output channels x 12 positions), with
 //! multiply-adds fused when the ISA has FMA.
 //!
-//! Anything else (varying i64 or narrow arithmetic, data-dependent indices, varying branch
-//! conditions, calls) is left to the scalar translator: [`try_emit`] says so before emitting
+//! Branches on varying conditions are predicated when they only update registers (max pooling's
+//! running maximum): both sides run and each lane keeps its own outcome.
+//!
+//! Anything else (varying i64 or narrow arithmetic, data-dependent indices, memory writes under
+//! varying conditions, calls) is left to the scalar translator: [`try_emit`] says so before emitting
 //! anything.
 
 use std::collections::{HashMap, HashSet};
@@ -93,6 +96,8 @@ struct VecCtx {
     tile_lets: HashMap<VarId, Tile>,
     /// Loop-local buffers as vector registers: per element, J x U variables.
     locals: HashMap<BufferId, Vec<Variable>>,
+    /// The lanes whose register updates count, inside branches on varying conditions.
+    pred: Option<Tile>,
 }
 
 /// Vectorizes `for var in 0..extent { body }` (jammed with `jam` = (var, extent) when given);
@@ -130,6 +135,7 @@ pub(crate) fn try_emit(
         sh,
         ranges,
         depth: 0,
+        predicated: 0,
         defined: HashSet::new(),
         stored,
         index_lets: HashMap::new(),
@@ -198,13 +204,19 @@ fn emit_v_loop(
     let step = LANES * sh.u as i64;
     let main_end = round_down(t, n, step);
     let zero = t.b.ins().iconst(I64, 0);
-    let mut ctx = VecCtx { sh, index_lets: HashMap::new(), tile_lets: HashMap::new(), locals: HashMap::new() };
+    let mut ctx =
+        VecCtx { sh, index_lets: HashMap::new(), tile_lets: HashMap::new(), locals: HashMap::new(), pred: None };
     t.counted_loop(sh.v, zero, main_end, step, |t| ctx.stmt(t, body, jb))?;
     if overlap {
         let last = t.b.ins().iadd_imm_s(n, -LANES);
         let one = Shape { u: 1, ..sh };
-        let mut tail =
-            VecCtx { sh: one, index_lets: HashMap::new(), tile_lets: HashMap::new(), locals: HashMap::new() };
+        let mut tail = VecCtx {
+            sh: one,
+            index_lets: HashMap::new(),
+            tile_lets: HashMap::new(),
+            locals: HashMap::new(),
+            pred: None,
+        };
         return t.counted_loop(sh.v, main_end, n, LANES, |t| {
             let var = t.var(sh.v)?;
             let i = t.b.use_var(var);
@@ -231,6 +243,8 @@ struct Checker<'t, 'a> {
     ranges: VarRanges,
     /// Loop nesting inside the vectorized body.
     depth: usize,
+    /// Nesting of branches on varying conditions.
+    predicated: usize,
     /// Loop-local buffers stored at the top of the body so far: each iteration sets them
     /// before reading them, so no value crosses iterations.
     defined: HashSet<BufferId>,
@@ -284,7 +298,8 @@ impl Checker<'_, '_> {
             }
             Stmt::Store { buffer, indices, value } => {
                 let buf = self.t.f.buffer(*buffer);
-                if !lane_dtype(buf.dtype) || !self.value_ok(value) {
+                let mask_local = buf.dtype == DType::Bool && self.is_local(*buffer);
+                if !(lane_dtype(buf.dtype) || mask_local) || !self.value_ok(value) {
                     return false;
                 }
                 if self.is_local(*buffer) {
@@ -293,12 +308,21 @@ impl Checker<'_, '_> {
                     }
                     return matches!(self.t.bufs[buffer.0 as usize], Buf::Vars(_));
                 }
-                matches!(self.access(*buffer, indices), Some(c) if c != 0)
+                // Under a varying condition only registers may change (lanes are selected).
+                self.predicated == 0 && matches!(self.access(*buffer, indices), Some(c) if c != 0)
             }
             Stmt::If { cond, then, otherwise } => {
                 let d = self.deps(cond);
+                // A varying condition predicates its branches: they run for every lane and
+                // only the selected lanes of their register updates are kept.
+                let varying = d.v || d.j;
+                if varying && !self.value_ok(cond) {
+                    return false;
+                }
                 self.depth += 1;
-                let ok = !d.v && !d.j && self.stmt(then) && otherwise.as_ref().is_none_or(|o| self.stmt(o));
+                self.predicated += varying as usize;
+                let ok = self.stmt(then) && otherwise.as_ref().is_none_or(|o| self.stmt(o));
+                self.predicated -= varying as usize;
                 self.depth -= 1;
                 ok
             }
@@ -381,7 +405,7 @@ impl Checker<'_, '_> {
             Expr::Math { arg, .. } => arg.dtype(f) == DType::F32 && self.value_ok(arg),
             Expr::Load { buffer, indices } => {
                 let buf = f.buffer(*buffer);
-                if !lane_dtype(buf.dtype) {
+                if !lane_dtype(buf.dtype) && !(buf.dtype == DType::Bool && self.is_local(*buffer)) {
                     return false;
                 }
                 if self.is_local(*buffer) {
@@ -567,6 +591,18 @@ impl VecCtx {
             Stmt::Store { buffer, indices, value } => {
                 let tile = self.value(t, value, jb)?;
                 self.store(t, *buffer, indices, tile, jb)?;
+            }
+            Stmt::If { cond, then, otherwise } if self.deps(t, cond) != Deps::default() => {
+                let c = self.value(t, cond, jb)?;
+                let outer = self.pred.take();
+                let (then_pred, else_pred) = self.branch_masks(t, outer.as_ref(), &c);
+                self.pred = Some(then_pred);
+                self.stmt(t, then, jb)?;
+                if let Some(o) = otherwise {
+                    self.pred = Some(else_pred);
+                    self.stmt(t, o, jb)?;
+                }
+                self.pred = outer;
             }
             Stmt::If { cond, then, otherwise } => {
                 let c = t.expr(&substitute(cond, &self.index_lets))?;
@@ -756,10 +792,17 @@ impl VecCtx {
         if t.f.buffer(buffer).scope == Scope::Local {
             let vars = self.local_vars(t, buffer);
             let slot = Self::local_slot(t, buffer, indices)?;
+            let is_mask = t.f.buffer(buffer).dtype == DType::Bool;
             for j in 0..sh.j {
                 for u in 0..sh.u {
-                    let v = self.vector(t, &tile, j, u);
-                    t.b.def_var(vars[slot * sh.j * sh.u + j * sh.u + u], v);
+                    let var = vars[slot * sh.j * sh.u + j * sh.u + u];
+                    let mut v = if is_mask { self.mask(t, &tile, j, u) } else { self.vector(t, &tile, j, u) };
+                    if let Some(p) = &self.pred {
+                        let m = self.mask(t, p, j, u);
+                        let old = t.b.use_var(var);
+                        v = lane_select(t, m, v, old);
+                    }
+                    t.b.def_var(var, v);
                 }
             }
             return Ok(());
@@ -998,6 +1041,29 @@ impl VecCtx {
             vals.push(Self::gather(t, buffer, l, I32X4, I32, narrow, signed)?);
         }
         Ok(Tile { per_j, vector: true, vals })
+    }
+
+    /// Lane masks for the two branches of `if c` inside the current predicate `outer`.
+    fn branch_masks(&self, t: &mut FuncTranslator<'_>, outer: Option<&Tile>, c: &Tile) -> (Tile, Tile) {
+        let sh = self.sh;
+        let (mut then_vals, mut else_vals) = (Vec::new(), Vec::new());
+        for j in 0..sh.j {
+            for u in 0..sh.u {
+                let m = self.mask(t, c, j, u);
+                let not_m = t.b.ins().bnot(m);
+                let (a, b) = match outer {
+                    Some(o) => {
+                        let om = self.mask(t, o, j, u);
+                        (t.b.ins().band(om, m), t.b.ins().band(om, not_m))
+                    }
+                    None => (m, not_m),
+                };
+                then_vals.push(a);
+                else_vals.push(b);
+            }
+        }
+        let tile = |vals| Tile { per_j: true, vector: true, vals };
+        (tile(then_vals), tile(else_vals))
     }
 
     /// The (j, u) lane mask of a boolean tile: vector masks as they are, scalar bools widened

@@ -134,6 +134,32 @@ proptest! {
         check_jit(&g, &inputs, &want);
     }
 
+    /// Pooling rows wide enough for full vector blocks (max pooling's running maximum becomes
+    /// lane-predicated register updates).
+    #[test]
+    fn wide_pools_on_the_jit(
+        seed in any::<u64>(), c in 1usize..4, h in 2usize..12, w in 4usize..40, k in 1usize..4, s in 1usize..3,
+        p in 0usize..2, ceil in any::<bool>(), max in any::<bool>(),
+    ) {
+        prop_assume!(p < k && h + 2 * p >= k && w + 2 * p >= k);
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &[1, c, h, w]);
+        let mut window = Window::dense(vec![k, k]);
+        window.strides = vec![s, s];
+        window.pads_begin = vec![p, p];
+        window.pads_end = vec![p, p];
+        let pool = PoolAttrs { window, ceil_mode: ceil };
+        let y = if max {
+            g.add_op("pool", Op::MaxPool { pool, storage_order_col_major: false }, &[x]).unwrap()
+        } else {
+            g.add_op("pool", Op::AveragePool { pool, count_include_pad: false }, &[x]).unwrap()
+        };
+        g.set_outputs(vec![y]);
+        let inputs = [f32s(seed, &[1, c, h, w])];
+        let want = heron_ir::interp::run(&g, &inputs).expect("graph interpreter");
+        check_jit(&g, &inputs, &want);
+    }
+
     #[test]
     fn pooling_lowering_matches(
         seed in any::<u64>(), c in 1usize..3, h in 1usize..9, w in 1usize..9, k in 1usize..4, s in 1usize..3,
