@@ -405,7 +405,7 @@ impl Checker<'_, '_> {
             Expr::Math { arg, .. } => arg.dtype(f) == DType::F32 && self.value_ok(arg),
             Expr::Load { buffer, indices } => {
                 let buf = f.buffer(*buffer);
-                if !lane_dtype(buf.dtype) && !(buf.dtype == DType::Bool && self.is_local(*buffer)) {
+                if !(lane_dtype(buf.dtype) || (buf.dtype == DType::Bool && self.is_local(*buffer))) {
                     return false;
                 }
                 if self.is_local(*buffer) {
