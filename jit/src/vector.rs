@@ -112,8 +112,13 @@ pub(crate) fn try_emit(
     let jam_var = jam.map(|(v, _)| v);
     // 4 x 12 blocks with a jam (12 accumulators; the other 4 xmm registers hold the operands of
     // one reduction step, measured best against 4 x 8, 3 x 12 and 6 x 8), 16 lanes without.
-    let (max_u, j) = if jam.is_some() { (3, 4) } else { (4, 1) };
+    let (max_u, mut j) = if jam.is_some() { (3, 4) } else { (4, 1) };
     let u = vectors_per_value(extent.as_int(), max_u);
+    // Rows too short for one full block (7 wide in late CNN layers) run as single vectors: jam
+    // twice as many copies so the block still holds 8 accumulators.
+    if jam.is_some() && extent.as_int().is_some_and(|n| n < 2 * LANES) {
+        j = 8;
+    }
     let sh = Shape { v: var, jam: jam_var, u, j };
     let mut ranges = t.ranges.clone();
     ranges.set(var, loop_range(&ranges, extent));
