@@ -294,6 +294,12 @@ impl Tensor {
     }
 }
 
+impl<T: Element> From<ArrayD<T>> for Tensor {
+    fn from(a: ArrayD<T>) -> Tensor {
+        T::into_tensor(a)
+    }
+}
+
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Tensor<{}>", self.tensor_type())?;

@@ -256,7 +256,16 @@ impl CompiledModel {
     /// Runs the model in `ws`, which must come from [`CompiledModel::workspace`] of this model.
     /// Inputs are checked (count, dtype, shape) before any generated code runs.
     pub fn run_with(&self, ws: &mut Workspace, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        self.model.check_inputs(inputs)?;
+        // Checked against the cached signature without allocating; the model's own check (with
+        // its error messages) runs only when something is wrong.
+        let matches = inputs.len() == self.inputs.len()
+            && inputs
+                .iter()
+                .zip(&self.inputs)
+                .all(|(t, i)| t.dtype() == i.ty.dtype && t.shape() == i.ty.shape.as_slice());
+        if !matches {
+            self.model.check_inputs(inputs)?;
+        }
         let Some(jit) = &self.jit else { return self.model.run_interpreter(inputs) };
         let fits = ws.inputs.len() == self.inputs.len()
             && ws.outputs.len() == self.outputs.len()
