@@ -63,6 +63,7 @@ pub enum UnaryOp {
     Tanh,
     Exp,
     Sqrt,
+    Erf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -208,6 +209,7 @@ impl Op {
                 UnaryOp::Relu => "Relu",
                 UnaryOp::Sigmoid => "Sigmoid",
                 UnaryOp::Tanh => "Tanh",
+                UnaryOp::Erf => "Erf",
                 UnaryOp::Exp => "Exp",
                 UnaryOp::Sqrt => "Sqrt",
             },

@@ -174,3 +174,27 @@ proptest! {
         prop_assert_eq!(mul, Tensor::from_vec(&[1], vec![a.wrapping_mul(b)]).unwrap());
     }
 }
+
+/// The reference erf against tabulated values (Abramowitz & Stegun, Table 7.1, and mpmath).
+#[test]
+fn reference_erf_matches_tabulated_values() {
+    let table = [
+        (0.0, 0.0),
+        (0.1, 0.112_462_916_018_284_9),
+        (0.5, 0.520_499_877_813_046_5),
+        (1.0, 0.842_700_792_949_714_9),
+        (1.5, 0.966_105_146_475_310_7),
+        (2.0, 0.995_322_265_018_952_7),
+        (2.5, 0.999_593_047_982_555),
+        (3.0, 0.999_977_909_503_001_4),
+        (4.0, 0.999_999_984_582_742_1),
+        (5.5, 0.999_999_999_999_992_6),
+    ];
+    for (x, want) in table {
+        let got = heron_ir::interp::erf(x);
+        assert!((got - want).abs() < 1e-14, "erf({x}) = {got}, want {want}");
+        assert!((heron_ir::interp::erf(-x) + want).abs() < 1e-14);
+    }
+    assert!(heron_ir::interp::erf(f64::NAN).is_nan());
+    assert_eq!(heron_ir::interp::erf(f64::INFINITY), 1.0);
+}

@@ -58,7 +58,7 @@ pub struct EmittedModule {
 
 /// Host functions generated code may call (f64 math only; f32 math is inline). The JIT binds
 /// them to Rust; objects import them from libm.
-pub const LIBM_IMPORTS: [&str; 2] = ["exp", "tanh"];
+pub const LIBM_IMPORTS: [&str; 3] = ["exp", "tanh", "erf"];
 
 /// Emits every function of `ir` (a flat, planned module with a `main`) into `module`, plus the
 /// entry `entry_name` with `entry_linkage`.
@@ -896,13 +896,15 @@ impl<'a> FuncTranslator<'a> {
             MathOp::Sqrt => self.b.ins().sqrt(v),
             MathOp::Abs => self.b.ins().fabs(v),
             MathOp::Round => self.b.ins().nearest(v),
-            MathOp::Exp | MathOp::Tanh | MathOp::Sigmoid if ty == F32 => match op {
+            MathOp::Exp | MathOp::Tanh | MathOp::Sigmoid | MathOp::Erf if ty == F32 => match op {
                 MathOp::Exp => math::exp(&mut self.b, F32, v),
                 MathOp::Tanh => math::tanh(&mut self.b, F32, v),
+                MathOp::Erf => math::erf(&mut self.b, F32, v),
                 _ => math::sigmoid(&mut self.b, F32, v),
             },
             MathOp::Exp => self.libm("exp", v),
             MathOp::Tanh => self.libm("tanh", v),
+            MathOp::Erf => self.libm("erf", v),
             MathOp::Sigmoid => {
                 let n = self.b.ins().fneg(v);
                 let e = self.libm("exp", n);

@@ -205,6 +205,9 @@ extern "C" fn host_exp(x: f64) -> f64 {
 extern "C" fn host_tanh(x: f64) -> f64 {
     x.tanh()
 }
+extern "C" fn host_erf(x: f64) -> f64 {
+    heron_ir::interp::erf(x)
+}
 extern "C" fn host_fmaf(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
@@ -227,13 +230,14 @@ extern "C" fn host_truncf(x: f32) -> f32 {
     x.trunc()
 }
 
-/// Host implementations of the math the generated code may import: f64 exp/tanh, and the
+/// Host implementations of the math the generated code may import: f64 exp/tanh/erf, and the
 /// libcalls Cranelift falls back to on CPUs without the matching instructions. Bound
 /// explicitly, since a dlsym lookup fails when the host binary does not link libm.
-fn host_math() -> [(&'static str, *const u8); 9] {
+fn host_math() -> [(&'static str, *const u8); 10] {
     [
         ("exp", host_exp as *const u8),
         ("tanh", host_tanh as *const u8),
+        ("erf", host_erf as *const u8),
         ("fmaf", host_fmaf as *const u8),
         ("fma", host_fma as *const u8),
         ("nearbyintf", host_nearbyintf as *const u8),

@@ -1016,6 +1016,7 @@ impl VecCtx {
                     .map(|&v| match op {
                         MathOp::Exp => math::exp(&mut t.b, F32X4, v),
                         MathOp::Tanh => math::tanh(&mut t.b, F32X4, v),
+                        MathOp::Erf => math::erf(&mut t.b, F32X4, v),
                         MathOp::Sigmoid => math::sigmoid(&mut t.b, F32X4, v),
                         MathOp::Sqrt => t.b.ins().sqrt(v),
                         MathOp::Abs => t.b.ins().fabs(v),

@@ -1,6 +1,6 @@
-//! Accuracy of the inline exp / tanh / sigmoid polynomials, scalar and F32X4, against f64:
-//! exp within 2e-6 relative on [-87, 88], 0 far below, inf above 88.72; tanh and sigmoid within
-//! 2e-6 absolute over all finite inputs; NaN in, NaN out.
+//! Accuracy of the inline exp / tanh / sigmoid / erf polynomials, scalar and F32X4, against f64:
+//! exp within 2e-6 relative on [-87, 88], 0 far below, inf above 88.72; tanh, sigmoid and erf
+//! within 2e-6 absolute over all finite inputs; NaN in, NaN out.
 
 use heron_ir::loop_ir::parse::parse_module;
 use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
@@ -60,8 +60,15 @@ fn tanh_and_sigmoid_are_accurate() {
 }
 
 #[test]
+fn erf_is_accurate() {
+    let xs = samples(-8.0, 8.0, 40_001);
+    check("erf", &xs, heron_ir::interp::erf, |_| 2e-6);
+    assert_eq!(apply("erf", &[f32::INFINITY, f32::NEG_INFINITY, 0.0], true), vec![1.0, -1.0, 0.0]);
+}
+
+#[test]
 fn nan_in_nan_out() {
-    for op in ["exp", "tanh", "sigmoid"] {
+    for op in ["exp", "tanh", "sigmoid", "erf"] {
         for vectorize in [false, true] {
             let got = apply(op, &[f32::NAN, 1.0, f32::NAN, -1.0, f32::NAN], vectorize);
             assert!(got[0].is_nan() && got[2].is_nan() && got[4].is_nan(), "{op}: {got:?}");

@@ -204,7 +204,7 @@ proptest! {
 
     #[test]
     fn broadcasting_elementwise_chains_fuse_correctly(
-        seed in any::<u64>(), a in 1usize..4, b in 1usize..5, c in 1usize..5, ops in proptest::collection::vec(0usize..6, 1..5),
+        seed in any::<u64>(), a in 1usize..4, b in 1usize..5, c in 1usize..5, ops in proptest::collection::vec(0usize..7, 1..5),
     ) {
         let mut g = Graph::new();
         let x = input(&mut g, "x", &[a, b, c]);
@@ -214,6 +214,7 @@ proptest! {
                 0 => g.add_op(format!("relu{i}"), Op::Unary(UnaryOp::Relu), &[v]).unwrap(),
                 1 => g.add_op(format!("sig{i}"), Op::Unary(UnaryOp::Sigmoid), &[v]).unwrap(),
                 2 => g.add_op(format!("leaky{i}"), Op::LeakyRelu { alpha: 0.1 }, &[v]).unwrap(),
+                6 => g.add_op(format!("erf{i}"), Op::Unary(UnaryOp::Erf), &[v]).unwrap(),
                 3 => {
                     let k = g.add_constant(format!("k{i}"), f32s(seed ^ i as u64, &[b, 1]));
                     g.add_op(format!("add{i}"), Op::Binary(BinaryOp::Add), &[k, v]).unwrap()

@@ -119,7 +119,52 @@ pub(crate) fn unary(kind: UnaryOp, t: &Tensor) -> Result<Tensor, KernelError> {
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Exp => x.exp(),
         UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Erf => erf(x),
     })
+}
+
+/// The error function to double precision: its Taylor series near 0, the continued fraction of
+/// erfc (Lentz's method) further out.
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    let r = if a < 2.5 {
+        // erf(a) = 2/sqrt(pi) * sum_n (-1)^n a^(2n+1) / (n! (2n+1))
+        let (mut term, mut sum, a2) = (a, a, a * a);
+        for n in 1..100 {
+            term *= -a2 / n as f64;
+            let add = term / (2 * n + 1) as f64;
+            sum += add;
+            if add.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        sum * std::f64::consts::FRAC_2_SQRT_PI
+    } else if a > 6.0 {
+        1.0
+    } else {
+        // erfc(a) = exp(-a^2)/sqrt(pi) / (a + 1/2/(a + 1/(a + 3/2/(a + 2/(a + ...)))))
+        let tiny = 1e-300;
+        let mut f = a;
+        let (mut c, mut d) = (a, 0.0);
+        for n in 1..300 {
+            let an = n as f64 / 2.0;
+            d = a + an * d;
+            d = if d.abs() < tiny { tiny } else { d };
+            c = a + an / c;
+            c = if c.abs() < tiny { tiny } else { c };
+            d = 1.0 / d;
+            let delta = c * d;
+            f *= delta;
+            if (delta - 1.0).abs() < 1e-16 {
+                break;
+            }
+        }
+        1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / f
+    };
+    r.copysign(x)
 }
 
 fn sigmoid(x: f64) -> f64 {

@@ -10,6 +10,8 @@ mod norm;
 mod pool;
 mod quant;
 
+pub use elementwise::erf;
+
 use std::sync::Arc;
 
 use crate::graph::Graph;

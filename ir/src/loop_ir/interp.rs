@@ -149,6 +149,7 @@ fn math(op: MathOp, v: f64) -> f64 {
     match op {
         MathOp::Exp => v.exp(),
         MathOp::Tanh => v.tanh(),
+        MathOp::Erf => crate::interp::erf(v),
         MathOp::Sigmoid => {
             if v >= 0.0 {
                 1.0 / (1.0 + (-v).exp())

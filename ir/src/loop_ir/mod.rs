@@ -119,6 +119,7 @@ pub enum MathOp {
     Exp,
     Tanh,
     Sigmoid,
+    Erf,
     Sqrt,
     /// Round to nearest, ties to even.
     Round,

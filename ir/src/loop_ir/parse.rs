@@ -611,6 +611,7 @@ impl Parser<'_> {
                         let op = match word.as_str() {
                             "exp" => MathOp::Exp,
                             "tanh" => MathOp::Tanh,
+                            "erf" => MathOp::Erf,
                             "sigmoid" => MathOp::Sigmoid,
                             "sqrt" => MathOp::Sqrt,
                             "round" => MathOp::Round,

@@ -94,6 +94,7 @@ pub(crate) fn math_text(op: MathOp) -> &'static str {
     match op {
         MathOp::Exp => "exp",
         MathOp::Tanh => "tanh",
+        MathOp::Erf => "erf",
         MathOp::Sigmoid => "sigmoid",
         MathOp::Sqrt => "sqrt",
         MathOp::Round => "round",

@@ -86,6 +86,7 @@ fn unary_expr(u: UnaryOp, v: Expr, dtype: DType) -> Expr {
         UnaryOp::Relu => max(v, lit(dtype, 0.0)),
         UnaryOp::Sigmoid => Expr::math(MathOp::Sigmoid, v),
         UnaryOp::Tanh => Expr::math(MathOp::Tanh, v),
+        UnaryOp::Erf => Expr::math(MathOp::Erf, v),
         UnaryOp::Exp => Expr::math(MathOp::Exp, v),
         UnaryOp::Sqrt => Expr::math(MathOp::Sqrt, v),
     }

@@ -48,6 +48,7 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Squeeze", &[1, 11, 13, 21, 23, 24, 25]),
     ("Sub", &[1, 6, 7, 13, 14]),
     ("Tanh", &[1, 6, 13]),
+    ("Erf", &[9, 13]),
     ("Transpose", &[1, 13, 21, 23, 24, 25]),
     ("Unsqueeze", &[1, 11, 13, 21, 23, 24, 25]),
 ];
@@ -273,6 +274,7 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "Relu" => unary(UnaryOp::Relu),
         "Sigmoid" => unary(UnaryOp::Sigmoid),
         "Tanh" => unary(UnaryOp::Tanh),
+        "Erf" => unary(UnaryOp::Erf),
         "Exp" => unary(UnaryOp::Exp),
         "Sqrt" => unary(UnaryOp::Sqrt),
         "LeakyRelu" => Ok((Op::LeakyRelu { alpha: ctx.float("alpha", 0.01)? }, vec![named(ctx, 0)?])),
