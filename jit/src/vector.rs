@@ -98,6 +98,9 @@ struct VecCtx {
     locals: HashMap<BufferId, Vec<Variable>>,
     /// The lanes whose register updates count, inside branches on varying conditions.
     pred: Option<Tile>,
+    /// Buffers the body stores to: loop-local ones among them are vector registers; the others
+    /// (a softmax's row maximum and sum) are loop-invariant scalars.
+    written: HashSet<BufferId>,
 }
 
 /// Vectorizes `for var in 0..extent { body }` (jammed with `jam` = (var, extent) when given);
@@ -152,6 +155,20 @@ pub(crate) fn try_emit(
     if let Some((_, e)) = jam
         && (check.deps(e).v || check.deps(e).j)
     {
+        return Ok(false);
+    }
+    // Registers live only inside the loop: a loop-local buffer the body writes must not be read
+    // anywhere else in the function (its scalar copy would be stale).
+    let count_loads = |s: &Stmt, b: BufferId| {
+        let mut n = 0usize;
+        s.walk(&mut |x| x.for_each_expr(|e| n += loads_of(e, b)));
+        n
+    };
+    let escapes = check
+        .stored
+        .keys()
+        .any(|&b| t.f.buffer(b).scope == Scope::Local && count_loads(&t.f.body, b) != count_loads(body, b));
+    if escapes {
         return Ok(false);
     }
     t.ranges = check.ranges;
@@ -209,19 +226,12 @@ fn emit_v_loop(
     let step = LANES * sh.u as i64;
     let main_end = round_down(t, n, step);
     let zero = t.b.ins().iconst(I64, 0);
-    let mut ctx =
-        VecCtx { sh, index_lets: HashMap::new(), tile_lets: HashMap::new(), locals: HashMap::new(), pred: None };
+    let mut ctx = VecCtx::new(sh, body);
     t.counted_loop(sh.v, zero, main_end, step, |t| ctx.stmt(t, body, jb))?;
     if overlap {
         let last = t.b.ins().iadd_imm_s(n, -LANES);
         let one = Shape { u: 1, ..sh };
-        let mut tail = VecCtx {
-            sh: one,
-            index_lets: HashMap::new(),
-            tile_lets: HashMap::new(),
-            locals: HashMap::new(),
-            pred: None,
-        };
+        let mut tail = VecCtx::new(one, body);
         return t.counted_loop(sh.v, main_end, n, LANES, |t| {
             let var = t.var(sh.v)?;
             let i = t.b.use_var(var);
@@ -265,7 +275,9 @@ impl Checker<'_, '_> {
             Expr::Var(x) if *x == self.sh.v => Deps { v: true, j: false },
             Expr::Var(x) if Some(*x) == self.sh.jam => Deps { v: false, j: true },
             Expr::Var(x) => self.index_lets.get(x).or(self.float_lets.get(x)).copied().unwrap_or_default(),
-            Expr::Load { buffer, .. } if self.is_local(*buffer) => Deps { v: true, j: true },
+            Expr::Load { buffer, .. } if self.is_local(*buffer) && self.stored.contains_key(buffer) => {
+                Deps { v: true, j: true }
+            }
             _ => Deps::default(),
         };
         e.for_each_child(|c| d = d.or(self.deps(c)));
@@ -450,6 +462,12 @@ fn lane_select(t: &mut FuncTranslator<'_>, mask: Value, x: Value, y: Value) -> V
     if ty == I32X4 { t.b.ins().bitselect(mask, x, y) } else { math::select_by(&mut t.b, ty, mask, x, y) }
 }
 
+fn loads_of(e: &Expr, b: BufferId) -> usize {
+    let mut n = matches!(e, Expr::Load { buffer, .. } if *buffer == b) as usize;
+    e.for_each_child(|c| n += loads_of(c, b));
+    n
+}
+
 fn collect_loads(e: &Expr, out: &mut HashSet<BufferId>) {
     if let Expr::Load { buffer, .. } = e {
         out.insert(*buffer);
@@ -508,6 +526,23 @@ fn affine_step(e: &Expr, v: VarId, varies: &dyn Fn(VarId) -> bool) -> Option<i64
 }
 
 impl VecCtx {
+    fn new(sh: Shape, body: &Stmt) -> VecCtx {
+        let mut written = HashSet::new();
+        body.walk(&mut |s| {
+            if let Stmt::Store { buffer, .. } = s {
+                written.insert(*buffer);
+            }
+        });
+        VecCtx {
+            sh,
+            index_lets: HashMap::new(),
+            tile_lets: HashMap::new(),
+            locals: HashMap::new(),
+            pred: None,
+            written,
+        }
+    }
+
     fn jam_value(&self, t: &mut FuncTranslator<'_>, jb: Option<Value>, j: usize) -> Result<(), CodegenError> {
         if let (Some(jv), Some(jb)) = (self.sh.jam, jb) {
             let var = t.var(jv)?;
@@ -530,7 +565,9 @@ impl VecCtx {
                     Deps::default()
                 }
             }
-            Expr::Load { buffer, .. } if t.f.buffer(*buffer).scope == Scope::Local => Deps { v: true, j: true },
+            Expr::Load { buffer, .. } if t.f.buffer(*buffer).scope == Scope::Local && self.written.contains(buffer) => {
+                Deps { v: true, j: true }
+            }
             _ => Deps::default(),
         };
         e.for_each_child(|c| d = d.or(self.deps(t, c)));

@@ -160,6 +160,19 @@ proptest! {
         check_jit(&g, &inputs, &want);
     }
 
+    /// Softmax rows wide enough for vector blocks (the row maximum and sum stay scalars).
+    #[test]
+    fn wide_softmax_on_the_jit(seed in any::<u64>(), rows in 1usize..4, n in 4usize..60, scale in 1.0f32..30.0) {
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &[rows, n]);
+        let y = g.add_op("softmax", Op::Softmax { axis: 1, coerce_2d: false }, &[x]).unwrap();
+        g.set_outputs(vec![y]);
+        let data: Vec<f32> = data(seed, rows * n).into_iter().map(|v| v * scale).collect();
+        let inputs = [Tensor::from_vec(&[rows, n], data).unwrap()];
+        let want = heron_ir::interp::run(&g, &inputs).expect("graph interpreter");
+        check_jit(&g, &inputs, &want);
+    }
+
     #[test]
     fn pooling_lowering_matches(
         seed in any::<u64>(), c in 1usize..3, h in 1usize..9, w in 1usize..9, k in 1usize..4, s in 1usize..3,
