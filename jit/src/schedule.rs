@@ -113,9 +113,11 @@ fn longest_reduction_innermost(body: Stmt, f: &PrimFunc) -> Stmt {
                 other => break other,
             }
         };
-        let accumulates = matches!(&inner, Stmt::Store { buffer, indices, value: Expr::Binary { op: BinOp::Add, lhs, .. } }
+        // `acc = acc + e` with `e` not reading `acc`: the terms commute.
+        let accumulates = matches!(&inner, Stmt::Store { buffer, indices, value: Expr::Binary { op: BinOp::Add, lhs, rhs } }
             if f.buffer(*buffer).scope == Scope::Local
-                && matches!(&**lhs, Expr::Load { buffer: b, indices: i } if b == buffer && i == indices));
+                && matches!(&**lhs, Expr::Load { buffer: b, indices: i } if b == buffer && i == indices)
+                && !reads(rhs, *buffer));
         let constant = headers.iter().all(|h| h.extent.as_int().is_some() && h.kind == ForKind::Serial);
         if accumulates && constant {
             headers.sort_by_key(|h| h.extent.as_int());
@@ -296,4 +298,11 @@ fn leading_axis_vectorized(body: &Stmt, p: BufferId) -> bool {
     }
     let mut seen = false;
     walk(body, p, None, &mut seen) && seen
+}
+
+/// Whether `e` loads from `b`.
+fn reads(e: &Expr, b: BufferId) -> bool {
+    let mut found = matches!(e, Expr::Load { buffer, .. } if *buffer == b);
+    e.for_each_child(|c| found |= reads(c, b));
+    found
 }
