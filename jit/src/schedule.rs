@@ -64,7 +64,8 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
     let stores = global_stores(&body, f);
     let innermost_spatial =
         stores.as_ref().is_some_and(|st| !st.is_empty() && st.iter().all(|idx| mentions(idx, headers[last].var)))
-            && headers[last].extent.as_int().is_some_and(|n| n >= MIN_VECTOR_EXTENT);
+            && headers[last].extent.as_int().is_some_and(|n| n >= MIN_VECTOR_EXTENT)
+            && reads_only_own_outputs(&body, f);
     let body = if innermost_spatial {
         let stores = stores.expect("checked");
         headers[last].kind = ForKind::Vectorized;
@@ -305,4 +306,33 @@ fn reads(e: &Expr, b: BufferId) -> bool {
     let mut found = matches!(e, Expr::Load { buffer, .. } if *buffer == b);
     e.for_each_child(|c| found |= reads(c, b));
     found
+}
+
+/// True when every load of a global buffer the body writes reads exactly the element this
+/// iteration writes (an in-place update), so no iteration sees another's output and the loops
+/// may be reordered or vectorized.
+fn reads_only_own_outputs(body: &Stmt, f: &PrimFunc) -> bool {
+    let mut written: Vec<(BufferId, Vec<Expr>)> = Vec::new();
+    body.walk(&mut |s| {
+        if let Stmt::Store { buffer, indices, .. } = s
+            && f.buffer(*buffer).scope == Scope::Global
+        {
+            written.push((*buffer, indices.clone()));
+        }
+    });
+    fn ok(e: &Expr, written: &[(BufferId, Vec<Expr>)]) -> bool {
+        let own = match e {
+            Expr::Load { buffer, indices } => {
+                let stores: Vec<_> = written.iter().filter(|(b, _)| b == buffer).collect();
+                stores.is_empty() || stores.iter().all(|(_, idx)| idx == indices)
+            }
+            _ => true,
+        };
+        let mut children = true;
+        e.for_each_child(|c| children &= ok(c, written));
+        own && children
+    }
+    let mut all = true;
+    body.walk(&mut |s| s.for_each_expr(|e| all &= ok(e, &written)));
+    all
 }

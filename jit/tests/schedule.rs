@@ -1,0 +1,46 @@
+//! The CPU schedule: it vectorizes and jams only loops whose iterations are independent, and the
+//! scheduled code computes what the loop-IR interpreter computes on the unscheduled program.
+
+use heron_ir::Tensor;
+use heron_ir::loop_ir::parse::parse_module;
+use heron_ir::loop_ir::print::{ConstData, print_module};
+use heron_ir::loop_ir::{Module, interp};
+use heron_jit::schedule::schedule;
+use heron_jit::{JitArg, JitModule, JitOptions};
+
+fn run_jit(m: &Module, x: &[f32], out_len: usize) -> Vec<f32> {
+    let jit = JitModule::compile(m, &[true, false], JitOptions::default()).expect("compile");
+    let input: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut out = vec![0u8; 4 * out_len];
+    jit.run([JitArg::Read(&input), JitArg::Write(&mut out)]).expect("run");
+    out.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn interpret(m: &Module, x: &[f32]) -> Vec<f32> {
+    let input = Tensor::from_vec(&[x.len()], x.to_vec()).expect("input");
+    interp::run(m, &[input]).expect("interpreter")[0].to_f64_vec().into_iter().map(|v| v as f32).collect()
+}
+
+#[test]
+fn a_running_sum_stays_serial() {
+    // y[i + 1] = y[i] + x[i]: each iteration reads the previous one's output.
+    let text = "func @main(%x: f32[40], %y: f32[41]) {\n  for %i: i64 in 0..40 serial {\n    %y[(%i + 1)] = (%y[%i] + %x[%i])\n  }\n}\n";
+    let mut m = parse_module(text).expect("valid loop IR");
+    let want = interpret(&m, &(0..40).map(|i| i as f32).collect::<Vec<_>>());
+    schedule(&mut m);
+    let printed = print_module(&m, ConstData::Elided);
+    assert!(!printed.contains("vectorized") && !printed.contains("unrolled"), "{printed}");
+    assert_eq!(run_jit(&m, &(0..40).map(|i| i as f32).collect::<Vec<_>>(), 41), want);
+}
+
+#[test]
+fn an_elementwise_nest_is_vectorized_and_jammed() {
+    let text = "func @main(%x: f32[300], %y: f32[300]) {\n  for %i: i64 in 0..10 serial {\n    for %j: i64 in 0..30 serial {\n      %y[((%i * 30) + %j)] = max((%x[((%i * 30) + %j)] * f32(2.0)), f32(0.0))\n    }\n  }\n}\n";
+    let mut m = parse_module(text).expect("valid loop IR");
+    let x: Vec<f32> = (0..300).map(|i| (i as f32 - 150.0) / 7.0).collect();
+    let want = interpret(&m, &x);
+    schedule(&mut m);
+    let printed = print_module(&m, ConstData::Elided);
+    assert!(printed.contains("vectorized") && printed.contains("unrolled"), "{printed}");
+    assert_eq!(run_jit(&m, &x, 300), want);
+}
