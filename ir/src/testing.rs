@@ -184,3 +184,27 @@ pub fn data(seed: u64, n: usize) -> Vec<f32> {
         })
         .collect()
 }
+
+/// Runs `case` on every conformance folder, prints the reason of every skip and failure and a
+/// passed / failed / skipped summary labelled `engine`, and panics on any failure.
+pub fn run_conformance(engine: &str, mut case: impl FnMut(&std::path::Path) -> Result<(), CaseError>) {
+    let dirs = conformance_dirs();
+    assert!(dirs.len() >= 400, "expected the 409 conformance tests, found {}", dirs.len());
+    let (mut pass, mut fail, mut skip) = (0, Vec::new(), Vec::new());
+    for d in &dirs {
+        let name = d.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        match case(d) {
+            Ok(()) => pass += 1,
+            Err(CaseError::Skip(r)) => skip.push((name, r)),
+            Err(CaseError::Fail(r)) => fail.push((name, r)),
+        }
+    }
+    for (n, r) in &skip {
+        println!("skipped {n}: {r}");
+    }
+    for (n, r) in &fail {
+        println!("FAILED {n}: {r}");
+    }
+    println!("onnx-node conformance ({engine}): {pass} passed, {} failed, {} skipped", fail.len(), skip.len());
+    assert!(fail.is_empty(), "{} conformance failures", fail.len());
+}

@@ -868,6 +868,24 @@ impl VecCtx {
         Ok(())
     }
 
+    /// A vector tile built lane group by lane group: `f(self, t, j, u)` for every jammed copy
+    /// (only the first unless `per_j`) and vector.
+    fn lanewise(
+        &self,
+        t: &mut FuncTranslator<'_>,
+        per_j: bool,
+        mut f: impl FnMut(&Self, &mut FuncTranslator<'_>, usize, usize) -> Result<Value, CodegenError>,
+    ) -> Result<Tile, CodegenError> {
+        let copies = if per_j { self.sh.j } else { 1 };
+        let mut vals = Vec::with_capacity(copies * self.sh.u);
+        for j in 0..copies {
+            for u in 0..self.sh.u {
+                vals.push(f(self, t, j, u)?);
+            }
+        }
+        Ok(Tile { per_j, vector: true, vals })
+    }
+
     /// The (j, u) vector of a tile, broadcasting scalars.
     fn vector(&self, t: &mut FuncTranslator<'_>, tile: &Tile, j: usize, u: usize) -> Value {
         let v = tile.at(self.sh, j, u);
@@ -884,10 +902,7 @@ impl VecCtx {
             return self.scalar(t, e, jb, d.j);
         }
         let sh = self.sh;
-        let lanes = |tiles: &[&Tile]| {
-            let per_j = tiles.iter().any(|x| x.per_j);
-            (per_j, if per_j { sh.j } else { 1 })
-        };
+        let per_j = |tiles: &[&Tile]| tiles.iter().any(|x| x.per_j);
         Ok(match e {
             Expr::Var(x) => self.tile_lets.get(x).cloned().ok_or_else(|| t.unsupported("a varying variable"))?,
             Expr::Load { buffer, indices } => {
@@ -924,71 +939,51 @@ impl VecCtx {
             {
                 let (p, q, acc) = product(lhs, rhs).expect("checked");
                 let (a, b, c) = (self.value(t, p, jb)?, self.value(t, q, jb)?, self.value(t, acc, jb)?);
-                let (per_j, nj) = lanes(&[&a, &b, &c]);
-                let mut vals = Vec::new();
-                for j in 0..nj {
-                    for u in 0..sh.u {
-                        let (x, y, z) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u), self.vector(t, &c, j, u));
-                        vals.push(t.b.ins().fma(x, y, z));
-                    }
-                }
-                Tile { per_j, vector: true, vals }
+                self.lanewise(t, per_j(&[&a, &b, &c]), |s, t, j, u| {
+                    let (x, y, z) = (s.vector(t, &a, j, u), s.vector(t, &b, j, u), s.vector(t, &c, j, u));
+                    Ok(t.b.ins().fma(x, y, z))
+                })?
             }
             Expr::Binary { op, lhs, rhs } => {
                 let (a, b) = (self.value(t, lhs, jb)?, self.value(t, rhs, jb)?);
-                let (per_j, nj) = lanes(&[&a, &b]);
-                let mut vals = Vec::new();
-                for j in 0..nj {
-                    for u in 0..sh.u {
-                        if matches!(op, BinOp::And | BinOp::Or) {
-                            let (x, y) = (self.mask(t, &a, j, u), self.mask(t, &b, j, u));
-                            vals.push(if *op == BinOp::And { t.b.ins().band(x, y) } else { t.b.ins().bor(x, y) });
-                            continue;
-                        }
-                        let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
-                        vals.push(match op {
-                            // Against a constant, compare-and-select is one instruction and
-                            // still lets NaN through: the constant wins only when the comparison
-                            // holds.
-                            BinOp::Max | BinOp::Min if matches!(**rhs, Expr::Float { .. }) => {
-                                let cc = if *op == BinOp::Max { FloatCC::GreaterThan } else { FloatCC::LessThan };
-                                let c = t.b.ins().fcmp(cc, y, x);
-                                math::select_by(&mut t.b, F32X4, c, y, x)
-                            }
-                            // Shift amounts are uniform: Cranelift shifts every lane by a scalar.
-                            BinOp::Shl | BinOp::Shr => {
-                                let amount = b.at(sh, j, u);
-                                t.binary(*op, x, amount, DType::I32)?
-                            }
-                            _ => t.binary(*op, x, y, lhs.dtype(t.f))?,
-                        });
+                self.lanewise(t, per_j(&[&a, &b]), |s, t, j, u| {
+                    if matches!(op, BinOp::And | BinOp::Or) {
+                        let (x, y) = (s.mask(t, &a, j, u), s.mask(t, &b, j, u));
+                        return Ok(if *op == BinOp::And { t.b.ins().band(x, y) } else { t.b.ins().bor(x, y) });
                     }
-                }
-                Tile { per_j, vector: true, vals }
+                    let (x, y) = (s.vector(t, &a, j, u), s.vector(t, &b, j, u));
+                    Ok(match op {
+                        // Against a constant, compare-and-select is one instruction and
+                        // still lets NaN through: the constant wins only when the comparison
+                        // holds.
+                        BinOp::Max | BinOp::Min if matches!(**rhs, Expr::Float { .. }) => {
+                            let cc = if *op == BinOp::Max { FloatCC::GreaterThan } else { FloatCC::LessThan };
+                            let c = t.b.ins().fcmp(cc, y, x);
+                            math::select_by(&mut t.b, F32X4, c, y, x)
+                        }
+                        // Shift amounts are uniform: Cranelift shifts every lane by a scalar.
+                        BinOp::Shl | BinOp::Shr => {
+                            let amount = b.at(sh, j, u);
+                            t.binary(*op, x, amount, DType::I32)?
+                        }
+                        _ => t.binary(*op, x, y, lhs.dtype(t.f))?,
+                    })
+                })?
             }
             Expr::Cmp { op, lhs, rhs } if lhs.dtype(t.f) == DType::I64 => {
                 let (a, b) = (self.index_lanes(t, lhs, jb)?, self.index_lanes(t, rhs, jb)?);
-                let (per_j, nj) = lanes(&[&a, &b]);
-                let mut vals = Vec::new();
-                for j in 0..nj {
-                    for u in 0..sh.u {
-                        let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
-                        vals.push(t.compare(*op, x, y, DType::I32));
-                    }
-                }
-                Tile { per_j, vector: true, vals }
+                self.lanewise(t, per_j(&[&a, &b]), |s, t, j, u| {
+                    let (x, y) = (s.vector(t, &a, j, u), s.vector(t, &b, j, u));
+                    Ok(t.compare(*op, x, y, DType::I32))
+                })?
             }
             Expr::Cmp { op, lhs, rhs } => {
                 let (a, b) = (self.value(t, lhs, jb)?, self.value(t, rhs, jb)?);
-                let (per_j, nj) = lanes(&[&a, &b]);
-                let mut vals = Vec::new();
-                for j in 0..nj {
-                    for u in 0..sh.u {
-                        let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
-                        vals.push(t.compare(*op, x, y, lhs.dtype(t.f)));
-                    }
-                }
-                Tile { per_j, vector: true, vals }
+                let dtype = lhs.dtype(t.f);
+                self.lanewise(t, per_j(&[&a, &b]), |s, t, j, u| {
+                    let (x, y) = (s.vector(t, &a, j, u), s.vector(t, &b, j, u));
+                    Ok(t.compare(*op, x, y, dtype))
+                })?
             }
             Expr::Not(x) => {
                 let a = self.value(t, x, jb)?;
@@ -997,16 +992,11 @@ impl VecCtx {
             }
             Expr::Select { cond, then, otherwise } => {
                 let (c, a, b) = (self.value(t, cond, jb)?, self.value(t, then, jb)?, self.value(t, otherwise, jb)?);
-                let (per_j, nj) = lanes(&[&c, &a, &b]);
-                let mut vals = Vec::new();
-                for j in 0..nj {
-                    for u in 0..sh.u {
-                        let (x, y) = (self.vector(t, &a, j, u), self.vector(t, &b, j, u));
-                        let m = self.mask(t, &c, j, u);
-                        vals.push(lane_select(t, m, x, y));
-                    }
-                }
-                Tile { per_j, vector: true, vals }
+                self.lanewise(t, per_j(&[&c, &a, &b]), |s, t, j, u| {
+                    let (x, y) = (s.vector(t, &a, j, u), s.vector(t, &b, j, u));
+                    let m = s.mask(t, &c, j, u);
+                    Ok(lane_select(t, m, x, y))
+                })?
             }
             Expr::Cast { dtype: to, value } => {
                 let from = value.dtype(t.f);

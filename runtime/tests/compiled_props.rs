@@ -28,6 +28,15 @@ fn check_jit(graph: &Graph, inputs: &[Tensor], want: &[Tensor]) {
     }
 }
 
+/// A k x k pooling window with stride `s` and padding `p` on every side.
+fn square_window(k: usize, s: usize, p: usize) -> Window {
+    let mut window = Window::dense(vec![k, k]);
+    window.strides = vec![s, s];
+    window.pads_begin = vec![p, p];
+    window.pads_end = vec![p, p];
+    window
+}
+
 fn f32s(seed: u64, shape: &[usize]) -> Tensor {
     Tensor::from_vec(shape, data(seed, shape.iter().product())).unwrap()
 }
@@ -144,11 +153,7 @@ proptest! {
         prop_assume!(p < k && h + 2 * p >= k && w + 2 * p >= k);
         let mut g = Graph::new();
         let x = input(&mut g, "x", &[1, c, h, w]);
-        let mut window = Window::dense(vec![k, k]);
-        window.strides = vec![s, s];
-        window.pads_begin = vec![p, p];
-        window.pads_end = vec![p, p];
-        let pool = PoolAttrs { window, ceil_mode: ceil };
+        let pool = PoolAttrs { window: square_window(k, s, p), ceil_mode: ceil };
         let y = if max {
             g.add_op("pool", Op::MaxPool { pool, storage_order_col_major: false }, &[x]).unwrap()
         } else {
@@ -181,11 +186,7 @@ proptest! {
         prop_assume!(p < k && h + 2 * p >= k && w + 2 * p >= k);
         let mut g = Graph::new();
         let x = input(&mut g, "x", &[1, c, h, w]);
-        let mut window = Window::dense(vec![k, k]);
-        window.strides = vec![s, s];
-        window.pads_begin = vec![p, p];
-        window.pads_end = vec![p, p];
-        let pool = PoolAttrs { window, ceil_mode: ceil };
+        let pool = PoolAttrs { window: square_window(k, s, p), ceil_mode: ceil };
         let outs = match kind {
             0 => g.add_node("pool", Op::MaxPool { pool, storage_order_col_major: col }, &[x], 2).unwrap(),
             1 => vec![g.add_op("pool", Op::AveragePool { pool, count_include_pad: include }, &[x]).unwrap()],
