@@ -78,16 +78,22 @@ pub fn plan_pools<A: Algorithm + ?Sized>(
             if sizes[p] <= limit {
                 continue;
             }
-            // Whatever sticks out over the limit falls back to its next candidate.
-            for &i in m {
-                if offsets[i] + buffers[i].size_bytes > limit {
-                    if choice[i] + 1 >= candidates[i].len() {
-                        return Err(no_pool_fits(&buffers[i], &candidates[i], pools, &sizes));
-                    }
-                    choice[i] += 1;
-                    dirty[candidates[i][choice[i]]] = true;
-                    moved = true;
+            // Buffers larger than the limit fall back to their next candidate; when none is,
+            // only the largest buffer sticking out over the limit does, since moving it may
+            // leave room for the others.
+            let sticking: Vec<usize> =
+                m.iter().copied().filter(|&i| offsets[i] + buffers[i].size_bytes > limit).collect();
+            let mut falling: Vec<usize> = sticking.iter().copied().filter(|&i| buffers[i].size_bytes > limit).collect();
+            if falling.is_empty() {
+                falling.extend(sticking.iter().copied().max_by_key(|&i| (buffers[i].size_bytes, std::cmp::Reverse(i))));
+            }
+            for i in falling {
+                if choice[i] + 1 >= candidates[i].len() {
+                    return Err(no_pool_fits(&buffers[i], &candidates[i], pools, &sizes));
                 }
+                choice[i] += 1;
+                dirty[candidates[i][choice[i]]] = true;
+                moved = true;
             }
             dirty[p] = true;
             // Pool membership changed: recompute it before planning any other pool.

@@ -1,18 +1,26 @@
 //! Compiling a [`Model`] and running it: [`Compiler`] takes a model through graph passes,
 //! lowering, layouts, flattening, memory planning and Cranelift code generation into a
-//! [`CompiledModel`]; a [`Workspace`] holds one caller's pools and staging buffers, allocated
-//! once and reused, so a run allocates nothing but its outputs.
+//! [`CompiledModel`] (JIT), or into an object file with a C header (AOT, `compile_aot`); a
+//! shared library compiled ahead of time loads back with [`Model::load_aot`] and runs through
+//! the same API. A [`Workspace`] holds one caller's pools and staging buffers, allocated once
+//! and reused, so a run allocates nothing but its outputs.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+use heron_aot::loader::AotLibrary;
+use heron_aot::metadata::PoolSource;
+use heron_aot::{AotOptions, Artifacts, TensorSpec};
+use heron_ir::loop_ir::workspace::{WorkspaceSize, module_workspace};
 
 use heron_ir::loop_ir::flatten::flatten;
 use heron_ir::loop_ir::layout::apply_layout_transforms;
 use heron_ir::{Tensor, passes};
 use heron_jit::isa::OptLevel;
 use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
-use heron_planner::{Budget, PoolInfo, PoolKind};
+use heron_planner::{Budget, PlannedModule, PoolInfo, PoolKind};
 
-use crate::model::{Model, RuntimeError, TensorInfo};
+use crate::model::{Model, RuntimeError, TensorInfo, check_inputs};
 
 /// How a compiled model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -22,6 +30,8 @@ pub enum Engine {
     Jit,
     /// The reference interpreter (the oracle; no code generation).
     Interpreter,
+    /// An object compiled ahead of time, linked into a shared library and loaded in-process.
+    Aot,
 }
 
 /// Compiler settings.
@@ -106,20 +116,41 @@ pub struct CompileStats {
     pub codegen: Duration,
 }
 
-struct JitParts {
-    code: JitModule,
+/// Where a pool's memory comes from at run time.
+#[derive(Debug)]
+enum PoolMemory {
+    /// Each [`Workspace`] holds its own.
+    PerWorkspace,
+    /// Read-only contents shared by every workspace (constants).
+    Shared(AlignedBytes),
+    /// Inside the compiled code (an AOT object's embedded pools).
+    Internal,
+}
+
+enum Code {
+    Jit(JitModule),
+    Aot(AotLibrary),
+}
+
+/// Compiled code and the pools it runs on.
+struct Executable {
+    code: Code,
     pools: Vec<PoolLayout>,
-    /// Contents of each constant pool (`None` for workspace pools), shared by all workspaces.
-    constants: Vec<Option<AlignedBytes>>,
+    memory: Vec<PoolMemory>,
+}
+
+enum Backend {
+    Interpreter(Model),
+    Compiled(Box<Executable>),
 }
 
 /// A model ready to run; `Send + Sync`, so threads can share it, each with its own
 /// [`Workspace`].
 pub struct CompiledModel {
-    model: Model,
+    name: String,
     inputs: Vec<TensorInfo>,
     outputs: Vec<TensorInfo>,
-    jit: Option<JitParts>,
+    backend: Backend,
     stats: CompileStats,
 }
 
@@ -128,7 +159,7 @@ pub struct CompiledModel {
 pub struct Workspace {
     inputs: Vec<AlignedBytes>,
     outputs: Vec<AlignedBytes>,
-    /// Workspace pools, in pool order (`None` where the pool is a constant pool).
+    /// One per pool, in pool order (`None` where the pool's memory is not per workspace).
     pools: Vec<Option<AlignedBytes>>,
 }
 
@@ -137,6 +168,13 @@ impl Workspace {
     pub fn pool_bytes(&self) -> usize {
         self.pools.iter().flatten().map(|p| p.len).sum()
     }
+}
+
+/// A model through the compiler's front half: planned, ready for a code generator.
+struct Planned {
+    planned: PlannedModule,
+    workspace: Vec<WorkspaceSize>,
+    planning: Duration,
 }
 
 impl Compiler {
@@ -148,13 +186,9 @@ impl Compiler {
         &self.options
     }
 
-    pub fn compile(&self, model: &Model) -> Result<CompiledModel, RuntimeError> {
-        let start = Instant::now();
-        let (inputs, outputs) = (model.inputs(), model.outputs());
-        if self.options.engine == Engine::Interpreter {
-            let stats = CompileStats { total: start.elapsed(), planning: Duration::ZERO, codegen: Duration::ZERO };
-            return Ok(CompiledModel { model: model.clone(), inputs, outputs, jit: None, stats });
-        }
+    /// Graph passes, lowering, layouts, flattening, scheduling and memory planning: everything
+    /// before code generation, shared by the JIT and AOT paths.
+    fn plan(&self, model: &Model) -> Result<Planned, RuntimeError> {
         let mut graph = model.graph().clone();
         passes::optimize(&mut graph);
         let mut module = heron_ir::lower::lower(&graph)?;
@@ -162,6 +196,7 @@ impl Compiler {
         apply_layout_transforms(&mut module).map_err(|e| RuntimeError::Compile(e.to_string()))?;
         flatten(&mut module);
         heron_jit::schedule::schedule(&mut module);
+        let workspace = module_workspace(&module);
         let pools = if self.options.pools.is_empty() {
             vec![PoolInfo::workspace("workspace", None), PoolInfo::constant("constants", None)]
         } else {
@@ -171,18 +206,54 @@ impl Compiler {
         let budget = Budget::millis(self.options.planner_time_limit_ms);
         let planned = heron_planner::plan_module(&module, &pools, &self.options.planner, &budget)?;
         let planning = plan_start.elapsed();
-        let rewritten = planned.rewritten;
-        let main = rewritten.module.main().ok_or_else(|| RuntimeError::Compile("lowering produced no main".into()))?;
-        let expected = inputs.len() + outputs.len() + rewritten.pools.len();
+        let main =
+            planned.rewritten.module.main().ok_or_else(|| RuntimeError::Compile("lowering produced no main".into()))?;
+        let expected = model.inputs().len() + model.outputs().len() + planned.rewritten.pools.len();
         if main.params.len() != expected {
             return Err(RuntimeError::Compile(format!(
                 "main takes {} buffers, expected {expected} (inputs, outputs, pools)",
                 main.params.len()
             )));
         }
-        let read_only: Vec<bool> = (0..inputs.len())
+        Ok(Planned { planned, workspace, planning })
+    }
+
+    pub fn compile(&self, model: &Model) -> Result<CompiledModel, RuntimeError> {
+        let start = Instant::now();
+        let (inputs, outputs) = (model.inputs(), model.outputs());
+        let backend = match self.options.engine {
+            Engine::Interpreter => {
+                let stats = CompileStats { total: start.elapsed(), planning: Duration::ZERO, codegen: Duration::ZERO };
+                let name = model.name().to_string();
+                return Ok(CompiledModel {
+                    name,
+                    inputs,
+                    outputs,
+                    backend: Backend::Interpreter(model.clone()),
+                    stats,
+                });
+            }
+            Engine::Jit => self.compile_jit(model)?,
+            Engine::Aot => self.compile_aot_in_process(model)?,
+        };
+        let (exe, planning, codegen) = backend;
+        let stats = CompileStats { total: start.elapsed(), planning, codegen };
+        Ok(CompiledModel {
+            name: model.name().to_string(),
+            inputs,
+            outputs,
+            backend: Backend::Compiled(Box::new(exe)),
+            stats,
+        })
+    }
+
+    fn compile_jit(&self, model: &Model) -> Result<(Executable, Duration, Duration), RuntimeError> {
+        let Planned { planned, planning, .. } = self.plan(model)?;
+        let rewritten = planned.rewritten;
+        let (inputs, outputs) = (model.inputs().len(), model.outputs().len());
+        let read_only: Vec<bool> = (0..inputs)
             .map(|_| true)
-            .chain((0..outputs.len()).map(|_| false))
+            .chain((0..outputs).map(|_| false))
             .chain(rewritten.pools.iter().map(|p| p.kind == PoolKind::Constant))
             .collect();
         let codegen_start = Instant::now();
@@ -193,27 +264,105 @@ impl Compiler {
         };
         let code = JitModule::compile(&rewritten.module, &read_only, options)?;
         let codegen = codegen_start.elapsed();
-        let pool_layouts = rewritten
+        let pools = rewritten
             .pools
             .iter()
             .zip(&rewritten.pool_sizes)
             .map(|(p, &size)| PoolLayout { name: p.name.clone(), kind: p.kind, size_bytes: size })
             .collect();
-        let constants = rewritten.images.iter().map(|img| img.as_deref().map(AlignedBytes::from_bytes)).collect();
-        let stats = CompileStats { total: start.elapsed(), planning, codegen };
-        Ok(CompiledModel {
-            model: model.clone(),
-            inputs,
-            outputs,
-            jit: Some(JitParts { code, pools: pool_layouts, constants }),
-            stats,
+        let memory = rewritten
+            .images
+            .iter()
+            .map(|img| {
+                img.as_deref().map_or(PoolMemory::PerWorkspace, |b| PoolMemory::Shared(AlignedBytes::from_bytes(b)))
+            })
+            .collect();
+        Ok((Executable { code: Code::Jit(code), pools, memory }, planning, codegen))
+    }
+
+    /// Compiles `model` ahead of time: an object file, its C header, metadata and parameter
+    /// blobs (see `heron_aot`). Pools come from the compile options; `aot` says which are
+    /// embedded in the object.
+    pub fn compile_aot(&self, model: &Model, aot: &AotOptions) -> Result<Artifacts, RuntimeError> {
+        let Planned { planned, workspace, .. } = self.plan(model)?;
+        let spec = |infos: Vec<TensorInfo>| {
+            infos.into_iter().map(|i| TensorSpec { name: i.name, ty: i.ty }).collect::<Vec<_>>()
+        };
+        let mut aot = aot.clone();
+        aot.opt_level = self.options.opt_level;
+        Ok(heron_aot::compile(&planned, &workspace, &spec(model.inputs()), &spec(model.outputs()), &aot)?)
+    }
+
+    /// [`Engine::Aot`]: compile for this machine, link a shared library in a scratch directory
+    /// and load it (the directory is removed once the library is mapped).
+    fn compile_aot_in_process(&self, model: &Model) -> Result<(Executable, Duration, Duration), RuntimeError> {
+        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let start = Instant::now();
+        let mut aot = AotOptions::new("model");
+        aot.target_cpu = heron_jit::isa::TargetCpu::Native;
+        let artifacts = self.compile_aot(model, &aot)?;
+        let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("heron-aot-{}-{unique}", std::process::id()));
+        let loaded = artifacts.write(&dir).map_err(RuntimeError::from).and_then(|()| load_executable(&dir));
+        // Best effort: a leftover scratch directory is harmless.
+        let _ = std::fs::remove_dir_all(&dir);
+        let exe = loaded?;
+        Ok((exe, Duration::ZERO, start.elapsed()))
+    }
+}
+
+/// Loads the model `heron compile` wrote into `dir` (see [`Model::load_aot`]).
+fn load_executable(dir: &Path) -> Result<Executable, RuntimeError> {
+    let library = AotLibrary::open(dir)?;
+    let mut parameters = library.read_parameters()?.into_iter();
+    let meta = library.metadata();
+    let pools = meta
+        .pools
+        .iter()
+        .map(|p| PoolLayout {
+            name: p.name.clone(),
+            kind: if p.kind == "parameter" { PoolKind::Constant } else { PoolKind::Workspace },
+            size_bytes: p.size_bytes,
         })
+        .collect();
+    let memory = meta
+        .pools
+        .iter()
+        .map(|p| match (p.source, p.kind.as_str()) {
+            (PoolSource::Embedded, _) => PoolMemory::Internal,
+            (PoolSource::User, "parameter") => {
+                PoolMemory::Shared(AlignedBytes::from_bytes(&parameters.next().unwrap_or_default()))
+            }
+            (PoolSource::User, _) => PoolMemory::PerWorkspace,
+        })
+        .collect();
+    Ok(Executable { code: Code::Aot(library), pools, memory })
+}
+
+impl Model {
+    /// Loads a model compiled ahead of time into `dir` by `heron compile` (or
+    /// [`Compiler::compile_aot`]): links `NAME.o` into a shared library if needed, loads it and
+    /// its parameter blobs, and runs it through the same API as the JIT.
+    pub fn load_aot(dir: &Path) -> Result<CompiledModel, RuntimeError> {
+        let start = Instant::now();
+        let exe = load_executable(dir)?;
+        let Code::Aot(library) = &exe.code else { unreachable!("load_executable loads libraries") };
+        let meta = library.metadata();
+        let info = |t: &heron_aot::metadata::TensorMeta| {
+            let dtype = t.dtype().ok_or_else(|| RuntimeError::Compile(format!("unknown dtype '{}'", t.dtype)))?;
+            Ok(TensorInfo { name: t.name.clone(), ty: heron_ir::TensorType::new(dtype, t.shape.clone()) })
+        };
+        let inputs = meta.inputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
+        let outputs = meta.outputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
+        let name = meta.name.clone();
+        let stats = CompileStats { total: start.elapsed(), planning: Duration::ZERO, codegen: Duration::ZERO };
+        Ok(CompiledModel { name, inputs, outputs, backend: Backend::Compiled(Box::new(exe)), stats })
     }
 }
 
 impl CompiledModel {
     pub fn name(&self) -> &str {
-        self.model.name()
+        &self.name
     }
 
     pub fn inputs(&self) -> &[TensorInfo] {
@@ -225,7 +374,13 @@ impl CompiledModel {
     }
 
     pub fn engine(&self) -> Engine {
-        if self.jit.is_some() { Engine::Jit } else { Engine::Interpreter }
+        match &self.backend {
+            Backend::Interpreter(_) => Engine::Interpreter,
+            Backend::Compiled(exe) => match exe.code {
+                Code::Jit(_) => Engine::Jit,
+                Code::Aot(_) => Engine::Aot,
+            },
+        }
     }
 
     pub fn stats(&self) -> &CompileStats {
@@ -234,17 +389,26 @@ impl CompiledModel {
 
     /// The planned pools (empty for the interpreter).
     pub fn pools(&self) -> &[PoolLayout] {
-        self.jit.as_ref().map_or(&[], |j| &j.pools)
+        match &self.backend {
+            Backend::Interpreter(_) => &[],
+            Backend::Compiled(exe) => &exe.pools,
+        }
     }
 
     /// Fresh memory for runs of this model.
     pub fn workspace(&self) -> Workspace {
         let staging = |infos: &[TensorInfo]| infos.iter().map(|i| AlignedBytes::zeroed(i.ty.size_bytes())).collect();
-        let pools = self
-            .pools()
-            .iter()
-            .map(|p| (p.kind == PoolKind::Workspace).then(|| AlignedBytes::zeroed(p.size_bytes as usize)))
-            .collect();
+        let pools = match &self.backend {
+            Backend::Interpreter(_) => Vec::new(),
+            Backend::Compiled(exe) => exe
+                .pools
+                .iter()
+                .zip(&exe.memory)
+                .map(|(p, m)| {
+                    matches!(m, PoolMemory::PerWorkspace).then(|| AlignedBytes::zeroed(p.size_bytes as usize))
+                })
+                .collect(),
+        };
         Workspace { inputs: staging(&self.inputs), outputs: staging(&self.outputs), pools }
     }
 
@@ -256,22 +420,27 @@ impl CompiledModel {
     /// Runs the model in `ws`, which must come from [`CompiledModel::workspace`] of this model.
     /// Inputs are checked (count, dtype, shape) before any generated code runs.
     pub fn run_with(&self, ws: &mut Workspace, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        // Checked against the cached signature without allocating; the model's own check (with
-        // its error messages) runs only when something is wrong.
+        // Checked against the cached signature without allocating; the full check (with its
+        // error messages) runs only when something is wrong.
         let matches = inputs.len() == self.inputs.len()
             && inputs
                 .iter()
                 .zip(&self.inputs)
                 .all(|(t, i)| t.dtype() == i.ty.dtype && t.shape() == i.ty.shape.as_slice());
         if !matches {
-            self.model.check_inputs(inputs)?;
+            check_inputs(&self.inputs, inputs)?;
         }
-        let Some(jit) = &self.jit else { return self.model.run_interpreter(inputs) };
+        let exe = match &self.backend {
+            Backend::Interpreter(model) => return model.run_interpreter(inputs),
+            Backend::Compiled(exe) => exe,
+        };
         let fits = ws.inputs.len() == self.inputs.len()
             && ws.outputs.len() == self.outputs.len()
-            && ws.pools.len() == jit.pools.len()
-            && ws.pools.iter().zip(&jit.pools).all(|(b, p)| {
-                b.as_ref().map_or(0, |b| b.len as u64) == if p.kind == PoolKind::Workspace { p.size_bytes } else { 0 }
+            && ws.pools.len() == exe.pools.len()
+            && ws.pools.iter().zip(&exe.pools).zip(&exe.memory).all(|((b, p), m)| match (b, m) {
+                (Some(b), PoolMemory::PerWorkspace) => b.len as u64 == p.size_bytes,
+                (None, PoolMemory::PerWorkspace) | (Some(_), _) => false,
+                (None, _) => true,
             });
         if !fits {
             return Err(RuntimeError::ForeignWorkspace);
@@ -279,17 +448,32 @@ impl CompiledModel {
         for (t, buf) in inputs.iter().zip(ws.inputs.iter_mut()) {
             t.write_le_bytes(buf.as_mut());
         }
-        let args = ws
-            .inputs
-            .iter()
-            .map(|b| JitArg::Read(b.as_ref()))
-            .chain(ws.outputs.iter_mut().map(|b| JitArg::Write(b.as_mut())))
-            .chain(ws.pools.iter_mut().zip(&jit.constants).map(|(w, c)| match (w, c) {
-                (Some(w), _) => JitArg::Write(w.as_mut()),
-                (None, Some(c)) => JitArg::Read(c.as_ref()),
-                (None, None) => JitArg::Read(&[]),
-            }));
-        jit.code.run(args)?;
+        match &exe.code {
+            Code::Jit(code) => {
+                let args = ws
+                    .inputs
+                    .iter()
+                    .map(|b| JitArg::Read(b.as_ref()))
+                    .chain(ws.outputs.iter_mut().map(|b| JitArg::Write(b.as_mut())))
+                    .chain(ws.pools.iter_mut().zip(&exe.memory).map(|(w, m)| match (w, m) {
+                        (Some(w), _) => JitArg::Write(w.as_mut()),
+                        (None, PoolMemory::Shared(c)) => JitArg::Read(c.as_ref()),
+                        (None, _) => JitArg::Read(&[]),
+                    }));
+                code.run(args)?;
+            }
+            Code::Aot(library) => {
+                let inputs: Vec<&[u8]> = ws.inputs.iter().map(AlignedBytes::as_ref).collect();
+                let mut outputs: Vec<&mut [u8]> = ws.outputs.iter_mut().map(AlignedBytes::as_mut).collect();
+                let mut workspaces: Vec<&mut [u8]> = ws.pools.iter_mut().flatten().map(AlignedBytes::as_mut).collect();
+                let parameters: Vec<&[u8]> = exe
+                    .memory
+                    .iter()
+                    .filter_map(|m| if let PoolMemory::Shared(c) = m { Some(c.as_ref()) } else { None })
+                    .collect();
+                library.run(&inputs, &mut outputs, &mut workspaces, &parameters)?;
+            }
+        }
         self.outputs
             .iter()
             .zip(&ws.outputs)

@@ -46,6 +46,8 @@ enum Engine {
     Jit,
     /// The reference interpreter (the correctness oracle).
     Interp,
+    /// Compiled ahead of time for this CPU, linked into a shared library and loaded.
+    Aot,
 }
 
 impl Engine {
@@ -53,6 +55,7 @@ impl Engine {
         let engine = match self {
             Engine::Jit => heron_runtime::Engine::Jit,
             Engine::Interp => heron_runtime::Engine::Interpreter,
+            Engine::Aot => heron_runtime::Engine::Aot,
         };
         CompileOptions { engine, ..CompileOptions::default() }
     }
@@ -86,6 +89,31 @@ enum Command {
         #[arg(long, value_enum, default_value = "jit")]
         engine: Engine,
     },
+    /// Compile a model ahead of time: DIR/NAME.o (ELF object), NAME.h (C header), NAME.json
+    /// (metadata) and NAME.<pool>.params for user-provided parameter pools.
+    Compile {
+        model: PathBuf,
+        /// Model name (files, and as a C identifier the entry heron_<name>_run and the types).
+        #[arg(long)]
+        name: String,
+        /// Output directory (created if missing).
+        #[arg(short = 'o', long = "output", value_name = "DIR")]
+        output: PathBuf,
+        #[command(flatten)]
+        pools: PoolFlags,
+        /// The workspace pools become zero-initialised static buffers inside the object.
+        #[arg(long)]
+        embed_workspace: bool,
+        /// ISA of the object: native, x86-64-v2, x86-64-v3, or the portable x86-64 (SSE4.1).
+        #[arg(long, default_value = "x86-64", value_parser = parse_target_cpu)]
+        target_cpu: heron_jit::isa::TargetCpu,
+        /// Planning algorithm (see `heron plan`).
+        #[arg(long, default_value = "auto")]
+        algorithm: String,
+        /// Time budget for planning.
+        #[arg(long, default_value_t = heron_planner::Budget::DEFAULT_MILLIS)]
+        time_limit_ms: u64,
+    },
     /// Print a model's inputs, outputs, op counts, parameter and activation bytes and FLOPs.
     Inspect {
         model: PathBuf,
@@ -110,12 +138,8 @@ enum Command {
         /// Planning problem: {"pools": [...], "buffers": [...]}; prints the plan as JSON.
         #[arg(long, value_name = "FILE.json")]
         buffers: Option<PathBuf>,
-        /// Workspace pool NAME[:size_hint=BYTES][:targets=cpu,vta]; repeat, most preferred first.
-        #[arg(long = "workspace-pool", value_name = "SPEC")]
-        workspace_pools: Vec<String>,
-        /// Parameter (constant) pool NAME[:size_hint=BYTES]; repeat, most preferred first.
-        #[arg(long = "parameter-pool", value_name = "SPEC")]
-        parameter_pools: Vec<String>,
+        #[command(flatten)]
+        pools: PoolFlags,
         /// Draw the memory map as SVG (time on x, offset on y).
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
@@ -138,6 +162,47 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         index: Option<Vec<i64>>,
     },
+}
+
+/// Memory pools, as `heron plan` and `heron compile` take them.
+#[derive(clap::Args)]
+struct PoolFlags {
+    /// Workspace pool NAME[:size_hint=BYTES][:targets=cpu,vta]; repeat, most preferred first.
+    #[arg(long = "workspace-pool", value_name = "SPEC")]
+    workspace_pools: Vec<String>,
+    /// Parameter (constant) pool NAME[:size_hint=BYTES]; repeat, most preferred first. None:
+    /// constants are embedded (AOT: in .rodata).
+    #[arg(long = "parameter-pool", value_name = "SPEC")]
+    parameter_pools: Vec<String>,
+}
+
+impl PoolFlags {
+    /// The pools, workspace pools first; a kind with no flag gets one default unbounded pool.
+    fn pools(&self) -> Result<Vec<heron_planner::PoolInfo>> {
+        use heron_planner::{PoolKind, spec::parse_pool_spec};
+        let mut pools: Vec<heron_planner::PoolInfo> = Vec::new();
+        for (specs, kind, default) in [
+            (&self.workspace_pools, PoolKind::Workspace, "workspace"),
+            (&self.parameter_pools, PoolKind::Constant, "constants"),
+        ] {
+            if specs.is_empty() {
+                pools.push(parse_pool_spec(default, kind)?);
+            }
+            for s in specs {
+                let pool = parse_pool_spec(s, kind)?;
+                if pools.iter().any(|p| p.name == pool.name) {
+                    return Err(heron_planner::PlanError::DuplicatePool(pool.name).into());
+                }
+                pools.push(pool);
+            }
+        }
+        Ok(pools)
+    }
+}
+
+fn parse_target_cpu(s: &str) -> Result<heron_jit::isa::TargetCpu, String> {
+    heron_jit::isa::TargetCpu::parse(s)
+        .ok_or_else(|| format!("unknown target CPU '{s}' (native, x86-64, x86-64-v2, x86-64-v3)"))
 }
 
 /// A reader that closes the pipe (`heron ... | head`) ends the program quietly; any other panic
@@ -164,16 +229,18 @@ fn main() -> ExitCode {
         Command::Inspect { model, workspace } => inspect(&model, workspace),
         Command::Lower { model, stage, full_constants } => lower(&model, stage, full_constants),
         Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
-        Command::Plan { model, buffers, workspace_pools, parameter_pools, svg, algorithm, time_limit_ms } => {
-            match (model, buffers) {
-                (_, Some(buffers)) => plan_buffers(&buffers, &algorithm, time_limit_ms),
-                (Some(model), None) => {
-                    let opts = PlanOptions { workspace_pools, parameter_pools, svg, algorithm, time_limit_ms };
-                    plan_model(&model, &opts)
-                }
-                (None, None) => Err(anyhow::anyhow!("give a MODEL or --buffers FILE.json")),
-            }
+        Command::Compile { model, name, output, pools, embed_workspace, target_cpu, algorithm, time_limit_ms } => {
+            let opts = CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, time_limit_ms };
+            compile(&model, &output, &opts)
         }
+        Command::Plan { model, buffers, pools, svg, algorithm, time_limit_ms } => match (model, buffers) {
+            (_, Some(buffers)) => plan_buffers(&buffers, &algorithm, time_limit_ms),
+            (Some(model), None) => {
+                let opts = PlanOptions { pools, svg, algorithm, time_limit_ms };
+                plan_model(&model, &opts)
+            }
+            (None, None) => Err(anyhow::anyhow!("give a MODEL or --buffers FILE.json")),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -342,28 +409,16 @@ fn plan_buffers(path: &Path, algorithm: &str, time_limit_ms: u64) -> Result<()> 
 }
 
 struct PlanOptions {
-    workspace_pools: Vec<String>,
-    parameter_pools: Vec<String>,
+    pools: PoolFlags,
     svg: Option<PathBuf>,
     algorithm: String,
     time_limit_ms: u64,
 }
 
 fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
-    use heron_planner::{PoolKind, spec::parse_pool_spec};
+    use heron_planner::PoolKind;
     let module = lowered(path, Stage::Flat)?;
-    let mut pools = Vec::new();
-    for (specs, kind, default) in [
-        (&opts.workspace_pools, PoolKind::Workspace, "workspace"),
-        (&opts.parameter_pools, PoolKind::Constant, "constants"),
-    ] {
-        if specs.is_empty() {
-            pools.push(parse_pool_spec(default, kind)?);
-        }
-        for s in specs {
-            pools.push(parse_pool_spec(s, kind)?);
-        }
-    }
+    let pools = opts.pools.pools()?;
     let names = |kind: PoolKind| pools.iter().filter(|p| p.kind == kind).map(|p| p.name.clone()).collect::<Vec<_>>();
     let extract_opts = heron_planner::extract::ExtractOptions {
         workspace_pools: names(PoolKind::Workspace),
@@ -398,6 +453,51 @@ fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
             .with_context(|| format!("cannot write {}", svg.display()))?;
         println!("wrote {}", svg.display());
     }
+    Ok(())
+}
+
+struct CompileFlags {
+    name: String,
+    pools: PoolFlags,
+    embed_workspace: bool,
+    target_cpu: heron_jit::isa::TargetCpu,
+    algorithm: String,
+    time_limit_ms: u64,
+}
+
+fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
+    let start = Instant::now();
+    let model = Model::load(path)?;
+    let options = CompileOptions {
+        planner: flags.algorithm.clone(),
+        planner_time_limit_ms: flags.time_limit_ms,
+        pools: flags.pools.pools()?,
+        ..CompileOptions::default()
+    };
+    let mut aot = heron_aot::AotOptions::new(flags.name.clone());
+    aot.target_cpu = flags.target_cpu;
+    aot.embed_workspace = flags.embed_workspace;
+    aot.embed_parameters = flags.pools.parameter_pools.is_empty();
+    let artifacts = Compiler::new(options).compile_aot(&model, &aot)?;
+    artifacts.write(dir)?;
+    let meta = &artifacts.metadata;
+    println!(
+        "compiled {} to {}/{}.{{o,h,json}} in {:.1} ms: object {} bytes, entry {}",
+        path.display(),
+        dir.display(),
+        meta.name,
+        start.elapsed().as_secs_f64() * 1e3,
+        artifacts.object.len(),
+        meta.entry
+    );
+    for p in &meta.pools {
+        let file = p.params_file.as_ref().map_or(String::new(), |f| format!(", contents in {f}"));
+        println!(
+            "pool {} ({}, {:?}): {} bytes, aligned to {}{file}",
+            p.name, p.kind, p.source, p.size_bytes, p.alignment
+        );
+    }
+    println!("imports: {}", meta.undefined_symbols.join(" "));
     Ok(())
 }
 

@@ -37,6 +37,8 @@ pub enum RuntimeError {
     Compile(String),
     #[error("the workspace was made for another model")]
     ForeignWorkspace,
+    #[error(transparent)]
+    Aot(#[from] heron_aot::AotError),
 }
 
 /// A named tensor slot of a model: an input or an output.
@@ -101,7 +103,7 @@ impl Model {
     }
 
     fn input_names(&self) -> String {
-        self.inputs().iter().map(|i| format!("{}: {}", i.name, i.ty)).collect::<Vec<_>>().join(", ")
+        input_names(&self.inputs())
     }
 
     /// Orders inputs given by name (or by position when the name is `None`) to match the
@@ -142,24 +144,7 @@ impl Model {
 
     /// Checks that `inputs` match the model's inputs in count, dtype and shape.
     pub fn check_inputs(&self, inputs: &[Tensor]) -> Result<(), RuntimeError> {
-        let infos = self.inputs();
-        if inputs.len() != infos.len() {
-            return Err(RuntimeError::InputCount {
-                expected: infos.len(),
-                got: inputs.len(),
-                names: self.input_names(),
-            });
-        }
-        for (info, t) in infos.iter().zip(inputs) {
-            if t.tensor_type() != info.ty {
-                return Err(RuntimeError::InputType {
-                    name: info.name.clone(),
-                    expected: info.ty.clone(),
-                    got: t.tensor_type(),
-                });
-            }
-        }
-        Ok(())
+        check_inputs(&self.inputs(), inputs)
     }
 
     /// Runs the model on the reference interpreter (inputs in model order).
@@ -167,4 +152,25 @@ impl Model {
         self.check_inputs(inputs)?;
         Ok(interp::run(&self.graph, inputs)?)
     }
+}
+
+fn input_names(infos: &[TensorInfo]) -> String {
+    infos.iter().map(|i| format!("{}: {}", i.name, i.ty)).collect::<Vec<_>>().join(", ")
+}
+
+/// Checks that `inputs` match `infos` in count, dtype and shape.
+pub(crate) fn check_inputs(infos: &[TensorInfo], inputs: &[Tensor]) -> Result<(), RuntimeError> {
+    if inputs.len() != infos.len() {
+        return Err(RuntimeError::InputCount { expected: infos.len(), got: inputs.len(), names: input_names(infos) });
+    }
+    for (info, t) in infos.iter().zip(inputs) {
+        if t.tensor_type() != info.ty {
+            return Err(RuntimeError::InputType {
+                name: info.name.clone(),
+                expected: info.ty.clone(),
+                got: t.tensor_type(),
+            });
+        }
+    }
+    Ok(())
 }

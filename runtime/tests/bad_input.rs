@@ -394,6 +394,32 @@ fn bad_pool_flags_and_plans() {
 }
 
 #[test]
+fn bad_compile_flags() {
+    let m = mlp();
+    let m = s(&m);
+    let out = scratch("compile-out");
+    let compile = |extra: &[&str], needles: &[&str]| {
+        let mut args = vec!["compile", m, "--name", "mlp", "-o", s(&out)];
+        args.extend_from_slice(extra);
+        fails_with(&args, needles);
+    };
+    compile(&["--workspace-pool", "tiny:size_hint=100"], &["fits none of its candidate pools", "tiny (limit 100"]);
+    compile(&["--workspace-pool", "a", "--parameter-pool", "a"], &["pool 'a' is defined twice"]);
+    compile(&["--parameter-pool", "w:size_hint=10"], &["fits none of its candidate pools", "w (limit 10"]);
+    compile(&["--workspace-pool", "a:size_hint"], &["not key=value"]);
+    fails_with(&["compile", m, "--name", "../x", "-o", s(&out)], &["not a valid model name"]);
+    // Flag syntax errors come from clap, with a usage hint after the message.
+    for (args, needle) in [
+        (vec!["compile", m, "--name", "mlp", "-o", s(&out), "--target-cpu", "pentium"], "unknown target CPU 'pentium'"),
+        (vec!["compile", m, "-o", s(&out)], "--name <NAME>"),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_heron")).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success() && err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn plans_with_a_fallback_pool_succeed() {
     let out = Command::new(env!("CARGO_BIN_EXE_heron"))
         .args(["plan", s(&mlp()), "--workspace-pool", "tiny:size_hint=100", "--workspace-pool", "big"])

@@ -144,3 +144,50 @@ fn lower_prints_every_stage_and_inspect_reports_workspace() {
     assert!(ws.contains("workspace per function"), "{ws}");
     assert!(ws.lines().any(|l| l.trim_start().starts_with("main ")), "{ws}");
 }
+
+#[test]
+fn compile_writes_object_header_metadata_and_parameter_blobs() {
+    let model = shared().join("reference/mlp.onnx");
+    let out_dir = std::env::temp_dir().join(format!("heron-cli-compile-{}", std::process::id()));
+    let (model, dir) = (model.to_str().unwrap(), out_dir.to_str().unwrap());
+    let out = heron(&[
+        "compile",
+        model,
+        "--name",
+        "mlp",
+        "-o",
+        dir,
+        "--workspace-pool",
+        "fast:size_hint=4096",
+        "--workspace-pool",
+        "slow",
+        "--parameter-pool",
+        "weights",
+        "--target-cpu",
+        "x86-64-v2",
+    ]);
+    assert!(out.contains("entry heron_mlp_run"), "{out}");
+    let header = std::fs::read_to_string(out_dir.join("mlp.h")).unwrap();
+    for needle in [
+        "#define HERON_MLP_FAST_WORKSPACE_BUFFER_SIZE ",
+        "#define HERON_MLP_SLOW_WORKSPACE_BUFFER_SIZE ",
+        "#define HERON_MLP_WEIGHTS_PARAMETER_BUFFER_SIZE ",
+        "#define HERON_MLP_WEIGHTS_ALIGNMENT 64",
+        "#define HERON_MLP_INPUT_SIZE 784",
+        "  uint8_t* fast;\n  uint8_t* slow;\n} HeronWorkspaces_mlp;",
+        "  const uint8_t* weights;\n} HeronParameters_mlp;",
+        "int32_t heron_mlp_run(const HeronInputs_mlp* inputs, HeronOutputs_mlp* outputs, const HeronWorkspaces_mlp* \
+         workspaces, const HeronParameters_mlp* parameters);",
+    ] {
+        assert!(header.contains(needle), "missing {needle:?} in\n{header}");
+    }
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("mlp.json")).unwrap()).unwrap();
+    let weights = meta["pools"].as_array().unwrap().iter().find(|p| p["name"] == "weights").unwrap();
+    let blob = std::fs::metadata(out_dir.join("mlp.weights.params")).unwrap().len();
+    assert_eq!(weights["size_bytes"].as_u64(), Some(blob));
+    assert!(
+        meta["buffers"].as_array().unwrap().iter().all(|b| b["live_ranges"].as_array().is_some_and(|r| !r.is_empty()))
+    );
+    assert!(meta["functions"].as_array().unwrap().iter().any(|f| f["name"] == "main"));
+}

@@ -1,0 +1,207 @@
+//! AOT compilation end to end: the seed's use cases U1-U3 as C programs (`aot/examples/`) built
+//! with the system C compiler and checked against the interpreter / ONNX Runtime's outputs; the
+//! shared-library path against the JIT bit for bit; the header's naming rule in a C program;
+//! what the object imports and exports.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use heron_aot::link::{build_c_program, exported_symbols, undefined_symbols};
+use heron_aot::{ALLOWED_IMPORTS, AotOptions, Artifacts};
+use heron_ir::npy::read_npy;
+use heron_ir::testing::{assert_float_rule, shared_dir};
+use heron_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType};
+use heron_planner::spec::parse_pool_spec;
+use heron_planner::{PoolInfo, PoolKind};
+use heron_runtime::{CompileOptions, Compiler, Engine, Model};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("heron-aot-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../aot/examples")
+}
+
+fn reference(name: &str) -> (Model, Tensor, Tensor) {
+    let dir = shared_dir().join("reference");
+    let model = Model::load(&dir.join(format!("{name}.onnx"))).expect("model");
+    let input = read_npy(&dir.join(format!("{name}.input.npy"))).expect("input");
+    let want = read_npy(&dir.join(format!("{name}.ref.npy"))).expect("reference output");
+    (model, input, want)
+}
+
+fn pools(workspace: &[&str], parameter: &[&str]) -> Vec<PoolInfo> {
+    let mut pools: Vec<PoolInfo> =
+        workspace.iter().map(|s| parse_pool_spec(s, PoolKind::Workspace).expect("workspace pool")).collect();
+    pools.extend(parameter.iter().map(|s| parse_pool_spec(s, PoolKind::Constant).expect("parameter pool")));
+    if parameter.is_empty() {
+        pools.push(PoolInfo::constant("constants", None));
+    }
+    pools
+}
+
+/// Compiles `model` ahead of time into `dir` and checks what the object imports and exports.
+fn compile_into(model: &Model, dir: &Path, name: &str, pools: Vec<PoolInfo>, embed_workspace: bool) -> Artifacts {
+    let embed_parameters = !pools.iter().any(|p| p.kind == PoolKind::Constant && p.name != "constants");
+    let options = CompileOptions { pools, ..CompileOptions::default() };
+    let mut aot = AotOptions::new(name);
+    aot.embed_workspace = embed_workspace;
+    aot.embed_parameters = embed_parameters;
+    let artifacts = Compiler::new(options).compile_aot(model, &aot).expect("compile_aot");
+    artifacts.write(dir).expect("write artifacts");
+    let imports = undefined_symbols(&artifacts.object).expect("object parses");
+    assert!(imports.iter().all(|s| ALLOWED_IMPORTS.contains(&s.as_str())), "unexpected imports {imports:?}");
+    let entry = format!("heron_{}_run", artifacts.metadata.c_name);
+    assert_eq!(exported_symbols(&artifacts.object).expect("object parses"), [entry]);
+    artifacts
+}
+
+fn write_raw(t: &Tensor, path: &Path) {
+    let mut bytes = vec![0u8; t.tensor_type().size_bytes()];
+    t.write_le_bytes(&mut bytes);
+    std::fs::write(path, bytes).expect("write input");
+}
+
+fn read_raw(path: &Path, like: &Tensor) -> Tensor {
+    Tensor::from_le_bytes(&like.tensor_type(), &std::fs::read(path).expect("program output")).expect("output size")
+}
+
+fn run_program(exe: &Path, args: &[&Path]) {
+    let out = Command::new(exe).args(args).output().expect("run the C program");
+    assert!(out.status.success(), "{} failed: {}", exe.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn u1_single_model_with_embedded_workspace_and_constants() {
+    let dir = scratch("u1");
+    let (model, input, want) = reference("lenet");
+    let artifacts = compile_into(&model, &dir, "lenet", pools(&["workspace"], &[]), true);
+    assert!(!artifacts.header.contains("WORKSPACE_BUFFER_SIZE 0"));
+    assert!(artifacts.header.contains("void* reserved;"), "no user pools: placeholder members");
+    let exe = dir.join("u1");
+    build_c_program(&[&examples().join("u1_embedded/main.c")], &[&dir.join("lenet.o")], &dir, &exe).expect("cc");
+    write_raw(&input, &dir.join("in.bin"));
+    run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
+    let got = read_raw(&dir.join("out.bin"), &want);
+    assert_float_rule(&got, &model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter")[0])
+        .expect("U1 equals the interpreter");
+    assert_float_rule(&got, &want).expect("U1 equals ONNX Runtime");
+}
+
+#[test]
+fn u2_two_models_share_one_workspace_buffer() {
+    let dir = scratch("u2");
+    let (lenet, lenet_in, _) = reference("lenet");
+    let (mlp, mlp_in, _) = reference("mlp");
+    let a = compile_into(&lenet, &dir, "lenet", pools(&["shared"], &[]), false);
+    let b = compile_into(&mlp, &dir, "mlp", pools(&["shared"], &[]), false);
+    let size = |art: &Artifacts| art.metadata.pools[0].size_bytes;
+    assert_ne!(size(&a), size(&b), "the models need different workspace sizes");
+    let exe = dir.join("u2");
+    let objects = [dir.join("lenet.o"), dir.join("mlp.o")];
+    build_c_program(&[&examples().join("u2_shared_workspace/main.c")], &[&objects[0], &objects[1]], &dir, &exe)
+        .expect("cc");
+    write_raw(&lenet_in, &dir.join("lenet_in.bin"));
+    write_raw(&mlp_in, &dir.join("mlp_in.bin"));
+    let outs = [dir.join("lenet_out.bin"), dir.join("mlp_out.bin")];
+    run_program(&exe, &[&dir.join("lenet_in.bin"), &dir.join("mlp_in.bin"), &outs[0], &outs[1]]);
+    for (model, input, out) in [(&lenet, &lenet_in, &outs[0]), (&mlp, &mlp_in, &outs[1])] {
+        let want = &model.run_interpreter(std::slice::from_ref(input)).expect("interpreter")[0];
+        assert_float_rule(&read_raw(out, want), want).unwrap_or_else(|e| panic!("{}: {e}", model.name()));
+    }
+}
+
+#[test]
+fn u3_two_workspace_pools_with_fallback_and_user_parameters() {
+    let dir = scratch("u3");
+    let (model, input, want) = reference("mobilenet_ish");
+    let artifacts = compile_into(&model, &dir, "net", pools(&["sram:size_hint=262144", "dram"], &["flash"]), false);
+    let meta = &artifacts.metadata;
+    let pool = |name: &str| meta.pools.iter().find(|p| p.name == name).expect("pool");
+    assert!(pool("sram").size_bytes > 0 && pool("sram").size_bytes <= 262144, "the fast pool holds something");
+    assert!(pool("dram").size_bytes > 262144, "the rest falls back to the large pool");
+    assert_eq!(pool("flash").params_file.as_deref(), Some("net.flash.params"));
+    assert_eq!(std::fs::metadata(dir.join("net.flash.params")).expect("params blob").len(), pool("flash").size_bytes);
+    let exe = dir.join("u3");
+    build_c_program(&[&examples().join("u3_pools_and_parameters/main.c")], &[&dir.join("net.o")], &dir, &exe)
+        .expect("cc");
+    write_raw(&input, &dir.join("in.bin"));
+    run_program(&exe, &[&dir.join("net.flash.params"), &dir.join("in.bin"), &dir.join("out.bin")]);
+    // mobilenet_ish is big: checked against the stored ONNX Runtime output.
+    assert_float_rule(&read_raw(&dir.join("out.bin"), &want), &want).expect("U3 equals ONNX Runtime");
+    // The same directory loads in-process through the inference API.
+    let loaded = Model::load_aot(&dir).expect("load_aot");
+    assert_eq!(loaded.engine(), Engine::Aot);
+    let got = loaded.run(std::slice::from_ref(&input)).expect("run the shared library");
+    assert_float_rule(&got[0], &want).expect("shared library equals ONNX Runtime");
+}
+
+/// The shared library built for this CPU computes exactly what the JIT computes.
+#[test]
+fn shared_library_equals_the_jit_bit_for_bit() {
+    for name in ["tiny_relu", "mlp", "lenet", "mobilenet_ish", "resnet_ish"] {
+        let (model, input, want) = reference(name);
+        let compile = |engine| Compiler::new(CompileOptions { engine, ..CompileOptions::default() }).compile(&model);
+        let jit = compile(Engine::Jit).expect("jit");
+        let aot = compile(Engine::Aot).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(aot.engine(), Engine::Aot);
+        let (a, b) = (jit.run(std::slice::from_ref(&input)).expect("jit run"), aot.run(std::slice::from_ref(&input)));
+        let b = b.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(a, b, "{name}: AOT differs from the JIT");
+        assert_float_rule(&b[0], &want).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Wrong inputs are refused before the library runs.
+        assert!(aot.run(&[]).is_err());
+    }
+}
+
+/// Names that are not C identifiers, collide, or are keywords: the header still compiles and a C
+/// program using the documented identifiers gets the right answer.
+#[test]
+fn awkward_names_follow_the_identifier_rule() {
+    let mut g = Graph::new();
+    let ty = TensorType::new(DType::F32, vec![2, 3]);
+    let a = g.add_input("in:0", ty.clone());
+    let b = g.add_input("int", ty.clone());
+    let c = g.add_input("3d", TensorType::new(DType::I32, vec![2, 3]));
+    let sum = g.add_op("a-b", Op::Binary(BinaryOp::Add), &[a, b]).expect("add");
+    let diff = g.add_op("a_b", Op::Binary(BinaryOp::Sub), &[a, b]).expect("sub");
+    let square = g.add_op("A_B", Op::Binary(BinaryOp::Mul), &[c, c]).expect("mul");
+    g.set_outputs(vec![sum, diff, square]);
+    let model = Model::from_graph("odd model", g).expect("graph verifies");
+    let dir = scratch("names");
+    let artifacts = compile_into(&model, &dir, "odd model", pools(&["work.pool"], &[]), false);
+    let ids = &artifacts.metadata.identifiers;
+    assert_eq!(ids.model["odd model"], "odd_model");
+    assert_eq!(ids.pools["work.pool"], "work_pool");
+    let outputs: Vec<&str> = artifacts.metadata.outputs.iter().map(|t| t.c_name.as_str()).collect();
+    assert_eq!(outputs, ["a_b", "a_b_2", "A_B_3"]);
+    let inputs: Vec<&str> = artifacts.metadata.inputs.iter().map(|t| t.c_name.as_str()).collect();
+    assert_eq!(inputs, ["in_0", "t_int", "t_3d"]);
+    let program = r#"
+#include <stdio.h>
+#include "odd model.h"
+static _Alignas(HERON_ODD_MODEL_WORK_POOL_ALIGNMENT) uint8_t ws[HERON_ODD_MODEL_WORK_POOL_WORKSPACE_BUFFER_SIZE + 1];
+int main(void) {
+  float x[HERON_ODD_MODEL_IN_0_SIZE] = {1, 2, 3, 4, 5, 6}, y[HERON_ODD_MODEL_T_INT_SIZE] = {6, 5, 4, 3, 2, 1};
+  int32_t z[HERON_ODD_MODEL_T_3D_SIZE] = {-1, 2, -3, 4, -5, 6}, w[HERON_ODD_MODEL_A_B_3_SIZE];
+  float s[HERON_ODD_MODEL_A_B_SIZE], d[HERON_ODD_MODEL_A_B_2_SIZE];
+  HeronInputs_odd_model in = { .in_0 = x, .t_int = y, .t_3d = z };
+  HeronOutputs_odd_model out = { .a_b = s, .a_b_2 = d, .A_B_3 = w };
+  HeronWorkspaces_odd_model pools = { .work_pool = ws };
+  if (heron_odd_model_run(&in, &out, &pools, NULL) != HERON_OK) return 1;
+  for (int i = 0; i < 6; i++) if (s[i] != 7 || d[i] != 2 * i - 5 || w[i] != (i + 1) * (i + 1)) return 2;
+  /* A misaligned workspace is refused. */
+  HeronWorkspaces_odd_model bad = { .work_pool = ws + 1 };
+  if (HERON_ODD_MODEL_WORK_POOL_WORKSPACE_BUFFER_SIZE > 0 && heron_odd_model_run(&in, &out, &bad, NULL) != HERON_ERROR_ARGUMENT) return 3;
+  return 0;
+}
+"#;
+    std::fs::write(dir.join("main.c"), program).expect("write program");
+    let exe = dir.join("names");
+    build_c_program(&[&dir.join("main.c")], &[&dir.join("odd model.o")], &dir, &exe).expect("cc");
+    run_program(&exe, &[]);
+}
