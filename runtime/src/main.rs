@@ -275,7 +275,7 @@ fn run(model_path: Option<&Path>, inputs: &[String], output_dir: Option<&Path>, 
     let bound = model.bind_inputs(given)?;
     println!("model {} loaded in {load_ms:.2} ms", model.name());
     let compiled = Compiler::new(engine.compile_options()).compile(&model)?;
-    if matches!(engine, Engine::Jit) {
+    if !matches!(engine, Engine::Interp) {
         print_compile_stats(&compiled);
     }
     let mut ws = compiled.workspace();
