@@ -1,5 +1,61 @@
-//! heron-vta: the VTA accelerator back end (ISA encoding, simulator device, driver and runtime API,
-//! offload lowering).
+//! heron-vta: the VTA accelerator back end, part 1 — a bit-exact model of VTA's ISA and
+//! functional simulator, its device-driver API and its runtime API.
 //!
-//! Nothing is implemented yet; the crate exists so the workspace layout matches the map in
-//! DEVELOPERS.md.
+//! [`config`] holds the hardware configuration and what derives from it; [`isa`] encodes,
+//! decodes and disassembles instructions and micro-ops; [`memory`] is the simulator's DRAM
+//! (physical addresses as VTA's simulator hands them out); [`sim`] executes streams on a
+//! simulated core with the dependency-token queues and profiling counters. [`driver`] is the
+//! HAL-style device/memory/run trait, implemented by the simulator and by drivers loaded from
+//! other shared libraries; [`runtime`] builds instruction streams exactly like VTA's runtime
+//! (command queue, uop kernels, dependency flags, synchronize); [`capi`] exports both APIs with
+//! VTA's C names (`include/heron_vta.h`).
+
+pub mod capi;
+pub mod config;
+pub mod driver;
+pub mod isa;
+pub mod memory;
+pub mod runtime;
+pub mod sim;
+
+pub use config::{HwConfig, MemId};
+pub use isa::{AluOp, DepFlags, Insn, Isa, Uop};
+
+/// Everything that can go wrong, from encoding to running a stream.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum VtaError {
+    #[error("hardware configuration: {0}")]
+    Config(String),
+    #[error("cannot encode: {0}")]
+    Encode(String),
+    #[error("undefined opcode {0}")]
+    BadOpcode(u64),
+    #[error("undefined ALU opcode {0}")]
+    BadAluOpcode(u64),
+    #[error("{insn} with memory type {id}, which it cannot use")]
+    BadMemoryType { insn: &'static str, id: u8 },
+    #[error("{what} SRAM index {index} is out of range (depth {depth})")]
+    SramOutOfRange { what: &'static str, index: usize, depth: usize },
+    #[error("micro-op range [{bgn}, {end}) is out of range (uop depth {depth})")]
+    UopOutOfRange { bgn: u32, end: u32, depth: usize },
+    #[error("DRAM access of {len} bytes at physical address {phys:#x} is outside every allocation")]
+    DramOutOfRange { phys: u64, len: usize },
+    #[error("instruction {index}: {error}")]
+    AtInstruction { index: usize, error: Box<VtaError> },
+    #[error("deadlock: no module can proceed (waiting: {stuck}; tokens {tokens})")]
+    Deadlock { stuck: String, tokens: String },
+    #[error("the stream ended without executing FINISH")]
+    NoFinish,
+    #[error("malformed stream: {0}")]
+    Stream(String),
+    #[error("out of simulated DRAM allocating {0} bytes")]
+    OutOfMemory(usize),
+    #[error("{0:#x} is not a buffer allocated by this driver")]
+    UnknownBuffer(usize),
+    #[error("unknown device handle")]
+    UnknownDevice,
+    #[error("driver: {0}")]
+    Driver(String),
+    #[error("runtime: {0}")]
+    Runtime(String),
+}

@@ -1,0 +1,304 @@
+//! The device-driver layer, in the style of a HAL: a [`Driver`] owns devices and DRAM
+//! allocations (host address + physical address), copies between host and device memory and
+//! runs instruction streams. [`SimDriver`] is the functional simulator; [`DynamicDriver`] loads
+//! any shared library exporting VTA's driver C API (a board's driver, another simulator), so
+//! it can replace ours without recompiling (`HERON_VTA_DRIVER=/path/to/driver.so`).
+
+use crate::VtaError;
+use crate::isa::Isa;
+use crate::memory::{DramBlock, SimMemory};
+use crate::sim::{Profile, SimDevice};
+
+/// A device handle, as the driver hands it out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceId(pub usize);
+
+/// What the runtime needs from a VTA driver (VTA's `driver.h`).
+pub trait Driver: Send {
+    fn name(&self) -> String;
+    fn device_alloc(&mut self) -> Result<DeviceId, VtaError>;
+    fn device_free(&mut self, device: DeviceId) -> Result<(), VtaError>;
+    /// Runs `count` instructions at physical address `insn_phys` to completion.
+    fn device_run(&mut self, device: DeviceId, insn_phys: u64, count: u32, wait_cycles: u32) -> Result<(), VtaError>;
+    /// DRAM the device can read: host address and physical address.
+    fn mem_alloc(&mut self, size: usize, cached: bool) -> Result<DramBlock, VtaError>;
+    fn mem_free(&mut self, virt: usize) -> Result<(), VtaError>;
+    /// Physical address of a host address inside an allocation (interior pointers allowed).
+    fn phys_addr(&self, virt: usize) -> Option<u64>;
+    /// Copies host bytes into device memory at host address `virt`.
+    fn copy_from_host(&mut self, virt: usize, src: &[u8]) -> Result<(), VtaError>;
+    /// Copies device memory at host address `virt` into `dst`.
+    fn copy_to_host(&self, dst: &mut [u8], virt: usize) -> Result<(), VtaError>;
+    fn flush_cache(&mut self, virt: usize, phys: u64, size: usize);
+    fn invalidate_cache(&mut self, virt: usize, phys: u64, size: usize);
+    /// Simulator profiling counters, for drivers that keep them.
+    fn profile(&self) -> Option<Profile> {
+        None
+    }
+    fn clear_profile(&mut self) {}
+    /// Simulator debug mode (bit 0: skip execution, counters still advance).
+    fn set_sim_debug(&mut self, _flags: u32) {}
+}
+
+/// The functional simulator as a driver: devices share one DRAM and one set of counters.
+#[derive(Debug)]
+pub struct SimDriver {
+    isa: Isa,
+    memory: SimMemory,
+    devices: Vec<Option<SimDevice>>,
+    profile: Profile,
+    skip_exec: bool,
+}
+
+impl SimDriver {
+    pub fn new(isa: Isa) -> SimDriver {
+        SimDriver {
+            isa,
+            memory: SimMemory::default(),
+            devices: Vec::new(),
+            profile: Profile::default(),
+            skip_exec: false,
+        }
+    }
+
+    pub fn memory(&self) -> &SimMemory {
+        &self.memory
+    }
+
+    pub fn device(&self, id: DeviceId) -> Option<&SimDevice> {
+        self.devices.get(id.0).and_then(Option::as_ref)
+    }
+}
+
+impl Default for SimDriver {
+    fn default() -> Self {
+        SimDriver::new(Isa::new(crate::HwConfig::default()).expect("the default configuration is valid"))
+    }
+}
+
+impl Driver for SimDriver {
+    fn name(&self) -> String {
+        "heron functional simulator".into()
+    }
+
+    fn device_alloc(&mut self) -> Result<DeviceId, VtaError> {
+        self.devices.push(Some(SimDevice::new(self.isa.clone())));
+        Ok(DeviceId(self.devices.len() - 1))
+    }
+
+    fn device_free(&mut self, device: DeviceId) -> Result<(), VtaError> {
+        self.devices.get_mut(device.0).and_then(Option::take).map(|_| ()).ok_or(VtaError::UnknownDevice)
+    }
+
+    fn device_run(&mut self, device: DeviceId, insn_phys: u64, count: u32, _wait_cycles: u32) -> Result<(), VtaError> {
+        let dev = self.devices.get_mut(device.0).and_then(Option::as_mut).ok_or(VtaError::UnknownDevice)?;
+        dev.skip_exec = self.skip_exec;
+        dev.run(&mut self.memory, &mut self.profile, insn_phys, count)
+    }
+
+    fn mem_alloc(&mut self, size: usize, _cached: bool) -> Result<DramBlock, VtaError> {
+        self.memory.alloc(size)
+    }
+
+    fn mem_free(&mut self, virt: usize) -> Result<(), VtaError> {
+        self.memory.free(virt)
+    }
+
+    fn phys_addr(&self, virt: usize) -> Option<u64> {
+        self.memory.phys_of(virt)
+    }
+
+    fn copy_from_host(&mut self, virt: usize, src: &[u8]) -> Result<(), VtaError> {
+        let phys = self.memory.phys_of(virt).ok_or(VtaError::UnknownBuffer(virt))?;
+        self.memory.write(phys, src)
+    }
+
+    fn copy_to_host(&self, dst: &mut [u8], virt: usize) -> Result<(), VtaError> {
+        let phys = self.memory.phys_of(virt).ok_or(VtaError::UnknownBuffer(virt))?;
+        dst.copy_from_slice(self.memory.read(phys, dst.len())?);
+        Ok(())
+    }
+
+    // Coherent memory: nothing to flush or invalidate.
+    fn flush_cache(&mut self, _virt: usize, _phys: u64, _size: usize) {}
+
+    fn invalidate_cache(&mut self, _virt: usize, _phys: u64, _size: usize) {}
+
+    fn profile(&self) -> Option<Profile> {
+        Some(self.profile)
+    }
+
+    fn clear_profile(&mut self) {
+        self.profile = Profile::default();
+    }
+
+    fn set_sim_debug(&mut self, flags: u32) {
+        self.skip_exec = flags & 1 != 0;
+    }
+}
+
+pub use dynamic::DynamicDriver;
+
+/// Drivers in other shared libraries, reached through VTA's driver C API. The only unsafe code
+/// of this module: calling foreign functions with the C signatures of `driver.h`.
+#[allow(unsafe_code)]
+mod dynamic {
+    use std::ffi::c_void;
+
+    use super::{DeviceId, Driver};
+    use crate::VtaError;
+    use crate::memory::DramBlock;
+
+    type DeviceAlloc = unsafe extern "C" fn() -> *mut c_void;
+    type DeviceFree = unsafe extern "C" fn(*mut c_void);
+    type DeviceRun = unsafe extern "C" fn(*mut c_void, u32, u32, u32) -> i32;
+    type MemAlloc = unsafe extern "C" fn(usize, i32) -> *mut c_void;
+    type MemFree = unsafe extern "C" fn(*mut c_void);
+    type GetPhyAddr = unsafe extern "C" fn(*mut c_void) -> u32;
+    type Copy = unsafe extern "C" fn(*mut c_void, *const c_void, usize);
+    type Cache = unsafe extern "C" fn(*mut c_void, u32, i32);
+
+    /// A driver loaded from a shared library exporting `VTADeviceAlloc`, `VTAMemAlloc`, ....
+    pub struct DynamicDriver {
+        path: String,
+        device_alloc: DeviceAlloc,
+        device_free: DeviceFree,
+        device_run: DeviceRun,
+        mem_alloc: MemAlloc,
+        mem_free: MemFree,
+        phy_addr: GetPhyAddr,
+        copy_from_host: Copy,
+        copy_to_host: Copy,
+        flush: Cache,
+        invalidate: Cache,
+        devices: Vec<Option<usize>>,
+        // Keeps the function pointers valid; declared last so it is dropped last.
+        _library: libloading::Library,
+    }
+
+    // SAFETY: the driver API is called only through `&mut self` (or `&self` for pure lookups)
+    // while the global runtime lock is held, so calls never overlap.
+    unsafe impl Send for DynamicDriver {}
+
+    impl std::fmt::Debug for DynamicDriver {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("DynamicDriver").field("path", &self.path).finish()
+        }
+    }
+
+    impl DynamicDriver {
+        /// Loads the driver library at `path` and resolves every function of the driver API.
+        pub fn load(path: &str) -> Result<DynamicDriver, VtaError> {
+            let fail = |e: libloading::Error| VtaError::Driver(format!("{path}: {e}"));
+            // SAFETY: loading a driver library runs its initialisers; the user chose it.
+            let library = unsafe { libloading::Library::new(path) }.map_err(fail)?;
+            // SAFETY: each symbol is looked up with the C signature driver.h gives it.
+            unsafe {
+                Ok(DynamicDriver {
+                    path: path.to_string(),
+                    device_alloc: *library.get(b"VTADeviceAlloc").map_err(fail)?,
+                    device_free: *library.get(b"VTADeviceFree").map_err(fail)?,
+                    device_run: *library.get(b"VTADeviceRun").map_err(fail)?,
+                    mem_alloc: *library.get(b"VTAMemAlloc").map_err(fail)?,
+                    mem_free: *library.get(b"VTAMemFree").map_err(fail)?,
+                    phy_addr: *library.get(b"VTAMemGetPhyAddr").map_err(fail)?,
+                    copy_from_host: *library.get(b"VTAMemCopyFromHost").map_err(fail)?,
+                    copy_to_host: *library.get(b"VTAMemCopyToHost").map_err(fail)?,
+                    flush: *library.get(b"VTAFlushCache").map_err(fail)?,
+                    invalidate: *library.get(b"VTAInvalidateCache").map_err(fail)?,
+                    devices: Vec::new(),
+                    _library: library,
+                })
+            }
+        }
+
+        fn handle(&self, device: DeviceId) -> Result<*mut c_void, VtaError> {
+            self.devices.get(device.0).copied().flatten().map(|h| h as *mut c_void).ok_or(VtaError::UnknownDevice)
+        }
+    }
+
+    impl Driver for DynamicDriver {
+        fn name(&self) -> String {
+            self.path.clone()
+        }
+
+        fn device_alloc(&mut self) -> Result<DeviceId, VtaError> {
+            // SAFETY: driver.h: `VTADeviceHandle VTADeviceAlloc(void)`.
+            let h = unsafe { (self.device_alloc)() };
+            if h.is_null() {
+                return Err(VtaError::Driver(format!("{}: VTADeviceAlloc returned NULL", self.path)));
+            }
+            self.devices.push(Some(h as usize));
+            Ok(DeviceId(self.devices.len() - 1))
+        }
+
+        fn device_free(&mut self, device: DeviceId) -> Result<(), VtaError> {
+            let h = self.handle(device)?;
+            self.devices[device.0] = None;
+            // SAFETY: `h` came from VTADeviceAlloc and is freed once.
+            unsafe { (self.device_free)(h) };
+            Ok(())
+        }
+
+        fn device_run(
+            &mut self,
+            device: DeviceId,
+            insn_phys: u64,
+            count: u32,
+            wait_cycles: u32,
+        ) -> Result<(), VtaError> {
+            let h = self.handle(device)?;
+            let phys = u32::try_from(insn_phys).map_err(|_| VtaError::Driver("address above 32 bits".into()))?;
+            // SAFETY: a live device handle; the stream lives in driver memory.
+            match unsafe { (self.device_run)(h, phys, count, wait_cycles) } {
+                0 => Ok(()),
+                code => Err(VtaError::Driver(format!("{}: VTADeviceRun returned {code}", self.path))),
+            }
+        }
+
+        fn mem_alloc(&mut self, size: usize, cached: bool) -> Result<DramBlock, VtaError> {
+            // SAFETY: driver.h: `void* VTAMemAlloc(size_t size, int cached)`.
+            let virt = unsafe { (self.mem_alloc)(size, cached as i32) };
+            if virt.is_null() {
+                return Err(VtaError::OutOfMemory(size));
+            }
+            // SAFETY: `virt` was just returned by the driver.
+            let phys = unsafe { (self.phy_addr)(virt) } as u64;
+            Ok(DramBlock { virt: virt as usize, phys, size })
+        }
+
+        fn mem_free(&mut self, virt: usize) -> Result<(), VtaError> {
+            // SAFETY: the caller passes an address VTAMemAlloc returned.
+            unsafe { (self.mem_free)(virt as *mut c_void) };
+            Ok(())
+        }
+
+        fn phys_addr(&self, virt: usize) -> Option<u64> {
+            // SAFETY: the driver translates any address inside one of its allocations.
+            let phys = unsafe { (self.phy_addr)(virt as *mut c_void) };
+            (phys != 0).then_some(phys as u64)
+        }
+
+        fn copy_from_host(&mut self, virt: usize, src: &[u8]) -> Result<(), VtaError> {
+            // SAFETY: `virt` is device memory of at least `src.len()` bytes (checked by callers).
+            unsafe { (self.copy_from_host)(virt as *mut c_void, src.as_ptr().cast(), src.len()) };
+            Ok(())
+        }
+
+        fn copy_to_host(&self, dst: &mut [u8], virt: usize) -> Result<(), VtaError> {
+            // SAFETY: as above, in the other direction.
+            unsafe { (self.copy_to_host)(dst.as_mut_ptr().cast(), virt as *const c_void, dst.len()) };
+            Ok(())
+        }
+
+        fn flush_cache(&mut self, virt: usize, phys: u64, size: usize) {
+            // SAFETY: plain values; the driver ignores or flushes the range.
+            unsafe { (self.flush)(virt as *mut c_void, phys as u32, size as i32) };
+        }
+
+        fn invalidate_cache(&mut self, virt: usize, phys: u64, size: usize) {
+            // SAFETY: as above.
+            unsafe { (self.invalidate)(virt as *mut c_void, phys as u32, size as i32) };
+        }
+    }
+}
