@@ -278,14 +278,15 @@ impl SimDevice {
     }
 
     fn store(&mut self, mem: &mut SimMemory, profile: &mut Profile, m: &MemInsn) -> Result<(), VtaError> {
+        // A zero-size STORE is the store module's NOP (the runtime writes it with memory type 0).
+        if m.x_size == 0 {
+            return Ok(());
+        }
         if m.memory_type != MemId::Out as u8 {
             return Err(VtaError::BadMemoryType { insn: "STORE", id: m.memory_type });
         }
         if m.x_pad_0 | m.x_pad_1 | m.y_pad_0 | m.y_pad_1 != 0 {
             return Err(VtaError::Stream("STORE with padding".into()));
-        }
-        if m.x_size == 0 {
-            return Ok(());
         }
         let c = self.isa.config;
         let (xs, ys) = (m.x_size as usize, m.y_size as usize);

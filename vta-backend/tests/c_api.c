@@ -1,0 +1,242 @@
+/* Drives libheron_vta through its C ABI only, the way a program written against VTA's
+   runtime.h and driver.h would: the golden GEMM sequence, ALU ops including fsim's MUL and
+   left shifts, ACC_8BIT loads, SRAM contents persisting across runs, kernels recorded once per
+   handle and signature, raw streams through the driver API, and error reporting.
+   Exits non-zero with a message on the first mismatch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "heron_vta.h"
+
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      fprintf(stderr, "FAILED line %d: ", __LINE__);       \
+      fprintf(stderr, __VA_ARGS__);                        \
+      const char* e = heron_vta_last_error();              \
+      fprintf(stderr, " (last error: %s)\n", e ? e : "none"); \
+      exit(1);                                             \
+    }                                                      \
+  } while (0)
+
+static int finit_calls = 0;
+
+/* GEMM kernels of the golden sequence: signature NULL -> reset kernel, otherwise accumulate. */
+static int gemm_reset(void* sig) {
+  (void)sig;
+  finit_calls++;
+  VTAUopLoopBegin(2, 1, 0, 0);
+  VTAUopPush(0, 1, 0, 0, 0, 0, 0, 0);
+  VTAUopLoopEnd();
+  return 0;
+}
+
+static int gemm_acc(void* sig) {
+  (void)sig;
+  finit_calls++;
+  VTAUopLoopBegin(2, 1, 1, 0);
+  VTAUopPush(0, 0, 0, 0, 0, 0, 0, 0);
+  VTAUopLoopEnd();
+  return 0;
+}
+
+/* ALU kernel over `alu_n` elements: acc[i] = op(acc[i], imm or acc[alu_n + i]). The signature
+   selects the variant, so each gets its own recorded kernel. */
+static unsigned alu_n;
+static int alu_op, alu_use_imm, alu_imm;
+static int alu_kernel(void* sig) {
+  (void)sig;
+  finit_calls++;
+  VTAUopLoopBegin(alu_n, 1, 1, 0);
+  VTAUopPush(1, 0, 0, alu_n, 0, alu_op, alu_use_imm, alu_imm);
+  VTAUopLoopEnd();
+  return 0;
+}
+
+static int32_t alu_ref(int op, int32_t a, int32_t b) {
+  switch (op) {
+    case VTA_ALU_OPCODE_MIN: return a < b ? a : b;
+    case VTA_ALU_OPCODE_MAX: return a > b ? a : b;
+    case VTA_ALU_OPCODE_ADD: return (int32_t)((uint32_t)a + (uint32_t)b);
+    case VTA_ALU_OPCODE_SHR: return b >= 0 ? a >> b : (int32_t)((uint32_t)a << -b);
+    default: return (int32_t)((uint32_t)a * (uint32_t)b);
+  }
+}
+
+static long counter(const char* json, const char* key) {
+  const char* p = strstr(json, key);
+  CHECK(p != NULL, "counter %s missing in %s", key, json);
+  return strtol(p + strlen(key) + 3, NULL, 10);
+}
+
+static void golden(void) {
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  CHECK(cmd != NULL, "command handle");
+  int8_t x[32], w[256];
+  for (int i = 0; i < 32; i++) x[i] = (int8_t)(i * 7 % 23 - 11);
+  for (int i = 0; i < 256; i++) w[i] = (int8_t)(i * 5 % 19 - 9);
+  void* inp = VTABufferAlloc(32);
+  void* wgt = VTABufferAlloc(256);
+  void* out = VTABufferAlloc(32);
+  VTABufferCopy(x, 0, inp, 0, 32, VTA_MEMCPY_H2D);
+  VTABufferCopy(w, 0, wgt, 0, 256, VTA_MEMCPY_H2D);
+  heron_vta_profiler_clear();
+  static void* reset_handle = NULL;
+  static void* acc_handle = NULL;
+  VTALoadBuffer2D(cmd, inp, 0, 2, 1, 2, 0, 0, 0, 0, 0, VTA_MEM_ID_INP);
+  VTALoadBuffer2D(cmd, wgt, 0, 1, 1, 1, 0, 0, 0, 0, 0, VTA_MEM_ID_WGT);
+  CHECK(VTADepPush(cmd, 1, 2) == 0 && VTADepPop(cmd, 1, 2) == 0, "deps");
+  CHECK(VTAPushGEMMOp(&reset_handle, gemm_reset, NULL, 0) == 0, "gemm reset");
+  CHECK(VTAPushGEMMOp(&acc_handle, gemm_acc, NULL, 0) == 0, "gemm");
+  int shifts[3][2] = {{VTA_ALU_OPCODE_SHR, 4}, {VTA_ALU_OPCODE_MAX, 0}, {VTA_ALU_OPCODE_MIN, 127}};
+  static void* clip_handles[3];
+  for (int k = 0; k < 3; k++) {
+    alu_n = 2; /* loop(2, 1, 1, 0) with uop (0, 0): written through the generic ALU kernel */
+    alu_op = shifts[k][0], alu_use_imm = 1, alu_imm = shifts[k][1];
+    CHECK(VTAPushALUOp(&clip_handles[k], alu_kernel, NULL, 0) == 0, "alu %d", k);
+  }
+  VTADepPush(cmd, 2, 3);
+  VTADepPop(cmd, 2, 3);
+  VTAStoreBuffer2D(cmd, 0, VTA_MEM_ID_OUT, out, 0, 2, 1, 2);
+  VTASynchronize(cmd, 1u << 31);
+  CHECK(heron_vta_last_error() == NULL, "golden sequence ran");
+  int8_t y[32];
+  VTABufferCopy(out, 0, y, 0, 32, VTA_MEMCPY_D2H);
+  /* The ALU uops read acc[alu_n + i] only for tensor ops; with immediates src is unused. */
+  for (int r = 0; r < 2; r++)
+    for (int o = 0; o < 16; o++) {
+      int32_t dot = 0;
+      for (int k = 0; k < 16; k++) dot += x[r * 16 + k] * w[o * 16 + k];
+      int32_t v = dot >> 4;
+      v = v < 0 ? 0 : v > 127 ? 127 : v;
+      CHECK(y[r * 16 + o] == (int8_t)v, "gemm output [%d][%d] = %d, want %d", r, o, y[r * 16 + o], v);
+    }
+  const char* json = heron_vta_profiler_status();
+  CHECK(counter(json, "inp_load_nbytes") == 32 && counter(json, "wgt_load_nbytes") == 256 &&
+            counter(json, "uop_load_nbytes") == 20 && counter(json, "out_store_nbytes") == 32 &&
+            counter(json, "gemm_counter") == 2 && counter(json, "alu_counter") == 6,
+        "counters %s", json);
+  /* Pushing the same handles again reuses the recorded kernels: no new callbacks. */
+  int before = finit_calls;
+  CHECK(VTAPushGEMMOp(&acc_handle, gemm_acc, NULL, 0) == 0, "gemm again");
+  CHECK(finit_calls == before, "a kernel was recorded twice");
+  int sig = 5;
+  CHECK(VTAPushGEMMOp(&acc_handle, gemm_acc, &sig, 4) == 0, "gemm with a signature");
+  CHECK(finit_calls == before + 1, "a new signature records a new kernel");
+  VTASynchronize(cmd, 1u << 31);
+  VTABufferFree(inp);
+  VTABufferFree(wgt);
+  VTABufferFree(out);
+}
+
+/* One ALU op over n elements through the runtime API; the result narrowed to int8. */
+static void alu_case(int op, int use_imm, int imm, int load8) {
+  enum { N = 8 };
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  int32_t a[2 * N * 16];
+  int8_t a8[2 * N * 16];
+  for (int i = 0; i < 2 * N * 16; i++) {
+    a[i] = (i * 37 % 61) - 30;
+    a8[i] = (int8_t)((i * 53 % 255) - 127);
+  }
+  void* src = VTABufferAlloc(sizeof a);
+  void* out = VTABufferAlloc(N * 16);
+  if (load8) {
+    VTABufferCopy(a8, 0, src, 0, sizeof a8, VTA_MEMCPY_H2D);
+    VTALoadBuffer2D(cmd, src, 0, 2 * N, 1, 2 * N, 0, 0, 0, 0, 0, VTA_MEM_ID_ACC_8BIT);
+  } else {
+    VTABufferCopy(a, 0, src, 0, sizeof a, VTA_MEMCPY_H2D);
+    VTALoadBuffer2D(cmd, src, 0, 2 * N, 1, 2 * N, 0, 0, 0, 0, 0, VTA_MEM_ID_ACC);
+  }
+  static void* handles[8][2][2];
+  alu_n = N, alu_op = op, alu_use_imm = use_imm, alu_imm = imm;
+  int key = imm + 50; /* one kernel per immediate */
+  CHECK(VTAPushALUOp(&handles[op][use_imm][load8], alu_kernel, &key, 4) == 0, "push alu");
+  VTADepPush(cmd, 2, 3);
+  VTADepPop(cmd, 2, 3);
+  VTAStoreBuffer2D(cmd, 0, VTA_MEM_ID_OUT, out, 0, N, 1, N);
+  VTASynchronize(cmd, 1u << 31);
+  CHECK(heron_vta_last_error() == NULL, "alu op %d ran", op);
+  int8_t y[N * 16];
+  VTABufferCopy(out, 0, y, 0, sizeof y, VTA_MEMCPY_D2H);
+  for (int i = 0; i < N * 16; i++) {
+    int32_t x = load8 ? a8[i] : a[i];
+    int32_t b = use_imm ? imm : (load8 ? a8[N * 16 + i] : a[N * 16 + i]);
+    int8_t want = (int8_t)alu_ref(op, x, b);
+    CHECK(y[i] == want, "op %d imm %d lane %d: got %d want %d", op, use_imm, i, y[i], want);
+  }
+  VTABufferFree(src);
+  VTABufferFree(out);
+}
+
+/* SRAM keeps its contents between synchronizes: load in one run, compute in the next. */
+static void sram_persists(void) {
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  int32_t a[16];
+  for (int i = 0; i < 16; i++) a[i] = 3 * i - 20;
+  void* src = VTABufferAlloc(sizeof a);
+  void* out = VTABufferAlloc(16);
+  VTABufferCopy(a, 0, src, 0, sizeof a, VTA_MEMCPY_H2D);
+  VTALoadBuffer2D(cmd, src, 0, 1, 1, 1, 0, 0, 0, 0, 100, VTA_MEM_ID_ACC);
+  VTASynchronize(cmd, 1u << 31);
+  VTADepPush(cmd, 2, 3);
+  VTADepPop(cmd, 2, 3);
+  VTAStoreBuffer2D(cmd, 100, VTA_MEM_ID_OUT, out, 0, 1, 1, 1);
+  VTASynchronize(cmd, 1u << 31);
+  int8_t y[16];
+  VTABufferCopy(out, 0, y, 0, 16, VTA_MEMCPY_D2H);
+  for (int i = 0; i < 16; i++) CHECK(y[i] == (int8_t)a[i], "persisted lane %d", i);
+  VTABufferFree(src);
+  VTABufferFree(out);
+}
+
+/* Raw streams through the driver API: a FINISH-only stream runs; an undefined opcode and a
+   pop that can never be satisfied are errors, not aborts or hangs. */
+static void raw_streams(void) {
+  VTADeviceHandle dev = VTADeviceAlloc();
+  CHECK(dev != NULL, "device");
+  uint64_t* insns = (uint64_t*)VTAMemAlloc(64, VTA_CACHED);
+  uint64_t stream[4] = {VTA_OPCODE_FINISH, 0, 7, 0};
+  VTAMemCopyFromHost(insns, stream, sizeof stream);
+  vta_phy_addr_t phys = VTAMemGetPhyAddr(insns);
+  CHECK(phys != 0 && phys % 4096 == 0, "physical address %u", phys);
+  CHECK(VTADeviceRun(dev, phys, 1, 0) == 0, "FINISH alone");
+  CHECK(VTADeviceRun(dev, phys + 16, 1, 0) != 0, "undefined opcode 7 must fail");
+  uint64_t waits[2] = {VTA_OPCODE_FINISH | (1u << 3), 0}; /* FINISH popping a token nobody pushes */
+  VTAMemCopyFromHost(insns, waits, sizeof waits);
+  CHECK(VTADeviceRun(dev, phys, 1, 0) != 0, "deadlock must be detected");
+  CHECK(strstr(heron_vta_last_error(), "deadlock") != NULL, "deadlock message");
+  CHECK(VTADeviceRun(dev, 0x10, 1, 0) != 0, "a stream outside DRAM");
+  VTAMemFree(insns);
+  VTADeviceFree(dev);
+}
+
+/* Misuse: an error stops the queue until shutdown; then it works again. */
+static void errors(void) {
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  CHECK(VTADepPush(cmd, 1, 3) != 0, "load->store dependency must be refused");
+  CHECK(heron_vta_last_error() != NULL, "an error message");
+  CHECK(VTADepPush(cmd, 1, 2) != 0, "the queue refuses work after an error");
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  CHECK(VTADepPush(cmd, 1, 2) == 0, "a fresh queue after shutdown");
+  VTASynchronize(cmd, 1u << 31);
+}
+
+int main(void) {
+  golden();
+  int ops[5] = {VTA_ALU_OPCODE_MIN, VTA_ALU_OPCODE_MAX, VTA_ALU_OPCODE_ADD, VTA_ALU_OPCODE_SHR, VTA_ALU_OPCODE_MUL};
+  for (int k = 0; k < 5; k++) {
+    int imm = ops[k] == VTA_ALU_OPCODE_SHR ? -3 : 7; /* a negative shift is a left shift */
+    alu_case(ops[k], 1, imm, 0);
+    alu_case(ops[k], 0, 0, 0);
+    alu_case(ops[k], 1, ops[k] == VTA_ALU_OPCODE_SHR ? 2 : -5, 1); /* ACC_8BIT sources */
+  }
+  sram_persists();
+  raw_streams();
+  errors();
+  VTARuntimeShutdown();
+  printf("c api: all checks passed\n");
+  return 0;
+}
