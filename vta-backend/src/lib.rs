@@ -15,6 +15,7 @@ pub mod config;
 pub mod driver;
 pub mod isa;
 pub mod memory;
+pub mod program;
 pub mod runtime;
 pub mod sim;
 
