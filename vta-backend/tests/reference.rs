@@ -36,7 +36,6 @@ fn i32_bytes(v: &[i32]) -> Vec<u8> {
 }
 
 struct Session {
-    isa: Isa,
     driver: SimDriver,
     queue: CommandQueue,
 }
@@ -45,8 +44,8 @@ impl Session {
     fn new() -> Session {
         let isa = Isa::new(HwConfig::default()).unwrap();
         let mut driver = SimDriver::new(isa.clone());
-        let queue = CommandQueue::new(isa.clone(), &mut driver).unwrap();
-        Session { isa, driver, queue }
+        let queue = CommandQueue::new(isa, &mut driver).unwrap();
+        Session { driver, queue }
     }
 
     fn buffer(&mut self, bytes: &[u8]) -> DramBlock {
@@ -59,6 +58,7 @@ impl Session {
         out.into_iter().map(|x| x as i8).collect()
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn load(&mut self, b: &DramBlock, x: u32, y: u32, stride: u32, pads: [u32; 4], sram: u32, id: MemId) {
         let [xb, yb, xa, ya] = pads;
         self.queue.load_buffer_2d(&mut self.driver, b.phys, 0, x, y, stride, xb, yb, xa, ya, sram, id as u32).unwrap();
