@@ -48,9 +48,15 @@ pub struct SimDriver {
     devices: Vec<Option<SimDevice>>,
     profile: Profile,
     skip_exec: bool,
+    work_limit: Option<u64>,
 }
 
 impl SimDriver {
+    /// Caps the uop executions of each run (a watchdog for untrusted streams).
+    pub fn set_work_limit(&mut self, limit: Option<u64>) {
+        self.work_limit = limit;
+    }
+
     pub fn new(isa: Isa) -> SimDriver {
         SimDriver {
             isa,
@@ -58,6 +64,7 @@ impl SimDriver {
             devices: Vec::new(),
             profile: Profile::default(),
             skip_exec: false,
+            work_limit: None,
         }
     }
 
@@ -93,6 +100,7 @@ impl Driver for SimDriver {
     fn device_run(&mut self, device: DeviceId, insn_phys: u64, count: u32, _wait_cycles: u32) -> Result<(), VtaError> {
         let dev = self.devices.get_mut(device.0).and_then(Option::as_mut).ok_or(VtaError::UnknownDevice)?;
         dev.skip_exec = self.skip_exec;
+        dev.work_limit = self.work_limit;
         dev.run(&mut self.memory, &mut self.profile, insn_phys, count)
     }
 

@@ -45,6 +45,8 @@ pub enum VtaError {
     AtInstruction { index: usize, error: Box<VtaError> },
     #[error("deadlock: no module can proceed (waiting: {stuck}; tokens {tokens})")]
     Deadlock { stuck: String, tokens: String },
+    #[error("the stream exceeded the simulator's work limit of {0} uop executions")]
+    WorkLimit(u64),
     #[error("the stream ended without executing FINISH")]
     NoFinish,
     #[error("malformed stream: {0}")]

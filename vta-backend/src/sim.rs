@@ -86,6 +86,10 @@ pub struct SimDevice {
     pub tokens: Tokens,
     /// Debug mode: counters advance but only UOP loads execute (the reference's skip-exec).
     pub skip_exec: bool,
+    /// A watchdog for untrusted streams: at most this many uop executions (GEMM/ALU loop
+    /// iterations) per run; `None` runs any valid stream to completion, as VTA's simulator does.
+    pub work_limit: Option<u64>,
+    work_done: u64,
 }
 
 impl SimDevice {
@@ -98,6 +102,8 @@ impl SimDevice {
             acc: vec![0; c.depth(MemId::Acc) * c.lanes(MemId::Acc)],
             tokens: Tokens::default(),
             skip_exec: false,
+            work_limit: None,
+            work_done: 0,
             isa,
         }
     }
@@ -120,6 +126,7 @@ impl SimDevice {
         insn_phys: u64,
         count: u32,
     ) -> Result<(), VtaError> {
+        self.work_done = 0;
         let bytes = mem.read(insn_phys, count as usize * INSN_BYTES)?;
         let mut queues: [VecDeque<(usize, Insn)>; 3] = Default::default();
         for (k, w) in words(bytes)?.into_iter().enumerate() {
@@ -312,13 +319,20 @@ impl SimDevice {
         Ok(())
     }
 
-    /// Checks the uop range of a GEMM/ALU and returns the work it represents.
-    fn check_loops(&self, l: &UopLoops) -> Result<u64, VtaError> {
+    /// Checks the uop range of a GEMM/ALU and the watchdog; returns the work it represents.
+    fn check_loops(&mut self, l: &UopLoops) -> Result<u64, VtaError> {
         let depth = self.isa.config.depth(MemId::Uop);
         if l.uop_end as usize > depth || l.uop_bgn > l.uop_end {
             return Err(VtaError::UopOutOfRange { bgn: l.uop_bgn, end: l.uop_end, depth });
         }
-        Ok(l.iter_out as u64 * l.iter_in as u64 * (l.uop_end - l.uop_bgn) as u64)
+        let work = l.iter_out as u64 * l.iter_in as u64 * (l.uop_end - l.uop_bgn) as u64;
+        self.work_done += work;
+        if let Some(limit) = self.work_limit
+            && self.work_done > limit
+        {
+            return Err(VtaError::WorkLimit(limit));
+        }
+        Ok(work)
     }
 
     fn gemm(&mut self, profile: &mut Profile, g: &GemmInsn) -> Result<(), VtaError> {
