@@ -150,6 +150,11 @@ enum Command {
         #[arg(long, default_value_t = heron_planner::Budget::DEFAULT_MILLIS)]
         time_limit_ms: u64,
     },
+    /// VTA accelerator tools.
+    Vta {
+        #[command(subcommand)]
+        command: VtaCommand,
+    },
     /// Apply an index map to a buffer shape (and optionally one index) and print JSON.
     Layout {
         /// Logical shape, e.g. 16,64,64,128.
@@ -162,6 +167,13 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         index: Option<Vec<i64>>,
     },
+}
+
+#[derive(Subcommand)]
+enum VtaCommand {
+    /// Print an instruction stream readably: FILE holds raw little-endian 16-byte
+    /// instructions, as the runtime writes them (default hardware configuration).
+    Disasm { file: PathBuf },
 }
 
 /// Memory pools, as `heron plan` and `heron compile` take them.
@@ -228,6 +240,7 @@ fn main() -> ExitCode {
         Command::Bench { model, runs, warmup, engine } => bench(&model, runs, warmup, engine),
         Command::Inspect { model, workspace } => inspect(&model, workspace),
         Command::Lower { model, stage, full_constants } => lower(&model, stage, full_constants),
+        Command::Vta { command: VtaCommand::Disasm { file } } => vta_disasm(&file),
         Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
         Command::Compile { model, name, output, pools, embed_workspace, target_cpu, algorithm, time_limit_ms } => {
             let opts = CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, time_limit_ms };
@@ -498,6 +511,13 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
         );
     }
     println!("imports: {}", meta.undefined_symbols.join(" "));
+    Ok(())
+}
+
+fn vta_disasm(path: &Path) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let isa = heron_vta::Isa::new(heron_vta::HwConfig::default())?;
+    print!("{}", heron_vta::isa::disassemble(&isa, &bytes)?);
     Ok(())
 }
 

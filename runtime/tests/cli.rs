@@ -191,3 +191,16 @@ fn compile_writes_object_header_metadata_and_parameter_blobs() {
     );
     assert!(meta["functions"].as_array().unwrap().iter().any(|f| f["name"] == "main"));
 }
+
+#[test]
+fn vta_disasm_prints_a_raw_stream() {
+    // LOAD WGT with push_next, a compute NOP, FINISH and an undefined opcode (the golden words).
+    let words: [(u64, u64); 4] = [(0x00001000800000c0, 0x0000000100010001), (0x18, 0), (3, 0), (7, 0)];
+    let bytes: Vec<u8> = words.iter().flat_map(|(lo, hi)| [lo.to_le_bytes(), hi.to_le_bytes()].concat()).collect();
+    let path = std::env::temp_dir().join(format!("heron-cli-vta-{}.bin", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let out = heron(&["vta", "disasm", path.to_str().unwrap()]);
+    assert!(out.contains("LOAD WGT sram 0 dram 0x40020 y 1 x 1 stride 1"), "{out}");
+    assert!(out.contains("[push_next]") && out.contains("NOP (LOAD UOP) [pop_prev pop_next]"), "{out}");
+    assert!(out.contains("FINISH") && out.contains("<undefined opcode 7>"), "{out}");
+}
