@@ -202,3 +202,133 @@ impl BlockedGemm {
         insns
     }
 }
+
+/// A 3x3, stride-1, pad-1 convolution (batch 1) as one hand-built stream, row by row with
+/// double-buffered input rows and accumulators: out = clip(conv >> 8, 0, 127) as int8, in VTA's
+/// packed layouts (input (in_blocks, h, w), weights (out_blocks, in_blocks, 3, 3), output
+/// (out_blocks, h, w) elements of 16 channels). Padding comes from padded INP loads.
+#[derive(Clone, Copy, Debug)]
+pub struct Conv3x3 {
+    pub h: usize,
+    pub w: usize,
+    pub in_blocks: usize,
+    pub out_blocks: usize,
+}
+
+impl Conv3x3 {
+    fn row_elems(&self) -> usize {
+        self.in_blocks * 3 * (self.w + 2)
+    }
+
+    fn taps(&self) -> usize {
+        self.in_blocks * 9
+    }
+
+    /// GEMM kernels per (input buffer, acc buffer), then reset and ALU uops per acc buffer.
+    pub fn uops(&self) -> Vec<Uop> {
+        let (wp, row, acc) = ((self.w + 2) as u32, self.row_elems() as u32, (self.out_blocks * self.w) as u32);
+        let mut uops = Vec::new();
+        for b in 0..2 {
+            for a in 0..2 {
+                for i in 0..self.in_blocks as u32 {
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            uops.push(Uop {
+                                dst: a * acc,
+                                src: b * row + i * 3 * wp + ky * wp + kx,
+                                wgt: (i * 3 + ky) * 3 + kx,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        uops.extend((0..2).map(|a| Uop { dst: a * acc, src: 0, wgt: 0 }));
+        uops.extend((0..2).map(|a| Uop { dst: a * acc, src: a * acc, wgt: 0 }));
+        uops
+    }
+
+    pub fn macs(&self) -> u64 {
+        (self.h * self.w * self.in_blocks * self.out_blocks * 9) as u64 * 256
+    }
+
+    /// The stream; `b.inp`, `b.wgt`, `b.out`, `b.uops` are used (no bias).
+    pub fn stream(&self, b: &GemmBuffers) -> Vec<Insn> {
+        use crate::isa::{AluInsn, AluOp, DepFlags, GemmInsn, MemInsn, UopLoops};
+        let (h, w, ib, ob) = (self.h, self.w, self.in_blocks, self.out_blocks);
+        let n_uops = self.uops().len();
+        let taps = self.taps();
+        let (reset_at, alu_at) = (4 * taps, 4 * taps + 2);
+        let none = DepFlags::default();
+        let mem = |id: crate::MemId, sram: usize, dram: u64, y: usize, x: usize, stride: usize| MemInsn {
+            memory_type: id as u8,
+            sram_base: sram as u16,
+            dram_base: dram as u32,
+            y_size: y as u16,
+            x_size: x as u16,
+            x_stride: stride as u16,
+            ..MemInsn::default()
+        };
+        let mut insns = vec![
+            Insn::Load(mem(crate::MemId::Uop, 0, b.uops / 4, 1, n_uops, n_uops)),
+            Insn::Load(mem(crate::MemId::Wgt, 0, b.wgt / 256, 1, ob * ib * 9, ob * ib * 9)),
+        ];
+        for y in 0..h {
+            let (buf, abuf) = (y % 2, y % 2);
+            for i in 0..ib {
+                let top = y.saturating_sub(1);
+                let bottom = (y + 1).min(h - 1);
+                let mut m = mem(
+                    crate::MemId::Inp,
+                    buf * self.row_elems() + i * 3 * (w + 2),
+                    b.inp / 16 + ((i * h + top) * w) as u64,
+                    bottom - top + 1,
+                    w,
+                    w,
+                );
+                (m.x_pad_0, m.x_pad_1, m.y_pad_0, m.y_pad_1) = (1, 1, (y == 0) as u8, (y == h - 1) as u8);
+                m.deps = DepFlags { pop_next: i == 0 && y >= 2, push_next: i + 1 == ib, ..none };
+                insns.push(Insn::Load(m));
+            }
+            let loops =
+                |bgn: usize, end: usize, io: usize, dst_out: usize, ii: usize, dst_in: usize, src_in: usize| UopLoops {
+                    uop_bgn: bgn as u32,
+                    uop_end: end as u32,
+                    iter_out: io as u32,
+                    iter_in: ii as u32,
+                    dst_factor_out: dst_out as u32,
+                    dst_factor_in: dst_in as u32,
+                    src_factor_out: 0,
+                    src_factor_in: src_in as u32,
+                };
+            let reset = loops(reset_at + abuf, reset_at + abuf + 1, ob, w, w, 1, 0);
+            insns.push(Insn::Gemm(GemmInsn {
+                deps: DepFlags { pop_next: y >= 2, ..none },
+                reset: true,
+                loops: reset,
+                wgt_factor_out: 0,
+                wgt_factor_in: 0,
+            }));
+            let kernel = (buf * 2 + abuf) * taps;
+            let conv = loops(kernel, kernel + taps, ob, w, w, 1, 1);
+            let deps = DepFlags { pop_prev: true, push_prev: y + 2 < h, ..none };
+            insns.push(Insn::Gemm(GemmInsn {
+                deps,
+                reset: false,
+                loops: conv,
+                wgt_factor_out: (ib * 9) as u32,
+                wgt_factor_in: 0,
+            }));
+            for (k, (op, imm)) in [(AluOp::Shr, 8), (AluOp::Max, 0), (AluOp::Min, 127)].into_iter().enumerate() {
+                let l = loops(alu_at + abuf, alu_at + abuf + 1, 1, 0, ob * w, 1, 1);
+                let deps = DepFlags { push_next: k == 2, ..none };
+                insns.push(Insn::Alu(AluInsn { deps, reset: false, loops: l, op, use_imm: true, imm }));
+            }
+            let mut st = mem(crate::MemId::Out, abuf * ob * w, b.out / 16 + (y * w) as u64, ob, w, h * w);
+            st.deps = DepFlags { pop_prev: true, push_prev: y + 2 < h || y + 1 == h, ..none };
+            insns.push(Insn::Store(st));
+        }
+        insns.push(Insn::Finish(DepFlags { pop_next: true, ..none }));
+        insns
+    }
+}
