@@ -543,3 +543,74 @@ fn conv3x3_stream_matches_a_direct_convolution() {
     }
     assert_eq!(driver.profile().unwrap().gemm_counter * 256, c.macs());
 }
+
+/// A non-default configuration (32-lane blocks, larger buffers): the ISA's field widths follow
+/// it and a GEMM computes a 32x32 block product.
+#[test]
+fn non_default_configuration_runs_a_gemm() {
+    let config = HwConfig {
+        log_block_in: 5,
+        log_block_out: 5,
+        log_inp_buff_size: 16,
+        log_wgt_buff_size: 20,
+        log_acc_buff_size: 18,
+        ..HwConfig::default()
+    };
+    let isa = Isa::new(config).unwrap();
+    assert_eq!(
+        (config.elem_bytes(MemId::Inp), config.elem_bytes(MemId::Wgt), config.elem_bytes(MemId::Acc)),
+        (32, 1024, 128)
+    );
+    let mut driver = SimDriver::new(isa.clone());
+    let dev = driver.device_alloc().unwrap();
+    let mut rng = Rng(60);
+    let x = rng.vec(32, -128, 128);
+    let w = rng.vec(1024, -128, 128);
+    let (xb, wb) = (upload(&mut driver, &i8_bytes(&x)).unwrap(), upload(&mut driver, &i8_bytes(&w)).unwrap());
+    let out = upload(&mut driver, &[0; 32]).unwrap();
+    let ub = upload_uops(&mut driver, &isa, &[Uop { dst: 0, src: 0, wgt: 0 }]).unwrap();
+    let none = DepFlags::default();
+    let load = |id: MemId, dram: u64, deps: DepFlags| {
+        let m = MemInsn { deps, memory_type: id as u8, dram_base: dram as u32, ..MemInsn::default() };
+        Insn::Load(MemInsn { y_size: 1, x_size: 1, x_stride: 1, ..m })
+    };
+    let one = UopLoops { uop_bgn: 0, uop_end: 1, iter_out: 1, iter_in: 1, ..UopLoops::default() };
+    let insns = vec![
+        load(MemId::Uop, ub.phys / 4, none),
+        load(MemId::Wgt, wb.phys / 1024, none),
+        load(MemId::Inp, xb.phys / 32, DepFlags { push_next: true, ..none }),
+        Insn::Gemm(GemmInsn {
+            deps: DepFlags { pop_prev: true, ..none },
+            reset: true,
+            loops: one,
+            wgt_factor_out: 0,
+            wgt_factor_in: 0,
+        }),
+        Insn::Gemm(GemmInsn {
+            deps: DepFlags { push_next: true, ..none },
+            reset: false,
+            loops: one,
+            wgt_factor_out: 0,
+            wgt_factor_in: 0,
+        }),
+        Insn::Store(MemInsn {
+            deps: DepFlags { pop_prev: true, push_prev: true, ..none },
+            memory_type: MemId::Out as u8,
+            dram_base: (out.phys / 32) as u32,
+            y_size: 1,
+            x_size: 1,
+            x_stride: 1,
+            ..MemInsn::default()
+        }),
+        Insn::Finish(DepFlags { pop_next: true, ..none }),
+    ];
+    for insn in &insns {
+        assert_eq!(isa.decode(isa.encode(insn).unwrap()).unwrap(), *insn);
+    }
+    run_stream(&mut driver, dev, &isa, &insns).unwrap();
+    let got = driver.memory().read(out.phys, 32).unwrap();
+    for o in 0..32 {
+        let dot: i32 = (0..32).map(|k| x[k] * w[o * 32 + k]).sum();
+        assert_eq!(got[o] as i8, dot as i8, "lane {o}");
+    }
+}
