@@ -144,11 +144,12 @@ impl KernelRecorder {
     }
 }
 
-/// A kernel in the uop cache, with its SRAM range while resident.
+/// A kernel resident in uop SRAM at `begin..end`.
 #[derive(Debug)]
 struct CacheEntry {
     kernel: Arc<UopKernel>,
-    sram: Option<(u32, u32)>,
+    begin: u32,
+    end: u32,
 }
 
 /// Pending pops per module (prev, next).
@@ -340,41 +341,37 @@ impl CommandQueue {
         self.auto_sync(driver)
     }
 
-    /// Places `kernel` in uop SRAM unless resident; returns the range and, when it was placed
-    /// now, the UOP load to emit.
+    /// Places `kernel` in uop SRAM unless resident (the reference's cache: kernels in SRAM
+    /// order; one that does not fit after the last restarts at 0 and evicts the kernels it
+    /// overlaps); returns the range and, when placed now, the UOP load to emit.
     fn place_kernel(&mut self, kernel: &Arc<UopKernel>) -> Result<((u32, u32), Option<MemInsn>), VtaError> {
-        if let Some(range) = self.cache.iter().find(|e| e.kernel.id == kernel.id).and_then(|e| e.sram) {
-            return Ok((range, None));
+        if let Some(e) = self.cache.iter().find(|e| e.kernel.id == kernel.id) {
+            return Ok(((e.begin, e.end), None));
         }
         let n = kernel.uops.len() as u32;
         let depth = self.isa.config.depth(MemId::Uop) as u32;
         if n > depth {
             return Err(VtaError::Runtime(format!("a kernel of {n} uops exceeds the uop SRAM ({depth})")));
         }
-        let mut begin = self.sram_end;
-        if begin + n > depth {
-            // Start over at 0, evicting what the new kernel overlaps.
-            begin = 0;
+        let begin = if self.sram_end + n > depth {
             self.cache_index = 0;
-        }
-        let end = begin + n;
-        while self.cache_index < self.cache.len() {
-            match self.cache[self.cache_index].sram {
-                Some((b, _)) if b >= end => break,
-                _ => self.cache[self.cache_index].sram = None,
-            }
+            0
+        } else {
+            self.sram_end
+        };
+        self.sram_end = begin + n;
+        let evict_begin = self.cache_index;
+        while self.cache_index < self.cache.len() && self.cache[self.cache_index].begin < self.sram_end {
             self.cache_index += 1;
         }
-        // Entries evicted earlier keep their staging slots, as in the reference.
-        let offset: usize = self.cache[..self.cache_index].iter().map(|e| e.kernel.uops.len()).sum();
-        self.cache.insert(self.cache_index, CacheEntry { kernel: kernel.clone(), sram: Some((begin, end)) });
-        self.cache_index += 1;
-        self.sram_end = end;
-        let dram_base = (self.uop_buffer.phys + (offset * UOP_BYTES) as u64) / UOP_BYTES as u64;
-        let staged = self.uop_buffer.phys + ((offset + n as usize) * UOP_BYTES) as u64;
-        if staged > self.uop_buffer.phys + MAX_XFER as u64 {
+        self.cache
+            .splice(evict_begin..self.cache_index, [CacheEntry { kernel: kernel.clone(), begin, end: self.sram_end }]);
+        self.cache_index = evict_begin + 1;
+        let offset: usize = self.cache[..evict_begin].iter().map(|e| e.kernel.uops.len()).sum();
+        if (offset + n as usize) * UOP_BYTES > MAX_XFER {
             return Err(VtaError::Runtime("uop staging buffer full; synchronize more often".into()));
         }
+        let dram_base = (self.uop_buffer.phys + (offset * UOP_BYTES) as u64) / UOP_BYTES as u64;
         let load = MemInsn {
             memory_type: MemId::Uop as u8,
             sram_base: begin as u16,
@@ -384,7 +381,7 @@ impl CommandQueue {
             x_stride: n as u16,
             ..MemInsn::default()
         };
-        Ok(((begin, end), Some(load)))
+        Ok(((begin, self.sram_end), Some(load)))
     }
 
     fn loops_of(kernel: &UopKernel, (bgn, end): (u32, u32), single_is_outer: bool) -> (UopLoops, u32, u32) {
@@ -489,7 +486,7 @@ impl CommandQueue {
     pub fn synchronize(&mut self, driver: &mut dyn Driver, wait_cycles: u32) -> Result<(), VtaError> {
         let compute = Module::Compute as usize;
         if self.debug & DEBUG_FORCE_SERIAL != 0 {
-            self.serialize();
+            self.serialize()?;
         } else {
             self.dep_push(QID_STORE, QID_COMPUTE)?;
             self.dep_push(QID_LOAD, QID_COMPUTE)?;
@@ -531,42 +528,47 @@ impl CommandQueue {
         driver.device_run(self.device, self.insn_buffer.phys, self.insns.len() as u32, wait_cycles)
     }
 
-    /// FORCE_SERIAL: every hand-off between instructions of different modules gets a token,
-    /// so the stream runs strictly in order; FINISH then waits for the last load and store.
-    fn serialize(&mut self) {
-        for i in 0..self.insns.len() {
-            *deps_mut(&mut self.insns[i]) = DepFlags::default();
-        }
+    /// FORCE_SERIAL, as the reference rewrites the stream: every hand-off between adjacent
+    /// instructions of neighbouring modules carries a token (all other flags are cleared), and
+    /// FINISH waits for the last store and the last load.
+    fn serialize(&mut self) -> Result<(), VtaError> {
+        let (load, compute, store) = (Module::Load as usize, Module::Compute as usize, Module::Store as usize);
+        let mut last_store = None;
         for i in 1..self.insns.len() {
-            let (a, b) = (module_of(&self.insns[i - 1]) as usize, module_of(&self.insns[i]) as usize);
-            // Non-neighbouring modules (load and store) hand off through compute tokens the
-            // stream already carries only when they are adjacent; chain neighbours directly.
-            if a.abs_diff(b) == 1 {
-                let down = a < b;
-                let prev = deps_mut(&mut self.insns[i - 1]);
-                if down {
-                    prev.push_next = true
-                } else {
-                    prev.push_prev = true
-                }
-                let next = deps_mut(&mut self.insns[i]);
-                if down { next.pop_prev = true } else { next.pop_next = true }
+            let (prev, now) = (module_of(&self.insns[i - 1]) as usize, module_of(&self.insns[i]) as usize);
+            // (push_prev, push_next) of the earlier instruction, (pop_prev, pop_next) of the later.
+            let (push, pop) = match (prev, now) {
+                (p, n) if p + 1 == n => ((false, true), (true, false)),
+                (p, n) if n + 1 == p => ((true, false), (false, true)),
+                _ => ((false, false), (false, false)),
+            };
+            let d = deps_mut(&mut self.insns[i - 1]);
+            (d.push_prev, d.push_next) = push;
+            let d = deps_mut(&mut self.insns[i]);
+            (d.pop_prev, d.pop_next) = pop;
+            if now == store {
+                last_store = Some(i);
             }
         }
-        let compute = Module::Compute as usize;
-        if let Some(last) = self.insns.last().map(|i| module_of(i) as usize)
-            && last != compute
-        {
-            let down = last < compute;
-            let deps = deps_mut(self.insns.last_mut().expect("non-empty"));
-            if down {
-                deps.push_next = true
-            } else {
-                deps.push_prev = true
+        let qid = |m: usize| m as i32 + 1;
+        if last_store.is_some() && last_store == self.insns.len().checked_sub(1) {
+            deps_mut(self.insns.last_mut().expect("non-empty")).push_prev = true;
+            if !self.pops[compute].next {
+                self.dep_pop(qid(store), qid(compute))?;
             }
-            self.pops[compute] = Pops { prev: down, next: !down };
             self.flush_pops(compute);
+        } else {
+            self.pops[compute].next = false;
         }
+        self.dep_push(qid(compute), qid(load))?;
+        self.dep_pop(qid(load), qid(compute))?;
+        if !self.pops[load].next {
+            self.dep_pop(qid(compute), qid(load))?;
+        }
+        self.flush_pops(load);
+        self.dep_push(qid(load), qid(compute))?;
+        self.flush_pops(compute);
+        Ok(())
     }
 }
 

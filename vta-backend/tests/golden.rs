@@ -132,3 +132,36 @@ fn golden_stream_words_counters_and_output() {
     assert_eq!(got[65] as i8, 10);
     assert_eq!(got[80 + 15] as i8, (310 & 0xff) as u8 as i8);
 }
+
+/// The uop cache as VTA's runtime keeps it: kernels placed one after another; one that does not
+/// fit restarts at 0 and evicts what it overlaps; resident kernels are not reloaded.
+#[test]
+fn uop_cache_places_and_evicts_like_the_reference() {
+    use heron_vta::isa::Insn;
+    let isa = Isa::new(HwConfig::default()).unwrap();
+    let mut driver = SimDriver::new(isa.clone());
+    let mut q = CommandQueue::new(isa, &mut driver).unwrap();
+    let big = |first_dst: u32| {
+        kernel(|k| {
+            for i in 0..3000 {
+                k.push(1, false, (first_dst + i) % 2048, 0, 0, AluOp::Add as u32, true, 1);
+            }
+        })
+    };
+    let (k1, k2, k3) = (big(0), big(1), big(2));
+    let uop_loads = |q: &CommandQueue| -> Vec<(u16, u32)> {
+        q.pending()
+            .iter()
+            .filter_map(|i| match i {
+                Insn::Load(m) if m.memory_type == MemId::Uop as u8 => Some((m.sram_base, m.dram_base - 0x1000 / 4)),
+                _ => None,
+            })
+            .collect()
+    };
+    for k in [&k1, &k2, &k3, &k2, &k1] {
+        q.push_kernel(k).unwrap();
+    }
+    // k1 at 0, k2 at 3000, k3 restarts at 0 (evicting k1; staging offset 0), k2 is still
+    // resident, k1 comes back after k3 at 3000 (evicting k2; staging offset 3000 uops).
+    assert_eq!(uop_loads(&q), [(0, 0), (3000, 3000), (0, 0), (3000, 3000)]);
+}

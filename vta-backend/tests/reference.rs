@@ -145,8 +145,11 @@ fn padded_loads() {
 /// test_gemm: 4 batch rows, 1 input block, 4 output blocks; y = clip((x . w^T) >> 8, 0, 127).
 /// `threads` = 2 splits the batch between two virtual threads whose instructions and tokens
 /// interleave (the "smt" schedule).
-fn gemm_case(threads: usize) {
+fn gemm_case(threads: usize, serial: bool) {
     let mut s = Session::new();
+    if serial {
+        s.queue.set_debug(heron_vta::runtime::DEBUG_FORCE_SERIAL);
+    }
     let mut rng = Rng(4 + threads as u64);
     let (batch, m) = (4usize, 4usize);
     let x = rng.vec(batch * 16, -128, 128);
@@ -212,8 +215,11 @@ fn gemm_case(threads: usize) {
 
 #[test]
 fn gemm_default_and_two_virtual_threads() {
-    gemm_case(1);
-    gemm_case(2);
+    gemm_case(1, false);
+    gemm_case(2, false);
+    // The runtime's debug mode that chains every hand-off with tokens gives the same result.
+    gemm_case(1, true);
+    gemm_case(2, true);
 }
 
 /// test_alu, test_relu and test_shift_and_scale: loads of a (and b), ALU op(s), store, cast.
