@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::metadata::{Metadata, PoolSource};
+use crate::metadata::{Metadata, PoolMeta, PoolSource, TensorMeta};
 use crate::{AotError, io_error};
 
 type EntryFn = unsafe extern "C" fn(*const *const u8, *const *mut u8, *const *mut u8, *const *const u8) -> i32;
@@ -94,62 +94,106 @@ impl AotLibrary {
             .collect()
     }
 
-    /// Runs the model. Buffers in metadata order; `workspaces` / `parameters` hold the
-    /// user-provided pools only. Sizes and alignments are checked before the call.
-    pub fn run(
+    /// Runs the model. Buffers in metadata order; `workspaces` / `parameters` are the
+    /// user-provided pools only. Counts, sizes and alignments are checked before the call, and
+    /// nothing is allocated for up to 32 buffers of each kind.
+    pub fn run<'a>(
         &self,
-        inputs: &[&[u8]],
-        outputs: &mut [&mut [u8]],
-        workspaces: &mut [&mut [u8]],
-        parameters: &[&[u8]],
+        inputs: impl IntoIterator<Item = &'a [u8]>,
+        outputs: impl IntoIterator<Item = &'a mut [u8]>,
+        workspaces: impl IntoIterator<Item = &'a mut [u8]>,
+        parameters: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<(), AotError> {
         let m = &self.metadata;
         let user = |kind: &'static str| m.pools.iter().filter(move |p| p.kind == kind && p.source == PoolSource::User);
-        let check = |what: &str, got: usize, want: usize| {
-            if got == want { Ok(()) } else { Err(AotError::Run(format!("{want} {what} expected, got {got}"))) }
-        };
-        check("inputs", inputs.len(), m.inputs.len())?;
-        check("outputs", outputs.len(), m.outputs.len())?;
-        check("workspace pools", workspaces.len(), user("workspace").count())?;
-        check("parameter pools", parameters.len(), user("parameter").count())?;
-        let fits = |name: &str, ptr: *const u8, len: usize, need: u64, align: u64| {
-            if (len as u64) < need {
-                Err(AotError::Run(format!("'{name}' needs {need} bytes, got {len}")))
-            } else if !(ptr as usize).is_multiple_of(align.max(1) as usize) {
-                Err(AotError::Run(format!("'{name}' must be {align}-byte aligned")))
-            } else {
-                Ok(())
-            }
-        };
-        let elem = |t: &crate::metadata::TensorMeta| t.dtype().map_or(1, |d| d.size_bytes() as u64);
-        for (b, t) in inputs.iter().zip(&m.inputs) {
-            fits(&t.name, b.as_ptr(), b.len(), t.size_bytes as u64, elem(t))?;
-        }
-        for (b, t) in outputs.iter().zip(&m.outputs) {
-            fits(&t.name, b.as_ptr(), b.len(), t.size_bytes as u64, elem(t))?;
-        }
-        for (b, p) in workspaces.iter().zip(user("workspace")) {
-            fits(&p.name, b.as_ptr(), b.len(), p.size_bytes, p.alignment)?;
-        }
-        for (b, p) in parameters.iter().zip(user("parameter")) {
-            fits(&p.name, b.as_ptr(), b.len(), p.size_bytes, p.alignment)?;
-        }
-        let ins: Vec<*const u8> = inputs.iter().map(|b| b.as_ptr()).collect();
-        let outs: Vec<*mut u8> = outputs.iter_mut().map(|b| b.as_mut_ptr()).collect();
-        let ws: Vec<*mut u8> = workspaces.iter_mut().map(|b| b.as_mut_ptr()).collect();
-        let ps: Vec<*const u8> = parameters.iter().map(|b| b.as_ptr()).collect();
-        // An empty struct is passed as NULL, as the header documents.
-        let or_null = |v: &[*const u8]| if v.is_empty() { std::ptr::null() } else { v.as_ptr() };
-        let or_null_mut = |v: &[*mut u8]| if v.is_empty() { std::ptr::null() } else { v.as_ptr() };
+        let ins =
+            Pointers::gather("inputs", inputs.into_iter().map(|b| (b.as_ptr(), b.len())), m.inputs.iter().map(tensor))?;
+        let outs = Pointers::gather(
+            "outputs",
+            outputs.into_iter().map(|b| (b.as_mut_ptr().cast_const(), b.len())),
+            m.outputs.iter().map(tensor),
+        )?;
+        let ws = Pointers::gather(
+            "workspace pools",
+            workspaces.into_iter().map(|b| (b.as_mut_ptr().cast_const(), b.len())),
+            user("workspace").map(pool),
+        )?;
+        let ps = Pointers::gather(
+            "parameter pools",
+            parameters.into_iter().map(|b| (b.as_ptr(), b.len())),
+            user("parameter").map(pool),
+        )?;
         // SAFETY: every pointer array matches the struct layout of the header (one pointer per
-        // field, in metadata order), and every buffer was checked above to be large enough and
-        // aligned for what the compiled code reads and writes.
-        let code = unsafe { (self.entry)(or_null(&ins), or_null_mut(&outs), or_null_mut(&ws), or_null(&ps)) };
+        // field, in metadata order; NULL for an empty struct), and every buffer was checked to
+        // be large enough and aligned for what the compiled code reads and writes; outputs and
+        // workspaces came from exclusive borrows.
+        let code =
+            unsafe { (self.entry)(ins.as_ptr().cast(), outs.as_ptr().cast(), ws.as_ptr().cast(), ps.as_ptr().cast()) };
         match code {
             0 => Ok(()),
             1 => Err(AotError::Run("the model rejected a NULL or misaligned pointer".into())),
             2 => Err(AotError::Run("a data-dependent index (e.g. Gather) was out of range".into())),
             other => Err(AotError::Run(format!("the model returned status {other}"))),
+        }
+    }
+}
+
+/// (name, bytes, alignment) a tensor buffer must satisfy: its size, aligned to its element.
+fn tensor(t: &TensorMeta) -> (&str, u64, u64) {
+    (t.name.as_str(), t.size_bytes as u64, t.dtype().map_or(1, |d| d.size_bytes() as u64))
+}
+
+fn pool(p: &PoolMeta) -> (&str, u64, u64) {
+    (p.name.as_str(), p.size_bytes, p.alignment)
+}
+
+/// Buffer addresses laid out as one of the header's pointer structs.
+struct Pointers {
+    inline: [usize; 32],
+    spilled: Vec<usize>,
+    len: usize,
+}
+
+impl Pointers {
+    /// Checks `buffers` against `specs` (name, bytes needed, alignment) and collects them.
+    fn gather<'s>(
+        what: &str,
+        buffers: impl Iterator<Item = (*const u8, usize)>,
+        mut specs: impl Iterator<Item = (&'s str, u64, u64)>,
+    ) -> Result<Pointers, AotError> {
+        let mut p = Pointers { inline: [0; 32], spilled: Vec::new(), len: 0 };
+        for (ptr, len) in buffers {
+            let Some((name, need, align)) = specs.next() else {
+                return Err(AotError::Run(format!("more {what} than the model takes ({})", p.len)));
+            };
+            if (len as u64) < need {
+                return Err(AotError::Run(format!("'{name}' needs {need} bytes, got {len}")));
+            }
+            if !(ptr as usize).is_multiple_of(align.max(1) as usize) {
+                return Err(AotError::Run(format!("'{name}' must be {align}-byte aligned")));
+            }
+            if p.len < p.inline.len() {
+                p.inline[p.len] = ptr as usize;
+            } else {
+                if p.spilled.is_empty() {
+                    p.spilled.extend_from_slice(&p.inline);
+                }
+                p.spilled.push(ptr as usize);
+            }
+            p.len += 1;
+        }
+        if specs.next().is_some() {
+            return Err(AotError::Run(format!("too few {what}: got {}", p.len)));
+        }
+        Ok(p)
+    }
+
+    /// The array's address, or NULL when empty (as the header documents).
+    fn as_ptr(&self) -> *const usize {
+        match self.len {
+            0 => std::ptr::null(),
+            n if n <= self.inline.len() => self.inline.as_ptr(),
+            _ => self.spilled.as_ptr(),
         }
     }
 }

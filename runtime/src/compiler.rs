@@ -303,7 +303,8 @@ impl Compiler {
         let artifacts = self.compile_aot(model, &aot)?;
         let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("heron-aot-{}-{unique}", std::process::id()));
-        let loaded = artifacts.write(&dir).map_err(RuntimeError::from).and_then(|()| load_executable(&dir));
+        let loaded =
+            artifacts.write(&dir).map_err(RuntimeError::from).and_then(|()| aot_executable(AotLibrary::open(&dir)?));
         // Best effort: a leftover scratch directory is harmless.
         let _ = std::fs::remove_dir_all(&dir);
         let exe = loaded?;
@@ -311,9 +312,8 @@ impl Compiler {
     }
 }
 
-/// Loads the model `heron compile` wrote into `dir` (see [`Model::load_aot`]).
-fn load_executable(dir: &Path) -> Result<Executable, RuntimeError> {
-    let library = AotLibrary::open(dir)?;
+/// A loaded AOT library with its pools: parameter blobs read, workspaces per [`Workspace`].
+fn aot_executable(library: AotLibrary) -> Result<Executable, RuntimeError> {
     let mut parameters = library.read_parameters()?.into_iter();
     let meta = library.metadata();
     let pools = meta
@@ -345,8 +345,7 @@ impl Model {
     /// its parameter blobs, and runs it through the same API as the JIT.
     pub fn load_aot(dir: &Path) -> Result<CompiledModel, RuntimeError> {
         let start = Instant::now();
-        let exe = load_executable(dir)?;
-        let Code::Aot(library) = &exe.code else { unreachable!("load_executable loads libraries") };
+        let library = AotLibrary::open(dir)?;
         let meta = library.metadata();
         let info = |t: &heron_aot::metadata::TensorMeta| {
             let dtype = t.dtype().ok_or_else(|| RuntimeError::Compile(format!("unknown dtype '{}'", t.dtype)))?;
@@ -355,6 +354,7 @@ impl Model {
         let inputs = meta.inputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
         let outputs = meta.outputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
         let name = meta.name.clone();
+        let exe = aot_executable(library)?;
         let stats = CompileStats { total: start.elapsed(), planning: Duration::ZERO, codegen: Duration::ZERO };
         Ok(CompiledModel { name, inputs, outputs, backend: Backend::Compiled(Box::new(exe)), stats })
     }
@@ -463,15 +463,16 @@ impl CompiledModel {
                 code.run(args)?;
             }
             Code::Aot(library) => {
-                let inputs: Vec<&[u8]> = ws.inputs.iter().map(AlignedBytes::as_ref).collect();
-                let mut outputs: Vec<&mut [u8]> = ws.outputs.iter_mut().map(AlignedBytes::as_mut).collect();
-                let mut workspaces: Vec<&mut [u8]> = ws.pools.iter_mut().flatten().map(AlignedBytes::as_mut).collect();
-                let parameters: Vec<&[u8]> = exe
+                let parameters = exe
                     .memory
                     .iter()
-                    .filter_map(|m| if let PoolMemory::Shared(c) = m { Some(c.as_ref()) } else { None })
-                    .collect();
-                library.run(&inputs, &mut outputs, &mut workspaces, &parameters)?;
+                    .filter_map(|m| if let PoolMemory::Shared(c) = m { Some(c.as_ref()) } else { None });
+                library.run(
+                    ws.inputs.iter().map(AlignedBytes::as_ref),
+                    ws.outputs.iter_mut().map(AlignedBytes::as_mut),
+                    ws.pools.iter_mut().flatten().map(AlignedBytes::as_mut),
+                    parameters,
+                )?;
             }
         }
         self.outputs

@@ -7,7 +7,7 @@ use std::cell::Cell;
 
 use heron_ir::npy::read_npy;
 use heron_ir::testing::shared_dir;
-use heron_runtime::{CompileOptions, Compiler, Model};
+use heron_runtime::{CompileOptions, Compiler, Engine, Model};
 
 struct Counting;
 
@@ -38,13 +38,17 @@ fn a_run_allocates_only_its_outputs() {
     let dir = shared_dir().join("reference");
     let model = Model::load(&dir.join("lenet.onnx")).expect("lenet");
     let input = read_npy(&dir.join("lenet.input.npy")).expect("input");
-    let compiled = Compiler::new(CompileOptions::default()).compile(&model).expect("compile");
-    let mut ws = compiled.workspace();
-    let inputs = [input];
-    compiled.run_with(&mut ws, &inputs).expect("warm-up run");
-    let before = ALLOCATIONS.with(Cell::get);
-    let outputs = compiled.run_with(&mut ws, &inputs).expect("run");
-    let during = ALLOCATIONS.with(Cell::get) - before;
-    // The output vector, and per output tensor its data and (at most) its shape.
-    assert!(during <= 1 + 2 * outputs.len(), "{during} allocations for {} output(s)", outputs.len());
+    // The JIT, and a shared library compiled ahead of time, through the same API.
+    for engine in [Engine::Jit, Engine::Aot] {
+        let compiled =
+            Compiler::new(CompileOptions { engine, ..CompileOptions::default() }).compile(&model).expect("compile");
+        let mut ws = compiled.workspace();
+        let inputs = [input.clone()];
+        compiled.run_with(&mut ws, &inputs).expect("warm-up run");
+        let before = ALLOCATIONS.with(Cell::get);
+        let outputs = compiled.run_with(&mut ws, &inputs).expect("run");
+        let during = ALLOCATIONS.with(Cell::get) - before;
+        // The output vector, and per output tensor its data and (at most) its shape.
+        assert!(during <= 1 + 2 * outputs.len(), "{engine:?}: {during} allocations for {} output(s)", outputs.len());
+    }
 }
