@@ -1,6 +1,6 @@
 //! GFLOP/s of JIT-compiled kernels: a square f32 MatMul (default 1024^3) and a 3x3
-//! convolution (64 -> 64 channels, 56x56):
-//! `cargo run --release -p heron-benches --example kernel_gflops [N] [RUNS]`.
+//! convolution (default 64 -> 64 channels, 56x56):
+//! `cargo run --release -p heron-benches --example kernel_gflops [N] [RUNS] [CHANNELS] [SIZE]`.
 
 use std::time::Instant;
 
@@ -42,7 +42,8 @@ fn main() {
     g.set_outputs(vec![y]);
     time(&format!("matmul {n}^3"), g, vec![filled(&[n, n])], 2.0 * (n * n * n) as f64, runs);
 
-    let (c, hw) = (64, 56);
+    let c: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(64);
+    let hw: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(56);
     let mut g = Graph::new();
     let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, hw, hw]));
     let w = g.add_constant("w", filled(&[c, c, 3, 3]));
@@ -52,5 +53,5 @@ fn main() {
     let y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: 1 }), &[x, w]).expect("conv");
     g.set_outputs(vec![y]);
     let flops = 2.0 * (c * c * 9 * hw * hw) as f64;
-    time("conv3x3 64->64 56x56", g, vec![filled(&[1, c, hw, hw])], flops, runs * 5);
+    time(&format!("conv3x3 {c}->{c} {hw}x{hw}"), g, vec![filled(&[1, c, hw, hw])], flops, runs * 5);
 }
