@@ -54,6 +54,17 @@ struct Shape {
     u: usize,
     /// Jammed copies (1 without jam).
     j: usize,
+    /// A row shorter than its block runs as one block whose vectors start at `4u` but at most
+    /// here (the last overlaps its neighbour), so the whole row shares one reduction pass.
+    cap: Option<i64>,
+}
+
+impl Shape {
+    /// First lane of vector `u` within a block.
+    fn offset(&self, u: usize) -> i64 {
+        let at = LANES * u as i64;
+        self.cap.map_or(at, |c| at.min(c))
+    }
 }
 
 /// A value in vector mode: scalar or U vectors, shared by all jammed copies or one per copy.
@@ -122,7 +133,7 @@ pub(crate) fn try_emit(
     if jam.is_some() && extent.as_int().is_some_and(|n| n < 2 * LANES) {
         j = 8;
     }
-    let sh = Shape { v: var, jam: jam_var, u, j };
+    let sh = Shape { v: var, jam: jam_var, u, j, cap: None };
     let mut ranges = t.ranges.clone();
     ranges.set(var, loop_range(&ranges, extent));
     if let Some((jv, e)) = jam {
@@ -177,6 +188,16 @@ pub(crate) fn try_emit(
     let mut loaded = HashSet::new();
     body.walk(&mut |s| s.for_each_expr(|e| collect_loads(e, &mut loaded)));
     let overlap = extent.as_int().is_some_and(|n| n >= LANES) && stored_set.iter().all(|b| !loaded.contains(b));
+    // A jammed short row (7 or 14 wide in late CNN layers) as one block of overlapping vectors
+    // with 12 accumulators, rather than full blocks plus tail passes that each repeat the
+    // reduction with fewer accumulators.
+    let mut sh = sh;
+    if let Some(n) =
+        extent.as_int().filter(|&n| overlap && jam.is_some() && n > LANES && n <= 4 * LANES && n % LANES != 0)
+    {
+        let u = ((n + LANES - 1) / LANES) as usize;
+        sh = Shape { u, j: 12 / u, cap: Some(n - LANES), ..sh };
+    }
     match jam {
         None => emit_v_loop(t, sh, extent, body, None, overlap)?,
         Some((jv, jext)) => {
@@ -222,11 +243,15 @@ fn emit_v_loop(
     jb: Option<Value>,
     overlap: bool,
 ) -> Result<(), CodegenError> {
+    let zero = t.b.ins().iconst(I64, 0);
+    let mut ctx = VecCtx::new(sh, body);
+    if sh.cap.is_some() {
+        let one = t.b.ins().iconst(I64, 1);
+        return t.counted_loop(sh.v, zero, one, 1, |t| ctx.stmt(t, body, jb));
+    }
     let n = t.expr(extent)?;
     let step = LANES * sh.u as i64;
     let main_end = round_down(t, n, step);
-    let zero = t.b.ins().iconst(I64, 0);
-    let mut ctx = VecCtx::new(sh, body);
     t.counted_loop(sh.v, zero, main_end, step, |t| ctx.stmt(t, body, jb))?;
     if overlap {
         let last = t.b.ins().iadd_imm_s(n, -LANES);
@@ -703,7 +728,7 @@ impl VecCtx {
         for j in 0..self.sh.j {
             for u in 0..self.sh.u {
                 let b = base.at(self.sh, j, 0);
-                out.push(if u == 0 { b } else { t.b.ins().iadd_imm_s(b, step * LANES * u as i64) });
+                out.push(if u == 0 { b } else { t.b.ins().iadd_imm_s(b, step * self.sh.offset(u)) });
             }
         }
         Ok((out, step, per_j))
@@ -737,7 +762,7 @@ impl VecCtx {
             for u in 0..self.sh.u {
                 let mut lanes = [vb; LANES as usize];
                 for (l, slot) in lanes.iter_mut().enumerate() {
-                    let at = t.b.ins().iadd_imm_s(vb, LANES * u as i64 + l as i64);
+                    let at = t.b.ins().iadd_imm_s(vb, self.sh.offset(u) + l as i64);
                     t.b.def_var(v, at);
                     *slot = t.index(&lin)?;
                 }
@@ -769,7 +794,7 @@ impl VecCtx {
                 let zero = t.b.ins().iconst(I32, 0);
                 let mut lanes = t.b.ins().splat(I32X4, zero);
                 for l in 0..LANES {
-                    let at = t.b.ins().iadd_imm_s(vb, LANES * u as i64 + l);
+                    let at = t.b.ins().iadd_imm_s(vb, self.sh.offset(u) + l);
                     t.b.def_var(v, at);
                     let x = t.index(&e)?;
                     let x = t.b.ins().ireduce(I32, x);
