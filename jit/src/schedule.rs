@@ -199,7 +199,10 @@ fn mentions(exprs: &[Expr], v: VarId) -> bool {
 ///   those loads strided);
 /// - a constant read as `W[v, ...]` inside a loop vectorized over `v` (e.g. GEMM weights with
 ///   output features first) is stored with that axis innermost, so the vector loads are
-///   contiguous.
+///   contiguous;
+/// - a scratch buffer read only as `P[..., s*v + k]` with a stride `s >= 2` (the padded input
+///   of a strided convolution) is stored phase-split, `P[..., x % s, x // s]`, so those reads
+///   become contiguous vectors instead of lane-by-lane gathers (its writer runs scalar).
 pub fn choose_layouts(module: &mut Module) {
     for f in &mut module.funcs {
         let params = f.params.clone();
@@ -213,6 +216,21 @@ pub fn choose_layouts(module: &mut Module) {
         for (pos, &p) in f.params.iter().enumerate() {
             if f.buffer(p).shape.len() >= 2 && leading_axis_vectorized(&f.body, p) {
                 wanted.push((f.name.clone(), pos));
+            }
+        }
+    }
+    for (f, probed) in module.funcs.iter_mut().zip(&probe.funcs) {
+        let mut scratch = Vec::new();
+        probed.body.walk(&mut |s| {
+            if let Stmt::Allocate { buffer, .. } = s
+                && probed.buffer(*buffer).scope == Scope::Global
+            {
+                scratch.push(*buffer);
+            }
+        });
+        for b in scratch {
+            if let Some(stride) = strided_innermost(&probed.body, b) {
+                f.layout_transforms.insert(b, phase_split(probed.buffer(b).shape.len(), stride));
             }
         }
     }
@@ -257,6 +275,63 @@ fn leading_axis_last(rank: usize) -> IndexMap {
     let mut out = names[1..].to_vec();
     out.push(names[0].clone());
     IndexMap::parse(&format!("lambda {}: [{}]", names.join(", "), out.join(", "))).expect("valid map")
+}
+
+/// `lambda d0, ..., dn: [d0, ..., dn % s, dn // s]`: the innermost axis split into `s` phases.
+fn phase_split(rank: usize, s: i64) -> IndexMap {
+    let names: Vec<String> = (0..rank).map(|k| format!("d{k}")).collect();
+    let last = &names[rank - 1];
+    let mut out = names[..rank - 1].to_vec();
+    out.extend([format!("{last} % {s}"), format!("{last} // {s}")]);
+    IndexMap::parse(&format!("lambda {}: [{}]", names.join(", "), out.join(", "))).expect("valid map")
+}
+
+/// The stride `s >= 2` when every load of `b` in `body` is `b[..., s*v + k]` inside a loop
+/// vectorized over `v`, with the other indices free of `v`.
+fn strided_innermost(body: &Stmt, b: BufferId) -> Option<i64> {
+    fn walk(s: &Stmt, b: BufferId, v: Option<VarId>, stride: &mut Option<Option<i64>>) {
+        let v = match s {
+            Stmt::For { var, kind: ForKind::Vectorized, .. } => Some(*var),
+            _ => v,
+        };
+        s.for_each_expr(|e| loads(e, b, v, stride));
+        match s {
+            Stmt::Seq(list) => list.iter().for_each(|x| walk(x, b, v, stride)),
+            Stmt::For { body, .. } => walk(body, b, v, stride),
+            Stmt::If { then, otherwise, .. } => {
+                walk(then, b, v, stride);
+                if let Some(o) = otherwise {
+                    walk(o, b, v, stride);
+                }
+            }
+            Stmt::Evaluate(call) if call.args.iter().any(|a| matches!(a, Arg::Buffer(x) if *x == b)) => {
+                *stride = Some(None)
+            }
+            _ => {}
+        }
+    }
+    // `None`: no load seen yet; `Some(None)`: disqualified; `Some(Some(s))`: stride so far.
+    fn loads(e: &Expr, b: BufferId, v: Option<VarId>, stride: &mut Option<Option<i64>>) {
+        if let Expr::Load { buffer, indices } = e
+            && *buffer == b
+        {
+            let this = match (v, indices.split_last()) {
+                (Some(v), Some((last, rest))) if !mentions(rest, v) => crate::codegen::affine_terms(last)
+                    .and_then(|(t, _)| t.get(&v).copied())
+                    .filter(|&c| c >= 2),
+                _ => None,
+            };
+            *stride = match (*stride, this) {
+                (None, s) => Some(s),
+                (Some(Some(a)), Some(c)) if a == c => Some(Some(a)),
+                _ => Some(None),
+            };
+        }
+        e.for_each_child(|c| loads(c, b, v, stride));
+    }
+    let mut stride = None;
+    walk(body, b, None, &mut stride);
+    stride.flatten()
 }
 
 /// True when every load of `p` in `body` is `p[e0, e1, ...]` inside a loop vectorized over `v`,
