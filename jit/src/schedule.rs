@@ -316,9 +316,9 @@ fn strided_innermost(body: &Stmt, b: BufferId) -> Option<i64> {
             && *buffer == b
         {
             let this = match (v, indices.split_last()) {
-                (Some(v), Some((last, rest))) if !mentions(rest, v) => crate::codegen::affine_terms(last)
-                    .and_then(|(t, _)| t.get(&v).copied())
-                    .filter(|&c| c >= 2),
+                (Some(v), Some((last, rest))) if !mentions(rest, v) => {
+                    crate::codegen::affine_terms(last).and_then(|(t, _)| t.get(&v).copied()).filter(|&c| c >= 2)
+                }
                 _ => None,
             };
             *stride = match (*stride, this) {

@@ -135,7 +135,7 @@ int VTADepPop(VTACommandHandle cmd, int from_qid, int to_qid);
 void VTASynchronize(VTACommandHandle cmd, uint32_t wait_cycles);
 
 /* ---- Heron extras ---- */
-/* The first recorded error message (or the last failing call's), or NULL. */
+/* The last failing call's message, or NULL (cleared by VTARuntimeShutdown). */
 const char* heron_vta_last_error(void);
 void heron_vta_profiler_clear(void);
 /* {"inp_load_nbytes": .., "wgt_load_nbytes": .., "acc_load_nbytes": .., "uop_load_nbytes": ..,

@@ -294,6 +294,7 @@ pub extern "C" fn VTATLSCommandHandle() -> *mut c_void {
 pub extern "C" fn VTARuntimeShutdown() {
     with_state((), |s| {
         s.queue_error = None;
+        s.last_error = None;
         s.recording = None;
         match s.queue.take() {
             Some(q) => q.shutdown(s.driver.as_mut()),

@@ -219,6 +219,7 @@ static void errors(void) {
   CHECK(heron_vta_last_error() != NULL, "an error message");
   CHECK(VTADepPush(cmd, 1, 2) != 0, "the queue refuses work after an error");
   VTARuntimeShutdown();
+  CHECK(heron_vta_last_error() == NULL, "shutdown clears the error");
   cmd = VTATLSCommandHandle();
   CHECK(VTADepPush(cmd, 1, 2) == 0, "a fresh queue after shutdown");
   VTASynchronize(cmd, 1u << 31);
