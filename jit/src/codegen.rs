@@ -272,6 +272,8 @@ pub(crate) struct FuncTranslator<'a> {
     /// Loop nesting depth at which each variable was last defined (for ordering index sums).
     depth_of: HashMap<VarId, usize>,
     depth: usize,
+    /// Variables currently holding `base + offset` (jammed copies): (that value, base, offset).
+    offset_vars: HashMap<VarId, (Value, Value, i64)>,
     pub status: Value,
     code: i64,
     callees: Callees,
@@ -302,6 +304,7 @@ impl<'a> FuncTranslator<'a> {
             vars: vec![None; f.vars.len()],
             ranges: VarRanges::new(f.vars.len()),
             depth_of: HashMap::new(),
+            offset_vars: HashMap::new(),
             depth: 0,
             status,
             code,
@@ -363,6 +366,13 @@ impl<'a> FuncTranslator<'a> {
         let elem = buf.dtype.size_bytes() as i64;
         let lin = self.linear_index(id, indices);
         let proven = self.ranges.range(&lin).is_some_and(|(lo, hi)| lo >= 0 && hi < len);
+        if proven && let Some((terms, constant)) = affine_terms(&lin) {
+            let terms: Vec<(VarId, i64)> = terms.into_iter().filter(|&(_, c)| c != 0).collect();
+            let index_vars = terms.iter().all(|(v, _)| self.f.var(*v).dtype == DType::I64);
+            if index_vars {
+                return self.split_address(base, terms, constant, elem);
+            }
+        }
         let mut idx = self.index(&lin)?;
         if !proven {
             idx = self.checked_index(idx, len as i64);
@@ -371,23 +381,98 @@ impl<'a> FuncTranslator<'a> {
         Ok(self.b.ins().iadd(base, off))
     }
 
+    /// `base + (sum of c*v + constant) * elem`, as a pointer to the part that does not change
+    /// in the innermost enclosing loop plus the rest. Cranelift rematerializes an add or
+    /// multiply by a constant in every block that uses it, so an invariant `v*c` feeding an
+    /// in-loop sum would be recomputed every iteration; added to the (non-constant) base
+    /// pointer first, it is computed once before the loop.
+    fn split_address(
+        &mut self,
+        base: Value,
+        mut terms: Vec<(VarId, i64)>,
+        constant: i64,
+        elem: i64,
+    ) -> Result<Value, CodegenError> {
+        let deepest = usize::MAX;
+        terms.sort_by_key(|(v, _)| (self.depth_of.get(v).copied().unwrap_or(deepest), v.0));
+        let inner_from = terms
+            .iter()
+            .position(|(v, _)| self.depth_of.get(v).is_none_or(|&d| d >= self.depth))
+            .unwrap_or(terms.len());
+        let (outer, outer_extra) = self.affine_sum(&terms[..inner_from])?;
+        let (inner, inner_extra) = self.affine_sum(&terms[inner_from..])?;
+        let mut ptr = base;
+        if let Some(outer) = outer {
+            let off = self.b.ins().imul_imm_s(outer, elem);
+            ptr = self.b.ins().iadd(ptr, off);
+        }
+        if let Some(inner) = inner {
+            let off = self.b.ins().imul_imm_s(inner, elem);
+            ptr = self.b.ins().iadd(ptr, off);
+        }
+        let constant = constant + outer_extra + inner_extra;
+        if constant != 0 {
+            ptr = self.b.ins().iadd_imm_s(ptr, constant * elem);
+        }
+        Ok(ptr)
+    }
+
     /// An i64 index expression. Affine ones are emitted as a sum ordered from the outermost
     /// loop's variable to the innermost, so the partial sums that do not change in an inner
     /// loop are computed outside it (Cranelift hoists loop-invariant code).
     pub fn index(&mut self, e: &Expr) -> Result<Value, CodegenError> {
         let Some((terms, constant)) = affine_terms(e) else { return self.expr(e) };
         let mut terms: Vec<(VarId, i64)> = terms.into_iter().filter(|&(_, c)| c != 0).collect();
+        if terms.iter().any(|(v, _)| self.f.var(*v).dtype != DType::I64) {
+            return self.expr(e);
+        }
         let deepest = usize::MAX;
         terms.sort_by_key(|(v, _)| (self.depth_of.get(v).copied().unwrap_or(deepest), v.0));
-        let mut acc = self.b.ins().iconst(I64, constant);
-        for (v, c) in terms {
+        let (sum, extra) = self.affine_sum(&terms)?;
+        Ok(self.plus_constant(sum, constant + extra))
+    }
+
+    /// Defines `var` as `base + offset`, remembered so index sums can use `base` and fold the
+    /// offset into their constant (see [`FuncTranslator::affine_sum`]).
+    pub fn def_offset_var(&mut self, var: VarId, base: Value, offset: i64) -> Result<(), CodegenError> {
+        let v = self.var(var)?;
+        let val = self.b.ins().iadd_imm_s(base, offset);
+        self.b.def_var(v, val);
+        self.offset_vars.insert(var, (val, base, offset));
+        Ok(())
+    }
+
+    /// `sum of c*v` (None when empty) and the constant it leaves over. Cranelift
+    /// rematerializes every add of a constant where it is used, which would drag whatever
+    /// consumes it into the innermost loop: so constants (including the offsets of jammed
+    /// copies) are kept out of the sum, for the caller to add last.
+    fn affine_sum(&mut self, terms: &[(VarId, i64)]) -> Result<(Option<Value>, i64), CodegenError> {
+        let mut acc: Option<Value> = None;
+        let mut extra = 0;
+        for &(v, c) in terms {
             let var = self.var(v)?;
-            let x = self.b.use_var(var);
-            let x = if self.f.var(v).dtype == DType::I64 { x } else { return self.expr(e) };
+            let mut x = self.b.use_var(var);
+            if let Some(&(def, base, offset)) = self.offset_vars.get(&v)
+                && def == x
+            {
+                x = base;
+                extra += c * offset;
+            }
             let term = if c == 1 { x } else { self.b.ins().imul_imm_s(x, c) };
-            acc = self.b.ins().iadd(acc, term);
+            acc = Some(match acc {
+                Some(a) => self.b.ins().iadd(a, term),
+                None => term,
+            });
         }
-        Ok(acc)
+        Ok((acc, extra))
+    }
+
+    fn plus_constant(&mut self, sum: Option<Value>, constant: i64) -> Value {
+        match sum {
+            Some(s) if constant == 0 => s,
+            Some(s) => self.b.ins().iadd_imm_s(s, constant),
+            None => self.b.ins().iconst(I64, constant),
+        }
     }
 
     /// `idx` when in `0..len`; otherwise records this function's code in the status word and
@@ -626,6 +711,11 @@ impl<'a> FuncTranslator<'a> {
         let i = self.b.block_params(header)[0];
         let go = self.b.ins().icmp(IntCC::SignedLessThan, i, end);
         self.b.ins().brif(go, body_block, &[], exit, &[]);
+        // Sealing each block as soon as its predecessors are known lets the SSA builder drop
+        // the header parameters of variables the loop never changes; left in place they make
+        // everything computed from them look loop-variant, so nothing is hoisted.
+        self.b.seal_block(body_block);
+        self.b.seal_block(exit);
         self.b.switch_to_block(body_block);
         let v = self.var(var)?;
         self.b.def_var(v, i);
@@ -636,6 +726,7 @@ impl<'a> FuncTranslator<'a> {
         r?;
         let next = self.b.ins().iadd_imm_s(i, step);
         self.b.ins().jump(header, &[next.into()]);
+        self.b.seal_block(header);
         self.b.switch_to_block(exit);
         Ok(())
     }

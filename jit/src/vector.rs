@@ -570,9 +570,7 @@ impl VecCtx {
 
     fn jam_value(&self, t: &mut FuncTranslator<'_>, jb: Option<Value>, j: usize) -> Result<(), CodegenError> {
         if let (Some(jv), Some(jb)) = (self.sh.jam, jb) {
-            let var = t.var(jv)?;
-            let val = t.b.ins().iadd_imm_s(jb, j as i64);
-            t.b.def_var(var, val);
+            t.def_offset_var(jv, jb, j as i64)?;
         }
         Ok(())
     }
@@ -723,7 +721,17 @@ impl VecCtx {
         let step =
             affine_step(&lin, self.sh.v, &|_| false).ok_or_else(|| t.unsupported("a non-affine vector access"))?;
         let per_j = self.deps(t, &lin).j;
-        let base = self.scalar(t, &lin, jb, per_j)?;
+        // Affine indices through `index`, which keeps the loop-invariant part hoistable.
+        let base = if crate::codegen::affine_terms(&lin).is_some() {
+            let mut vals = Vec::with_capacity(self.sh.j);
+            for j in 0..if per_j { self.sh.j } else { 1 } {
+                self.jam_value(t, jb, j)?;
+                vals.push(t.index(&lin)?);
+            }
+            if per_j { Tile { per_j: true, vector: false, vals } } else { Tile::uniform(vals[0]) }
+        } else {
+            self.scalar(t, &lin, jb, per_j)?
+        };
         let mut out = Vec::with_capacity(self.sh.j * self.sh.u);
         for j in 0..self.sh.j {
             for u in 0..self.sh.u {
