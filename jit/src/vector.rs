@@ -639,6 +639,20 @@ impl VecCtx {
                             self.stmt(t, body, jb)?;
                         }
                     }
+                    // Even reduction loops run two steps per iteration: the loop overhead and
+                    // the register shuffles Cranelift inserts on the back edge count half.
+                    Some(n) if n >= 4 && n % 2 == 0 => {
+                        let start = t.b.ins().iconst(I64, 0);
+                        let end = t.b.ins().iconst(I64, n);
+                        t.counted_loop(*var, start, end, 2, |t| {
+                            self.stmt(t, body, jb)?;
+                            let v = t.var(*var)?;
+                            let i = t.b.use_var(v);
+                            let next = t.b.ins().iadd_imm_s(i, 1);
+                            t.b.def_var(v, next);
+                            self.stmt(t, body, jb)
+                        })?
+                    }
                     _ => t.serial_loop(*var, &extent, |t| self.stmt(t, body, jb))?,
                 }
             }
