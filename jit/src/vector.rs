@@ -639,11 +639,12 @@ impl VecCtx {
                             self.stmt(t, body, jb)?;
                         }
                     }
-                    // Even reduction loops run two steps per iteration: the loop overhead and
-                    // the register shuffles Cranelift inserts on the back edge count half.
-                    Some(n) if n >= 4 && n % 2 == 0 => {
+                    // Longer loops run two steps per iteration (and a last single step when
+                    // odd): the loop overhead and the register shuffles Cranelift inserts on
+                    // the back edge count half.
+                    Some(n) => {
                         let start = t.b.ins().iconst(I64, 0);
-                        let end = t.b.ins().iconst(I64, n);
+                        let end = t.b.ins().iconst(I64, n - n % 2);
                         t.counted_loop(*var, start, end, 2, |t| {
                             self.stmt(t, body, jb)?;
                             let v = t.var(*var)?;
@@ -651,7 +652,13 @@ impl VecCtx {
                             let next = t.b.ins().iadd_imm_s(i, 1);
                             t.b.def_var(v, next);
                             self.stmt(t, body, jb)
-                        })?
+                        })?;
+                        if n % 2 == 1 {
+                            let v = t.var(*var)?;
+                            let last = t.b.ins().iconst(I64, n - 1);
+                            t.b.def_var(v, last);
+                            self.stmt(t, body, jb)?;
+                        }
                     }
                     _ => t.serial_loop(*var, &extent, |t| self.stmt(t, body, jb))?,
                 }
