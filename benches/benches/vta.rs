@@ -50,16 +50,7 @@ fn bench_stream(
 }
 
 fn simulator(c: &mut Criterion) {
-    let gemm = BlockedGemm {
-        batch: 256,
-        in_blocks: 16,
-        out_blocks: 16,
-        tile_rows: 64,
-        tile_in: 4,
-        tile_out: 4,
-        compressed: true,
-        double_buffer: true,
-    };
+    let gemm = BlockedGemm::reference_256(true, true);
     let parts = setup(&gemm.uops(), 256 * 256, 256 * 256, 256 * 256 * 4, 256 * 256);
     let stream = gemm.stream(&parts.3);
     bench_stream(c, "gemm_256x256x256", gemm.macs(), parts, stream);

@@ -61,6 +61,27 @@ pub struct MemInsn {
     pub x_pad_1: u8,
 }
 
+impl MemInsn {
+    /// A 2D transfer of `y` rows of `x` elements of `memory`, rows `stride` elements apart in
+    /// DRAM, no padding and no dependency flags. Fields are truncated to their widths (callers
+    /// pass values the ISA can hold; `Isa::encode` still checks them).
+    pub fn transfer(memory: MemId, sram: usize, dram: u64, y: usize, x: usize, stride: usize) -> MemInsn {
+        MemInsn {
+            memory_type: memory as u8,
+            sram_base: sram as u16,
+            dram_base: dram as u32,
+            y_size: y as u16,
+            x_size: x as u16,
+            x_stride: stride as u16,
+            ..MemInsn::default()
+        }
+    }
+
+    pub fn with_deps(self, deps: DepFlags) -> MemInsn {
+        MemInsn { deps, ..self }
+    }
+}
+
 /// The loop nest shared by GEMM and ALU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct UopLoops {

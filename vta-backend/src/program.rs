@@ -66,6 +66,20 @@ pub struct GemmBuffers {
 }
 
 impl BlockedGemm {
+    /// VTA's `blocked_gemm_test(256, 256, 64)`: a 256x256x256 product in 64-wide tiles.
+    pub fn reference_256(compressed: bool, double_buffer: bool) -> BlockedGemm {
+        BlockedGemm {
+            batch: 256,
+            in_blocks: 16,
+            out_blocks: 16,
+            tile_rows: 64,
+            tile_in: 4,
+            tile_out: 4,
+            compressed,
+            double_buffer,
+        }
+    }
+
     fn buffers(&self) -> usize {
         if self.double_buffer { 2 } else { 1 }
     }
@@ -110,17 +124,7 @@ impl BlockedGemm {
         let tiles = (self.batch / rows) * (self.out_blocks / tout);
         let loads = tiles * (self.in_blocks / tin);
         let n_uops = self.uops().len();
-        let mem =
-            |id: crate::MemId, sram: usize, dram: u64, y: usize, x: usize, stride: usize, deps: DepFlags| MemInsn {
-                deps,
-                memory_type: id as u8,
-                sram_base: sram as u16,
-                dram_base: dram as u32,
-                y_size: y as u16,
-                x_size: x as u16,
-                x_stride: stride as u16,
-                ..MemInsn::default()
-            };
+        let mem = |id, sram, dram, y, x, stride, deps| MemInsn::transfer(id, sram, dram, y, x, stride).with_deps(deps);
         let mut insns = vec![Insn::Load(mem(crate::MemId::Uop, 0, b.uops / 4, 1, n_uops, n_uops, DepFlags::default()))];
         let (mut t, mut k) = (0, 0);
         for bt in 0..self.batch / rows {
@@ -260,15 +264,7 @@ impl Conv3x3 {
         let taps = self.taps();
         let (reset_at, alu_at) = (4 * taps, 4 * taps + 2);
         let none = DepFlags::default();
-        let mem = |id: crate::MemId, sram: usize, dram: u64, y: usize, x: usize, stride: usize| MemInsn {
-            memory_type: id as u8,
-            sram_base: sram as u16,
-            dram_base: dram as u32,
-            y_size: y as u16,
-            x_size: x as u16,
-            x_stride: stride as u16,
-            ..MemInsn::default()
-        };
+        let mem = MemInsn::transfer;
         let mut insns = vec![
             Insn::Load(mem(crate::MemId::Uop, 0, b.uops / 4, 1, n_uops, n_uops)),
             Insn::Load(mem(crate::MemId::Wgt, 0, b.wgt / 256, 1, ob * ib * 9, ob * ib * 9)),

@@ -372,15 +372,7 @@ impl CommandQueue {
             return Err(VtaError::Runtime("uop staging buffer full; synchronize more often".into()));
         }
         let dram_base = (self.uop_buffer.phys + (offset * UOP_BYTES) as u64) / UOP_BYTES as u64;
-        let load = MemInsn {
-            memory_type: MemId::Uop as u8,
-            sram_base: begin as u16,
-            dram_base: dram_base as u32,
-            y_size: 1,
-            x_size: n as u16,
-            x_stride: n as u16,
-            ..MemInsn::default()
-        };
+        let load = MemInsn::transfer(MemId::Uop, begin as usize, dram_base, 1, n as usize, n as usize);
         Ok(((begin, self.sram_end), Some(load)))
     }
 

@@ -335,6 +335,24 @@ impl SimDevice {
         Ok(work)
     }
 
+    /// (dst, src, wgt) element indices of uop `u` at loop iteration (`i_out`, `i_in`).
+    fn uop_indices(
+        &self,
+        u: u32,
+        l: &UopLoops,
+        wgt_factors: (u32, u32),
+        i_out: usize,
+        i_in: usize,
+    ) -> (usize, usize, usize) {
+        let uop = self.isa.decode_uop(self.uop[u as usize]);
+        let at = |base: u32, out: u32, inner: u32| base as usize + i_out * out as usize + i_in * inner as usize;
+        (
+            at(uop.dst, l.dst_factor_out, l.dst_factor_in),
+            at(uop.src, l.src_factor_out, l.src_factor_in),
+            at(uop.wgt, wgt_factors.0, wgt_factors.1),
+        )
+    }
+
     fn gemm(&mut self, profile: &mut Profile, g: &GemmInsn) -> Result<(), VtaError> {
         let work = self.check_loops(&g.loops)?;
         if !g.reset {
@@ -350,16 +368,13 @@ impl SimDevice {
         for i_out in 0..l.iter_out as usize {
             for i_in in 0..l.iter_in as usize {
                 for u in l.uop_bgn..l.uop_end {
-                    let uop = self.isa.decode_uop(self.uop[u as usize]);
-                    let dst = uop.dst as usize + i_out * l.dst_factor_out as usize + i_in * l.dst_factor_in as usize;
+                    let (dst, src, w) = self.uop_indices(u, l, (g.wgt_factor_out, g.wgt_factor_in), i_out, i_in);
                     check_index("ACC", dst, acc_depth)?;
                     let acc = &mut self.acc[dst * batch * bout..(dst + 1) * batch * bout];
                     if g.reset {
                         acc.fill(0);
                         continue;
                     }
-                    let src = uop.src as usize + i_out * l.src_factor_out as usize + i_in * l.src_factor_in as usize;
-                    let w = uop.wgt as usize + i_out * g.wgt_factor_out as usize + i_in * g.wgt_factor_in as usize;
                     check_index("INP", src, inp_depth)?;
                     check_index("WGT", w, wgt_depth)?;
                     let inp = &self.inp[src * batch * bin..(src + 1) * batch * bin];
@@ -389,9 +404,7 @@ impl SimDevice {
         for i_out in 0..l.iter_out as usize {
             for i_in in 0..l.iter_in as usize {
                 for u in l.uop_bgn..l.uop_end {
-                    let uop = self.isa.decode_uop(self.uop[u as usize]);
-                    let dst = uop.dst as usize + i_out * l.dst_factor_out as usize + i_in * l.dst_factor_in as usize;
-                    let src = uop.src as usize + i_out * l.src_factor_out as usize + i_in * l.src_factor_in as usize;
+                    let (dst, src, _) = self.uop_indices(u, l, (0, 0), i_out, i_in);
                     check_index("ACC", dst, depth)?;
                     if !a.use_imm {
                         check_index("ACC", src, depth)?;

@@ -98,8 +98,8 @@ proptest! {
         let data = upload(&mut driver, &(0..64 * 1024).map(|_| next() as u8).collect::<Vec<_>>()).unwrap();
         let out = upload(&mut driver, &[0u8; 4096]).unwrap();
         let none = DepFlags::default();
-        let mem = |id: MemId, sram: u16, dram: u64, x: u16, y: u16| MemInsn {
-            deps: none, memory_type: id as u8, sram_base: sram, dram_base: dram as u32, x_size: x, y_size: y, x_stride: x, ..MemInsn::default()
+        let mem = |id: MemId, sram: u16, dram: u64, x: u16, y: u16| {
+            MemInsn::transfer(id, sram as usize, dram, y as usize, x as usize, x as usize)
         };
         let mut insns = vec![Insn::Load(mem(MemId::Uop, 0, ub.phys / 4, 30, 1))];
         let mut want = Profile { uop_load_nbytes: 120, ..Profile::default() };

@@ -272,16 +272,7 @@ fn sim() -> (Isa, SimDriver, DeviceId) {
 }
 
 fn mem(id: MemId, sram: u32, dram: u64, y: u16, x: u16, deps: DepFlags) -> MemInsn {
-    MemInsn {
-        deps,
-        memory_type: id as u8,
-        sram_base: sram as u16,
-        dram_base: dram as u32,
-        y_size: y,
-        x_size: x,
-        x_stride: x,
-        ..MemInsn::default()
-    }
+    MemInsn::transfer(id, sram as usize, dram, y as usize, x as usize, x as usize).with_deps(deps)
 }
 
 /// alu_test of the hardware tests: per row, load a (and b), one ALU (compressed into loop
@@ -450,16 +441,7 @@ fn hardware_gemm_test() {
 fn blocked_gemm_tests() {
     for double_buffer in [false, true] {
         for compressed in [false, true] {
-            let g = BlockedGemm {
-                batch: 256,
-                in_blocks: 16,
-                out_blocks: 16,
-                tile_rows: 64,
-                tile_in: 4,
-                tile_out: 4,
-                compressed,
-                double_buffer,
-            };
+            let g = BlockedGemm::reference_256(compressed, double_buffer);
             let (isa, mut driver, dev) = sim();
             let mut rng = Rng(40);
             let inp = rng.vec(256 * 256, -128, 128);
@@ -576,10 +558,8 @@ fn non_default_configuration_runs_a_gemm() {
     let out = upload(&mut driver, &[0; 32]).unwrap();
     let ub = upload_uops(&mut driver, &isa, &[Uop { dst: 0, src: 0, wgt: 0 }]).unwrap();
     let none = DepFlags::default();
-    let load = |id: MemId, dram: u64, deps: DepFlags| {
-        let m = MemInsn { deps, memory_type: id as u8, dram_base: dram as u32, ..MemInsn::default() };
-        Insn::Load(MemInsn { y_size: 1, x_size: 1, x_stride: 1, ..m })
-    };
+    let load =
+        |id: MemId, dram: u64, deps: DepFlags| Insn::Load(MemInsn::transfer(id, 0, dram, 1, 1, 1).with_deps(deps));
     let one = UopLoops { uop_bgn: 0, uop_end: 1, iter_out: 1, iter_in: 1, ..UopLoops::default() };
     let insns = vec![
         load(MemId::Uop, ub.phys / 4, none),
