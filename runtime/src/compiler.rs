@@ -173,6 +173,7 @@ impl Workspace {
 /// A model through the compiler's front half: planned, ready for a code generator.
 struct Planned {
     planned: PlannedModule,
+    /// Per-function workspace sizes, when asked for.
     workspace: Vec<WorkspaceSize>,
     planning: Duration,
 }
@@ -188,7 +189,8 @@ impl Compiler {
 
     /// Graph passes, lowering, layouts, flattening, scheduling and memory planning: everything
     /// before code generation, shared by the JIT and AOT paths.
-    fn plan(&self, model: &Model) -> Result<Planned, RuntimeError> {
+    /// `workspace_sizes`: also run the per-function workspace-size query (AOT metadata only).
+    fn plan(&self, model: &Model, workspace_sizes: bool) -> Result<Planned, RuntimeError> {
         let mut graph = model.graph().clone();
         passes::optimize(&mut graph);
         let mut module = heron_ir::lower::lower(&graph)?;
@@ -196,7 +198,7 @@ impl Compiler {
         apply_layout_transforms(&mut module).map_err(|e| RuntimeError::Compile(e.to_string()))?;
         flatten(&mut module);
         heron_jit::schedule::schedule(&mut module);
-        let workspace = module_workspace(&module);
+        let workspace = if workspace_sizes { module_workspace(&module) } else { Vec::new() };
         let pools = if self.options.pools.is_empty() {
             vec![PoolInfo::workspace("workspace", None), PoolInfo::constant("constants", None)]
         } else {
@@ -248,7 +250,7 @@ impl Compiler {
     }
 
     fn compile_jit(&self, model: &Model) -> Result<(Executable, Duration, Duration), RuntimeError> {
-        let Planned { planned, planning, .. } = self.plan(model)?;
+        let Planned { planned, planning, .. } = self.plan(model, false)?;
         let rewritten = planned.rewritten;
         let (inputs, outputs) = (model.inputs().len(), model.outputs().len());
         let read_only: Vec<bool> = (0..inputs)
@@ -284,7 +286,7 @@ impl Compiler {
     /// blobs (see `heron_aot`). Pools come from the compile options; `aot` says which are
     /// embedded in the object.
     pub fn compile_aot(&self, model: &Model, aot: &AotOptions) -> Result<Artifacts, RuntimeError> {
-        let Planned { planned, workspace, .. } = self.plan(model)?;
+        let Planned { planned, workspace, .. } = self.plan(model, true)?;
         let spec = |infos: Vec<TensorInfo>| {
             infos.into_iter().map(|i| TensorSpec { name: i.name, ty: i.ty }).collect::<Vec<_>>()
         };
