@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::metadata::{Metadata, PoolSource};
+use crate::metadata::{Metadata, PoolRole, PoolSource};
 
 /// The C element type of a dtype (f16 as raw bits, bool as 0/1 bytes).
 pub fn c_type(dtype: heron_ir::DType) -> &'static str {
@@ -47,7 +47,7 @@ pub fn header(meta: &Metadata) -> String {
     let _ = writeln!(h, "#ifdef __cplusplus\nextern \"C\" {{\n#endif\n");
     h.push_str(STATUS_CODES);
     h.push('\n');
-    for p in meta.workspace_pools() {
+    for p in meta.pools_of(PoolRole::Workspace) {
         let _ = writeln!(
             h,
             "#define HERON_{upper}_{}_WORKSPACE_BUFFER_SIZE {}",
@@ -55,7 +55,7 @@ pub fn header(meta: &Metadata) -> String {
             p.size_bytes
         );
     }
-    for p in meta.parameter_pools().filter(|p| p.source == PoolSource::User) {
+    for p in meta.user_pools(PoolRole::Parameter) {
         let _ = writeln!(
             h,
             "#define HERON_{upper}_{}_PARAMETER_BUFFER_SIZE {}",
@@ -79,10 +79,9 @@ pub fn header(meta: &Metadata) -> String {
     };
     tensor_struct(&mut h, "Inputs", &meta.inputs);
     tensor_struct(&mut h, "Outputs", &meta.outputs);
-    let user = |kind: &'static str| meta.pools.iter().filter(move |p| p.kind == kind && p.source == PoolSource::User);
-    let fields = user("workspace").map(|p| format!("  uint8_t* {};\n", p.c_name)).collect();
+    let fields = meta.user_pools(PoolRole::Workspace).map(|p| format!("  uint8_t* {};\n", p.c_name)).collect();
     let _ = writeln!(h, "typedef struct {{\n{}}} HeronWorkspaces_{name};\n", members(fields));
-    let fields = user("parameter").map(|p| format!("  const uint8_t* {};\n", p.c_name)).collect();
+    let fields = meta.user_pools(PoolRole::Parameter).map(|p| format!("  const uint8_t* {};\n", p.c_name)).collect();
     let _ = writeln!(h, "typedef struct {{\n{}}} HeronParameters_{name};\n", members(fields));
     let _ = writeln!(
         h,

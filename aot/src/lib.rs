@@ -25,7 +25,7 @@ use heron_jit::isa::{OptLevel, TargetCpu};
 use heron_planner::{Access, PlannedModule, PoolKind};
 
 use crate::metadata::{
-    BufferMeta, FunctionMeta, Identifiers, Metadata, PoolMeta, PoolSource, TargetAccess, TensorMeta,
+    BufferMeta, FunctionMeta, Identifiers, Metadata, PoolMeta, PoolRole, PoolSource, TargetAccess, TensorMeta,
 };
 
 /// Every symbol an object may import: libc memory routines (Cranelift libcalls) and libm.
@@ -173,7 +173,7 @@ pub fn compile(
         .iter()
         .zip(&planned.rewritten.images)
         .zip(&metadata.pools)
-        .filter(|(_, m)| m.kind == "parameter" && m.source == PoolSource::User)
+        .filter(|(_, m)| m.kind == PoolRole::Parameter && m.source == PoolSource::User)
         .map(|((p, image), _)| (p.name.clone(), image.clone().unwrap_or_default()))
         .collect();
     let header = header::header(&metadata);
@@ -213,7 +213,7 @@ fn metadata_of(
             PoolMeta {
                 name: p.name.clone(),
                 c_name: c.clone(),
-                kind: if parameters { "parameter" } else { "workspace" }.into(),
+                kind: if parameters { PoolRole::Parameter } else { PoolRole::Workspace },
                 source: if embedded { PoolSource::Embedded } else { PoolSource::User },
                 size_bytes: size,
                 size_hint_bytes: p.size_hint_bytes,

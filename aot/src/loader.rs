@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::metadata::{Metadata, PoolMeta, PoolSource, TensorMeta};
+use crate::metadata::{Metadata, PoolMeta, PoolRole, TensorMeta};
 use crate::{AotError, io_error};
 
 type EntryFn = unsafe extern "C" fn(*const *const u8, *const *mut u8, *const *mut u8, *const *const u8) -> i32;
@@ -74,8 +74,7 @@ impl AotLibrary {
     /// Contents of every user-provided parameter pool, from the `.params` blobs, in pool order.
     pub fn read_parameters(&self) -> Result<Vec<Vec<u8>>, AotError> {
         self.metadata
-            .parameter_pools()
-            .filter(|p| p.source == PoolSource::User)
+            .user_pools(PoolRole::Parameter)
             .map(|p| {
                 let file = p.params_file.as_deref().unwrap_or_default();
                 let path = self.dir.join(file);
@@ -105,7 +104,6 @@ impl AotLibrary {
         parameters: impl IntoIterator<Item = &'a [u8]>,
     ) -> Result<(), AotError> {
         let m = &self.metadata;
-        let user = |kind: &'static str| m.pools.iter().filter(move |p| p.kind == kind && p.source == PoolSource::User);
         let ins =
             Pointers::gather("inputs", inputs.into_iter().map(|b| (b.as_ptr(), b.len())), m.inputs.iter().map(tensor))?;
         let outs = Pointers::gather(
@@ -116,12 +114,12 @@ impl AotLibrary {
         let ws = Pointers::gather(
             "workspace pools",
             workspaces.into_iter().map(|b| (b.as_mut_ptr().cast_const(), b.len())),
-            user("workspace").map(pool),
+            m.user_pools(PoolRole::Workspace).map(pool),
         )?;
         let ps = Pointers::gather(
             "parameter pools",
             parameters.into_iter().map(|b| (b.as_ptr(), b.len())),
-            user("parameter").map(pool),
+            m.user_pools(PoolRole::Parameter).map(pool),
         )?;
         // SAFETY: every pointer array matches the struct layout of the header (one pointer per
         // field, in metadata order; NULL for an empty struct), and every buffer was checked to

@@ -27,6 +27,25 @@ impl TensorMeta {
     }
 }
 
+/// What a pool holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolRole {
+    /// Scratch and activations, written by the model.
+    Workspace,
+    /// Constants (weights), read only.
+    Parameter,
+}
+
+impl std::fmt::Display for PoolRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PoolRole::Workspace => "workspace",
+            PoolRole::Parameter => "parameter",
+        })
+    }
+}
+
 /// Who provides a pool's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -48,8 +67,7 @@ pub struct TargetAccess {
 pub struct PoolMeta {
     pub name: String,
     pub c_name: String,
-    /// `workspace` or `parameter`.
-    pub kind: String,
+    pub kind: PoolRole,
     pub source: PoolSource,
     pub size_bytes: u64,
     pub size_hint_bytes: Option<u64>,
@@ -105,11 +123,12 @@ pub struct Metadata {
 }
 
 impl Metadata {
-    pub fn workspace_pools(&self) -> impl Iterator<Item = &PoolMeta> {
-        self.pools.iter().filter(|p| p.kind == "workspace")
+    pub fn pools_of(&self, role: PoolRole) -> impl Iterator<Item = &PoolMeta> {
+        self.pools.iter().filter(move |p| p.kind == role)
     }
 
-    pub fn parameter_pools(&self) -> impl Iterator<Item = &PoolMeta> {
-        self.pools.iter().filter(|p| p.kind == "parameter")
+    /// The pools of `role` the caller provides, in the order of the header's struct fields.
+    pub fn user_pools(&self, role: PoolRole) -> impl Iterator<Item = &PoolMeta> {
+        self.pools_of(role).filter(|p| p.source == PoolSource::User)
     }
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use heron_aot::loader::AotLibrary;
-use heron_aot::metadata::PoolSource;
+use heron_aot::metadata::{PoolRole, PoolSource};
 use heron_aot::{AotOptions, Artifacts, TensorSpec};
 use heron_ir::loop_ir::workspace::{WorkspaceSize, module_workspace};
 
@@ -326,16 +326,16 @@ fn aot_executable(library: AotLibrary) -> Result<Executable, RuntimeError> {
         .iter()
         .map(|p| PoolLayout {
             name: p.name.clone(),
-            kind: if p.kind == "parameter" { PoolKind::Constant } else { PoolKind::Workspace },
+            kind: if p.kind == PoolRole::Parameter { PoolKind::Constant } else { PoolKind::Workspace },
             size_bytes: p.size_bytes,
         })
         .collect();
     let memory = meta
         .pools
         .iter()
-        .map(|p| match (p.source, p.kind.as_str()) {
+        .map(|p| match (p.source, p.kind) {
             (PoolSource::Embedded, _) => PoolMemory::Internal,
-            (PoolSource::User, "parameter") => {
+            (PoolSource::User, PoolRole::Parameter) => {
                 PoolMemory::Shared(AlignedBytes::from_bytes(&parameters.next().unwrap_or_default()))
             }
             (PoolSource::User, _) => PoolMemory::PerWorkspace,
