@@ -1,12 +1,15 @@
-//! Runs every planning algorithm on MiniMalloc's challenging instances and prints the pool size
-//! each finds against the capacity: `cargo run --release -p heron-planner --example minimalloc
-//! [PATH] [TIME_LIMIT_MS] [ALGORITHM]`.
+//! Runs every planning algorithm on MiniMalloc's challenging instances through the JSON
+//! interface of `heron plan --buffers` (conflicts only, as that format has them) and prints the
+//! pool size each finds against the capacity:
+//! `cargo run --release -p heron-planner --example minimalloc [PATH] [TIME_LIMIT_MS] [ALGORITHM] [--unbounded]`.
+//! By default the pool's size hint is the instance's capacity; `--unbounded` leaves it open.
 
-use heron_planner::bound::max_load;
-use heron_planner::{Budget, PoolProblem, registry};
+use heron_planner::json::plan_json;
+use heron_planner::registry;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let args: Vec<String> = std::env::args().filter(|a| a != "--unbounded").collect();
+    let unbounded = std::env::args().any(|a| a == "--unbounded");
     let path =
         args.get(1).cloned().unwrap_or_else(|| "../shared/benchmarks/planner/minimalloc_challenging.json".into());
     let ms: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
@@ -16,28 +19,34 @@ fn main() {
     for inst in doc["instances"].as_array().expect("instances") {
         let cap = inst["capacity_bytes"].as_u64().expect("capacity");
         let rows = inst["buffers"].as_array().expect("buffers");
-        let sizes: Vec<u64> = rows.iter().map(|r| r[3].as_u64().expect("size")).collect();
-        let iv: Vec<(u64, u64)> =
-            rows.iter().map(|r| (r[1].as_u64().expect("lo"), r[2].as_u64().expect("hi"))).collect();
-        // The capacity is the pool's size limit, as with `--workspace-pool NAME:size_hint=1048576`.
-        let p = PoolProblem::from_intervals(sizes.clone(), iv.clone(), Some(cap));
-        let lb = max_load(&sizes, &iv);
-        let mut line = format!("{} n={} lb={lb} cap={cap}:", inst["id"].as_str().unwrap_or("?"), rows.len());
+        let span = |r: &serde_json::Value| (r[1].as_u64().expect("lower"), r[2].as_u64().expect("upper"));
+        let buffers: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                let (lo, hi) = span(r);
+                let conflicts: Vec<&serde_json::Value> =
+                    rows.iter().filter(|q| q[0] != r[0] && span(q).0 < hi && lo < span(q).1).map(|q| &q[0]).collect();
+                serde_json::json!({"name": r[0], "size_bytes": r[3], "alignment": 1, "conflicts": conflicts,
+                    "pool_candidates": ["pool"]})
+            })
+            .collect();
+        let hint = if unbounded { serde_json::Value::Null } else { cap.into() };
+        let problem = serde_json::json!({"pools": [{"name": "pool", "size_hint_bytes": hint}], "buffers": buffers});
+        let problem = problem.to_string();
+        let mut line = format!("{} n={} cap={cap}:", inst["id"].as_str().unwrap_or("?"), rows.len());
         for alg in registry() {
             if only.as_deref().is_some_and(|o| o != alg.name()) {
                 continue;
             }
             let t = std::time::Instant::now();
-            let offsets = alg.place(&p, &Budget::millis(ms));
-            assert!(p.is_valid(&offsets), "{} produced an invalid placement", alg.name());
-            let peak = p.peak(&offsets);
-            line += &format!(
-                " {}={} ({:.3}x, {:.1}s)",
-                alg.name(),
-                peak,
-                peak as f64 / cap as f64,
-                t.elapsed().as_secs_f64()
-            );
+            let result = match plan_json(&problem, alg.name(), ms) {
+                Ok(plan) => {
+                    let size = plan.pool_sizes["pool"].as_u64().expect("pool size");
+                    format!("{size} ({:.3}x)", size as f64 / cap as f64)
+                }
+                Err(e) => format!("error ({e})"),
+            };
+            line += &format!(" {}={result} {:.1}s", alg.name(), t.elapsed().as_secs_f64());
         }
         println!("{line}");
     }

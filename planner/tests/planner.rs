@@ -116,14 +116,14 @@ fn broken_plans_are_rejected() {
 fn exact_search_finds_the_minimalloc_example_optimum() {
     // MiniMalloc's input.12.csv: capacity 12 is tight.
     let p = PoolProblem::from_intervals(vec![4, 4, 4, 4, 4], vec![(0, 3), (3, 9), (0, 9), (9, 21), (0, 21)], None);
-    match decide(&p, 12, Budget::millis(1000)) {
+    match decide(&p, 12, &Budget::millis(1000)) {
         Decision::Feasible(o) => {
             assert!(p.is_valid(&o));
             assert!(p.peak(&o) <= 12);
         }
         other => panic!("expected a placement, got {other:?}"),
     }
-    assert_eq!(decide(&p, 11, Budget::millis(1000)), Decision::Infeasible);
+    assert_eq!(decide(&p, 11, &Budget::millis(1000)), Decision::Infeasible);
 }
 
 /// Brute force: the best first-fit placement over all orders (first fit over all orders reaches
@@ -147,16 +147,28 @@ fn brute_force_optimum(p: &PoolProblem) -> u64 {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn exact_search_matches_brute_force_on_small_instances(spec in proptest::collection::vec((0u64..12, 1u64..8, 1u64..9), 1..7)) {
-        let p = PoolProblem::from_intervals(spec.iter().map(|s| s.2).collect(), spec.iter().map(|s| (s.0, s.0 + s.1)).collect(), None);
+    fn exact_search_matches_brute_force_on_small_instances(
+        spec in proptest::collection::vec((0u64..12, 1u64..8, 1u64..9, 0u32..3), 1..8),
+    ) {
+        let mut p = PoolProblem::from_intervals(spec.iter().map(|s| s.2).collect(), spec.iter().map(|s| (s.0, s.0 + s.1)).collect(), None);
+        p.aligns = spec.iter().map(|s| 1 << s.3).collect();
         let optimum = brute_force_optimum(&p);
         let exact = heron_planner::algorithm("exact").unwrap().place(&p, &Budget::millis(500));
         prop_assert!(p.is_valid(&exact));
         prop_assert_eq!(p.peak(&exact), optimum);
-        prop_assert_eq!(decide(&p, optimum - 1, Budget::millis(500)), Decision::Infeasible);
+        prop_assert_eq!(decide(&p, optimum - 1, &Budget::millis(500)), Decision::Infeasible);
+        // The same problem given by its conflicts only (lifetimes recovered, as from JSON).
+        let mut graph = p.clone();
+        graph.intervals = heron_planner::intervals::recover_intervals(&graph.adj);
+        prop_assert!(graph.intervals.is_some());
+        match decide(&graph, optimum, &Budget::millis(500)) {
+            Decision::Feasible(o) => prop_assert!(p.is_valid(&o) && p.peak(&o) <= optimum),
+            other => prop_assert!(false, "expected a placement at the optimum, got {:?}", other),
+        }
+        prop_assert_eq!(decide(&graph, optimum - 1, &Budget::millis(500)), Decision::Infeasible);
     }
 }
 

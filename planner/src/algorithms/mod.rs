@@ -5,6 +5,7 @@
 //! [`crate::pools`]). New algorithms plug in by implementing `place` and joining [`registry`].
 
 pub mod best_fit;
+pub mod canonical;
 pub mod exact;
 pub mod greedy;
 pub mod hill_climb;
