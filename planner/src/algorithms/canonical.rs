@@ -90,6 +90,9 @@ const WEIGHT_GROWTH: f64 = 1.5;
 /// Refutations kept per family at most (about 20 bytes each); beyond, the table starts afresh.
 const MAX_REFUTED: usize = 1 << 20;
 
+/// Piece outcomes kept per family at most; beyond, the table starts afresh.
+const MAX_PIECES: usize = 1 << 14;
+
 /// Stack for one search thread: the search recurses a few frames per placed buffer.
 const SEARCH_STACK_BYTES: usize = 64 << 20;
 
@@ -360,6 +363,9 @@ impl Solver<'_> {
                     continue;
                 }
                 None => {}
+            }
+            if self.memory.pieces.len() >= MAX_PIECES {
+                self.memory.pieces.clear();
             }
             let mark = self.trail.len();
             for &b in &piece.buffers {
