@@ -1,10 +1,11 @@
-//! GFLOP/s of JIT-compiled kernels: a square f32 MatMul (default 1024^3) and a 3x3
-//! convolution (default 64 -> 64 channels, 56x56):
+//! Throughput of JIT-compiled kernels: a square MatMul (default 1024^3) and a 3x3 convolution
+//! (default 64 -> 64 channels, 56x56), in f32 (GFLOP/s) and as u8 x i8 integer kernels with zero
+//! points (`MatMulInteger`, `ConvInteger`; GOP/s, one multiply-add counted as two operations):
 //! `cargo run --release -p heron-benches --example kernel_gflops [N] [RUNS] [CHANNELS] [SIZE]`.
 
 use std::time::Instant;
 
-use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, Window};
+use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, ValueId, Window};
 use heron_runtime::{CompileOptions, Compiler, Model};
 
 fn filled(shape: &[usize]) -> Tensor {
@@ -12,8 +13,18 @@ fn filled(shape: &[usize]) -> Tensor {
     Tensor::from_vec(shape, (0..n).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect()).expect("shape")
 }
 
-/// Median seconds of `runs` runs of `g` on `inputs`.
-fn time(name: &str, g: Graph, inputs: Vec<Tensor>, flops: f64, runs: usize) {
+fn bytes(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec(shape, (0..n).map(|i| ((i * 7919) % 256) as u8).collect()).expect("shape")
+}
+
+fn signed_bytes(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_vec(shape, (0..n).map(|i| ((i * 7919) % 256) as u8 as i8).collect()).expect("shape")
+}
+
+/// Prints the median time of `runs` runs of `g` on `inputs` and the operations per second.
+fn time(name: &str, g: Graph, inputs: Vec<Tensor>, ops: f64, runs: usize, unit: &str) {
     let model = Model::from_graph(name, g).expect("valid graph");
     let compiled = Compiler::new(CompileOptions::default()).compile(&model).expect("compile");
     let mut ws = compiled.workspace();
@@ -27,31 +38,56 @@ fn time(name: &str, g: Graph, inputs: Vec<Tensor>, flops: f64, runs: usize) {
         .collect();
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    println!("{name}: median {:.3} ms, {:.1} GFLOP/s", median * 1e3, flops / median / 1e9);
+    println!("{name}: median {:.3} ms, {:.1} {unit}", median * 1e3, ops / median / 1e9);
+}
+
+/// The zero points of an integer kernel: the input's 128 (u8), the weights' 0 (i8).
+fn zero_points(g: &mut Graph) -> (ValueId, ValueId) {
+    let zx = g.add_constant("zx", Tensor::from_vec::<u8>(&[], vec![128]).expect("scalar"));
+    let zw = g.add_constant("zw", Tensor::from_vec::<i8>(&[], vec![0]).expect("scalar"));
+    (zx, zw)
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(1024);
     let runs: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10);
+    let c: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(64);
+    let hw: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(56);
+    let mut window = Window::dense(vec![3, 3]);
+    window.pads_begin = vec![1, 1];
+    window.pads_end = vec![1, 1];
+    let conv = Op::Conv(ConvAttrs { window: window.clone(), group: 1 });
+    let conv_ops = 2.0 * (c * c * 9 * hw * hw) as f64;
+    let matmul_ops = 2.0 * (n * n * n) as f64;
 
     let mut g = Graph::new();
     let a = g.add_input("a", TensorType::new(DType::F32, vec![n, n]));
     let b = g.add_constant("b", filled(&[n, n]));
     let y = g.add_op("matmul", Op::MatMul, &[a, b]).expect("matmul");
     g.set_outputs(vec![y]);
-    time(&format!("matmul {n}^3"), g, vec![filled(&[n, n])], 2.0 * (n * n * n) as f64, runs);
+    time(&format!("f32 matmul {n}^3"), g, vec![filled(&[n, n])], matmul_ops, runs, "GFLOP/s");
 
-    let c: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(64);
-    let hw: usize = args.get(4).and_then(|s| s.parse().ok()).unwrap_or(56);
     let mut g = Graph::new();
     let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, hw, hw]));
     let w = g.add_constant("w", filled(&[c, c, 3, 3]));
-    let mut window = Window::dense(vec![3, 3]);
-    window.pads_begin = vec![1, 1];
-    window.pads_end = vec![1, 1];
-    let y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: 1 }), &[x, w]).expect("conv");
+    let y = g.add_op("conv", conv, &[x, w]).expect("conv");
     g.set_outputs(vec![y]);
-    let flops = 2.0 * (c * c * 9 * hw * hw) as f64;
-    time(&format!("conv3x3 {c}->{c} {hw}x{hw}"), g, vec![filled(&[1, c, hw, hw])], flops, runs * 5);
+    time(&format!("f32 conv3x3 {c}->{c} {hw}x{hw}"), g, vec![filled(&[1, c, hw, hw])], conv_ops, runs * 5, "GFLOP/s");
+
+    let mut g = Graph::new();
+    let a = g.add_input("a", TensorType::new(DType::U8, vec![n, n]));
+    let b = g.add_constant("b", signed_bytes(&[n, n]));
+    let (za, zb) = zero_points(&mut g);
+    let y = g.add_op("matmul", Op::MatMulInteger, &[a, b, za, zb]).expect("matmul");
+    g.set_outputs(vec![y]);
+    time(&format!("u8 x i8 matmul {n}^3"), g, vec![bytes(&[n, n])], matmul_ops, runs, "GOP/s");
+
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::U8, vec![1, c, hw, hw]));
+    let w = g.add_constant("w", signed_bytes(&[c, c, 3, 3]));
+    let (zx, zw) = zero_points(&mut g);
+    let y = g.add_op("conv", Op::ConvInteger(ConvAttrs { window, group: 1 }), &[x, w, zx, zw]).expect("conv");
+    g.set_outputs(vec![y]);
+    time(&format!("u8 x i8 conv3x3 {c}->{c} {hw}x{hw}"), g, vec![bytes(&[1, c, hw, hw])], conv_ops, runs * 5, "GOP/s");
 }

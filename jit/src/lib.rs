@@ -5,10 +5,12 @@
 //! unchanged, the way cranelift-jit and cranelift-object share that trait. [`jit`] holds the
 //! in-process back end: compile, finalize, call. [`isa`] builds target ISAs, [`bounds`] proves
 //! buffer accesses in range (the rest get a run-time check), [`math`] emits exp/tanh/sigmoid as
-//! polynomials, [`vector`] emits loops marked vectorized with 128-bit SIMD.
+//! polynomials, [`vector`] emits loops marked vectorized with 128-bit SIMD, [`schedule`] picks
+//! loop schedules and layouts for them, and [`int8`] reshapes integer dot products for VNNI.
 
 pub mod bounds;
 pub mod codegen;
+pub mod int8;
 pub mod isa;
 pub mod jit;
 pub mod math;

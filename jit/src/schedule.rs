@@ -208,6 +208,7 @@ pub fn choose_layouts(module: &mut Module) {
         let params = f.params.clone();
         f.layout_transforms.retain(|b, _| params.contains(b));
     }
+    crate::int8::rewrite(module);
     let mut probe = module.clone();
     schedule(&mut probe);
     // Parameters (function, position) worth transposing.
@@ -229,6 +230,9 @@ pub fn choose_layouts(module: &mut Module) {
             }
         });
         for b in scratch {
+            if f.layout_transforms.contains_key(&b) {
+                continue;
+            }
             if let Some(stride) = strided_innermost(&probed.body, b) {
                 f.layout_transforms.insert(b, phase_split(probed.buffer(b).shape.len(), stride));
             }
@@ -262,7 +266,7 @@ pub fn choose_layouts(module: &mut Module) {
     let main = &mut module.funcs[main_index];
     for (b, ok) in verdict {
         let rank = main.buffer(b).shape.len();
-        if ok && rank >= 2 {
+        if ok && rank >= 2 && !main.layout_transforms.contains_key(&b) {
             main.layout_transforms.insert(b, leading_axis_last(rank));
         }
     }

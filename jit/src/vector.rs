@@ -29,15 +29,16 @@
 use std::collections::{HashMap, HashSet};
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::types::{F32, F32X4, I8, I16, I32, I32X4, I64};
+use cranelift_codegen::ir::types::{F32, F32X4, I8, I8X16, I16, I16X8, I32, I32X4, I64, I64X2};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::Variable;
 use heron_ir::DType;
-use heron_ir::loop_ir::{BinOp, BufferId, Expr, MathOp, Scope, Stmt, VarId};
+use heron_ir::loop_ir::{BinOp, BufferId, Expr, MathOp, PrimFunc, Scope, Stmt, VarId};
 
 use crate::CodegenError;
 use crate::bounds::VarRanges;
 use crate::codegen::{Buf, FuncTranslator};
+use crate::int8::QUAD;
 use crate::math;
 
 const LANES: i64 = 4;
@@ -341,7 +342,8 @@ impl Checker<'_, '_> {
             Stmt::Store { buffer, indices, value } => {
                 let buf = self.t.f.buffer(*buffer);
                 let mask_local = buf.dtype == DType::Bool && self.is_local(*buffer);
-                if !(lane_dtype(buf.dtype) || mask_local) || !self.value_ok(value) {
+                let narrow_global = narrow_int(buf.dtype) && !self.is_local(*buffer);
+                if !(lane_dtype(buf.dtype) || mask_local || narrow_global) || !self.value_ok(value) {
                     return false;
                 }
                 if self.is_local(*buffer) {
@@ -411,6 +413,8 @@ impl Checker<'_, '_> {
         match e {
             Expr::Var(x) => self.float_lets.contains_key(x),
             Expr::Binary { op, lhs, rhs } => match lhs.dtype(f) {
+                // Narrow values live extended in i32 lanes: min and max keep that exact.
+                d if narrow_int(d) => matches!(op, BinOp::Min | BinOp::Max) && self.value_ok(lhs) && self.value_ok(rhs),
                 DType::F32 => {
                     matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Min | BinOp::Max)
                         && self.value_ok(lhs)
@@ -429,25 +433,27 @@ impl Checker<'_, '_> {
                 _ => false,
             },
             Expr::Cmp { lhs, rhs, .. } if lhs.dtype(f) == DType::I64 => self.small_index(lhs) && self.small_index(rhs),
-            Expr::Cmp { lhs, rhs, .. } => lane_dtype(lhs.dtype(f)) && self.value_ok(lhs) && self.value_ok(rhs),
+            Expr::Cmp { lhs, rhs, .. } => {
+                let d = lhs.dtype(f);
+                (lane_dtype(d) || narrow_int(d)) && self.value_ok(lhs) && self.value_ok(rhs)
+            }
             Expr::Not(x) => self.value_ok(x),
             Expr::Select { cond, then, otherwise } => {
-                lane_dtype(then.dtype(f)) && self.value_ok(cond) && self.value_ok(then) && self.value_ok(otherwise)
+                let d = then.dtype(f);
+                (lane_dtype(d) || narrow_int(d))
+                    && self.value_ok(cond)
+                    && self.value_ok(then)
+                    && self.value_ok(otherwise)
             }
-            Expr::Cast { dtype: DType::F32, value } => {
-                matches!(value.dtype(f), DType::F32 | DType::I32 | DType::Bool) && self.value_ok(value)
+            Expr::Cast { dtype, value } if *dtype == DType::F32 || *dtype == DType::I32 || narrow_int(*dtype) => {
+                let from = value.dtype(f);
+                (matches!(from, DType::F32 | DType::I32 | DType::Bool) || narrow_int(from)) && self.value_ok(value)
             }
-            Expr::Cast { dtype: DType::I32, value } => match (value.dtype(f), &**value) {
-                (DType::F32 | DType::I32 | DType::Bool, _) => self.value_ok(value),
-                (DType::I8 | DType::U8 | DType::I16 | DType::U16, Expr::Load { buffer, indices }) => {
-                    !self.is_local(*buffer) && self.in_bounds(*buffer, indices).is_some()
-                }
-                _ => false,
-            },
             Expr::Math { arg, .. } => arg.dtype(f) == DType::F32 && self.value_ok(arg),
             Expr::Load { buffer, indices } => {
                 let buf = f.buffer(*buffer);
-                if !(lane_dtype(buf.dtype) || (buf.dtype == DType::Bool && self.is_local(*buffer))) {
+                let narrow_global = narrow_int(buf.dtype) && !self.is_local(*buffer);
+                if !(lane_dtype(buf.dtype) || (buf.dtype == DType::Bool && self.is_local(*buffer)) || narrow_global) {
                     return false;
                 }
                 if self.is_local(*buffer) {
@@ -465,6 +471,38 @@ impl Checker<'_, '_> {
 /// Element types that live in vector lanes as they are (f32 or i32).
 fn lane_dtype(d: DType) -> bool {
     matches!(d, DType::F32 | DType::I32)
+}
+
+/// Integer types narrower than a lane: their values live in i32 lanes, extended by their own
+/// signedness, and are narrowed again when stored.
+fn narrow_int(d: DType) -> bool {
+    matches!(d, DType::U8 | DType::I8 | DType::U16 | DType::I16)
+}
+
+/// i32 lanes holding any values, wrapped into narrow type `d` (`as` semantics), extended.
+fn wrap_lanes(t: &mut FuncTranslator<'_>, v: Value, d: DType) -> Value {
+    let bits = d.size_bytes() as i64 * 8;
+    if d.is_signed_int() {
+        let up = t.b.ins().ishl_imm_s(v, 32 - bits);
+        t.b.ins().sshr_imm_s(up, 32 - bits)
+    } else {
+        let mask = t.b.ins().iconst(I32, (1i64 << bits) - 1);
+        let mask = t.b.ins().splat(I32X4, mask);
+        t.b.ins().band(v, mask)
+    }
+}
+
+/// f32 lanes converted to narrow type `d` as Rust's `as` does: truncated, saturated to the
+/// type's range, NaN to 0.
+fn saturate_lanes(t: &mut FuncTranslator<'_>, v: Value, d: DType) -> Value {
+    let i = t.b.ins().fcvt_to_sint_sat(I32X4, v);
+    let bits = d.size_bytes() as u32 * 8;
+    let (lo, hi) =
+        if d.is_signed_int() { (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1) } else { (0, (1i64 << bits) - 1) };
+    let (lo, hi) = (t.b.ins().iconst(I32, lo), t.b.ins().iconst(I32, hi));
+    let (lo, hi) = (t.b.ins().splat(I32X4, lo), t.b.ins().splat(I32X4, hi));
+    let i = t.b.ins().smax(i, lo);
+    t.b.ins().smin(i, hi)
 }
 
 /// The 4-lane vector type for lanes of `d`.
@@ -550,6 +588,117 @@ fn affine_step(e: &Expr, v: VarId, varies: &dyn Fn(VarId) -> bool) -> Option<i64
     }
 }
 
+/// One factor of a dot-product quad, as the bytes `vpdpbusd` reads.
+#[derive(Clone, Copy)]
+enum Bytes<'e> {
+    /// Four consecutive bytes of `buffer` from `indices` (taken at the quad's first position),
+    /// the top bit flipped when `flip` (an i8 read as u8 + 128, or a u8 as i8 - 128).
+    Load { buffer: BufferId, indices: &'e [Expr], flip: bool },
+    /// One byte, four times.
+    Const(u8),
+}
+
+/// The values a byte factor takes: unsigned (0..=255), signed (-128..=127) or both.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sign {
+    Unsigned,
+    Signed,
+    Either,
+}
+
+/// `for q in 0..4 { acc = acc + x * y }` with unsigned bytes `x` and signed bytes `y` whose
+/// indices step by one with `q` (the shape [`crate::int8`] gives integer GEMMs and
+/// convolutions): per lane, four byte products summed — AVX-VNNI's `vpdpbusd`.
+struct DotQuad<'e> {
+    acc: BufferId,
+    acc_indices: &'e [Expr],
+    unsigned: Bytes<'e>,
+    signed: Bytes<'e>,
+}
+
+impl<'e> DotQuad<'e> {
+    fn of(f: &PrimFunc, body: &'e Stmt) -> Option<DotQuad<'e>> {
+        let Stmt::Store { buffer, indices, value: Expr::Binary { op: BinOp::Add, lhs, rhs } } = body else {
+            return None;
+        };
+        if f.buffer(*buffer).scope != Scope::Local || f.buffer(*buffer).dtype != DType::I32 {
+            return None;
+        }
+        let is_acc = |e: &Expr| matches!(e, Expr::Load { buffer: b, indices: i } if b == buffer && i == indices);
+        let product = if is_acc(lhs) {
+            &**rhs
+        } else if is_acc(rhs) {
+            &**lhs
+        } else {
+            return None;
+        };
+        let Expr::Binary { op: BinOp::Mul, lhs: x, rhs: y } = product else { return None };
+        let ((a, sa), (b, sb)) = (byte_factor(x, f)?, byte_factor(y, f)?);
+        let (unsigned, signed) = match (sa, sb) {
+            (Sign::Unsigned | Sign::Either, Sign::Signed | Sign::Either) => (a, b),
+            (Sign::Signed, Sign::Unsigned | Sign::Either) | (Sign::Either, Sign::Unsigned) => (b, a),
+            _ => return None,
+        };
+        Some(DotQuad { acc: *buffer, acc_indices: indices, unsigned, signed })
+    }
+}
+
+/// A byte factor: a constant, `cast<i32>(u8 or i8 load)`, or that load moved into the other
+/// signedness by `+ 128` (i8) or `- 128` (u8).
+fn byte_factor<'e>(e: &'e Expr, f: &PrimFunc) -> Option<(Bytes<'e>, Sign)> {
+    match e {
+        Expr::Int { value, .. } => match *value {
+            0..=127 => Some((Bytes::Const(*value as u8), Sign::Either)),
+            128..=255 => Some((Bytes::Const(*value as u8), Sign::Unsigned)),
+            -128..=-1 => Some((Bytes::Const(*value as i8 as u8), Sign::Signed)),
+            _ => None,
+        },
+        Expr::Cast { dtype: DType::I32, value } => match &**value {
+            Expr::Load { buffer, indices } => {
+                let sign = match f.buffer(*buffer).dtype {
+                    DType::U8 => Sign::Unsigned,
+                    DType::I8 => Sign::Signed,
+                    _ => return None,
+                };
+                Some((Bytes::Load { buffer: *buffer, indices, flip: false }, sign))
+            }
+            _ => None,
+        },
+        Expr::Binary { op: BinOp::Add, lhs, rhs } => {
+            let (Bytes::Load { buffer, indices, flip: false }, sign) = byte_factor(lhs, f)? else { return None };
+            let flipped = Bytes::Load { buffer, indices, flip: true };
+            match (sign, rhs.as_int()?) {
+                (Sign::Signed, 128) => Some((flipped, Sign::Unsigned)),
+                (Sign::Unsigned, -128) => Some((flipped, Sign::Signed)),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `acc + Σ unsigned[4l..4l+4] * signed[4l..4l+4]` per i32 lane: the widening tree Cranelift
+/// fuses into one `vpdpbusd` (AVX-VNNI or AVX512-VNNI) and otherwise computes with
+/// widening multiplies and pairwise adds.
+fn dot_accumulate(t: &mut FuncTranslator<'_>, unsigned: Value, signed: Value, acc: Value) -> Value {
+    let b = &mut t.b;
+    let lo = {
+        let (s, u) = (b.ins().swiden_low(signed), b.ins().uwiden_low(unsigned));
+        b.ins().imul(s, u)
+    };
+    let hi = {
+        let (s, u) = (b.ins().swiden_high(signed), b.ins().uwiden_high(unsigned));
+        b.ins().imul(s, u)
+    };
+    let pairs = |b: &mut cranelift_frontend::FunctionBuilder<'_>, x: Value| {
+        let (l, h) = (b.ins().swiden_low(x), b.ins().swiden_high(x));
+        b.ins().iadd_pairwise(l, h)
+    };
+    let (lo, hi) = (pairs(b, lo), pairs(b, hi));
+    let dot = b.ins().iadd_pairwise(lo, hi);
+    b.ins().iadd(dot, acc)
+}
+
 impl VecCtx {
     fn new(sh: Shape, body: &Stmt) -> VecCtx {
         let mut written = HashSet::new();
@@ -606,13 +755,19 @@ impl VecCtx {
         per_j: bool,
     ) -> Result<Tile, CodegenError> {
         let e = substitute(e, &self.index_lets);
+        // Narrow integers live extended in i32 lanes; their scalars too, so they broadcast.
+        let d = e.dtype(t.f);
+        let eval = |t: &mut FuncTranslator<'_>| -> Result<Value, CodegenError> {
+            let v = t.expr(&e)?;
+            Ok(if narrow_int(d) { t.cast(v, d, DType::I32)? } else { v })
+        };
         if !per_j {
-            return Ok(Tile::uniform(t.expr(&e)?));
+            return Ok(Tile::uniform(eval(t)?));
         }
         let mut vals = Vec::with_capacity(self.sh.j);
         for j in 0..self.sh.j {
             self.jam_value(t, jb, j)?;
-            vals.push(t.expr(&e)?);
+            vals.push(eval(t)?);
         }
         Ok(Tile { per_j: true, vector: false, vals })
     }
@@ -628,6 +783,12 @@ impl VecCtx {
                 let extent = substitute(extent, &self.index_lets);
                 let r = loop_range(&t.ranges, &extent);
                 t.ranges.set(*var, r);
+                if extent.as_int() == Some(QUAD)
+                    && self.pred.is_none()
+                    && let Some(quad) = DotQuad::of(t.f, body).filter(|q| self.quad_steps(t, *var, q))
+                {
+                    return self.dot_quad(t, *var, &quad, jb);
+                }
                 match extent.as_int() {
                     // Short constant loops (3x3 kernel windows) are unrolled: no loop overhead,
                     // and their index terms fold to constants.
@@ -707,6 +868,109 @@ impl VecCtx {
             other => return Err(t.unsupported(format!("vectorizing {other:?}"))),
         }
         Ok(())
+    }
+
+    /// Whether a quad's loads step by one byte with the quad position `q` and affinely with
+    /// the vectorized variable.
+    fn quad_steps(&self, t: &FuncTranslator<'_>, q: VarId, quad: &DotQuad<'_>) -> bool {
+        [quad.unsigned, quad.signed].iter().all(|bytes| match *bytes {
+            Bytes::Const(_) => true,
+            Bytes::Load { buffer, indices, .. } => {
+                let lin = substitute(&t.linear_index(buffer, indices), &self.index_lets);
+                affine_step(&lin, q, &|_| false) == Some(1) && affine_step(&lin, self.sh.v, &|_| false).is_some()
+            }
+        })
+    }
+
+    /// Emits a dot-product quad: per (j, u), one `vpdpbusd` into the accumulator registers.
+    fn dot_quad(
+        &mut self,
+        t: &mut FuncTranslator<'_>,
+        q: VarId,
+        quad: &DotQuad<'_>,
+        jb: Option<Value>,
+    ) -> Result<(), CodegenError> {
+        // The operands' first bytes: the quad position at 0.
+        let var = t.var(q)?;
+        let zero = t.b.ins().iconst(I64, 0);
+        t.b.def_var(var, zero);
+        let unsigned = self.quad_bytes(t, quad.unsigned, jb)?;
+        let signed = self.quad_bytes(t, quad.signed, jb)?;
+        let vars = self.local_vars(t, quad.acc);
+        let slot = Self::local_slot(t, quad.acc, quad.acc_indices)?;
+        let sh = self.sh;
+        for j in 0..sh.j {
+            for u in 0..sh.u {
+                let var = vars[slot * sh.j * sh.u + j * sh.u + u];
+                let acc = t.b.use_var(var);
+                let sum = dot_accumulate(t, unsigned.at(sh, j, u), signed.at(sh, j, u), acc);
+                t.b.def_var(var, sum);
+            }
+        }
+        Ok(())
+    }
+
+    /// A byte factor as I8X16 vectors, lane `l` holding its four bytes for lane `l`: one load
+    /// when the lanes' quads are contiguous, a splat when all lanes read the same quad, else
+    /// a quad per lane.
+    fn quad_bytes(
+        &self,
+        t: &mut FuncTranslator<'_>,
+        bytes: Bytes<'_>,
+        jb: Option<Value>,
+    ) -> Result<Tile, CodegenError> {
+        let (buffer, indices, flip) = match bytes {
+            Bytes::Const(c) => {
+                let k = t.b.ins().iconst(I8, c as i8 as i64);
+                return Ok(Tile::uniform(t.b.ins().splat(I8X16, k)));
+            }
+            Bytes::Load { buffer, indices, flip } => (buffer, indices, flip),
+        };
+        let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
+            return Err(t.unsupported("a vector access to an undeclared buffer"));
+        };
+        let flags = MemFlagsData::new().with_notrap();
+        let lin = substitute(&t.linear_index(buffer, indices), &self.index_lets);
+        let step = affine_step(&lin, self.sh.v, &|_| false).ok_or_else(|| t.unsupported("a non-affine quad"))?;
+        let mut tile = if step == 0 {
+            let per_j = self.deps(t, &lin).j;
+            let at = self.scalar(t, &lin, jb, per_j)?;
+            let mut vals = Vec::with_capacity(at.vals.len());
+            for &ix in &at.vals {
+                let addr = t.b.ins().iadd(base, ix);
+                let word = t.b.ins().load(I32, flags, addr, 0);
+                let lanes = t.b.ins().splat(I32X4, word);
+                vals.push(math::bitcast(&mut t.b, I8X16, lanes));
+            }
+            Tile { vals, ..at }
+        } else {
+            let (lanes, per_j) = self.lane_indices(t, buffer, indices, jb)?;
+            let mut vals = Vec::with_capacity(lanes.len());
+            for l in &lanes {
+                if step == QUAD {
+                    let addr = t.b.ins().iadd(base, l[0]);
+                    vals.push(t.b.ins().load(I8X16, flags, addr, 0));
+                } else {
+                    let zero = t.b.ins().iconst(I32, 0);
+                    let mut v = t.b.ins().splat(I32X4, zero);
+                    for (lane, &ix) in l.iter().enumerate() {
+                        let addr = t.b.ins().iadd(base, ix);
+                        let word = t.b.ins().load(I32, flags, addr, 0);
+                        v = t.b.ins().insertlane(v, word, lane as u8);
+                    }
+                    vals.push(math::bitcast(&mut t.b, I8X16, v));
+                }
+            }
+            Tile { per_j, vector: true, vals }
+        };
+        if flip {
+            let top = t.b.ins().iconst(I8, 0x80u8 as i8 as i64);
+            let top = t.b.ins().splat(I8X16, top);
+            for v in &mut tile.vals {
+                *v = t.b.ins().bxor(*v, top);
+            }
+        }
+        Ok(tile)
     }
 
     fn local_vars(&mut self, t: &mut FuncTranslator<'_>, buffer: BufferId) -> Vec<Variable> {
@@ -905,6 +1169,10 @@ impl VecCtx {
         }
         let (idx, step, _) = self.indices(t, buffer, indices, jb)?;
         let flags = MemFlagsData::new().with_notrap();
+        let dtype = t.f.buffer(buffer).dtype;
+        if narrow_int(dtype) {
+            return self.narrowing_store(t, buffer, &tile, &idx, step, dtype);
+        }
         for j in 0..sh.j {
             for u in 0..sh.u {
                 let v = self.vector(t, &tile, j, u);
@@ -917,6 +1185,52 @@ impl VecCtx {
                         t.b.ins().store(flags, x, addr, (lane * step * 4) as i32);
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores extended i32 lanes into a narrow buffer: the lanes narrowed through I16X8 (and
+    /// I8X16) and written as one 64- or 32-bit store when contiguous, else lane by lane.
+    fn narrowing_store(
+        &self,
+        t: &mut FuncTranslator<'_>,
+        buffer: BufferId,
+        tile: &Tile,
+        idx: &[Value],
+        step: i64,
+        dtype: DType,
+    ) -> Result<(), CodegenError> {
+        let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
+            return Err(t.unsupported("a vector access to an undeclared buffer"));
+        };
+        let sh = self.sh;
+        let flags = MemFlagsData::new().with_notrap();
+        let elem = dtype.size_bytes() as i64;
+        for j in 0..sh.j {
+            for u in 0..sh.u {
+                let v = self.vector(t, tile, j, u);
+                let off = t.b.ins().imul_imm_s(idx[j * sh.u + u], elem);
+                let addr = t.b.ins().iadd(base, off);
+                if step != 1 {
+                    for lane in 0..LANES {
+                        let x = t.b.ins().extractlane(v, lane as u8);
+                        let x = t.b.ins().ireduce(if elem == 1 { I8 } else { I16 }, x);
+                        t.b.ins().store(flags, x, addr, (lane * step * elem) as i32);
+                    }
+                    continue;
+                }
+                // Narrowing saturates: negative lanes keep only their low bits first (unsigned
+                // lanes are in range already).
+                let same_width = if elem == 1 { DType::U8 } else { DType::U16 };
+                let unsigned = if dtype.is_signed_int() { wrap_lanes(t, v, same_width) } else { v };
+                let halves = t.b.ins().unarrow(unsigned, unsigned);
+                let (packed, word, lanes) =
+                    if elem == 1 { (t.b.ins().unarrow(halves, halves), I32, I32X4) } else { (halves, I64, I64X2) };
+                let words = math::bitcast(&mut t.b, lanes, packed);
+                let x = t.b.ins().extractlane(words, 0);
+                debug_assert_eq!(t.b.func.dfg.value_type(x), word);
+                t.b.ins().store(flags, x, addr, 0);
             }
         }
         Ok(())
@@ -959,6 +1273,9 @@ impl VecCtx {
         let per_j = |tiles: &[&Tile]| tiles.iter().any(|x| x.per_j);
         Ok(match e {
             Expr::Var(x) => self.tile_lets.get(x).cloned().ok_or_else(|| t.unsupported("a varying variable"))?,
+            Expr::Load { buffer, indices } if narrow_int(t.f.buffer(*buffer).dtype) => {
+                self.widening_load(t, *buffer, indices, jb)?
+            }
             Expr::Load { buffer, indices } => {
                 if t.f.buffer(*buffer).scope == Scope::Local {
                     let vars = self.local_vars(t, *buffer);
@@ -1020,7 +1337,10 @@ impl VecCtx {
                             let amount = b.at(sh, j, u);
                             t.binary(*op, x, amount, DType::I32)?
                         }
-                        _ => t.binary(*op, x, y, lhs.dtype(t.f))?,
+                        _ => {
+                            let d = lhs.dtype(t.f);
+                            t.binary(*op, x, y, if narrow_int(d) { DType::I32 } else { d })?
+                        }
                     })
                 })?
             }
@@ -1033,7 +1353,7 @@ impl VecCtx {
             }
             Expr::Cmp { op, lhs, rhs } => {
                 let (a, b) = (self.value(t, lhs, jb)?, self.value(t, rhs, jb)?);
-                let dtype = lhs.dtype(t.f);
+                let dtype = if narrow_int(lhs.dtype(t.f)) { DType::I32 } else { lhs.dtype(t.f) };
                 self.lanewise(t, per_j(&[&a, &b]), |s, t, j, u| {
                     let (x, y) = (s.vector(t, &a, j, u), s.vector(t, &b, j, u));
                     Ok(t.compare(*op, x, y, dtype))
@@ -1054,14 +1374,33 @@ impl VecCtx {
             }
             Expr::Cast { dtype: to, value } => {
                 let from = value.dtype(t.f);
-                if let (DType::I8 | DType::U8 | DType::I16 | DType::U16, Expr::Load { buffer, indices }) =
-                    (from, &**value)
-                {
-                    return self.widening_load(t, *buffer, indices, jb);
-                }
                 let a = self.value(t, value, jb)?;
-                if from == *to {
+                // Narrow values are already extended i32 lanes.
+                if from == *to || (*to == DType::I32 && narrow_int(from)) {
                     return Ok(a);
+                }
+                if narrow_int(*to) {
+                    let mut vals = Vec::with_capacity(a.vals.len());
+                    for k in 0..a.vals.len() {
+                        let (j, u) = (k / sh.u, k % sh.u);
+                        vals.push(match from {
+                            DType::Bool => {
+                                let m = self.mask(t, &a, j, u);
+                                let (o, z) = (t.b.ins().iconst(I32, 1), t.b.ins().iconst(I32, 0));
+                                let (one, zero) = (t.b.ins().splat(I32X4, o), t.b.ins().splat(I32X4, z));
+                                lane_select(t, m, one, zero)
+                            }
+                            DType::F32 => {
+                                let v = self.vector(t, &a, j, u);
+                                saturate_lanes(t, v, *to)
+                            }
+                            _ => {
+                                let v = self.vector(t, &a, j, u);
+                                wrap_lanes(t, v, *to)
+                            }
+                        });
+                    }
+                    return Ok(Tile { vals, ..a });
                 }
                 let mut vals = Vec::new();
                 for k in 0..a.vals.len() {
@@ -1077,7 +1416,7 @@ impl VecCtx {
                             };
                             lane_select(t, m, one, zero)
                         }
-                        (DType::I32, _) => {
+                        (f, _) if f == DType::I32 || narrow_int(f) => {
                             let v = self.vector(t, &a, j, u);
                             t.b.ins().fcvt_from_sint(F32X4, v)
                         }
@@ -1110,8 +1449,9 @@ impl VecCtx {
         })
     }
 
-    /// i8/u8/i16/u16 elements loaded and widened (by their signedness) to i32 lanes, one lane
-    /// at a time.
+    /// i8/u8/i16/u16 elements loaded and widened (by their signedness) to i32 lanes: four
+    /// contiguous elements as one 32- or 64-bit load widened through I8X16 / I16X8, others one
+    /// lane at a time.
     fn widening_load(
         &self,
         t: &mut FuncTranslator<'_>,
@@ -1121,6 +1461,28 @@ impl VecCtx {
     ) -> Result<Tile, CodegenError> {
         let dtype = t.f.buffer(buffer).dtype;
         let (elem, signed) = (dtype.size_bytes() as i64, dtype.is_signed_int());
+        let lin = substitute(&t.linear_index(buffer, indices), &self.index_lets);
+        if affine_step(&lin, self.sh.v, &|_| false) == Some(1) {
+            let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
+                return Err(t.unsupported("a vector access to an undeclared buffer"));
+            };
+            let (idx, _, per_j) = self.indices(t, buffer, indices, jb)?;
+            let flags = MemFlagsData::new().with_notrap();
+            let mut vals = Vec::new();
+            for &ix in &idx[..if per_j { self.sh.j * self.sh.u } else { self.sh.u }] {
+                let off = t.b.ins().imul_imm_s(ix, elem);
+                let addr = t.b.ins().iadd(base, off);
+                let (word, packed) = if elem == 1 { (I32, I32X4) } else { (I64, I64X2) };
+                let bits = t.b.ins().load(word, flags, addr, 0);
+                let v = t.b.ins().scalar_to_vector(packed, bits);
+                let mut v = math::bitcast(&mut t.b, if elem == 1 { I8X16 } else { I16X8 }, v);
+                for _ in 0..if elem == 1 { 2 } else { 1 } {
+                    v = if signed { t.b.ins().swiden_low(v) } else { t.b.ins().uwiden_low(v) };
+                }
+                vals.push(v);
+            }
+            return Ok(Tile { per_j, vector: true, vals });
+        }
         let (lanes, per_j) = self.lane_indices(t, buffer, indices, jb)?;
         let narrow = if elem == 1 { I8 } else { I16 };
         let mut vals = Vec::new();

@@ -205,3 +205,38 @@ int main(void) {
     build_c_program(&[&dir.join("main.c")], &[&dir.join("odd model.o")], &dir, &exe).expect("cc");
     run_program(&exe, &[]);
 }
+
+/// Does this CPU have a VNNI byte dot product (AVX-VNNI or AVX512-VNNI)?
+fn host_has_vnni() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .is_ok_and(|info| info.split_whitespace().any(|flag| flag == "avx_vnni" || flag == "avx512_vnni"))
+}
+
+/// An int8 convolution with channels in quads, compiled for this CPU, computes its reduction
+/// with `vpdpbusd` (checked in the disassembly when objdump and a VNNI CPU are there).
+#[test]
+fn int8_convolutions_use_vnni_dot_products() {
+    let objdump = Command::new("objdump").arg("--version").output();
+    if objdump.is_err() || !host_has_vnni() {
+        eprintln!("skipped: needs objdump and a CPU with AVX-VNNI or AVX512-VNNI");
+        return;
+    }
+    let (c, m) = (16, 8);
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::U8, vec![1, c, 10, 10]));
+    let w = g.add_constant("w", Tensor::from_vec(&[m, c, 3, 3], vec![3i8; m * c * 9]).unwrap());
+    let zx = g.add_constant("zx", Tensor::from_vec::<u8>(&[], vec![128]).unwrap());
+    let zw = g.add_constant("zw", Tensor::from_vec::<i8>(&[], vec![0]).unwrap());
+    let conv = Op::ConvInteger(heron_ir::ConvAttrs { window: heron_ir::Window::dense(vec![3, 3]), group: 1 });
+    let y = g.add_op("conv", conv, &[x, w, zx, zw]).unwrap();
+    g.set_outputs(vec![y]);
+    let model = Model::from_graph("int8conv", g).unwrap();
+    let mut aot = AotOptions::new("int8conv");
+    aot.target_cpu = heron_jit::isa::TargetCpu::Native;
+    let artifacts = Compiler::new(CompileOptions::default()).compile_aot(&model, &aot).expect("compile_aot");
+    let dir = scratch("vnni");
+    artifacts.write(&dir).expect("write artifacts");
+    let listing = Command::new("objdump").arg("-d").arg(dir.join("int8conv.o")).output().expect("objdump runs");
+    let text = String::from_utf8_lossy(&listing.stdout);
+    assert!(text.contains("vpdpbusd"), "no vpdpbusd in the int8 convolution:\n{text}");
+}

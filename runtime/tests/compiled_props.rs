@@ -391,3 +391,152 @@ fn vta_packed_layouts_on_an_int8_convolution_are_bit_exact() {
         set_layout(m, "main", "kernel", vta_conv_kernel(16, 16)).unwrap();
     });
 }
+
+/// Bytes of `dtype` (u8 or i8) covering the whole range.
+fn int8_tensor(seed: u64, dtype: DType, shape: &[usize]) -> Tensor {
+    let n = shape.iter().product();
+    let v = data(seed, n);
+    match dtype {
+        DType::U8 => Tensor::from_vec(shape, v.into_iter().map(|x| ((x + 1.0) * 127.9) as u8).collect()).unwrap(),
+        _ => Tensor::from_vec(shape, v.into_iter().map(|x| (x * 127.9) as i8).collect()).unwrap(),
+    }
+}
+
+/// How a test supplies a zero point: `0` a constant zero, `1` a constant scalar, `2` a
+/// constant per row / column / output channel, `3` a graph input (not foldable). Returns the
+/// value and, for an input, its tensor.
+fn zero_point(
+    g: &mut Graph,
+    name: &str,
+    kind: u8,
+    dtype: DType,
+    axis_len: usize,
+    seed: u64,
+) -> (ValueId, Option<Tensor>) {
+    let shape = if kind == 2 { vec![axis_len] } else { vec![] };
+    let t = if kind == 0 {
+        Tensor::zeros(&TensorType::new(dtype, shape.clone()))
+    } else {
+        int8_tensor(seed, dtype, &shape)
+    };
+    if kind == 3 {
+        (g.add_input(name, TensorType::new(dtype, shape)), Some(t))
+    } else {
+        (g.add_constant(name, t), None)
+    }
+}
+
+fn byte_type(signed: bool) -> DType {
+    if signed { DType::I8 } else { DType::U8 }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Integer GEMMs of every u8/i8 pairing with K in quads or not, weights constant or an
+    /// input, zero points absent, constant (scalar or per row/column) or inputs: the CPU's
+    /// dot-product rewrite (K in quads for VNNI, operand sums for zero points and sign flips)
+    /// checked on the loop-IR interpreter at every stage, and the JIT bit-exact.
+    #[test]
+    fn int8_gemms_are_bit_exact(
+        seed in any::<u64>(), m in 1usize..5, k in 1usize..21, n in 1usize..24,
+        a_signed in any::<bool>(), b_signed in any::<bool>(), b_constant in any::<bool>(),
+        za in 0u8..4, zb in 0u8..4,
+    ) {
+        let (ta, tb) = (byte_type(a_signed), byte_type(b_signed));
+        let mut g = Graph::new();
+        let mut inputs = vec![int8_tensor(seed, ta, &[m, k])];
+        let a = g.add_input("a", TensorType::new(ta, vec![m, k]));
+        let bt = int8_tensor(seed ^ 5, tb, &[k, n]);
+        let b = if b_constant {
+            g.add_constant("b", bt)
+        } else {
+            inputs.push(bt);
+            g.add_input("b", TensorType::new(tb, vec![k, n]))
+        };
+        let (az, az_in) = zero_point(&mut g, "az", za, ta, m, seed ^ 7);
+        let (bz, bz_in) = zero_point(&mut g, "bz", zb, tb, n, seed ^ 11);
+        inputs.extend(az_in.into_iter().chain(bz_in));
+        let y = g.add_op("mmi", Op::MatMulInteger, &[a, b, az, bz]).unwrap();
+        g.set_outputs(vec![y]);
+        let want = check_stages_with(&g, &inputs, heron_jit::schedule::choose_layouts);
+        check_jit(&g, &inputs, &want);
+    }
+
+    /// Integer convolutions of every u8/i8 pairing, channels in quads or not, with padding,
+    /// strides, groups, and the zero-point variants of the GEMM test (the padded input is
+    /// stored channel-blocked, other inputs staged).
+    #[test]
+    fn int8_convolutions_are_bit_exact(
+        seed in any::<u64>(), c in prop::sample::select(vec![2usize, 4, 8, 12]), m in 1usize..6,
+        hw in 3usize..9, k in 1usize..4, s in 1usize..3, p in 0usize..2, grouped in any::<bool>(),
+        x_signed in any::<bool>(), w_signed in any::<bool>(), w_constant in any::<bool>(),
+        zx in 0u8..4, zw in prop::sample::select(vec![0u8, 1, 2]),
+    ) {
+        let group = if grouped && c % 2 == 0 { 2 } else { 1 };
+        let m = m * group;
+        let (tx, tw) = (byte_type(x_signed), byte_type(w_signed));
+        let mut g = Graph::new();
+        let mut inputs = vec![int8_tensor(seed, tx, &[1, c, hw, hw])];
+        let x = g.add_input("x", TensorType::new(tx, vec![1, c, hw, hw]));
+        let wt = int8_tensor(seed ^ 5, tw, &[m, c / group, k, k]);
+        let w = if w_constant {
+            g.add_constant("w", wt)
+        } else {
+            inputs.push(wt);
+            g.add_input("w", TensorType::new(tw, vec![m, c / group, k, k]))
+        };
+        // The input's zero point is per tensor: no per-axis variant.
+        let (xz, xz_in) = zero_point(&mut g, "xz", [0, 1, 1, 3][zx as usize], tx, 1, seed ^ 7);
+        let (wz, wz_in) = zero_point(&mut g, "wz", zw, tw, m, seed ^ 11);
+        inputs.extend(xz_in.into_iter().chain(wz_in));
+        let window = Window { strides: vec![s, s], pads_begin: vec![p, p], pads_end: vec![p, p], ..Window::dense(vec![k, k]) };
+        let y = g.add_op("conv", Op::ConvInteger(ConvAttrs { window, group }), &[x, w, xz, wz]).unwrap();
+        g.set_outputs(vec![y]);
+        let want = check_stages_with(&g, &inputs, heron_jit::schedule::choose_layouts);
+        check_jit(&g, &inputs, &want);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Rows wide enough for vector lanes of 8- and 16-bit integers (held in i32 lanes, widened
+    /// on load, wrapped or saturated and packed on store): quantize, dequantize, casts both
+    /// ways and wrapping arithmetic, bit-exact against the interpreter.
+    #[test]
+    fn narrow_integer_lanes_on_the_jit(
+        seed in any::<u64>(), rows in 1usize..4, w in 1usize..41,
+        dtype in prop::sample::select(vec![DType::U8, DType::I8, DType::U16, DType::I16]),
+        scale in 0.001f32..0.05, zp_seed in any::<u64>(),
+    ) {
+        let mut g = Graph::new();
+        let x = input(&mut g, "x", &[rows, w]);
+        let y = input(&mut g, "y", &[rows, w]);
+        let s = g.add_constant("s", Tensor::from_vec::<f32>(&[], vec![scale]).unwrap());
+        let zp = Tensor::zeros(&TensorType::new(dtype, vec![]));
+        let zp = match zp {
+            Tensor::U8(_) => Tensor::from_vec::<u8>(&[], vec![zp_seed as u8]).unwrap(),
+            Tensor::I8(_) => Tensor::from_vec::<i8>(&[], vec![zp_seed as i8]).unwrap(),
+            Tensor::U16(_) => Tensor::from_vec::<u16>(&[], vec![zp_seed as u16]).unwrap(),
+            _ => Tensor::from_vec::<i16>(&[], vec![zp_seed as i16]).unwrap(),
+        };
+        let zp = g.add_constant("zp", zp);
+        let per_tensor = QuantAxis::PerTensor;
+        let qx = g.add_op("qx", Op::QuantizeLinear { axis: per_tensor }, &[x, s, zp]).unwrap();
+        let qy = g.add_op("qy", Op::QuantizeLinear { axis: per_tensor }, &[y, s, zp]).unwrap();
+        let dq = g.add_op("dq", Op::DequantizeLinear { axis: per_tensor }, &[qx, s, zp]).unwrap();
+        let mut outputs = vec![qx, dq];
+        for (name, op) in [("max", BinaryOp::Max), ("min", BinaryOp::Min), ("add", BinaryOp::Add), ("sub", BinaryOp::Sub), ("mul", BinaryOp::Mul)] {
+            outputs.push(g.add_op(name, Op::Binary(op), &[qx, qy]).unwrap());
+        }
+        outputs.push(g.add_op("widen", Op::Cast { to: DType::I32 }, &[qx]).unwrap());
+        outputs.push(g.add_op("tofloat", Op::Cast { to: DType::F32 }, &[qy]).unwrap());
+        // Out-of-range floats saturate, as Rust's `as` does.
+        let big = g.add_constant("big", Tensor::from_vec::<f32>(&[], vec![90_000.0]).unwrap());
+        let scaled = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[x, big]).unwrap();
+        outputs.push(g.add_op("narrow", Op::Cast { to: dtype }, &[scaled]).unwrap());
+        g.set_outputs(outputs);
+        check_stages(&g, &[f32s(seed, &[rows, w]), f32s(seed ^ 9, &[rows, w])]);
+    }
+}

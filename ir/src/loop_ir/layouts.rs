@@ -1,7 +1,8 @@
 //! Named layouts used by the compiler, as [`IndexMap`]s over logical NCHW / OIHW / (M, K)
 //! indices.
 //!
-//! - [`nchwc`]: channel blocking for CPU convolution (blocks of `c` channels innermost).
+//! - [`nchwc`]: channel blocking for CPU convolution (blocks of `c` channels innermost);
+//!   [`axis_blocked`] blocks any axis that way (the CPU's int8 dot products use it).
 //! - The VTA packed layouts (`shared/vta/VTA-FACTS.md` §1.4): tensors tiled so the innermost
 //!   block is one SRAM element — NCHW1n16c data, OIHW16o16i kernels, and the GEMM tilings.
 
@@ -14,6 +15,16 @@ fn parse(text: String) -> IndexMap {
 /// NCHW -> NCHW`block`c: `[n, c // block, h, w, c % block]`.
 pub fn nchwc(block: usize) -> IndexMap {
     parse(format!("lambda n, c, h, w: [n, c // {block}, h, w, c % {block}]"))
+}
+
+/// Axis `axis` of a rank-`rank` tensor split into blocks of `block`, the position inside a
+/// block innermost: `[d0, .., d_axis // block, .., d_last, d_axis % block]`.
+pub fn axis_blocked(rank: usize, axis: usize, block: usize) -> IndexMap {
+    let names: Vec<String> = (0..rank).map(|k| format!("d{k}")).collect();
+    let mut out: Vec<String> =
+        names.iter().enumerate().map(|(k, d)| if k == axis { format!("{d} // {block}") } else { d.clone() }).collect();
+    out.push(format!("{} % {block}", names[axis]));
+    parse(format!("lambda {}: [{}]", names.join(", "), out.join(", ")))
 }
 
 /// VTA conv data NCHW -> (N/batch, C/block_in, H, W, batch, block_in); NCHW1n16c by default.
