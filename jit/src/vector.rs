@@ -1379,26 +1379,12 @@ impl VecCtx {
                 if from == *to || (*to == DType::I32 && narrow_int(from)) {
                     return Ok(a);
                 }
-                if narrow_int(*to) {
+                // Booleans become 0/1 lanes below, in range for every narrow type.
+                if narrow_int(*to) && from != DType::Bool {
                     let mut vals = Vec::with_capacity(a.vals.len());
                     for k in 0..a.vals.len() {
-                        let (j, u) = (k / sh.u, k % sh.u);
-                        vals.push(match from {
-                            DType::Bool => {
-                                let m = self.mask(t, &a, j, u);
-                                let (o, z) = (t.b.ins().iconst(I32, 1), t.b.ins().iconst(I32, 0));
-                                let (one, zero) = (t.b.ins().splat(I32X4, o), t.b.ins().splat(I32X4, z));
-                                lane_select(t, m, one, zero)
-                            }
-                            DType::F32 => {
-                                let v = self.vector(t, &a, j, u);
-                                saturate_lanes(t, v, *to)
-                            }
-                            _ => {
-                                let v = self.vector(t, &a, j, u);
-                                wrap_lanes(t, v, *to)
-                            }
-                        });
+                        let v = self.vector(t, &a, k / sh.u, k % sh.u);
+                        vals.push(if from == DType::F32 { saturate_lanes(t, v, *to) } else { wrap_lanes(t, v, *to) });
                     }
                     return Ok(Tile { vals, ..a });
                 }
