@@ -1,6 +1,7 @@
 //! The object file: the shared code generator (`heron_jit::emit_module`) through
-//! cranelift-object, embedded pools as data symbols, and the exported C entry
-//! `heron_<name>_run`, which checks the caller's pointers and calls the generated `main`.
+//! cranelift-object, embedded pools as data symbols, and the exported C entries:
+//! `heron_<name>_run`, which checks the caller's pointers and calls the generated `main`, and
+//! `heron_<name>_run_checked`, which also checks the byte size the caller gives for each buffer.
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::I32;
@@ -17,11 +18,13 @@ use crate::metadata::{Metadata, PoolSource};
 
 /// Where the entry finds one of `main`'s parameters.
 enum ParamSource {
-    /// Field `index` of the inputs or outputs struct; the pointer must be aligned to `align`.
+    /// Field `index` of the inputs or outputs struct; the pointer must be aligned to `align`
+    /// and the buffer hold `size` bytes.
     Tensor {
         outputs: bool,
         index: usize,
         align: u64,
+        size: u64,
     },
     /// Field `index` of the workspaces or parameters struct.
     UserPool {
@@ -50,10 +53,20 @@ pub fn emit_object(
         emit_module(&mut module, &rewritten.module, &inner, Linkage::Local, CodegenOptions { vectorize: true, fma })?;
     let mut sources = Vec::new();
     for (k, t) in meta.inputs.iter().enumerate() {
-        sources.push(ParamSource::Tensor { outputs: false, index: k, align: element_align(t) });
+        sources.push(ParamSource::Tensor {
+            outputs: false,
+            index: k,
+            align: element_align(t),
+            size: t.size_bytes as u64,
+        });
     }
     for (k, t) in meta.outputs.iter().enumerate() {
-        sources.push(ParamSource::Tensor { outputs: true, index: k, align: element_align(t) });
+        sources.push(ParamSource::Tensor {
+            outputs: true,
+            index: k,
+            align: element_align(t),
+            size: t.size_bytes as u64,
+        });
     }
     let (mut workspace_fields, mut parameter_fields) = (0, 0);
     for (k, (pool, pm)) in rewritten.pools.iter().zip(&meta.pools).enumerate() {
@@ -92,7 +105,8 @@ pub fn emit_object(
             sources.len()
         )));
     }
-    define_entry(&mut module, &meta.entry, emitted.entry, &sources)?;
+    define_entry(&mut module, &meta.entry, emitted.entry, &sources, false)?;
+    define_entry(&mut module, &meta.entry_checked, emitted.entry, &sources, true)?;
     let product = module.finish();
     product.emit().map_err(|e| AotError::Object(e.to_string()))
 }
@@ -104,15 +118,22 @@ fn element_align(t: &crate::metadata::TensorMeta) -> u64 {
 /// `int32_t name(const Inputs*, Outputs*, const Workspaces*, const Parameters*)`: loads every
 /// pointer, rejects NULL or misaligned ones with `HERON_ERROR_ARGUMENT` before anything is
 /// written, then calls the generated entry with the argument array and a status word.
+///
+/// With `checked`, each struct is followed by its sizes struct (one `size_t` per field, the
+/// byte size of the buffer given there) and a buffer smaller than the model needs is refused
+/// with `HERON_ERROR_SIZE`, also before anything is written:
+/// `int32_t name(const Inputs*, const InputSizes*, Outputs*, const OutputSizes*, ...)`.
 fn define_entry(
     module: &mut ObjectModule,
     name: &str,
     inner: cranelift_module::FuncId,
     sources: &[ParamSource],
+    checked: bool,
 ) -> Result<(), AotError> {
     let ptr = module.target_config().pointer_type();
     let mut sig = module.make_signature();
-    sig.params.extend((0..4).map(|_| AbiParam::new(ptr)));
+    let structs_per_kind = if checked { 2 } else { 1 };
+    sig.params.extend((0..4 * structs_per_kind).map(|_| AbiParam::new(ptr)));
     sig.returns.push(AbiParam::new(I32));
     let id = module.declare_function(name, Linkage::Export, &sig)?;
     let mut ctx = module.make_context();
@@ -124,9 +145,13 @@ fn define_entry(
         let inner_ref = module.declare_func_in_func(inner, b.func);
         let entry = b.create_block();
         let fail = b.create_block();
+        let too_small = b.create_block();
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
-        let structs = b.block_params(entry).to_vec();
+        let params = b.block_params(entry).to_vec();
+        // The pointer structs, and (checked) the sizes struct after each.
+        let structs: Vec<Value> = params.iter().step_by(structs_per_kind).copied().collect();
+        let sizes: Vec<Value> = if checked { params.iter().skip(1).step_by(2).copied().collect() } else { Vec::new() };
         let word = ptr.bytes();
         let args_slot =
             b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, word * sources.len() as u32, 3));
@@ -135,10 +160,10 @@ fn define_entry(
         let user = MemFlagsData::new();
         let mut checked_structs = [false; 4];
         for (k, source) in sources.iter().enumerate() {
-            let (s, index, align) = match *source {
-                ParamSource::Tensor { outputs, index, align } => (usize::from(outputs), index, align),
+            let (s, index, align, need) = match *source {
+                ParamSource::Tensor { outputs, index, align, size } => (usize::from(outputs), index, align, size),
                 ParamSource::UserPool { parameters, index, align, size } if size > 0 => {
-                    (2 + usize::from(parameters), index, align)
+                    (2 + usize::from(parameters), index, align, size)
                 }
                 // An empty pool is never touched: whatever the caller passes is fine.
                 ParamSource::UserPool { .. } => {
@@ -156,9 +181,20 @@ fn define_entry(
             if !checked_structs[s] {
                 checked_structs[s] = true;
                 branch_if_bad(&mut b, structs[s], word as u64, fail);
+                if checked {
+                    branch_if_bad(&mut b, sizes[s], word as u64, fail);
+                }
             }
             let p = b.ins().load(ptr, user, structs[s], (index as u32 * word) as i32);
             branch_if_bad(&mut b, p, align, fail);
+            if checked {
+                // size_t is pointer-sized on every target Heron emits for.
+                let given = b.ins().load(ptr, user, sizes[s], (index as u32 * word) as i32);
+                let short = b.ins().icmp_imm_u(IntCC::UnsignedLessThan, given, need as i64);
+                let ok = b.create_block();
+                b.ins().brif(short, too_small, &[], ok, &[]);
+                b.switch_to_block(ok);
+            }
             b.ins().stack_store(ptr, p, args_slot, (k as u32 * word) as i32);
         }
         let zero = b.ins().iconst(I32, 0);
@@ -174,6 +210,9 @@ fn define_entry(
         b.switch_to_block(fail);
         let argument_error = b.ins().iconst(I32, 1);
         b.ins().return_(&[argument_error]);
+        b.switch_to_block(too_small);
+        let size_error = b.ins().iconst(I32, 3);
+        b.ins().return_(&[size_error]);
         b.seal_all_blocks();
         b.finalize(module.target_config());
     }

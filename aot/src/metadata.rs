@@ -111,6 +111,8 @@ pub struct Metadata {
     pub c_name: String,
     /// The exported function, `heron_<c_name>_run`.
     pub entry: String,
+    /// The exported function that also checks buffer sizes, `heron_<c_name>_run_checked`.
+    pub entry_checked: String,
     pub target_cpu: String,
     pub inputs: Vec<TensorMeta>,
     pub outputs: Vec<TensorMeta>,

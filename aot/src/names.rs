@@ -3,7 +3,7 @@
 //! or is a C keyword gets the prefix `t_`; names that collide after this, or after upper-casing
 //! (macros), get `_2`, `_3`, ... in the order given.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// C11 and C23 keywords (and the C23 predefined constants), which cannot name anything.
 const C_KEYWORDS: [&str; 58] = [
@@ -79,14 +79,22 @@ pub fn c_identifier(name: &str) -> String {
 /// Identifiers for `names` (one namespace, in order): distinct as written and upper-cased.
 pub fn c_identifiers<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut taken: HashSet<String> = HashSet::new();
+    // The next suffix to try per (upper-cased) base: suffixes below it are taken already, so
+    // 20,000 tensors of one name are named in linear time.
+    let mut next: HashMap<String, usize> = HashMap::new();
     let mut out = Vec::new();
     for name in names {
         let base = c_identifier(name);
         let mut id = base.clone();
-        let mut k = 2;
-        while taken.contains(&id.to_ascii_uppercase()) {
-            id = format!("{base}_{k}");
-            k += 1;
+        if taken.contains(&id.to_ascii_uppercase()) {
+            let k = next.entry(base.to_ascii_uppercase()).or_insert(2);
+            loop {
+                id = format!("{base}_{k}");
+                *k += 1;
+                if !taken.contains(&id.to_ascii_uppercase()) {
+                    break;
+                }
+            }
         }
         taken.insert(id.to_ascii_uppercase());
         out.push(id);

@@ -18,7 +18,7 @@ fn models(c: &mut Criterion) {
         group.sample_size(10).measurement_time(Duration::from_secs(5));
         group.bench_function("compile", |b| b.iter(|| compiler.compile(&model).expect("compile")));
         let compiled = compiler.compile(&model).expect("compile");
-        let mut ws = compiled.workspace();
+        let mut ws = compiled.workspace().unwrap();
         let inputs = [input];
         group.bench_function("run", |b| b.iter(|| compiled.run_with(&mut ws, &inputs).expect("run")));
         group.finish();

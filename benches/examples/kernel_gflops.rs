@@ -27,7 +27,7 @@ fn signed_bytes(shape: &[usize]) -> Tensor {
 fn time(name: &str, g: Graph, inputs: Vec<Tensor>, ops: f64, runs: usize, unit: &str) {
     let model = Model::from_graph(name, g).expect("valid graph");
     let compiled = Compiler::new(CompileOptions::default()).compile(&model).expect("compile");
-    let mut ws = compiled.workspace();
+    let mut ws = compiled.workspace().unwrap();
     compiled.run_with(&mut ws, &inputs).expect("run");
     let mut times: Vec<f64> = (0..runs)
         .map(|_| {

@@ -183,12 +183,16 @@ impl TensorType {
         self.shape.len()
     }
 
+    /// The element count, saturating at `usize::MAX`: a type that passed
+    /// [`Limits::check`](crate::limits::Limits::check) never saturates, and an unchecked one
+    /// reads as too large rather than wrapping to something small.
     pub fn num_elements(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |acc, &d| acc.saturating_mul(d))
     }
 
+    /// The byte size, saturating like [`TensorType::num_elements`].
     pub fn size_bytes(&self) -> usize {
-        self.num_elements() * self.dtype.size_bytes()
+        self.num_elements().saturating_mul(self.dtype.size_bytes())
     }
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::dtype::TensorType;
 use crate::infer::infer_types;
+use crate::limits::Limits;
 use crate::op::Op;
 use crate::tensor::Tensor;
 
@@ -43,6 +44,8 @@ pub enum GraphError {
     TooManyOutputs { node: String, op: String, asked: usize, max: usize },
     #[error("value name '{0}' is used twice")]
     DuplicateName(String),
+    #[error("node '{node}' ({op}): output {message}")]
+    TooLarge { node: String, op: String, message: String },
 }
 
 /// A dataflow graph of [`Op`]s over statically typed tensors.
@@ -54,6 +57,9 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub inputs: Vec<ValueId>,
     pub outputs: Vec<ValueId>,
+    /// What node outputs may be: checked as each node is added (see [`Graph::add_node_named`]),
+    /// and for every value by the verifier.
+    pub limits: Limits,
 }
 
 impl Graph {
@@ -125,6 +131,13 @@ impl Graph {
             op: op.name().to_string(),
             message,
         })?;
+        for ty in &inferred {
+            self.limits.check(ty).map_err(|e| GraphError::TooLarge {
+                node: name.clone(),
+                op: op.name().to_string(),
+                message: e.to_string(),
+            })?;
+        }
         if output_names.len() > inferred.len() {
             return Err(GraphError::TooManyOutputs {
                 node: name,
@@ -148,13 +161,10 @@ impl Graph {
         self.outputs = outputs;
     }
 
-    /// A value name not used yet, derived from `base`.
+    /// A value name not used yet, derived from `base`. Costs a pass over every value: to make
+    /// many names, use one [`NameTable`].
     pub fn fresh_name(&self, base: &str) -> String {
-        let used: HashSet<&str> = self.values.iter().map(|v| v.name.as_str()).collect();
-        if !used.contains(base) {
-            return base.to_string();
-        }
-        (1..).map(|i| format!("{base}_{i}")).find(|n| !used.contains(n.as_str())).expect("unbounded")
+        NameTable::new(self).fresh(base)
     }
 
     /// For each value, the index of the node producing it (None for inputs and constants).
@@ -199,6 +209,35 @@ impl Graph {
             n.inputs.iter_mut().filter(|i| **i == from).for_each(|i| *i = to);
         }
         self.outputs.iter_mut().filter(|i| **i == from).for_each(|i| *i = to);
+    }
+}
+
+/// The names in use, for making many fresh ones in constant time each.
+#[derive(Clone, Debug, Default)]
+pub struct NameTable {
+    taken: HashSet<String>,
+}
+
+impl NameTable {
+    /// The names of every value of `graph`.
+    pub fn new(graph: &Graph) -> NameTable {
+        NameTable { taken: graph.values.iter().map(|v| v.name.clone()).collect() }
+    }
+
+    /// Marks `name` as used.
+    pub fn reserve(&mut self, name: &str) {
+        self.taken.insert(name.to_string());
+    }
+
+    /// A name not used yet, derived from `base` (`base`, else `base_1`, `base_2`, ...), now used.
+    pub fn fresh(&mut self, base: &str) -> String {
+        let name = if self.taken.contains(base) {
+            (1..).map(|i| format!("{base}_{i}")).find(|n| !self.taken.contains(n)).expect("unbounded")
+        } else {
+            base.to_string()
+        };
+        self.taken.insert(name.clone());
+        name
     }
 }
 

@@ -4,6 +4,7 @@
 //! assume the checks done here.
 
 use crate::dtype::{DType, TensorType};
+use crate::limits::checked_elements;
 use crate::op::{ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 
 /// Output types of every output `op` can produce (optional outputs included, in order).
@@ -141,19 +142,15 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             if *axis > x.rank() {
                 return Err(format!("axis {axis} out of range for rank {}", x.rank()));
             }
-            let outer = x.shape[..*axis].iter().product();
-            let inner = x.shape[*axis..].iter().product();
+            let outer = checked_elements(&x.shape[..*axis]).ok_or_else(|| too_many(&x.shape))?;
+            let inner = checked_elements(&x.shape[*axis..]).ok_or_else(|| too_many(&x.shape))?;
             one(TensorType::new(x.dtype, vec![outer, inner]))
         }
         Op::Reshape { shape } => {
-            let n: usize = shape.iter().product();
-            if n != x.num_elements() {
-                return Err(format!(
-                    "cannot reshape {:?} ({} elements) to {:?} ({n} elements)",
-                    x.shape,
-                    x.num_elements(),
-                    shape
-                ));
+            let from = checked_elements(&x.shape).ok_or_else(|| too_many(&x.shape))?;
+            let to = checked_elements(shape).ok_or_else(|| too_many(shape))?;
+            if to != from {
+                return Err(format!("cannot reshape {:?} ({from} elements) to {shape:?} ({to} elements)", x.shape));
             }
             one(TensorType::new(x.dtype, shape.clone()))
         }
@@ -173,7 +170,9 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                 if !same_rest {
                     return Err(format!("inputs {:?} and {:?} differ outside axis {axis}", x.shape, t.shape));
                 }
-                out[*axis] += t.shape[*axis];
+                out[*axis] = out[*axis]
+                    .checked_add(t.shape[*axis])
+                    .ok_or_else(|| format!("the joined axis {axis} overflows"))?;
             }
             one(TensorType::new(x.dtype, out))
         }
@@ -188,9 +187,17 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             let mut out = Vec::with_capacity(r);
             for d in 0..r {
                 let (b, e) = (pads[d], pads[d + r]);
-                let len = x.shape[d] as i64 + b + e;
+                // Larger pads always make the output too large (or crop more than any tensor
+                // holds); refusing them keeps every index computed from them inside i64.
+                if b.unsigned_abs() > MAX_WINDOW_EXTENT as u64 || e.unsigned_abs() > MAX_WINDOW_EXTENT as u64 {
+                    return Err(format!("pads {b}, {e} of axis {d} are out of range"));
+                }
+                let len = x.shape[d] as i128 + b as i128 + e as i128;
                 if len < 0 {
                     return Err(format!("pads {b}, {e} crop axis {d} of size {} below zero", x.shape[d]));
+                }
+                if len > isize::MAX as i128 {
+                    return Err(format!("pads {b}, {e} make axis {d} of size {} overflow", x.shape[d]));
                 }
                 let grows = b > 0 || e > 0;
                 if grows && *mode != PadMode::Constant && x.shape[d] == 0 {
@@ -289,6 +296,10 @@ fn check_arity(op: &Op, n: usize) -> Result<(), String> {
     Ok(())
 }
 
+fn too_many(shape: &[usize]) -> String {
+    format!("the element count of {shape:?} overflows")
+}
+
 fn unsupported_dtype(op: &Op, dtype: DType) -> String {
     format!("{op} does not support element type {dtype}")
 }
@@ -346,9 +357,12 @@ fn check_quant_params(axis: QuantAxis, x: &[usize], scale: &TensorType, zp: &Ten
         }
         QuantAxis::Blocked { axis, block_size } => {
             check_axis(axis, x.len())?;
+            if block_size == 0 {
+                return Err("block_size must be positive".into());
+            }
             let want: Vec<usize> =
                 x.iter().enumerate().map(|(d, &n)| if d == axis { n.div_ceil(block_size) } else { n }).collect();
-            if block_size == 0 || scale.shape != want {
+            if scale.shape != want {
                 return Err(format!(
                     "blocked scale shape {:?} must be {want:?} for block size {block_size}",
                     scale.shape
@@ -411,17 +425,35 @@ pub fn window_output_len(
     if kernel == 0 || stride == 0 || dilation == 0 {
         return Err(format!("kernel {kernel}, stride {stride} and dilation {dilation} must be positive"));
     }
-    let span = dilation * (kernel - 1) + 1;
-    let padded = input + pad_begin + pad_end;
+    let overflow = || format!("window (kernel {kernel}, dilation {dilation}, pads {pad_begin}+{pad_end}) overflows");
+    let span = window_span(kernel, dilation).ok_or_else(overflow)?;
+    let padded = padded_extent(input, pad_begin, pad_end).ok_or_else(overflow)?;
     if padded < span {
         return Err(format!("window of extent {span} does not fit in padded input of extent {padded}"));
     }
     let steps = padded - span;
     let mut out = if ceil_mode { steps.div_ceil(stride) + 1 } else { steps / stride + 1 };
-    if ceil_mode && (out - 1) * stride >= input + pad_begin {
+    // (out - 1) * stride <= steps + stride - 1 can exceed usize; then the window starts beyond.
+    if ceil_mode && (out - 1).checked_mul(stride).is_none_or(|start| start >= input + pad_begin) {
         out -= 1;
     }
     Ok(out)
+}
+
+/// The largest window span or padded extent: small enough that a tap position
+/// `o * stride + k * dilation - pad` (each term at most this) never overflows `i64`.
+pub const MAX_WINDOW_EXTENT: usize = 1 << 61;
+
+/// Extent `dilation * (kernel - 1) + 1` of a dilated window, if at most [`MAX_WINDOW_EXTENT`].
+pub fn window_span(kernel: usize, dilation: usize) -> Option<usize> {
+    let span = dilation.checked_mul(kernel.checked_sub(1)?)?.checked_add(1)?;
+    (span <= MAX_WINDOW_EXTENT).then_some(span)
+}
+
+/// `input + pad_begin + pad_end`, if at most [`MAX_WINDOW_EXTENT`].
+pub fn padded_extent(input: usize, pad_begin: usize, pad_end: usize) -> Option<usize> {
+    let padded = input.checked_add(pad_begin)?.checked_add(pad_end)?;
+    (padded <= MAX_WINDOW_EXTENT).then_some(padded)
 }
 
 /// Output spatial extents of `window` slid over `spatial` input extents.
@@ -460,7 +492,7 @@ pub fn conv_output_shape(attrs: &ConvAttrs, x: &[usize], w: &[usize]) -> Result<
         return Err(format!("input {x:?} and weight {w:?} must have equal rank >= 3"));
     }
     let g = attrs.group;
-    if g == 0 || !x[1].is_multiple_of(g) || !w[0].is_multiple_of(g) || w[1] * g != x[1] {
+    if g == 0 || !x[1].is_multiple_of(g) || !w[0].is_multiple_of(g) || w[1].checked_mul(g) != Some(x[1]) {
         return Err(format!("input channels {} and weight shape {w:?} do not match group {g}", x[1]));
     }
     if attrs.window.kernel[..] != w[2..] {

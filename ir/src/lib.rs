@@ -22,6 +22,7 @@ pub mod dtype;
 pub mod graph;
 pub mod infer;
 pub mod interp;
+pub mod limits;
 pub mod loop_ir;
 pub mod lower;
 pub mod npy;
@@ -34,8 +35,9 @@ pub mod testing;
 pub mod verify;
 
 pub use dtype::{DType, TensorType};
-pub use graph::{Graph, GraphError, Node, Value, ValueId};
+pub use graph::{Graph, GraphError, NameTable, Node, Value, ValueId};
 pub use half::f16;
+pub use limits::{Limits, SizeError};
 pub use op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 pub use tensor::{Element, Tensor};
 pub use verify::{VerifyErrors, verify};

@@ -263,17 +263,25 @@ impl Tensor {
         }
     }
 
-    /// Builds a tensor from raw little-endian bytes (the layout of ONNX `raw_data`).
+    /// Builds a tensor from raw little-endian bytes (the layout of ONNX `raw_data`). Fails,
+    /// rather than aborting, when the memory for the elements cannot be had.
     pub fn from_le_bytes(ty: &TensorType, bytes: &[u8]) -> Result<Tensor, String> {
         let want = ty.size_bytes();
         if bytes.len() != want {
             return Err(format!("holds {} bytes, but {} needs {want}", bytes.len(), ty));
         }
+        fn collect<T>(n: usize, items: impl Iterator<Item = T>) -> Result<Vec<T>, String> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| format!("out of memory: cannot allocate {n} elements"))?;
+            v.extend(items);
+            Ok(v)
+        }
+        let n = ty.num_elements();
         macro_rules! decode {
             ($t:ty, $n:expr) => {
                 Tensor::from_vec::<$t>(
                     &ty.shape,
-                    bytes.chunks_exact($n).map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size"))).collect(),
+                    collect(n, bytes.chunks_exact($n).map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size"))))?,
                 )
             };
         }
@@ -289,7 +297,7 @@ impl Tensor {
             DType::U16 => decode!(u16, 2),
             DType::U32 => decode!(u32, 4),
             DType::U64 => decode!(u64, 8),
-            DType::Bool => Tensor::from_vec::<bool>(&ty.shape, bytes.iter().map(|b| *b != 0).collect()),
+            DType::Bool => Tensor::from_vec::<bool>(&ty.shape, collect(n, bytes.iter().map(|b| *b != 0))?),
         }
     }
 }

@@ -13,13 +13,19 @@ pub struct VerifyErrors(pub Vec<String>);
 
 impl fmt::Display for VerifyErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "graph is invalid ({} problems): {}", self.0.len(), self.0.join("; "))
+        // A broken graph of 100,000 nodes must not make a megabyte-long message.
+        const SHOWN: usize = 20;
+        write!(f, "graph is invalid ({} problems): {}", self.0.len(), self.0[..self.0.len().min(SHOWN)].join("; "))?;
+        if self.0.len() > SHOWN {
+            write!(f, "; and {} more", self.0.len() - SHOWN)?;
+        }
+        Ok(())
     }
 }
 
 /// Checks that the graph is well formed: ids in range, every value defined once before use,
-/// unique names, constants matching their declared types, output types equal to what inference
-/// says, graph outputs defined.
+/// unique names, every type within the graph's limits, constants matching their declared types,
+/// output types equal to what inference says, graph outputs defined.
 pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
     let mut errors = Vec::new();
     let n_values = graph.values.len();
@@ -28,6 +34,9 @@ pub fn verify(graph: &Graph) -> Result<(), VerifyErrors> {
     let mut names: HashMap<&str, usize> = HashMap::new();
     for v in &graph.values {
         *names.entry(v.name.as_str()).or_default() += 1;
+        if let Err(e) = graph.limits.check(&v.ty) {
+            errors.push(format!("value '{}': {e}", v.name));
+        }
         if let Some(c) = &v.constant
             && c.tensor_type() != v.ty
         {

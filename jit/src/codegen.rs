@@ -73,7 +73,7 @@ pub fn emit_module<M: Module>(
     let ptr = module.target_config().pointer_type();
     let mut ids = HashMap::new();
     for f in &ir.funcs {
-        let sig = func_signature(module, f.params.len() + 1, ptr);
+        let sig = func_signature(module, pointer_params(f), ptr);
         let id = module.declare_function(&format!("{entry_name}__{}", f.name), Linkage::Local, &sig)?;
         ids.insert(f.name.clone(), id);
     }
@@ -91,27 +91,36 @@ pub fn emit_module<M: Module>(
     let mut ctx = module.make_context();
     let mut fctx = FunctionBuilderContext::new();
     for (index, f) in ir.funcs.iter().enumerate() {
-        ctx.func.signature = func_signature(module, f.params.len() + 1, ptr);
+        let table = f.name == MAIN;
+        let pointers = pointer_params(f);
+        ctx.func.signature = func_signature(module, pointers, ptr);
         ctx.func.name = UserFuncName::user(0, ids[&f.name].as_u32());
         {
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+            // Only what the function calls: declaring every function in every function would
+            // make code generation quadratic in the number of operators.
             let mut refs = HashMap::new();
-            for (name, &id) in &ids {
-                refs.insert(name.clone(), module.declare_func_in_func(id, b.func));
+            for callee in called(f) {
+                let (key, id) = match &callee {
+                    Callee::Func(name) => (name.clone(), ids.get(name)),
+                    Callee::Extern(name) => (format!("extern {name}"), externs.get(name)),
+                };
+                let id = *id.ok_or_else(|| CodegenError::NoFunction(key.clone()))?;
+                refs.insert(key, module.declare_func_in_func(id, b.func));
             }
             let libm = libm.iter().map(|(&n, &id)| (n, module.declare_func_in_func(id, b.func))).collect();
-            for (name, &id) in &externs {
-                refs.insert(format!("extern {name}"), module.declare_func_in_func(id, b.func));
-            }
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
             let params = b.block_params(entry).to_vec();
-            let status = params[f.params.len()];
+            let status = params[pointers - 1];
             let callees = Callees { funcs: refs, libm };
             let mut t = FuncTranslator::new(b, f, ptr, index as i64 + 1, status, callees, options);
             for (k, &p) in f.params.iter().enumerate() {
-                t.bufs[p.0 as usize] = Buf::Ptr(params[k]);
+                t.bufs[p.0 as usize] = if table { Buf::Arg(k) } else { Buf::Ptr(params[k]) };
+            }
+            if table {
+                t.table = Some(params[0]);
             }
             t.prepare_locals();
             t.stmt(&f.body)?;
@@ -122,7 +131,7 @@ pub fn emit_module<M: Module>(
         }
         define(module, ids[&f.name], &mut ctx, &f.name)?;
     }
-    // The entry: unpack the argument array and call main.
+    // The entry: hand the argument array to main.
     let entry = module.declare_function(entry_name, entry_linkage, &func_signature(module, 2, ptr))?;
     ctx.func.signature = func_signature(module, 2, ptr);
     ctx.func.name = UserFuncName::user(0, entry.as_u32());
@@ -133,12 +142,7 @@ pub fn emit_module<M: Module>(
         b.append_block_params_for_function_params(block);
         b.switch_to_block(block);
         let (args, status) = (b.block_params(block)[0], b.block_params(block)[1]);
-        let mut call_args = Vec::with_capacity(main.params.len() + 1);
-        for k in 0..main.params.len() {
-            call_args.push(b.ins().load(ptr, MemFlagsData::trusted(), args, (k * ptr.bytes() as usize) as i32));
-        }
-        call_args.push(status);
-        b.ins().call(main_ref, &call_args);
+        b.ins().call(main_ref, &[args, status]);
         b.ins().return_(&[]);
         b.seal_all_blocks();
         b.finalize(module.target_config());
@@ -149,6 +153,27 @@ pub fn emit_module<M: Module>(
         num_args: main.params.len(),
         func_names: ir.funcs.iter().map(|f| f.name.clone()).collect(),
     })
+}
+
+/// How many pointers `f` takes: one per buffer parameter and the status word, except `main`,
+/// which takes the argument table itself (a model with thousands of inputs and outputs must
+/// not make a function with thousands of parameters) and the status word.
+fn pointer_params(f: &PrimFunc) -> usize {
+    if f.name == MAIN { 2 } else { f.params.len() + 1 }
+}
+
+/// Every function `f` calls, once each.
+fn called(f: &PrimFunc) -> Vec<Callee> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    f.body.walk(&mut |s| {
+        if let Stmt::Evaluate(call) = s
+            && seen.insert(call.callee.clone())
+        {
+            out.push(call.callee.clone());
+        }
+    });
+    out
 }
 
 /// The signatures of the precompiled routines the module calls (`call extern "name"(...)`):
@@ -260,6 +285,14 @@ pub(crate) enum Buf {
     Ptr(Value),
     /// A loop-local buffer indexed only by constants: one variable per element.
     Vars(Vec<Variable>),
+    /// `main`'s parameter `k`, loaded from the argument table where it is used, so that a main
+    /// handling thousands of tensors keeps no pointer alive across its calls.
+    Arg(usize),
+    /// `offset` bytes into `main`'s parameter `pool` (a planned tensor), computed where used.
+    View {
+        pool: usize,
+        offset: i64,
+    },
 }
 
 pub(crate) struct FuncTranslator<'a> {
@@ -275,6 +308,8 @@ pub(crate) struct FuncTranslator<'a> {
     /// Variables currently holding `base + offset` (jammed copies): (that value, base, offset).
     offset_vars: HashMap<VarId, (Value, Value, i64)>,
     pub status: Value,
+    /// `main`'s argument table.
+    table: Option<Value>,
     code: i64,
     callees: Callees,
     pub options: CodegenOptions,
@@ -307,6 +342,7 @@ impl<'a> FuncTranslator<'a> {
             offset_vars: HashMap::new(),
             depth: 0,
             status,
+            table: None,
             code,
             callees,
             options,
@@ -334,12 +370,28 @@ impl<'a> FuncTranslator<'a> {
         self.vars[v.0 as usize].ok_or_else(|| self.unsupported(format!("variable of dtype {}", self.f.var(v).dtype)))
     }
 
-    fn buffer_ptr(&mut self, id: BufferId) -> Result<Value, CodegenError> {
-        match &self.bufs[id.0 as usize] {
-            Buf::Ptr(p) => Ok(*p),
+    /// The pointer to a buffer's first element.
+    pub fn buffer_ptr(&mut self, id: BufferId) -> Result<Value, CodegenError> {
+        match self.bufs[id.0 as usize] {
+            Buf::Ptr(p) => Ok(p),
+            Buf::Arg(k) => self.table_entry(k),
+            Buf::View { pool, offset } => {
+                let base = self.table_entry(pool)?;
+                Ok(self.b.ins().iadd_imm_s(base, offset))
+            }
             Buf::Vars(_) => Err(self.unsupported(format!("passing register buffer '{}'", self.f.buffer(id).name))),
             Buf::NotDeclared => Err(self.unsupported(format!("use of undeclared buffer '{}'", self.f.buffer(id).name))),
         }
+    }
+
+    /// Entry `k` of main's argument table.
+    fn table_entry(&mut self, k: usize) -> Result<Value, CodegenError> {
+        let table = self.table.ok_or_else(|| self.unsupported("an argument table outside main"))?;
+        let offset = k
+            .checked_mul(self.ptr.bytes() as usize)
+            .and_then(|o| i32::try_from(o).ok())
+            .ok_or_else(|| self.unsupported(format!("{k} arguments")))?;
+        Ok(self.b.ins().load(self.ptr, MemFlagsData::trusted(), table, offset))
     }
 
     /// Row-major linear index of an access, as an expression.
@@ -362,7 +414,12 @@ impl<'a> FuncTranslator<'a> {
     pub fn address(&mut self, id: BufferId, indices: &[Expr]) -> Result<Value, CodegenError> {
         let base = self.buffer_ptr(id)?;
         let buf = self.f.buffer(id);
-        let len = buf.num_elements() as i128;
+        // Proofs rest on the element count computed with checked arithmetic, never a wrapped
+        // or saturated one.
+        let len = heron_ir::limits::checked_elements(&buf.shape)
+            .filter(|&n| n <= i64::MAX as usize)
+            .ok_or_else(|| self.unsupported(format!("buffer '{}' of {:?} elements", buf.name, buf.shape)))?
+            as i128;
         let elem = buf.dtype.size_bytes() as i64;
         let lin = self.linear_index(id, indices);
         let proven = self.ranges.range(&lin).is_some_and(|(lo, hi)| lo >= 0 && hi < len);
@@ -496,6 +553,7 @@ impl<'a> FuncTranslator<'a> {
         for (k, ix) in indices.iter().enumerate() {
             let i = ix.as_int().filter(|&i| i >= 0 && (i as usize) < buf.shape[k]);
             let i = i.ok_or_else(|| self.unsupported(format!("out-of-range or dynamic index into '{}'", buf.name)))?;
+            // In range of every axis, so inside the (register-sized) buffer: no overflow.
             lin = lin * buf.shape[k] + i as usize;
         }
         Ok(lin)
@@ -565,7 +623,12 @@ impl<'a> FuncTranslator<'a> {
             }
             self.bufs[id.0 as usize] = Buf::Vars(vars);
         } else {
-            let bytes = (buf.size_bytes() as u32).max(1);
+            // Locals are accumulators; a large one is a malformed module, not a stack frame.
+            const MAX_LOCAL_BYTES: usize = 1 << 16;
+            let bytes = heron_ir::limits::span_bytes(buf.dtype, &buf.shape)
+                .filter(|&b| b <= MAX_LOCAL_BYTES as u64)
+                .ok_or_else(|| self.unsupported(format!("a local buffer '{}' of shape {:?}", buf.name, buf.shape)))?
+                as u32;
             let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 4));
             let p = self.b.ins().stack_addr(self.ptr, slot, 0);
             self.bufs[id.0 as usize] = Buf::Ptr(p);
@@ -620,9 +683,15 @@ impl<'a> FuncTranslator<'a> {
                 return Err(self.unsupported(format!("unplanned constant '{}'", self.f.buffer(*buffer).name)));
             }
             Stmt::DeclPoolBuffer { buffer, pool, byte_offset } => {
-                let base = self.buffer_ptr(*pool)?;
-                let p = self.b.ins().iadd_imm_s(base, *byte_offset as i64);
-                self.bufs[buffer.0 as usize] = Buf::Ptr(p);
+                let offset =
+                    i64::try_from(*byte_offset).map_err(|_| self.unsupported(format!("byte offset {byte_offset}")))?;
+                self.bufs[buffer.0 as usize] = match self.bufs[pool.0 as usize] {
+                    Buf::Arg(k) => Buf::View { pool: k, offset },
+                    _ => {
+                        let base = self.buffer_ptr(*pool)?;
+                        Buf::Ptr(self.b.ins().iadd_imm_s(base, offset))
+                    }
+                };
             }
             Stmt::Evaluate(call) => {
                 let (key, internal) = match &call.callee {

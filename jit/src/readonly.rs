@@ -17,6 +17,7 @@ pub fn check_read_only(ir: &Module, main_read_only: &[bool]) -> Result<(), Codeg
     for (k, &p) in main.params.iter().enumerate() {
         ro.get_mut(MAIN).expect("main")[p.0 as usize] = main_read_only.get(k).copied().unwrap_or(false);
     }
+    let by_name = ir.by_name();
     for _round in 0..=ir.funcs.len() {
         let mut changed = false;
         for f in &ir.funcs {
@@ -32,7 +33,7 @@ pub fn check_read_only(ir: &Module, main_read_only: &[bool]) -> Result<(), Codeg
             });
             for call in calls {
                 let Callee::Func(name) = &call.callee else { continue };
-                let Some(callee) = ir.func(name) else { continue };
+                let Some(callee) = by_name.get(name.as_str()) else { continue };
                 for (arg, &param) in call.args.iter().zip(&callee.params) {
                     if let Arg::Buffer(b) = arg
                         && mine[b.0 as usize]

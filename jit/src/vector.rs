@@ -926,9 +926,7 @@ impl VecCtx {
             }
             Bytes::Load { buffer, indices, flip } => (buffer, indices, flip),
         };
-        let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
-            return Err(t.unsupported("a vector access to an undeclared buffer"));
-        };
+        let base = t.buffer_ptr(buffer)?;
         let flags = MemFlagsData::new().with_notrap();
         let lin = substitute(&t.linear_index(buffer, indices), &self.index_lets);
         let step = affine_step(&lin, self.sh.v, &|_| false).ok_or_else(|| t.unsupported("a non-affine quad"))?;
@@ -1111,9 +1109,7 @@ impl VecCtx {
         mem: Type,
         signed: bool,
     ) -> Result<Value, CodegenError> {
-        let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
-            return Err(t.unsupported("a vector access to an undeclared buffer"));
-        };
+        let base = t.buffer_ptr(buffer)?;
         let flags = MemFlagsData::new().with_notrap();
         let elem = mem.bytes() as i64;
         let zero = if sty == F32 { t.b.ins().f32const(0.0) } else { t.b.ins().iconst(I32, 0) };
@@ -1133,9 +1129,7 @@ impl VecCtx {
     }
 
     fn address(t: &mut FuncTranslator<'_>, buffer: BufferId, index: Value) -> Result<Value, CodegenError> {
-        let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
-            return Err(t.unsupported("a vector access to an undeclared buffer"));
-        };
+        let base = t.buffer_ptr(buffer)?;
         let off = t.b.ins().imul_imm_s(index, 4);
         Ok(t.b.ins().iadd(base, off))
     }
@@ -1201,9 +1195,7 @@ impl VecCtx {
         step: i64,
         dtype: DType,
     ) -> Result<(), CodegenError> {
-        let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
-            return Err(t.unsupported("a vector access to an undeclared buffer"));
-        };
+        let base = t.buffer_ptr(buffer)?;
         let sh = self.sh;
         let flags = MemFlagsData::new().with_notrap();
         let elem = dtype.size_bytes() as i64;
@@ -1449,9 +1441,7 @@ impl VecCtx {
         let (elem, signed) = (dtype.size_bytes() as i64, dtype.is_signed_int());
         let lin = substitute(&t.linear_index(buffer, indices), &self.index_lets);
         if affine_step(&lin, self.sh.v, &|_| false) == Some(1) {
-            let Buf::Ptr(base) = t.bufs[buffer.0 as usize] else {
-                return Err(t.unsupported("a vector access to an undeclared buffer"));
-            };
+            let base = t.buffer_ptr(buffer)?;
             let (idx, _, per_j) = self.indices(t, buffer, indices, jb)?;
             let flags = MemFlagsData::new().with_notrap();
             let mut vals = Vec::new();

@@ -56,7 +56,7 @@ pub struct Extracted {
 }
 
 struct Walker<'m> {
-    module: &'m Module,
+    funcs: HashMap<&'m str, &'m PrimFunc>,
     index: HashMap<BufferRef, usize>,
     out: Extracted,
     opts: &'m ExtractOptions,
@@ -123,7 +123,7 @@ impl Walker<'_> {
             let begin = now;
             if let Stmt::Evaluate(call) = s
                 && let Callee::Func(name) = &call.callee
-                && let Some(callee) = self.module.func(name)
+                && let Some(&callee) = self.funcs.get(name.as_str())
             {
                 let resolved: Vec<(String, BufferId)> = call
                     .args
@@ -159,7 +159,7 @@ impl Walker<'_> {
         for (id, range) in first_last {
             match param_of.get(&id) {
                 Some((owner, outer)) => {
-                    let owner = self.module.func(owner).expect("caller exists");
+                    let owner = self.funcs[owner.as_str()];
                     self.mark(owner, *outer, range);
                 }
                 None if scratch.contains_key(&id) || f.name == MAIN => self.mark(f, id, range),
@@ -181,7 +181,7 @@ pub fn extract(module: &Module, opts: &ExtractOptions) -> Result<Extracted, Plan
         .main()
         .ok_or_else(|| PlanError::BadBuffer { buffer: MAIN.into(), reason: "module has no main".into() })?;
     let mut w = Walker {
-        module,
+        funcs: module.by_name(),
         index: HashMap::new(),
         out: Extracted { buffers: vec![], refs: vec![], ranges: vec![], constant: vec![], steps: vec![] },
         opts,

@@ -15,11 +15,12 @@ use heron_ir::loop_ir::workspace::{WorkspaceSize, module_workspace};
 
 use heron_ir::loop_ir::flatten::flatten;
 use heron_ir::loop_ir::layout::apply_layout_transforms;
-use heron_ir::{Tensor, passes};
+use heron_ir::{Limits, Tensor, passes};
 use heron_jit::isa::OptLevel;
 use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
 use heron_planner::{Budget, PlannedModule, PoolInfo, PoolKind};
 
+use crate::memory::{Block, GuardPages};
 use crate::model::{Model, RuntimeError, TensorInfo, check_inputs};
 
 /// How a compiled model runs.
@@ -47,6 +48,12 @@ pub struct CompileOptions {
     /// Memory pools, most preferred first; empty means one unbounded workspace pool and one
     /// constant pool.
     pub pools: Vec<PoolInfo>,
+    /// Limits on the scratch buffers lowering adds and on the total workspace (the model's
+    /// own tensors were checked against the import limits).
+    pub limits: Limits,
+    /// Place every pool and staging buffer between guard pages (see [`GuardPages`]); the
+    /// default comes from `HERON_GUARD_PAGES`.
+    pub guard_pages: GuardPages,
 }
 
 impl Default for CompileOptions {
@@ -58,6 +65,8 @@ impl Default for CompileOptions {
             planner: "auto".into(),
             planner_time_limit_ms: Budget::DEFAULT_MILLIS,
             pools: Vec::new(),
+            limits: Limits::DEFAULT,
+            guard_pages: GuardPages::from_env(),
         }
     }
 }
@@ -68,37 +77,8 @@ pub struct Compiler {
     options: CompileOptions,
 }
 
-/// Bytes aligned to 64, carved from a slightly larger vector (no unsafe needed).
-#[derive(Clone, Debug)]
-struct AlignedBytes {
-    storage: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBytes {
-    const ALIGN: usize = 64;
-
-    fn zeroed(len: usize) -> AlignedBytes {
-        let storage = vec![0u8; len + Self::ALIGN];
-        let start = storage.as_ptr().align_offset(Self::ALIGN);
-        AlignedBytes { storage, start, len }
-    }
-
-    fn from_bytes(bytes: &[u8]) -> AlignedBytes {
-        let mut a = AlignedBytes::zeroed(bytes.len());
-        a.as_mut().copy_from_slice(bytes);
-        a
-    }
-
-    fn as_ref(&self) -> &[u8] {
-        &self.storage[self.start..self.start + self.len]
-    }
-
-    fn as_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + self.len]
-    }
-}
+/// Alignment of pools and staging buffers.
+const ALIGN: usize = 64;
 
 /// A memory pool as the compiled code sees it.
 #[derive(Clone, Debug)]
@@ -122,7 +102,7 @@ enum PoolMemory {
     /// Each [`Workspace`] holds its own.
     PerWorkspace,
     /// Read-only contents shared by every workspace (constants).
-    Shared(AlignedBytes),
+    Shared(Block),
     /// Inside the compiled code (an AOT object's embedded pools).
     Internal,
 }
@@ -137,6 +117,7 @@ struct Executable {
     code: Code,
     pools: Vec<PoolLayout>,
     memory: Vec<PoolMemory>,
+    guard_pages: GuardPages,
 }
 
 enum Backend {
@@ -157,16 +138,16 @@ pub struct CompiledModel {
 /// One caller's memory for running a [`CompiledModel`]: workspace pools and input/output
 /// staging, allocated once, 64-byte aligned.
 pub struct Workspace {
-    inputs: Vec<AlignedBytes>,
-    outputs: Vec<AlignedBytes>,
+    inputs: Vec<Block>,
+    outputs: Vec<Block>,
     /// One per pool, in pool order (`None` where the pool's memory is not per workspace).
-    pools: Vec<Option<AlignedBytes>>,
+    pools: Vec<Option<Block>>,
 }
 
 impl Workspace {
     /// Bytes held by the workspace pools.
     pub fn pool_bytes(&self) -> usize {
-        self.pools.iter().flatten().map(|p| p.len).sum()
+        self.pools.iter().flatten().map(|p| p.len()).sum()
     }
 }
 
@@ -192,6 +173,7 @@ impl Compiler {
     /// `workspace_sizes`: also run the per-function workspace-size query (AOT metadata only).
     fn plan(&self, model: &Model, workspace_sizes: bool) -> Result<Planned, RuntimeError> {
         let mut graph = model.graph().clone();
+        graph.limits = self.options.limits;
         passes::optimize(&mut graph);
         let mut module = heron_ir::lower::lower(&graph)?;
         heron_jit::schedule::choose_layouts(&mut module);
@@ -208,6 +190,15 @@ impl Compiler {
         let budget = Budget::millis(self.options.planner_time_limit_ms);
         let planned = heron_planner::plan_module(&module, &pools, &self.options.planner, &budget)?;
         let planning = plan_start.elapsed();
+        let workspace_bytes = planned
+            .rewritten
+            .pools
+            .iter()
+            .zip(&planned.rewritten.pool_sizes)
+            .filter(|(p, _)| p.kind == PoolKind::Workspace)
+            .try_fold(0u64, |acc, (_, &size)| acc.checked_add(size))
+            .unwrap_or(u64::MAX);
+        self.options.limits.check_workspace(workspace_bytes).map_err(|e| RuntimeError::Compile(e.to_string()))?;
         let main =
             planned.rewritten.module.main().ok_or_else(|| RuntimeError::Compile("lowering produced no main".into()))?;
         let expected = model.inputs().len() + model.outputs().len() + planned.rewritten.pools.len();
@@ -272,14 +263,19 @@ impl Compiler {
             .zip(&rewritten.pool_sizes)
             .map(|(p, &size)| PoolLayout { name: p.name.clone(), kind: p.kind, size_bytes: size })
             .collect();
+        let guard = self.options.guard_pages;
         let memory = rewritten
             .images
             .iter()
-            .map(|img| {
-                img.as_deref().map_or(PoolMemory::PerWorkspace, |b| PoolMemory::Shared(AlignedBytes::from_bytes(b)))
+            .zip(&rewritten.pools)
+            .map(|(img, pool)| match img.as_deref() {
+                None => Ok(PoolMemory::PerWorkspace),
+                Some(b) => {
+                    Ok(PoolMemory::Shared(Block::read_only_copy(b, ALIGN, guard, &format!("pool '{}'", pool.name))?))
+                }
             })
-            .collect();
-        Ok((Executable { code: Code::Jit(code), pools, memory }, planning, codegen))
+            .collect::<Result<_, RuntimeError>>()?;
+        Ok((Executable { code: Code::Jit(code), pools, memory, guard_pages: guard }, planning, codegen))
     }
 
     /// Compiles `model` ahead of time: an object file, its C header, metadata and parameter
@@ -308,8 +304,11 @@ impl Compiler {
         let artifacts = self.compile_aot(model, &aot)?;
         let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("heron-aot-{}-{unique}", std::process::id()));
-        let loaded =
-            artifacts.write(&dir).map_err(RuntimeError::from).and_then(|()| aot_executable(AotLibrary::open(&dir)?));
+        let guard = self.options.guard_pages;
+        let loaded = artifacts
+            .write(&dir)
+            .map_err(RuntimeError::from)
+            .and_then(|()| aot_executable(AotLibrary::open(&dir)?, guard));
         // Best effort: a leftover scratch directory is harmless.
         let _ = std::fs::remove_dir_all(&dir);
         let exe = loaded?;
@@ -318,7 +317,7 @@ impl Compiler {
 }
 
 /// A loaded AOT library with its pools: parameter blobs read, workspaces per [`Workspace`].
-fn aot_executable(library: AotLibrary) -> Result<Executable, RuntimeError> {
+fn aot_executable(library: AotLibrary, guard: GuardPages) -> Result<Executable, RuntimeError> {
     let mut parameters = library.read_parameters()?.into_iter();
     let meta = library.metadata();
     let pools = meta
@@ -333,15 +332,18 @@ fn aot_executable(library: AotLibrary) -> Result<Executable, RuntimeError> {
     let memory = meta
         .pools
         .iter()
-        .map(|p| match (p.source, p.kind) {
-            (PoolSource::Embedded, _) => PoolMemory::Internal,
-            (PoolSource::User, PoolRole::Parameter) => {
-                PoolMemory::Shared(AlignedBytes::from_bytes(&parameters.next().unwrap_or_default()))
-            }
-            (PoolSource::User, _) => PoolMemory::PerWorkspace,
+        .map(|p| {
+            Ok(match (p.source, p.kind) {
+                (PoolSource::Embedded, _) => PoolMemory::Internal,
+                (PoolSource::User, PoolRole::Parameter) => {
+                    let bytes = parameters.next().unwrap_or_default();
+                    PoolMemory::Shared(Block::read_only_copy(&bytes, ALIGN, guard, &format!("pool '{}'", p.name))?)
+                }
+                (PoolSource::User, _) => PoolMemory::PerWorkspace,
+            })
         })
-        .collect();
-    Ok(Executable { code: Code::Aot(library), pools, memory })
+        .collect::<Result<_, RuntimeError>>()?;
+    Ok(Executable { code: Code::Aot(library), pools, memory, guard_pages: guard })
 }
 
 impl Model {
@@ -359,7 +361,7 @@ impl Model {
         let inputs = meta.inputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
         let outputs = meta.outputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
         let name = meta.name.clone();
-        let exe = aot_executable(library)?;
+        let exe = aot_executable(library, GuardPages::from_env())?;
         let stats = CompileStats { total: start.elapsed(), planning: Duration::ZERO, codegen: Duration::ZERO };
         Ok(CompiledModel { name, inputs, outputs, backend: Backend::Compiled(Box::new(exe)), stats })
     }
@@ -400,26 +402,39 @@ impl CompiledModel {
         }
     }
 
-    /// Fresh memory for runs of this model.
-    pub fn workspace(&self) -> Workspace {
-        let staging = |infos: &[TensorInfo]| infos.iter().map(|i| AlignedBytes::zeroed(i.ty.size_bytes())).collect();
-        let pools = match &self.backend {
-            Backend::Interpreter(_) => Vec::new(),
-            Backend::Compiled(exe) => exe
-                .pools
-                .iter()
-                .zip(&exe.memory)
-                .map(|(p, m)| {
-                    matches!(m, PoolMemory::PerWorkspace).then(|| AlignedBytes::zeroed(p.size_bytes as usize))
-                })
-                .collect(),
+    /// Fresh memory for runs of this model: its pools and staging buffers, allocated now (an
+    /// error, not an abort, when the machine does not have it).
+    pub fn workspace(&self) -> Result<Workspace, RuntimeError> {
+        let Backend::Compiled(exe) = &self.backend else {
+            return Ok(Workspace { inputs: Vec::new(), outputs: Vec::new(), pools: Vec::new() });
         };
-        Workspace { inputs: staging(&self.inputs), outputs: staging(&self.outputs), pools }
+        let guard = exe.guard_pages;
+        let staging = |infos: &[TensorInfo], kind: &str| {
+            infos
+                .iter()
+                .map(|i| {
+                    let align = i.ty.dtype.size_bytes();
+                    Block::zeroed(i.ty.size_bytes(), align, guard, &format!("{kind} '{}'", i.name))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let pools = exe
+            .pools
+            .iter()
+            .zip(&exe.memory)
+            .map(|(p, m)| {
+                let size = usize::try_from(p.size_bytes).unwrap_or(usize::MAX);
+                matches!(m, PoolMemory::PerWorkspace)
+                    .then(|| Block::zeroed(size, ALIGN, guard, &format!("pool '{}'", p.name)))
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Workspace { inputs: staging(&self.inputs, "input")?, outputs: staging(&self.outputs, "output")?, pools })
     }
 
     /// Runs the model on `inputs` (in model order) with a fresh workspace.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
-        self.run_with(&mut self.workspace(), inputs)
+        self.run_with(&mut self.workspace()?, inputs)
     }
 
     /// Runs the model in `ws`, which must come from [`CompiledModel::workspace`] of this model.
@@ -443,7 +458,7 @@ impl CompiledModel {
             && ws.outputs.len() == self.outputs.len()
             && ws.pools.len() == exe.pools.len()
             && ws.pools.iter().zip(&exe.pools).zip(&exe.memory).all(|((b, p), m)| match (b, m) {
-                (Some(b), PoolMemory::PerWorkspace) => b.len as u64 == p.size_bytes,
+                (Some(b), PoolMemory::PerWorkspace) => b.len() as u64 == p.size_bytes,
                 (None, PoolMemory::PerWorkspace) | (Some(_), _) => false,
                 (None, _) => true,
             });
@@ -473,9 +488,9 @@ impl CompiledModel {
                     .iter()
                     .filter_map(|m| if let PoolMemory::Shared(c) = m { Some(c.as_ref()) } else { None });
                 library.run(
-                    ws.inputs.iter().map(AlignedBytes::as_ref),
-                    ws.outputs.iter_mut().map(AlignedBytes::as_mut),
-                    ws.pools.iter_mut().flatten().map(AlignedBytes::as_mut),
+                    ws.inputs.iter().map(Block::as_ref),
+                    ws.outputs.iter_mut().map(Block::as_mut),
+                    ws.pools.iter_mut().flatten().map(Block::as_mut),
                     parameters,
                 )?;
             }

@@ -12,7 +12,7 @@
 //!
 //! // ...then run as often as needed; a workspace holds the memory pools and is reused, so a
 //! // run allocates nothing but its outputs. Threads share `compiled`, each with a workspace.
-//! let mut workspace = compiled.workspace();
+//! let mut workspace = compiled.workspace().unwrap();
 //! let inputs = model.bind_inputs(vec![(Some("image".into()), builtin_input())]).unwrap();
 //! let outputs = compiled.run_with(&mut workspace, &inputs).unwrap();
 //! assert_eq!(outputs[0].shape(), &[1, 10]);
@@ -25,8 +25,11 @@
 
 pub mod builtin;
 mod compiler;
+pub mod memory;
 mod model;
 
 pub use compiler::{CompileOptions, CompileStats, CompiledModel, Compiler, Engine, PoolLayout, Workspace};
+pub use heron_ir::Limits;
 pub use heron_jit::isa::OptLevel;
+pub use memory::GuardPages;
 pub use model::{Model, RuntimeError, TensorInfo};

@@ -14,10 +14,11 @@ use heron_ir::loop_ir::verify::verify_module;
 use heron_ir::loop_ir::workspace::module_workspace;
 use heron_ir::loop_ir::{IndexMap, Module};
 use heron_ir::npy::{read_npy, write_npy};
+use heron_ir::onnx::ImportOptions;
 use heron_ir::passes;
 use heron_ir::stats::graph_stats;
 use heron_runtime::builtin::builtin_input;
-use heron_runtime::{CompileOptions, CompiledModel, Compiler, Model};
+use heron_runtime::{CompileOptions, CompiledModel, Compiler, GuardPages, Limits, Model};
 
 #[derive(Parser)]
 #[command(name = "heron", version, about = "Heron: a small-footprint ML compiler and runtime")]
@@ -51,14 +52,53 @@ enum Engine {
 }
 
 impl Engine {
-    fn compile_options(self) -> CompileOptions {
+    fn compile_options(self, limits: &LimitFlags) -> CompileOptions {
         let engine = match self {
             Engine::Jit => heron_runtime::Engine::Jit,
             Engine::Interp => heron_runtime::Engine::Interpreter,
             Engine::Aot => heron_runtime::Engine::Aot,
         };
-        CompileOptions { engine, ..CompileOptions::default() }
+        let mut options = CompileOptions { engine, limits: limits.limits(), ..CompileOptions::default() };
+        if let Some(guard) = limits.guard_pages {
+            options.guard_pages = guard;
+        }
+        options
     }
+}
+
+/// Size limits (and, for commands that run models, guard pages), as every command taking a
+/// model accepts them.
+#[derive(clap::Args)]
+struct LimitFlags {
+    /// Largest tensor or scratch buffer a model may use, in bytes.
+    #[arg(long, default_value_t = Limits::DEFAULT.max_tensor_bytes, value_name = "BYTES")]
+    max_tensor_bytes: u64,
+    /// Largest total of the workspace pools, in bytes.
+    #[arg(long, default_value_t = Limits::DEFAULT.max_workspace_bytes, value_name = "BYTES")]
+    max_workspace_bytes: u64,
+    /// Place every pool and staging buffer between inaccessible guard pages, flush against the
+    /// following (`end`) or the preceding (`start`) one, so an out-of-bounds access faults
+    /// (default: `HERON_GUARD_PAGES`, else off).
+    #[arg(long, value_name = "off|end|start", value_parser = parse_guard_pages)]
+    guard_pages: Option<GuardPages>,
+}
+
+impl LimitFlags {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_tensor_bytes: self.max_tensor_bytes,
+            max_workspace_bytes: self.max_workspace_bytes,
+            ..Limits::DEFAULT
+        }
+    }
+
+    fn load(&self, path: &Path) -> Result<Model> {
+        Ok(Model::load_with(path, &ImportOptions { limits: self.limits(), ..ImportOptions::default() })?)
+    }
+}
+
+fn parse_guard_pages(s: &str) -> Result<GuardPages, String> {
+    GuardPages::parse(s).ok_or_else(|| format!("unknown guard-page mode '{s}' (off, end, start)"))
 }
 
 #[derive(Subcommand)]
@@ -75,6 +115,8 @@ enum Command {
         output_dir: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "jit")]
         engine: Engine,
+        #[command(flatten)]
+        limits: LimitFlags,
     },
     /// Compile a model and time its runs: compile time, median / p90 / min latency and the
     /// peak workspace bytes.
@@ -88,6 +130,8 @@ enum Command {
         warmup: usize,
         #[arg(long, value_enum, default_value = "jit")]
         engine: Engine,
+        #[command(flatten)]
+        limits: LimitFlags,
     },
     /// Compile a model ahead of time: DIR/NAME.o (ELF object), NAME.h (C header), NAME.json
     /// (metadata) and NAME.<pool>.params for user-provided parameter pools.
@@ -113,6 +157,8 @@ enum Command {
         /// Time budget for planning.
         #[arg(long, default_value_t = heron_planner::Budget::DEFAULT_MILLIS)]
         time_limit_ms: u64,
+        #[command(flatten)]
+        limits: LimitFlags,
     },
     /// Print a model's inputs, outputs, op counts, parameter and activation bytes and FLOPs.
     Inspect {
@@ -120,6 +166,8 @@ enum Command {
         /// Also print every lowered function's workspace (scratch) size.
         #[arg(long)]
         workspace: bool,
+        #[command(flatten)]
+        limits: LimitFlags,
     },
     /// Print the loop-IR program of a model at a lowering stage.
     Lower {
@@ -129,6 +177,8 @@ enum Command {
         /// Print constant data in full (hex), so the output parses back.
         #[arg(long)]
         full_constants: bool,
+        #[command(flatten)]
+        limits: LimitFlags,
     },
     /// Plan memory: a model's buffers (memory map), or a JSON planning problem (--buffers).
     Plan {
@@ -149,6 +199,8 @@ enum Command {
         /// Time budget for planning.
         #[arg(long, default_value_t = heron_planner::Budget::DEFAULT_MILLIS)]
         time_limit_ms: u64,
+        #[command(flatten)]
+        limits: LimitFlags,
     },
     /// VTA accelerator tools.
     Vta {
@@ -234,22 +286,32 @@ fn main() -> ExitCode {
     install_panic_hook();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { model, inputs, output_dir, engine } => {
-            run(model.as_deref(), &inputs, output_dir.as_deref(), engine)
+        Command::Run { model, inputs, output_dir, engine, limits } => {
+            run(model.as_deref(), &inputs, output_dir.as_deref(), engine, &limits)
         }
-        Command::Bench { model, runs, warmup, engine } => bench(&model, runs, warmup, engine),
-        Command::Inspect { model, workspace } => inspect(&model, workspace),
-        Command::Lower { model, stage, full_constants } => lower(&model, stage, full_constants),
+        Command::Bench { model, runs, warmup, engine, limits } => bench(&model, runs, warmup, engine, &limits),
+        Command::Inspect { model, workspace, limits } => inspect(&model, workspace, &limits),
+        Command::Lower { model, stage, full_constants, limits } => lower(&model, stage, full_constants, &limits),
         Command::Vta { command: VtaCommand::Disasm { file } } => vta_disasm(&file),
         Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
-        Command::Compile { model, name, output, pools, embed_workspace, target_cpu, algorithm, time_limit_ms } => {
-            let opts = CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, time_limit_ms };
+        Command::Compile {
+            model,
+            name,
+            output,
+            pools,
+            embed_workspace,
+            target_cpu,
+            algorithm,
+            time_limit_ms,
+            limits,
+        } => {
+            let opts = CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, time_limit_ms, limits };
             compile(&model, &output, &opts)
         }
-        Command::Plan { model, buffers, pools, svg, algorithm, time_limit_ms } => match (model, buffers) {
+        Command::Plan { model, buffers, pools, svg, algorithm, time_limit_ms, limits } => match (model, buffers) {
             (_, Some(buffers)) => plan_buffers(&buffers, &algorithm, time_limit_ms),
             (Some(model), None) => {
-                let opts = PlanOptions { pools, svg, algorithm, time_limit_ms };
+                let opts = PlanOptions { pools, svg, algorithm, time_limit_ms, limits };
                 plan_model(&model, &opts)
             }
             (None, None) => Err(anyhow::anyhow!("give a MODEL or --buffers FILE.json")),
@@ -273,10 +335,16 @@ fn parse_input(arg: &str) -> Result<(Option<String>, Tensor)> {
     Ok((name, t))
 }
 
-fn run(model_path: Option<&Path>, inputs: &[String], output_dir: Option<&Path>, engine: Engine) -> Result<()> {
+fn run(
+    model_path: Option<&Path>,
+    inputs: &[String],
+    output_dir: Option<&Path>,
+    engine: Engine,
+    limits: &LimitFlags,
+) -> Result<()> {
     let t0 = Instant::now();
     let model = match model_path {
-        Some(p) => Model::load(p)?,
+        Some(p) => limits.load(p)?,
         None => Model::builtin(),
     };
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -287,11 +355,11 @@ fn run(model_path: Option<&Path>, inputs: &[String], output_dir: Option<&Path>, 
     };
     let bound = model.bind_inputs(given)?;
     println!("model {} loaded in {load_ms:.2} ms", model.name());
-    let compiled = Compiler::new(engine.compile_options()).compile(&model)?;
+    let compiled = Compiler::new(engine.compile_options(limits)).compile(&model)?;
     if !matches!(engine, Engine::Interp) {
         print_compile_stats(&compiled);
     }
-    let mut ws = compiled.workspace();
+    let mut ws = compiled.workspace()?;
     let t1 = Instant::now();
     let outputs = compiled.run_with(&mut ws, &bound)?;
     let run_ms = t1.elapsed().as_secs_f64() * 1e3;
@@ -324,12 +392,12 @@ fn print_compile_stats(compiled: &CompiledModel) {
     }
 }
 
-fn bench(path: &Path, runs: usize, warmup: usize, engine: Engine) -> Result<()> {
-    let model = Model::load(path)?;
+fn bench(path: &Path, runs: usize, warmup: usize, engine: Engine, limits: &LimitFlags) -> Result<()> {
+    let model = limits.load(path)?;
     let inputs: Vec<Tensor> = model.inputs().iter().map(|i| Tensor::zeros(&i.ty)).collect();
-    let compiled = Compiler::new(engine.compile_options()).compile(&model)?;
+    let compiled = Compiler::new(engine.compile_options(limits)).compile(&model)?;
     print_compile_stats(&compiled);
-    let mut ws = compiled.workspace();
+    let mut ws = compiled.workspace()?;
     for _ in 0..warmup {
         compiled.run_with(&mut ws, &inputs)?;
     }
@@ -377,8 +445,8 @@ fn print_output(name: &str, t: &Tensor) {
     }
 }
 
-fn lowered(path: &Path, stage: Stage) -> Result<Module> {
-    let model = Model::load(path)?;
+fn lowered(path: &Path, stage: Stage, limits: &LimitFlags) -> Result<Module> {
+    let model = limits.load(path)?;
     let mut graph = model.graph().clone();
     passes::optimize(&mut graph);
     let mut module = heron_ir::lower::lower(&graph)?;
@@ -407,8 +475,8 @@ fn lowered(path: &Path, stage: Stage) -> Result<Module> {
     Ok(module)
 }
 
-fn lower(path: &Path, stage: Stage, full_constants: bool) -> Result<()> {
-    let module = lowered(path, stage)?;
+fn lower(path: &Path, stage: Stage, full_constants: bool, limits: &LimitFlags) -> Result<()> {
+    let module = lowered(path, stage, limits)?;
     let data = if full_constants { ConstData::Full } else { ConstData::Elided };
     print!("{}", print_module(&module, data));
     Ok(())
@@ -426,11 +494,12 @@ struct PlanOptions {
     svg: Option<PathBuf>,
     algorithm: String,
     time_limit_ms: u64,
+    limits: LimitFlags,
 }
 
 fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
     use heron_planner::PoolKind;
-    let module = lowered(path, Stage::Flat)?;
+    let module = lowered(path, Stage::Flat, &opts.limits)?;
     let pools = opts.pools.pools()?;
     let names = |kind: PoolKind| pools.iter().filter(|p| p.kind == kind).map(|p| p.name.clone()).collect::<Vec<_>>();
     let extract_opts = heron_planner::extract::ExtractOptions {
@@ -476,15 +545,17 @@ struct CompileFlags {
     target_cpu: heron_jit::isa::TargetCpu,
     algorithm: String,
     time_limit_ms: u64,
+    limits: LimitFlags,
 }
 
 fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
     let start = Instant::now();
-    let model = Model::load(path)?;
+    let model = flags.limits.load(path)?;
     let options = CompileOptions {
         planner: flags.algorithm.clone(),
         planner_time_limit_ms: flags.time_limit_ms,
         pools: flags.pools.pools()?,
+        limits: flags.limits.limits(),
         ..CompileOptions::default()
     };
     let mut aot = heron_aot::AotOptions::new(flags.name.clone());
@@ -543,8 +614,8 @@ fn layout(shape: &[usize], map: &str, index: Option<&[i64]>) -> Result<()> {
     Ok(())
 }
 
-fn inspect(path: &Path, workspace: bool) -> Result<()> {
-    let model = Model::load(path)?;
+fn inspect(path: &Path, workspace: bool, limits: &LimitFlags) -> Result<()> {
+    let model = limits.load(path)?;
     let stats = graph_stats(model.graph());
     println!("model {}", model.name());
     for i in model.inputs() {
@@ -562,7 +633,7 @@ fn inspect(path: &Path, workspace: bool) -> Result<()> {
     println!("activation bytes: {} (peak live in node order: {})", stats.activation_bytes, stats.peak_activation_bytes);
     println!("FLOPs: {} ({:.4} GFLOP, 2 x MACs of Conv/Gemm/MatMul)", stats.flops, stats.flops as f64 / 1e9);
     if workspace {
-        let module = lowered(path, Stage::Flat)?;
+        let module = lowered(path, Stage::Flat, limits)?;
         println!("workspace per function (bytes; unshared / shared by liveness):");
         for w in module_workspace(&module) {
             println!("  {:<32} {:>10} {:>10}", w.func, w.unshared_bytes, w.shared_bytes);

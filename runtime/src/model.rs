@@ -39,6 +39,8 @@ pub enum RuntimeError {
     ForeignWorkspace,
     #[error(transparent)]
     Aot(#[from] heron_aot::AotError),
+    #[error(transparent)]
+    Memory(#[from] crate::memory::AllocError),
 }
 
 /// A named tensor slot of a model: an input or an output.

@@ -42,7 +42,7 @@ fn a_run_allocates_only_its_outputs() {
     for engine in [Engine::Jit, Engine::Aot] {
         let compiled =
             Compiler::new(CompileOptions { engine, ..CompileOptions::default() }).compile(&model).expect("compile");
-        let mut ws = compiled.workspace();
+        let mut ws = compiled.workspace().unwrap();
         let inputs = [input.clone()];
         compiled.run_with(&mut ws, &inputs).expect("warm-up run");
         let before = ALLOCATIONS.with(Cell::get);

@@ -27,7 +27,7 @@ fn two_threads_share_one_compiled_model() {
         for t in 0..2 {
             let (compiled, inputs, want) = (&compiled, &inputs, &want);
             scope.spawn(move || {
-                let mut ws = compiled.workspace();
+                let mut ws = compiled.workspace().unwrap();
                 for round in 0..50 {
                     let k = (round * 3 + t) % inputs.len();
                     let got = compiled.run_with(&mut ws, std::slice::from_ref(&inputs[k])).expect("run");
@@ -50,7 +50,7 @@ fn jit_matches_the_interpreter_on_lenet() {
 #[test]
 fn wrong_inputs_are_rejected_before_running() {
     let (compiled, input) = lenet();
-    let mut ws = compiled.workspace();
+    let mut ws = compiled.workspace().unwrap();
     assert!(matches!(compiled.run_with(&mut ws, &[]), Err(RuntimeError::InputCount { .. })));
     let wrong_shape = Tensor::zeros(&TensorType::new(DType::F32, vec![1, 1, 28, 27]));
     assert!(matches!(compiled.run_with(&mut ws, &[wrong_shape]), Err(RuntimeError::InputType { .. })));
@@ -62,7 +62,7 @@ fn wrong_inputs_are_rejected_before_running() {
     ));
     // A workspace of another model is refused.
     let builtin = Compiler::new(CompileOptions::default()).compile(&Model::builtin()).expect("builtin");
-    let mut foreign = builtin.workspace();
+    let mut foreign = builtin.workspace().unwrap();
     assert!(matches!(compiled.run_with(&mut foreign, &[input]), Err(RuntimeError::ForeignWorkspace)));
 }
 
@@ -73,5 +73,5 @@ fn introspection_names_shapes_and_pools() {
     assert_eq!(compiled.inputs()[0].ty, TensorType::new(DType::F32, vec![1, 1, 28, 28]));
     assert_eq!(compiled.outputs()[0].ty.shape, vec![1, 10]);
     assert!(compiled.pools().iter().any(|p| p.size_bytes > 0));
-    assert!(compiled.workspace().pool_bytes() > 0);
+    assert!(compiled.workspace().unwrap().pool_bytes() > 0);
 }

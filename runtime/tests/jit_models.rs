@@ -14,7 +14,7 @@ fn check_model(name: &str) {
     let got = compiled.run(std::slice::from_ref(&input)).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_float_rule(&got[0], &want).unwrap_or_else(|e| panic!("{name}: {e}"));
     // A second run in a reused workspace gives the same result.
-    let mut ws = compiled.workspace();
+    let mut ws = compiled.workspace().unwrap();
     let again = compiled.run_with(&mut ws, std::slice::from_ref(&input)).expect("run");
     let again2 = compiled.run_with(&mut ws, std::slice::from_ref(&input)).expect("run");
     assert_eq!(again, got);

@@ -35,48 +35,51 @@ pub(crate) fn conv_nd<T: LinalgScalar>(
     let is: usize = in_sp.iter().product();
     let xs = x.as_slice().expect("standard layout");
 
-    // For every (kernel offset, output position) pair: the flat spatial input index, or None
-    // when it falls into padding. Shared by all channels and batches.
-    let mut taps: Vec<Option<usize>> = Vec::with_capacity(ks * os);
-    let (mut kc, mut oc) = (vec![0; k], vec![0; k]);
-    for kidx in 0..ks {
-        unravel(kidx, &attrs.window.kernel, &mut kc);
-        for oidx in 0..os {
-            unravel(oidx, out_sp, &mut oc);
-            let mut flat = 0usize;
-            let mut inside = true;
-            for d in 0..k {
-                let pos = (oc[d] * attrs.window.strides[d] + kc[d] * attrs.window.dilations[d]) as isize
-                    - attrs.window.pads_begin[d] as isize;
-                if pos < 0 || pos as usize >= in_sp[d] {
-                    inside = false;
-                    break;
-                }
-                flat = flat * in_sp[d] + pos as usize;
-            }
-            taps.push(inside.then_some(flat));
-        }
-    }
-
+    // Output positions are processed in blocks, so the im2col matrix stays small whatever the
+    // output size (a few MiB, or one column when a single column is larger).
+    let block = ((16 << 20) / (cg * ks * size_of::<T>()).max(1)).clamp(1, os.max(1));
     let mut out = vec![T::zero(); n * m * os];
-    let mut cols = Array2::<T>::zeros((cg * ks, os));
+    let mut cols = Array2::<T>::zeros((cg * ks, block));
     let w2 = w.to_shape((m, cg * ks)).map_err(|e| e.to_string())?;
-    for b in 0..n {
-        for gi in 0..g {
-            for ci in 0..cg {
-                let plane = &xs[(b * c + gi * cg + ci) * is..][..is];
-                for kidx in 0..ks {
-                    let mut row = cols.row_mut(ci * ks + kidx);
-                    let tap = &taps[kidx * os..][..os];
-                    for (dst, t) in row.iter_mut().zip(tap) {
-                        *dst = t.map_or(T::zero(), |i| plane[i]);
+    let (mut kc, mut oc) = (vec![0; k], vec![0; k]);
+    // The flat spatial input index of kernel offset `kidx` at output position `oidx`, or None
+    // when it falls into padding.
+    let mut tap = |kidx: usize, oidx: usize| -> Option<usize> {
+        unravel(kidx, &attrs.window.kernel, &mut kc);
+        unravel(oidx, out_sp, &mut oc);
+        let mut flat = 0usize;
+        for d in 0..k {
+            let pos = (oc[d] * attrs.window.strides[d] + kc[d] * attrs.window.dilations[d]) as isize
+                - attrs.window.pads_begin[d] as isize;
+            if pos < 0 || pos as usize >= in_sp[d] {
+                return None;
+            }
+            flat = flat * in_sp[d] + pos as usize;
+        }
+        Some(flat)
+    };
+    for o0 in (0..os).step_by(block) {
+        let width = block.min(os - o0);
+        let taps: Vec<Option<usize>> =
+            (0..ks).flat_map(|kidx| (o0..o0 + width).map(move |o| (kidx, o))).map(|(kidx, o)| tap(kidx, o)).collect();
+        for b in 0..n {
+            for gi in 0..g {
+                for ci in 0..cg {
+                    let plane = &xs[(b * c + gi * cg + ci) * is..][..is];
+                    for kidx in 0..ks {
+                        let mut row = cols.row_mut(ci * ks + kidx);
+                        for (dst, t) in row.iter_mut().zip(&taps[kidx * width..][..width]) {
+                            *dst = t.map_or(T::zero(), |i| plane[i]);
+                        }
                     }
                 }
-            }
-            let res = w2.slice(ndarray::s![gi * mg..(gi + 1) * mg, ..]).dot(&cols);
-            let base = (b * m + gi * mg) * os;
-            for (dst, v) in out[base..base + mg * os].iter_mut().zip(res.iter()) {
-                *dst = *v;
+                let res = w2.slice(ndarray::s![gi * mg..(gi + 1) * mg, ..]).dot(&cols.slice(ndarray::s![.., ..width]));
+                for (r, row) in res.outer_iter().enumerate() {
+                    let base = (b * m + gi * mg + r) * os + o0;
+                    for (dst, v) in out[base..base + width].iter_mut().zip(row.iter()) {
+                        *dst = *v;
+                    }
+                }
             }
         }
     }

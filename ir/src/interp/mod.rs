@@ -55,8 +55,38 @@ pub enum InterpError {
     Undefined(String),
 }
 
-/// Evaluates one op on concrete inputs, returning every output the op can produce.
+/// Kernels whose working set is at least this large first check that the memory exists.
+const PROBE_BYTES: usize = 64 << 20;
+
+/// Fails cleanly, instead of aborting the process inside a kernel, when the memory `op` will
+/// allocate is not available: the kernels allocate through ndarray, which cannot report
+/// failure, so the working set is reserved once up front (and released: the address space is
+/// returned, so the kernel's own allocations of at most that size then succeed). The estimate
+/// is generous: outputs plus 32 bytes per input and output element for the f64/i64
+/// intermediates some kernels use.
+fn check_working_set(op: &Op, inputs: &[&Tensor]) -> Result<(), KernelError> {
+    let types: Vec<crate::TensorType> = inputs.iter().map(|t| t.tensor_type()).collect();
+    let refs: Vec<&crate::TensorType> = types.iter().collect();
+    let outputs = crate::infer::infer_types(op, &refs)?;
+    let elements = inputs.iter().map(|t| t.len()).chain(outputs.iter().map(|t| t.num_elements()));
+    let bytes = outputs
+        .iter()
+        .map(|t| t.size_bytes())
+        .chain(elements.map(|n| n.saturating_mul(32)))
+        .fold(0usize, usize::saturating_add);
+    if bytes >= PROBE_BYTES {
+        let mut probe: Vec<u8> = Vec::new();
+        probe
+            .try_reserve_exact(bytes)
+            .map_err(|_| KernelError(format!("out of memory: evaluating it needs about {bytes} bytes")))?;
+    }
+    Ok(())
+}
+
+/// Evaluates one op on concrete inputs, returning every output the op can produce. Fails
+/// cleanly when the memory it needs is not available.
 pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> {
+    check_working_set(op, inputs)?;
     let x = inputs[0];
     let one = |t: Tensor| Ok(vec![t]);
     match op {
@@ -144,12 +174,20 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
             }
         }
     }
-    graph
-        .outputs
-        .iter()
-        .map(|o| {
-            let t = env[o.0].clone().ok_or_else(|| InterpError::Undefined(graph.value(*o).name.clone()))?;
-            Ok((*t).clone())
-        })
-        .collect()
+    // A value listed as an output several times is copied for all but its last listing, where
+    // (like every other output) its last reference is moved out.
+    let mut last_listing = vec![0; graph.values.len()];
+    for (k, o) in graph.outputs.iter().enumerate() {
+        last_listing[o.0] = k;
+    }
+    let mut outputs = Vec::with_capacity(graph.outputs.len());
+    for (k, o) in graph.outputs.iter().enumerate() {
+        let t = if last_listing[o.0] != k {
+            env[o.0].clone().map(|t| (*t).clone())
+        } else {
+            env[o.0].take().map(|t| Arc::try_unwrap(t).unwrap_or_else(|shared| (*shared).clone()))
+        };
+        outputs.push(t.ok_or_else(|| InterpError::Undefined(graph.value(*o).name.clone()))?);
+    }
+    Ok(outputs)
 }

@@ -1,7 +1,7 @@
 //! Helpers to build PrimFuncs: a [`FuncBuilder`] that hands out buffers and variables with
 //! unique names, and short constructors for index arithmetic.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{BinOp, Buffer, BufferId, CmpOp, Expr, ForKind, PrimFunc, Scope, Stmt, VarDecl, VarId};
 use crate::dtype::DType;
@@ -9,6 +9,9 @@ use crate::dtype::DType;
 pub struct FuncBuilder {
     func: PrimFunc,
     names: HashSet<String>,
+    /// The next suffix to try for each base name, so a function with thousands of loops named
+    /// `i0` still names each in constant time.
+    next_suffix: HashMap<String, usize>,
 }
 
 impl FuncBuilder {
@@ -23,18 +26,23 @@ impl FuncBuilder {
                 layout_transforms: BTreeMap::new(),
             },
             names: HashSet::new(),
+            next_suffix: HashMap::new(),
         }
     }
 
     fn unique(&mut self, base: &str) -> String {
         let base = if base.is_empty() { "v" } else { base };
-        let mut name = base.to_string();
-        let mut i = 1;
-        while !self.names.insert(name.clone()) {
-            name = format!("{base}_{i}");
-            i += 1;
+        if self.names.insert(base.to_string()) {
+            return base.to_string();
         }
-        name
+        let next = self.next_suffix.entry(base.to_string()).or_insert(1);
+        loop {
+            let name = format!("{base}_{next}");
+            *next += 1;
+            if self.names.insert(name.clone()) {
+                return name;
+            }
+        }
     }
 
     /// Declares a buffer (for an `Allocate`, or a parameter via [`FuncBuilder::param`]).
@@ -61,8 +69,13 @@ impl FuncBuilder {
     }
 
     /// A (possibly empty) nest of serial loops over `shape`; `body` receives the index
-    /// variables, outermost first. Loop variables are named `<prefix><axis>`.
+    /// variables, outermost first. Loop variables are named `<prefix><axis>`. A shape with a
+    /// zero-length axis has no iterations, so it gives an empty statement (and no loop that
+    /// would count through the other axes for nothing).
     pub fn loop_nest(&mut self, prefix: &str, shape: &[usize], body: impl FnOnce(&mut Self, &[Expr]) -> Stmt) -> Stmt {
+        if shape.contains(&0) {
+            return Stmt::Seq(vec![]);
+        }
         let vars: Vec<VarId> = (0..shape.len()).map(|d| self.var(&format!("{prefix}{d}"), DType::I64)).collect();
         let idx: Vec<Expr> = vars.iter().map(|&v| Expr::Var(v)).collect();
         let mut stmt = body(self, &idx);

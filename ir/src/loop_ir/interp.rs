@@ -217,7 +217,7 @@ struct Frame<'m> {
 }
 
 struct Machine<'m> {
-    module: &'m Module,
+    funcs: std::collections::HashMap<&'m str, &'m PrimFunc>,
     /// Guards against unbounded recursion through calls.
     depth: usize,
 }
@@ -394,7 +394,7 @@ impl<'m> Frame<'m> {
 
 impl<'m> Machine<'m> {
     fn call(&mut self, name: &str, args: Vec<(View, super::Buffer)>) -> Result<(), LoopInterpError> {
-        let func = self.module.func(name).ok_or_else(|| LoopInterpError::NoFunction(name.to_string()))?;
+        let func = *self.funcs.get(name).ok_or_else(|| LoopInterpError::NoFunction(name.to_string()))?;
         if args.len() != func.params.len() {
             return Err(LoopInterpError::Arity { func: name.into(), expected: func.params.len(), got: args.len() });
         }
@@ -449,7 +449,7 @@ pub fn run_params(module: &Module, params: Vec<Option<Tensor>>) -> Result<Vec<Te
         args.push((View { memory: Rc::new(RefCell::new(bytes)), base: 0 }, b));
     }
     let all = args.clone();
-    Machine { module, depth: 0 }.call(MAIN, args)?;
+    Machine { funcs: module.by_name(), depth: 0 }.call(MAIN, args)?;
     Ok(all
         .iter()
         .map(|(v, b)| {

@@ -20,7 +20,7 @@ pub mod simplify;
 pub mod verify;
 pub mod workspace;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::dtype::DType;
@@ -61,14 +61,22 @@ impl Buffer {
         Buffer { name: name.into(), dtype, shape, axis_separators: vec![], scope: Scope::Global }
     }
 
+    /// The element count, saturating at `usize::MAX` (never for a verified buffer: see
+    /// [`verify`], which bounds every buffer's size).
     pub fn num_elements(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |acc, &d| acc.saturating_mul(d))
     }
 
+    /// The byte size, saturating like [`Buffer::num_elements`].
     pub fn size_bytes(&self) -> usize {
-        self.num_elements() * self.dtype.size_bytes()
+        self.num_elements().saturating_mul(self.dtype.size_bytes())
     }
 }
+
+/// How deep statements and expressions may nest. Every pass over the loop IR recurses through
+/// them; the parser and the verifier refuse deeper programs, and lowering never makes them
+/// (ranks are at most 64, fused epilogues at most 32 steps), so no input can exhaust the stack.
+pub const MAX_NESTING: usize = 512;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct VarDecl {
@@ -273,8 +281,14 @@ pub struct Module {
 pub const MAIN: &str = "main";
 
 impl Module {
+    /// The function called `name` (a linear search: for many lookups, use [`Module::by_name`]).
     pub fn func(&self, name: &str) -> Option<&PrimFunc> {
         self.funcs.iter().find(|f| f.name == name)
+    }
+
+    /// Every function by name, for constant-time lookups.
+    pub fn by_name(&self) -> HashMap<&str, &PrimFunc> {
+        self.funcs.iter().map(|f| (f.name.as_str(), f)).collect()
     }
 
     pub fn main(&self) -> Option<&PrimFunc> {

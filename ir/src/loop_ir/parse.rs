@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::index_map::IndexMap;
 use super::{
-    Arg, BinOp, Buffer, BufferId, Call, Callee, CmpOp, Expr, ForKind, MathOp, Module, PrimFunc, Scope, Stmt, VarDecl,
-    VarId,
+    Arg, BinOp, Buffer, BufferId, Call, Callee, CmpOp, Expr, ForKind, MAX_NESTING, MathOp, Module, PrimFunc, Scope,
+    Stmt, VarDecl, VarId,
 };
 use crate::dtype::{DType, TensorType};
 use crate::tensor::Tensor;
@@ -174,7 +174,7 @@ fn dtype_named(s: &str) -> Option<DType> {
 
 pub fn parse_module(text: &str) -> Result<Module, ParseError> {
     let toks = Lexer { text, pos: 0 }.tokens()?;
-    let mut p = Parser { text, toks, i: 0, func: None, buffers: HashMap::new(), vars: HashMap::new() };
+    let mut p = Parser { text, toks, i: 0, func: None, buffers: HashMap::new(), vars: HashMap::new(), depth: 0 };
     let mut funcs = Vec::new();
     while p.i < p.toks.len() {
         funcs.push(p.func()?);
@@ -189,6 +189,8 @@ struct Parser<'t> {
     func: Option<PrimFunc>,
     buffers: HashMap<String, BufferId>,
     vars: HashMap<String, VarId>,
+    /// Current nesting of statements and expressions (bounded by [`MAX_NESTING`]).
+    depth: usize,
 }
 
 impl Parser<'_> {
@@ -395,7 +397,22 @@ impl Parser<'_> {
         Ok(v)
     }
 
+    /// Runs `f` one nesting level deeper, refusing to go past [`MAX_NESTING`].
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T, ParseError>) -> Result<T, ParseError> {
+        if self.depth >= MAX_NESTING {
+            return Err(self.err(format!("nested more than {MAX_NESTING} levels deep")));
+        }
+        self.depth += 1;
+        let result = f(self);
+        self.depth -= 1;
+        result
+    }
+
     fn stmt(&mut self) -> Result<Stmt, ParseError> {
+        self.nested(Self::stmt_here)
+    }
+
+    fn stmt_here(&mut self) -> Result<Stmt, ParseError> {
         if self.eat("{") {
             return self.stmts();
         }
@@ -539,6 +556,10 @@ impl Parser<'_> {
     }
 
     fn expr(&mut self) -> Result<Expr, ParseError> {
+        self.nested(Self::expr_here)
+    }
+
+    fn expr_here(&mut self) -> Result<Expr, ParseError> {
         match self.next()? {
             Tok::Punct("(") => {
                 let lhs = self.expr()?;

@@ -1,22 +1,31 @@
-//! The loop-IR verifier: every buffer access has the buffer's rank and integer indices, buffers
-//! and variables are used in scope, operand dtypes agree, calls match their callees. Reports
+//! The loop-IR verifier: every buffer has a size that fits the machine, every buffer access has
+//! the buffer's rank and integer indices, buffers and variables are used in scope, operand
+//! dtypes agree, calls match their callees, nothing nests deeper than [`MAX_NESTING`]. Reports
 //! every problem found.
+//!
+//! Code generation relies on it: a verified module's buffer sizes, element counts and constant
+//! loop extents were computed without overflow, so the ranges proved from them are sound.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use super::{Arg, BinOp, BufferId, Callee, Expr, Module, PrimFunc, Stmt, VarId};
+use super::{Arg, BinOp, BufferId, Callee, Expr, MAX_NESTING, Module, PrimFunc, Stmt, VarId};
 use crate::dtype::DType;
+use crate::limits::{Limits, span_bytes};
 use crate::verify::VerifyErrors;
+
+/// The highest buffer rank (the graph's own limit).
+const MAX_BUFFER_RANK: usize = Limits::DEFAULT.max_rank;
 
 /// Verifies every function of the module and every call between them.
 pub fn verify_module(m: &Module) -> Result<(), VerifyErrors> {
     let mut errors = Vec::new();
     let mut names = HashSet::new();
+    let by_name = m.by_name();
     for f in &m.funcs {
         if !names.insert(f.name.as_str()) {
             errors.push(format!("function '{}' is defined twice", f.name));
         }
-        if let Err(VerifyErrors(e)) = verify_func(f, Some(m)) {
+        if let Err(VerifyErrors(e)) = verify_in(f, Some(&by_name)) {
             errors.extend(e);
         }
     }
@@ -25,6 +34,10 @@ pub fn verify_module(m: &Module) -> Result<(), VerifyErrors> {
 
 /// Verifies one function; with `module`, calls are checked against their callees.
 pub fn verify_func(f: &PrimFunc, module: Option<&Module>) -> Result<(), VerifyErrors> {
+    verify_in(f, module.map(Module::by_name).as_ref())
+}
+
+fn verify_in(f: &PrimFunc, module: Option<&HashMap<&str, &PrimFunc>>) -> Result<(), VerifyErrors> {
     let mut v = Verifier {
         f,
         module,
@@ -32,7 +45,17 @@ pub fn verify_func(f: &PrimFunc, module: Option<&Module>) -> Result<(), VerifyEr
         buffers: HashSet::new(),
         vars: HashSet::new(),
         ever_declared: HashSet::new(),
+        depth: 0,
     };
+    for buf in &f.buffers {
+        if buf.shape.len() > MAX_BUFFER_RANK {
+            v.err(format!("buffer '{}' has rank {}, more than {MAX_BUFFER_RANK}", buf.name, buf.shape.len()));
+        }
+        // Zero-length axes count as 1: that also bounds loops over the shape.
+        if span_bytes(buf.dtype, &buf.shape).is_none_or(|b| b > Limits::ABSOLUTE_MAX_BYTES) {
+            v.err(format!("buffer '{}' ({}{:?}) is too large to address", buf.name, buf.dtype, buf.shape));
+        }
+    }
     for &p in &f.params {
         if (p.0 as usize) >= f.buffers.len() {
             v.err(format!("parameter buffer #{} does not exist", p.0));
@@ -57,13 +80,15 @@ pub fn verify_func(f: &PrimFunc, module: Option<&Module>) -> Result<(), VerifyEr
 
 struct Verifier<'a> {
     f: &'a PrimFunc,
-    module: Option<&'a Module>,
+    module: Option<&'a HashMap<&'a str, &'a PrimFunc>>,
     errors: Vec<String>,
     /// Buffers visible at the current point.
     buffers: HashSet<BufferId>,
     vars: HashSet<VarId>,
     /// Buffers declared anywhere so far (a buffer is declared once per function).
     ever_declared: HashSet<BufferId>,
+    /// Current nesting of statements and expressions.
+    depth: usize,
 }
 
 impl Verifier<'_> {
@@ -123,8 +148,31 @@ impl Verifier<'_> {
         }
     }
 
+    /// Enters one nesting level; false (with an error) past [`MAX_NESTING`].
+    fn descend(&mut self) -> bool {
+        if self.depth >= MAX_NESTING {
+            if self.depth == MAX_NESTING {
+                self.err(format!("statements or expressions nest more than {MAX_NESTING} levels deep"));
+                // Report once, and never descend further.
+                self.depth += 1;
+            }
+            return false;
+        }
+        self.depth += 1;
+        true
+    }
+
     /// Checks an expression and returns its dtype (None after an error that hides it).
     fn expr(&mut self, e: &Expr) -> Option<DType> {
+        if !self.descend() {
+            return None;
+        }
+        let t = self.expr_here(e);
+        self.depth -= 1;
+        t
+    }
+
+    fn expr_here(&mut self, e: &Expr) -> Option<DType> {
         match e {
             Expr::Int { dtype, .. } => {
                 if dtype.is_float() {
@@ -206,6 +254,13 @@ impl Verifier<'_> {
     }
 
     fn stmt(&mut self, s: &Stmt) {
+        if self.descend() {
+            self.stmt_here(s);
+            self.depth -= 1;
+        }
+    }
+
+    fn stmt_here(&mut self, s: &Stmt) {
         match s {
             Stmt::Seq(v) => {
                 // Declarations inside a sequence are visible to its end only.
@@ -300,7 +355,7 @@ impl Verifier<'_> {
                     }
                 }
                 if let (Callee::Func(name), Some(m)) = (&call.callee, self.module) {
-                    match m.func(name) {
+                    match m.get(name.as_str()) {
                         None => self.err(format!("call to unknown function '{name}'")),
                         Some(callee) => self.check_call(callee, &call.args),
                     }

@@ -43,6 +43,10 @@ pub struct Group {
     pub output_slots: Vec<usize>,
 }
 
+/// The longest epilogue chain fused into one operator. Longer chains continue in a new group:
+/// the fused expression (and every recursive walk over it) stays bounded whatever the model.
+pub const MAX_EPILOGUE: usize = 32;
+
 /// Partitions the graph's (live) nodes into fused groups, in execution order.
 pub fn fuse(graph: &Graph) -> Vec<Group> {
     let producers = graph.producers();
@@ -53,6 +57,8 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
             consumers[v.0].push(i);
         }
     }
+    let mut is_output = vec![false; graph.values.len()];
+    graph.outputs.iter().for_each(|o| is_output[o.0] = true);
     let mut absorbed = vec![false; graph.nodes.len()];
     let mut groups = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -74,7 +80,7 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
         if takes_epilogue(&node.op) && node.outputs.len() == 1 {
             let mut cur = node.outputs[0];
             loop {
-                if graph.outputs.contains(&cur) || uses[cur.0] != 1 {
+                if is_output[cur.0] || uses[cur.0] != 1 || group.epilogue.len() >= MAX_EPILOGUE {
                     break;
                 }
                 let c = consumers[cur.0][0];
@@ -113,8 +119,9 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
             Epilogue::Binary { other, .. } => Some(*other),
             _ => None,
         });
+        let mut seen = std::collections::HashSet::new();
         for v in node.inputs.iter().copied().chain(extra) {
-            if !inputs.contains(&v) {
+            if seen.insert(v) {
                 inputs.push(v);
             }
         }

@@ -10,7 +10,7 @@ mod ops;
 
 use std::collections::HashMap;
 
-use crate::graph::{Graph, ValueId};
+use crate::graph::{Graph, NameTable, Node, ValueId};
 use crate::loop_ir::build::FuncBuilder;
 use crate::loop_ir::simplify::simplify_func;
 use crate::loop_ir::{Arg, BufferId, Call, Callee, MAIN, Module, Stmt};
@@ -22,14 +22,56 @@ pub use fuse::{Epilogue, Group, fuse};
 pub enum LowerError {
     #[error("node '{node}' ({op}): cannot lower: {reason}")]
     Unsupported { node: String, op: String, reason: String },
+    #[error("operator '{func}': scratch buffer '{buffer}': {reason}")]
+    TooLarge { func: String, buffer: String, reason: String },
+    #[error("node '{node}' ({op}): {reason}")]
+    Graph { node: String, op: String, reason: String },
+}
+
+/// Concats with more inputs than this are lowered as a tree of smaller ones: operator
+/// functions keep a bounded number of parameters however wide the model.
+pub const MAX_CONCAT_INPUTS: usize = 64;
+
+/// `graph` with every Concat of more than [`MAX_CONCAT_INPUTS`] inputs split into a tree of
+/// Concats (None when there is none).
+fn split_wide_concats(graph: &Graph) -> Result<Option<Graph>, LowerError> {
+    let wide = |n: &Node| matches!(n.op, Op::Concat { .. }) && n.inputs.len() > MAX_CONCAT_INPUTS;
+    if !graph.nodes.iter().any(wide) {
+        return Ok(None);
+    }
+    let mut g = graph.clone();
+    let mut names = NameTable::new(&g);
+    for node in std::mem::take(&mut g.nodes) {
+        if !wide(&node) {
+            g.nodes.push(node);
+            continue;
+        }
+        let mut level = node.inputs.clone();
+        while level.len() > MAX_CONCAT_INPUTS {
+            let mut next = Vec::with_capacity(level.len().div_ceil(MAX_CONCAT_INPUTS));
+            for chunk in level.chunks(MAX_CONCAT_INPUTS) {
+                let name = names.fresh(&format!("{}:part", node.name));
+                let part = g.add_node_named(name.clone(), node.op.clone(), chunk, vec![name]).map_err(|e| {
+                    LowerError::Graph { node: node.name.clone(), op: node.op.name().into(), reason: e.to_string() }
+                })?;
+                next.push(part[0]);
+            }
+            level = next;
+        }
+        g.nodes.push(Node { inputs: level, ..node });
+    }
+    Ok(Some(g))
 }
 
 /// Default pool candidates of lowered allocations: empty means "the default workspace pool"
 /// (constants: "the default constant pool"); the planner resolves them.
 const DEFAULT_POOLS: Vec<String> = Vec::new();
 
-/// Lowers a verified graph to a loop-IR module.
+/// Lowers a verified graph to a loop-IR module. Every scratch buffer lowering adds is checked
+/// against the graph's limits.
 pub fn lower(graph: &Graph) -> Result<Module, LowerError> {
+    let split = split_wide_concats(graph)?;
+    let graph = split.as_ref().unwrap_or(graph);
     let groups = fuse(graph);
     let mut module = Module::default();
     let mut main = FuncBuilder::new(MAIN);
@@ -69,6 +111,17 @@ pub fn lower(graph: &Graph) -> Result<Module, LowerError> {
 
     for (k, group) in groups.iter().enumerate() {
         let func = ops::lower_group(graph, group, k)?;
+        // Parameters are graph tensors, checked already; the rest is scratch lowering added.
+        for (i, buf) in func.buffers.iter().enumerate() {
+            if func.params.contains(&BufferId(i as u32)) {
+                continue;
+            }
+            graph.limits.check_shape(buf.dtype, &buf.shape).map_err(|e| LowerError::TooLarge {
+                func: func.name.clone(),
+                buffer: buf.name.clone(),
+                reason: e.to_string(),
+            })?;
+        }
         let mut args = Vec::new();
         for &v in group.inputs.iter().chain(&group.outputs) {
             args.push(Arg::Buffer(ensure(&mut main, &mut body, v)));

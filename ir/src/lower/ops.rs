@@ -11,7 +11,7 @@ use super::fuse::{Epilogue, Group};
 use crate::dtype::{DType, TensorType};
 use crate::graph::{Graph, ValueId};
 use crate::loop_ir::build::{FuncBuilder, add, and, flat_index, floordiv, ge, idx, in_range, lt, max, min, mul, sub};
-use crate::loop_ir::{BinOp, BufferId, CmpOp, Expr, MathOp, PrimFunc, Scope, Stmt, layouts};
+use crate::loop_ir::{BinOp, BufferId, CmpOp, Expr, ForKind, MathOp, PrimFunc, Scope, Stmt, layouts};
 use crate::op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 use crate::tensor::Tensor;
 
@@ -113,11 +113,29 @@ struct Epi {
 }
 
 impl Epi {
-    fn apply(&self, mut v: Expr, out_idx: &[Expr]) -> Expr {
+    /// Stores `value`, with the epilogue applied, at `out[o]`.
+    fn store(&self, fb: &mut FuncBuilder, out: BufferId, o: &[Expr], value: Expr) -> Stmt {
+        let mut lets = Vec::new();
+        let value = self.apply(fb, value, o, &mut lets);
+        lets.push(Stmt::Store { buffer: out, indices: o.to_vec(), value });
+        Stmt::seq(lets)
+    }
+
+    /// The epilogue applied to `v`. A step that reads its operand more than once (LeakyRelu)
+    /// gets it through a `let` (pushed to `lets`), so the expression grows linearly with the
+    /// chain, never exponentially.
+    fn apply(&self, fb: &mut FuncBuilder, mut v: Expr, out_idx: &[Expr], lets: &mut Vec<Stmt>) -> Expr {
         for (step, operand) in &self.steps {
             v = match step {
                 Epilogue::Unary(u) => unary_expr(*u, v, self.dtype),
-                Epilogue::LeakyRelu(a) => leaky_expr(v, *a, self.dtype),
+                Epilogue::LeakyRelu(a) => {
+                    if !matches!(v, Expr::Var(_) | Expr::Load { .. } | Expr::Int { .. } | Expr::Float { .. }) {
+                        let var = fb.var("e", self.dtype);
+                        lets.push(Stmt::Let { var, value: v });
+                        v = Expr::Var(var);
+                    }
+                    leaky_expr(v, *a, self.dtype)
+                }
                 Epilogue::Clip { min, max } => clip_expr(v, min.as_ref(), max.as_ref()),
                 Epilogue::Binary { op, value_is_lhs, .. } => {
                     let o = operand.as_ref().expect("binary epilogue has an operand").load_broadcast(out_idx);
@@ -267,7 +285,7 @@ fn elementwise(
     let buf = out.buf;
     fb.loop_nest("i", &out.shape.clone(), |fb, o| {
         let v = f(fb, o);
-        Stmt::Store { buffer: buf, indices: o.to_vec(), value: epi.apply(v, o) }
+        epi.store(fb, buf, o, v)
     })
 }
 
@@ -328,24 +346,31 @@ fn conv(
     let acc_t = if zero_points.is_some() { DType::I32 } else { acc_dtype(x.dtype) };
     let mut prelude = Vec::new();
 
-    // Padded copy of the input (scratch), so the inner loop needs no bounds checks.
+    // A padded copy of the input (scratch) lets the inner loop run without bounds checks; when
+    // the padding is large next to the input (or the input empty), taps are guarded instead,
+    // so the scratch never dwarfs the tensors.
+    let mut padded_shape = x.shape.clone();
+    for d in 0..k {
+        padded_shape[d + 2] += win.pads_begin[d] + win.pads_end[d];
+    }
+    let x_elems = x.shape.iter().product::<usize>();
     let padded = win.pads_begin.iter().chain(&win.pads_end).any(|&p| p > 0);
-    let src = if padded {
-        let mut shape = x.shape.clone();
-        for d in 0..k {
-            shape[d + 2] += win.pads_begin[d] + win.pads_end[d];
-        }
+    let copy_elems = crate::limits::span_elements(&padded_shape);
+    let guarded = padded && (x_elems == 0 || copy_elems.is_none_or(|n| n > 2 * x_elems as u64 + 4096));
+    let fill = match zero_points {
+        Some((xzp, _)) => xzp.load_scalar(),
+        None => lit(x.dtype, 0.0),
+    };
+    let src = if padded && !guarded {
+        let shape = padded_shape;
         let pad_buf = fb.buffer("pad", x.dtype, shape.clone(), Scope::Global);
         // NCHWc: blocks of 4 channels innermost, so a vector of 4 lanes loads in one go.
         if k == 2 && g == 1 && c % 4 == 0 && c >= 8 && zero_points.is_none() {
             fb.set_layout_transform(pad_buf, layouts::nchwc(4));
         }
         prelude.push(Stmt::Allocate { buffer: pad_buf, pools: vec![] });
-        let fill = match zero_points {
-            Some((xzp, _)) => xzp.load_scalar(),
-            None => lit(x.dtype, 0.0),
-        };
         let x2 = x.clone();
+        let fill = fill.clone();
         prelude.push(loops(fb, "p", &shape, |_, p| {
             let mut conds = Vec::new();
             let mut src_idx = vec![p[0].clone(), p[1].clone()];
@@ -380,16 +405,23 @@ fn conv(
             let ch = if g == 1 { r[0].clone() } else { add(mul(grp.clone(), idx(cg as i64)), r[0].clone()) };
             let mut xi = vec![n.clone(), ch];
             let mut wi = vec![oc.clone(), r[0].clone()];
-            for d in 0..k {
-                // In the padded copy, tap positions are never negative.
-                let pos = add(
-                    mul(o[d + 2].clone(), idx(win.strides[d] as i64)),
-                    mul(r[d + 1].clone(), idx(win.dilations[d] as i64)),
-                );
-                xi.push(pos);
-                wi.push(r[d + 1].clone());
-            }
-            let (xv, wv) = (src.load(xi), w.load(wi));
+            wi.extend(r[1..].iter().cloned());
+            let xv = if guarded {
+                let t = taps(win, &x.shape[2..], o, &r[1..]);
+                xi.extend(t.clamped);
+                // An empty input has nothing to load: every tap is padding.
+                if x_elems == 0 { fill.clone() } else { Expr::select(t.inside, src.load(xi), fill.clone()) }
+            } else {
+                for d in 0..k {
+                    // In the padded copy, tap positions are never negative.
+                    xi.push(add(
+                        mul(o[d + 2].clone(), idx(win.strides[d] as i64)),
+                        mul(r[d + 1].clone(), idx(win.dilations[d] as i64)),
+                    ));
+                }
+                src.load(xi)
+            };
+            let wv = w.load(wi);
             let term = match zero_points {
                 Some((xzp, wzp)) => {
                     let wz = if wzp.shape.iter().product::<usize>() > 1 {
@@ -407,11 +439,7 @@ fn conv(
             set(acc, add(get(acc), term))
         });
         let value = cast_to(out.dtype, get(acc), acc_t);
-        Stmt::seq(vec![
-            set(acc, init),
-            reduce,
-            Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: epi.apply(value, o) },
-        ])
+        Stmt::seq(vec![set(acc, init), reduce, epi.store(fb, out.buf, o, value)])
     });
     prelude.push(nest);
     Stmt::seq(prelude)
@@ -446,11 +474,7 @@ fn gemm(
             v = add(v, if beta == 1.0 { cv } else { mul(lit(acc_t, beta as f64), cv) });
         }
         let value = cast_to(out.dtype, v, acc_t);
-        Stmt::seq(vec![
-            set(acc, lit(acc_t, 0.0)),
-            reduce,
-            Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: epi.apply(value, o) },
-        ])
+        Stmt::seq(vec![set(acc, lit(acc_t, 0.0)), reduce, epi.store(fb, out.buf, o, value)])
     });
     Stmt::seq(vec![alloc, nest])
 }
@@ -508,11 +532,7 @@ fn matmul(
             set(acc, add(get(acc), term))
         });
         let value = cast_to(out.dtype, get(acc), acc_t);
-        Stmt::seq(vec![
-            set(acc, lit(acc_t, 0.0)),
-            reduce,
-            Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: epi.apply(value, o) },
-        ])
+        Stmt::seq(vec![set(acc, lit(acc_t, 0.0)), reduce, epi.store(fb, out.buf, o, value)])
     });
     Stmt::seq(vec![alloc, nest])
 }
@@ -522,6 +542,67 @@ struct Taps {
     pos: Vec<Expr>,
     inside: Expr,
     clamped: Vec<Expr>,
+}
+
+/// Kernels with more offsets than this visit only the taps inside the input (see
+/// [`window_loops`]); smaller ones keep constant loop extents, which vectorize.
+const CLIPPED_WINDOW_TAPS: usize = 64;
+
+/// Whether pooling `x` with `win` visits only the taps inside the input.
+fn clip_window(win: &Window, x: &Operand) -> bool {
+    let taps = win.kernel.iter().try_fold(1usize, |acc, &k| acc.checked_mul(k));
+    taps.is_none_or(|t| t > CLIPPED_WINDOW_TAPS) || x.shape.contains(&0)
+}
+
+/// First kernel offset along axis `d` whose tap at output position `o` is at or after
+/// position `from` (measured from the start of the padding): `ceil((from - o*stride) / dil)`.
+fn first_offset_at(win: &Window, d: usize, o: &Expr, from: usize) -> Expr {
+    let dil = win.dilations[d] as i64;
+    floordiv(sub(idx(from as i64 + dil - 1), mul(o.clone(), idx(win.strides[d] as i64))), idx(dil))
+}
+
+/// The reduction loops over the kernel offsets of the window at output position `o`; `body`
+/// gets the offsets. With `clip`, each axis visits only the offsets whose tap lies inside the
+/// input (loop extents computed per output position), so the work follows the taps that exist
+/// however large the kernel and the padding; otherwise every offset, with constant extents.
+fn window_loops(
+    fb: &mut FuncBuilder,
+    win: &Window,
+    in_sp: &[usize],
+    o: &[Expr],
+    clip: bool,
+    body: impl FnOnce(&mut FuncBuilder, &[Expr]) -> Stmt,
+) -> Stmt {
+    if !clip {
+        return loops(fb, "r", &win.kernel, body);
+    }
+    let mut offsets = Vec::with_capacity(in_sp.len());
+    let mut nest = Vec::with_capacity(in_sp.len());
+    for d in 0..in_sp.len() {
+        let lo = max(first_offset_at(win, d, &o[d + 2], win.pads_begin[d]), idx(0));
+        let hi = min(first_offset_at(win, d, &o[d + 2], win.pads_begin[d] + in_sp[d]), idx(win.kernel[d] as i64));
+        let var = fb.var(&format!("r{d}"), DType::I64);
+        offsets.push(add(lo.clone(), Expr::Var(var)));
+        nest.push((var, max(sub(hi, lo), idx(0))));
+    }
+    let mut stmt = body(fb, &offsets);
+    for (var, extent) in nest.into_iter().rev() {
+        stmt = Stmt::For { var, extent, kind: ForKind::Serial, body: Box::new(stmt) };
+    }
+    stmt
+}
+
+/// How many kernel offsets of the window at `o` fall inside the input or its explicit padding
+/// (not the ceil-mode overhang beyond it).
+fn offsets_in_padding(win: &Window, in_sp: &[usize], o: &[Expr]) -> Expr {
+    (0..in_sp.len())
+        .map(|d| {
+            let padded = in_sp[d] + win.pads_begin[d] + win.pads_end[d];
+            let end = first_offset_at(win, d, &o[d + 2], padded);
+            max(min(end, idx(win.kernel[d] as i64)), idx(0))
+        })
+        .reduce(mul)
+        .unwrap_or_else(|| idx(1))
 }
 
 fn taps(win: &Window, in_sp: &[usize], o: &[Expr], r: &[Expr]) -> Taps {
@@ -542,8 +623,9 @@ fn max_pool(fb: &mut FuncBuilder, x: &Operand, pool: &PoolAttrs, col_major: bool
     let out_shape = outs.iter().flatten().next().expect("a stored output").shape.clone();
     let plane: usize = in_sp.iter().product();
     let channels = x.shape[1];
+    let clip = clip_window(win, x);
     let nest = loops(fb, "o", &out_shape, |fb, o| {
-        let reduce = loops(fb, "r", &win.kernel, |_, r| {
+        let reduce = window_loops(fb, win, &in_sp, o, clip, |_, r| {
             let t = taps(win, &in_sp, o, r);
             let v = x.load([vec![o[0].clone(), o[1].clone()], t.clamped.clone()].concat());
             let spatial = if col_major {
@@ -596,11 +678,18 @@ fn average_pool(
     let acc_t = acc_dtype(x.dtype);
     let (sum, a1) = local(fb, "sum", acc_t);
     let (count, a2) = local(fb, "count", DType::I64);
+    let clip = clip_window(win, x);
     let nest = loops(fb, "o", &out.shape.clone(), |fb, o| {
-        let reduce = loops(fb, "r", &win.kernel, |_, r| {
+        let reduce = window_loops(fb, win, &in_sp, o, clip, |_, r| {
             let t = taps(win, &in_sp, o, r);
             let v = cast_to(acc_t, x.load([vec![o[0].clone(), o[1].clone()], t.clamped.clone()].concat()), x.dtype);
             let inc = set(count, add(get(count), idx(1)));
+            if clip {
+                // Only taps inside the input are visited; padding is counted after the loop.
+                let mut then = vec![set(sum, add(get(sum), v))];
+                then.extend((!include_pad).then_some(inc));
+                return Stmt::If { cond: t.inside, then: Box::new(Stmt::seq(then)), otherwise: None };
+            }
             // With count_include_pad, taps in the explicit padding count; ceil-mode overhang
             // beyond it does not.
             let in_padding = all(t
@@ -623,12 +712,12 @@ fn average_pool(
             Expr::binary(BinOp::Div, get(sum), Expr::cast(acc_t, get(count))),
         );
         let value = cast_to(out.dtype, mean, acc_t);
-        Stmt::seq(vec![
-            set(sum, lit(acc_t, 0.0)),
-            set(count, idx(0)),
-            reduce,
-            Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: epi.apply(value, o) },
-        ])
+        let mut stmts = vec![set(sum, lit(acc_t, 0.0)), set(count, idx(0)), reduce];
+        if clip && include_pad {
+            stmts.push(set(count, offsets_in_padding(win, &in_sp, o)));
+        }
+        stmts.push(epi.store(fb, out.buf, o, value));
+        Stmt::seq(stmts)
     });
     Stmt::seq(vec![a1, a2, nest])
 }
@@ -648,7 +737,7 @@ fn global_average_pool(fb: &mut FuncBuilder, x: &Operand, out: &Operand, epi: &E
         let mean =
             if count == 0 { lit(acc_t, 0.0) } else { Expr::binary(BinOp::Div, get(sum), lit(acc_t, count as f64)) };
         let value = cast_to(out.dtype, mean, acc_t);
-        let store = Stmt::Store { buffer: out.buf, indices: out_idx.clone(), value: epi.apply(value, &out_idx) };
+        let store = epi.store(fb, out.buf, &out_idx, value);
         Stmt::seq(vec![set(sum, lit(acc_t, 0.0)), reduce, store])
     });
     Stmt::seq(vec![alloc, nest])

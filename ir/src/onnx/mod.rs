@@ -13,11 +13,12 @@ use std::path::Path;
 use prost::Message;
 
 use crate::dtype::{DType, TensorType};
-use crate::graph::{Graph, GraphError, ValueId};
+use crate::graph::{Graph, GraphError, NameTable, ValueId};
+use crate::limits::Limits;
 use crate::tensor::Tensor;
 
 pub use ops::{SUPPORTED_OPS, schema_version};
-pub use tensor::{tensor_from_proto, tensor_to_proto};
+pub use tensor::{tensor_from_proto, tensor_from_proto_within, tensor_to_proto};
 
 use proto::{GraphProto, ModelProto, NodeProto, ValueInfoProto, type_proto};
 
@@ -48,6 +49,8 @@ pub enum ImportError {
     DynamicShape { name: String, dim: usize, param: String },
     #[error("graph input '{0}' has no tensor type information")]
     MissingType(String),
+    #[error("{context}: {reason}")]
+    TooLarge { context: String, reason: String },
     #[error("tensor '{name}': {reason}")]
     BadTensor { name: String, reason: String },
     #[error("tensor '{name}' stores its data externally; external data is not supported")]
@@ -85,6 +88,9 @@ pub struct ImportOptions {
     /// shape, Pad's pads, ...). Such inputs become constants and leave the graph's input list;
     /// supplied inputs that no op needs stay ordinary inputs.
     pub known_values: HashMap<String, Tensor>,
+    /// Size limits every tensor of the model must respect (checked before anything is
+    /// allocated).
+    pub limits: Limits,
 }
 
 /// Reads and imports an ONNX model file.
@@ -108,7 +114,7 @@ pub fn import_model(bytes: &[u8], options: &ImportOptions) -> Result<Graph, Impo
         return Err(ImportError::OpsetTooOld(opset));
     }
     let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
-    Importer::new(opset, &options.known_values).import(graph)
+    Importer::new(opset, options, graph).import(graph)
 }
 
 pub(crate) struct Importer<'a> {
@@ -116,6 +122,9 @@ pub(crate) struct Importer<'a> {
     pub(crate) names: HashMap<String, ValueId>,
     known: &'a HashMap<String, Tensor>,
     pub(crate) opset: i64,
+    /// Every name of the model (including node outputs not imported yet) and every name the
+    /// importer made, so made-up names never collide.
+    taken: NameTable,
 }
 
 /// A declared element type with each dimension: its size, or the symbolic name it has instead.
@@ -160,8 +169,19 @@ fn declared_type(v: &ValueInfoProto) -> Result<Option<DeclaredType>, ImportError
 }
 
 impl<'a> Importer<'a> {
-    fn new(opset: i64, known: &'a HashMap<String, Tensor>) -> Self {
-        Importer { graph: Graph::new(), names: HashMap::new(), known, opset }
+    fn new(opset: i64, options: &'a ImportOptions, proto: &GraphProto) -> Self {
+        let mut taken = NameTable::default();
+        let declared = proto.input.iter().map(|v| &v.name).chain(proto.initializer.iter().map(|t| &t.name));
+        for name in declared.chain(proto.node.iter().flat_map(|n| &n.output)) {
+            taken.reserve(name);
+        }
+        let graph = Graph { limits: options.limits, ..Graph::new() };
+        Importer { graph, names: HashMap::new(), known: &options.known_values, opset, taken }
+    }
+
+    /// A fresh value name derived from `base`.
+    pub(crate) fn fresh_name(&mut self, base: &str) -> String {
+        self.taken.fresh(base)
     }
 
     fn define(&mut self, name: &str, id: ValueId) -> Result<(), ImportError> {
@@ -180,7 +200,7 @@ impl<'a> Importer<'a> {
             });
         }
         for init in &g.initializer {
-            let t = tensor_from_proto(init)?;
+            let t = tensor_from_proto_within(init, &self.graph.limits)?;
             let id = self.graph.add_constant(init.name.clone(), t);
             self.define(&init.name, id)?;
         }
@@ -209,6 +229,10 @@ impl<'a> Importer<'a> {
                     got: ty.to_string(),
                 });
             }
+            self.graph.limits.check(&ty).map_err(|e| ImportError::TooLarge {
+                context: format!("graph input '{}'", input.name),
+                reason: e.to_string(),
+            })?;
             let id = self.graph.add_input(input.name.clone(), ty);
             self.define(&input.name, id)?;
         }

@@ -5,11 +5,13 @@
 //! attributes are resolved to constants here; the resulting [`Op`] carries no opset knowledge.
 
 use crate::dtype::{DType, TensorType};
+use crate::infer::window_span;
+use crate::limits::checked_elements;
 use crate::op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 use crate::tensor::Tensor;
 
 use super::proto::{AttributeProto, NodeProto, attribute_type as at};
-use super::{ImportError, Importer, tensor_from_proto};
+use super::{ImportError, Importer, tensor_from_proto_within};
 
 /// Every supported op type with the opset versions at which its schema changed.
 pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
@@ -200,7 +202,7 @@ fn wire(
     }
     let mut out_names = Vec::with_capacity(n);
     for (i, o) in ctx.node.output[..n].iter().enumerate() {
-        out_names.push(if o.is_empty() { im.graph.fresh_name(&format!("{}:unused{i}", ctx.name)) } else { o.clone() });
+        out_names.push(if o.is_empty() { im.fresh_name(&format!("{}:unused{i}", ctx.name)) } else { o.clone() });
     }
     let ids = im.graph.add_node_named(ctx.name.to_string(), op, operands, out_names.clone())?;
     for (o, id) in ctx.node.output[..n].iter().zip(ids) {
@@ -239,7 +241,7 @@ fn const_ints(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) ->
 
 /// A scalar zero of `dtype`, or zeros shaped like `shape`, added as a constant.
 fn zeros_operand(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, what: &str, ty: TensorType) -> Operand {
-    let name = im.graph.fresh_name(&format!("{}:{what}", ctx.name));
+    let name = im.fresh_name(&format!("{}:{what}", ctx.name));
     Operand::Made(im.graph.add_constant(name, Tensor::zeros(&ty)))
 }
 
@@ -439,7 +441,7 @@ fn variadic(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, kind: BinaryOp) -> Result<
             let mut acc = im.value(ctx.name, names[0])?;
             for (i, name) in names[1..n - 1].iter().enumerate() {
                 let rhs = im.value(ctx.name, name)?;
-                let tmp = im.graph.fresh_name(&format!("{}:partial{i}", ctx.name));
+                let tmp = im.fresh_name(&format!("{}:partial{i}", ctx.name));
                 acc = im.graph.add_op(tmp, Op::Binary(kind), &[acc, rhs])?;
             }
             Ok((Op::Binary(kind), vec![Operand::Made(acc), Operand::Named(names[n - 1].to_string())]))
@@ -455,7 +457,10 @@ fn import_constant(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impor
     }
     let a = set[0];
     let tensor = match a.name.as_str() {
-        "value" => tensor_from_proto(a.t.as_ref().ok_or_else(|| ctx.bad_attr("value", "has no tensor"))?)?,
+        "value" => tensor_from_proto_within(
+            a.t.as_ref().ok_or_else(|| ctx.bad_attr("value", "has no tensor"))?,
+            &im.graph.limits,
+        )?,
         "value_float" => Tensor::scalar_from_f64(DType::F32, a.f as f64),
         "value_int" => Tensor::from_vec::<i64>(&[], vec![a.i]).map_err(|e| ctx.bad(e))?,
         "value_floats" => Tensor::from_vec::<f32>(&[a.floats.len()], a.floats.clone()).map_err(|e| ctx.bad(e))?,
@@ -608,24 +613,25 @@ fn resolve_reshape(
             d => out.push(d as usize),
         }
     }
-    let total: usize = input.iter().product();
     if let Some(i) = infer_at {
-        let known: usize = out.iter().product();
+        let cannot = || ctx.bad(format!("cannot reshape {input:?} to {target:?}"));
+        let total = checked_elements(input).ok_or_else(cannot)?;
+        let known = checked_elements(&out).ok_or_else(cannot)?;
         if known == 0 || !total.is_multiple_of(known) {
-            return Err(ctx.bad(format!("cannot reshape {input:?} to {target:?}")));
+            return Err(cannot());
         }
         out[i] = total / known;
     }
     Ok(out)
 }
 
-/// Explicit begin/end pads for one spatial axis under `auto_pad`.
-fn auto_pads(mode: &str, input: usize, kernel: usize, stride: usize, dilation: usize) -> (usize, usize) {
+/// Explicit begin/end pads for one spatial axis under `auto_pad`, or `None` when they overflow.
+fn auto_pads(mode: &str, input: usize, kernel: usize, stride: usize, dilation: usize) -> Option<(usize, usize)> {
     let out = input.div_ceil(stride.max(1));
-    let span = dilation * (kernel.max(1) - 1) + 1;
-    let total = ((out.max(1) - 1) * stride + span).saturating_sub(input);
+    let span = window_span(kernel.max(1), dilation)?;
+    let total = (out.max(1) - 1).checked_mul(stride)?.checked_add(span)?.saturating_sub(input);
     let small = total / 2;
-    if mode == "SAME_LOWER" { (total - small, small) } else { (small, total - small) }
+    Some(if mode == "SAME_LOWER" { (total - small, small) } else { (small, total - small) })
 }
 
 fn window(ctx: &NodeCtx<'_>, spatial: &[usize], kernel: Vec<usize>) -> Result<Window, ImportError> {
@@ -649,9 +655,14 @@ fn window(ctx: &NodeCtx<'_>, spatial: &[usize], kernel: Vec<usize>) -> Result<Wi
             (pads[..k].to_vec(), pads[k..].to_vec())
         }
         "VALID" => (vec![0; k], vec![0; k]),
-        "SAME_UPPER" | "SAME_LOWER" => {
-            (0..k).map(|d| auto_pads(&auto_pad, spatial[d], kernel[d], strides[d], dilations[d])).unzip()
-        }
+        "SAME_UPPER" | "SAME_LOWER" => (0..k)
+            .map(|d| {
+                auto_pads(&auto_pad, spatial[d], kernel[d], strides[d], dilations[d])
+                    .ok_or_else(|| ctx.bad(format!("{auto_pad} padding of spatial axis {d} overflows")))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip(),
         other => return Err(ctx.bad_attr("auto_pad", format!("unknown value '{other}'"))),
     };
     Ok(Window { kernel, strides, dilations, pads_begin, pads_end })

@@ -3,13 +3,21 @@
 use half::f16;
 
 use crate::dtype::{DType, TensorType};
+use crate::limits::Limits;
 use crate::tensor::Tensor;
 
 use super::ImportError;
 use super::proto::TensorProto;
 
-/// Decodes an ONNX tensor (initializer, Constant attribute or a test-data `.pb`).
+/// Decodes an ONNX tensor (initializer, Constant attribute or a test-data `.pb`) within the
+/// default [`Limits`].
 pub fn tensor_from_proto(t: &TensorProto) -> Result<Tensor, ImportError> {
+    tensor_from_proto_within(t, &Limits::DEFAULT)
+}
+
+/// Decodes an ONNX tensor whose type must respect `limits`: its dims are checked before
+/// anything is allocated, so hostile dims are an error, never an overflow or an abort.
+pub fn tensor_from_proto_within(t: &TensorProto, limits: &Limits) -> Result<Tensor, ImportError> {
     let name = if t.name.is_empty() { "<unnamed tensor>".to_string() } else { t.name.clone() };
     let bad = |reason: String| ImportError::BadTensor { name: name.clone(), reason };
     if t.data_location == 1 || !t.external_data.is_empty() {
@@ -23,11 +31,10 @@ pub fn tensor_from_proto(t: &TensorProto) -> Result<Tensor, ImportError> {
         .map(|&d| usize::try_from(d).map_err(|_| bad(format!("negative dimension {d}"))))
         .collect::<Result<Vec<_>, _>>()?;
     let ty = TensorType::new(dtype, shape);
-    let n = ty
-        .shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| bad("element count overflows".into()))?;
+    limits
+        .check(&ty)
+        .map_err(|e| ImportError::TooLarge { context: format!("tensor '{name}'"), reason: e.to_string() })?;
+    let n = ty.num_elements();
     if !t.raw_data.is_empty() || n == 0 {
         if n == 0 {
             return Ok(Tensor::zeros(&ty));

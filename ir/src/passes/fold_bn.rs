@@ -3,23 +3,37 @@
 //! per output channel. Requires constant weights and BN parameters and a producer whose output
 //! feeds nothing else.
 
-use crate::graph::{Graph, ValueId};
+use crate::graph::{Graph, NameTable, ValueId};
 use crate::op::Op;
 use crate::tensor::Tensor;
 
-/// Folds every eligible BatchNormalization; returns how many were folded.
+/// Folds every eligible BatchNormalization; returns how many were folded. Linear in the graph
+/// size: producers, use counts and names are looked up in tables built once.
 pub fn fold_batch_norm(graph: &mut Graph) -> usize {
-    let mut folded = 0;
-    let mut i = 0;
-    while i < graph.nodes.len() {
-        if try_fold(graph, i) {
-            graph.nodes.remove(i);
-            folded += 1;
-        } else {
-            i += 1;
-        }
+    let mut ctx = FoldContext {
+        producer: graph.producers(),
+        uses: graph.use_counts(),
+        is_output: vec![false; graph.values.len()],
+        names: NameTable::new(graph),
+    };
+    graph.outputs.iter().for_each(|o| ctx.is_output[o.0] = true);
+    let mut removed = vec![false; graph.nodes.len()];
+    for i in 0..graph.nodes.len() {
+        removed[i] = try_fold(graph, i, &mut ctx);
     }
+    let folded = removed.iter().filter(|&&r| r).count();
+    let mut flags = removed.iter();
+    graph.nodes.retain(|_| !*flags.next().expect("one flag per node"));
     folded
+}
+
+/// What [`try_fold`] looks up, kept current as folds happen.
+struct FoldContext {
+    /// Producing node of each value (folded BNs' outputs move to their producer).
+    producer: Vec<Option<usize>>,
+    uses: Vec<usize>,
+    is_output: Vec<bool>,
+    names: NameTable,
 }
 
 fn constant_f64(graph: &Graph, id: ValueId) -> Option<Vec<f64>> {
@@ -28,14 +42,14 @@ fn constant_f64(graph: &Graph, id: ValueId) -> Option<Vec<f64>> {
 
 /// Rewrites the producer of BN node `bn_index` to include the normalisation. Returns false (and
 /// changes nothing) when the pattern does not apply.
-fn try_fold(graph: &mut Graph, bn_index: usize) -> bool {
+fn try_fold(graph: &mut Graph, bn_index: usize, ctx: &mut FoldContext) -> bool {
     let bn = &graph.nodes[bn_index];
     let Op::BatchNormalization { epsilon } = bn.op else {
         return false;
     };
     let x = bn.inputs[0];
     let dtype = graph.ty(x).dtype;
-    if !dtype.is_float() || graph.outputs.contains(&x) || graph.use_counts()[x.0] != 1 {
+    if !dtype.is_float() || ctx.is_output[x.0] || ctx.uses[x.0] != 1 {
         return false;
     }
     let params: Option<Vec<Vec<f64>>> = bn.inputs[1..].iter().map(|&p| constant_f64(graph, p)).collect();
@@ -43,7 +57,7 @@ fn try_fold(graph: &mut Graph, bn_index: usize) -> bool {
     let (scale, bias, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
     let k: Vec<f64> = scale.iter().zip(var).map(|(s, v)| s / (v + epsilon as f64).sqrt()).collect();
     let bn_out = bn.outputs[0];
-    let Some(p) = graph.nodes.iter().position(|n| n.outputs.first() == Some(&x)) else {
+    let Some(p) = ctx.producer[x.0].filter(|&p| graph.nodes[p].outputs.first() == Some(&x)) else {
         return false;
     };
     let producer = graph.nodes[p].clone();
@@ -97,10 +111,11 @@ fn try_fold(graph: &mut Graph, bn_index: usize) -> bool {
 
     let to_tensor = |shape: &[usize], v: Vec<f64>| Tensor::from_vec::<f64>(shape, v).expect("sizes match").cast(dtype);
     let w_shape = graph.ty(producer.inputs[1]).shape.clone();
-    let w_name = graph.fresh_name(&format!("{}:folded_weight", producer.name));
+    let w_name = ctx.names.fresh(&format!("{}:folded_weight", producer.name));
     let w_id = graph.add_constant(w_name, to_tensor(&w_shape, weight));
-    let b_name = graph.fresh_name(&format!("{}:folded_bias", producer.name));
+    let b_name = ctx.names.fresh(&format!("{}:folded_bias", producer.name));
     let b_id = graph.add_constant(b_name, to_tensor(&[channels], new_bias));
+    ctx.producer[bn_out.0] = Some(p);
     let node = &mut graph.nodes[p];
     node.op = new_op;
     node.inputs = vec![node.inputs[0], w_id, b_id];

@@ -34,14 +34,23 @@ pub fn optimize(graph: &mut Graph) -> PassStats {
 }
 
 /// Evaluates every node whose inputs are all constants and turns its outputs into constants.
-/// Nodes whose evaluation fails (e.g. integer division by zero) are left to fail at run time.
+/// Nodes whose evaluation fails (e.g. integer division by zero, or not enough memory) are left
+/// to fail at run time, and so are nodes whose outputs would be much larger than their inputs
+/// (Pad, broadcasting): a few bytes of model must not become gigabytes of constant data.
 pub fn fold_constants(graph: &mut Graph) -> usize {
+    /// Outputs may exceed the inputs by this much.
+    const GROWTH_ALLOWANCE: usize = 1 << 20;
     let mut folded = 0;
     let mut keep = Vec::with_capacity(graph.nodes.len());
     for node in std::mem::take(&mut graph.nodes) {
         let consts: Option<Vec<Arc<crate::Tensor>>> =
             node.inputs.iter().map(|i| graph.values[i.0].constant.clone()).collect();
-        let result = consts.and_then(|c| {
+        let result = consts.filter(|c| {
+            let input_bytes = c.iter().map(|t| t.size_bytes()).fold(0, usize::saturating_add);
+            let output_bytes = node.outputs.iter().map(|o| graph.ty(*o).size_bytes()).fold(0, usize::saturating_add);
+            output_bytes <= input_bytes.saturating_add(GROWTH_ALLOWANCE)
+        });
+        let result = result.and_then(|c| {
             let refs: Vec<&crate::Tensor> = c.iter().map(|t| t.as_ref()).collect();
             eval_op(&node.op, &refs).ok()
         });
@@ -61,34 +70,48 @@ pub fn fold_constants(graph: &mut Graph) -> usize {
 
 /// Removes Identity and Dropout nodes by reading their input directly. When the node's output
 /// is a graph output, its name is kept by renaming the input value, unless that input is itself
-/// a graph input, a graph output or a constant (then the node stays).
+/// a graph input, a graph output or a constant (then the node stays). Linear in the graph size.
 pub fn remove_identities(graph: &mut Graph) -> usize {
-    let mut removed = 0;
-    let mut i = 0;
-    while i < graph.nodes.len() {
-        let node = &graph.nodes[i];
-        let uses = graph.use_counts();
+    let uses = graph.use_counts();
+    let mut is_input = vec![false; graph.values.len()];
+    graph.inputs.iter().for_each(|i| is_input[i.0] = true);
+    let mut is_output = vec![false; graph.values.len()];
+    graph.outputs.iter().for_each(|o| is_output[o.0] = true);
+    // replacement[v]: the value v now reads from (itself when unchanged); chains resolve to
+    // the first source.
+    let mut replacement: Vec<ValueId> = (0..graph.values.len()).map(ValueId).collect();
+    let resolve = |r: &Vec<ValueId>, mut v: ValueId| {
+        while r[v.0] != v {
+            v = r[v.0];
+        }
+        v
+    };
+    let mut removed = vec![false; graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
         let extra_outputs_used = node.outputs[1..].iter().any(|o| uses[o.0] > 0);
         if !node.op.is_identity_like() || extra_outputs_used {
-            i += 1;
             continue;
         }
-        let (src, dst) = (node.inputs[0], node.outputs[0]);
-        if graph.outputs.contains(&dst) {
-            let src_pinned =
-                graph.inputs.contains(&src) || graph.outputs.contains(&src) || graph.values[src.0].constant.is_some();
-            if src_pinned {
-                i += 1;
+        let (src, dst) = (resolve(&replacement, node.inputs[0]), node.outputs[0]);
+        if is_output[dst.0] {
+            if is_input[src.0] || is_output[src.0] || graph.values[src.0].constant.is_some() {
                 continue;
             }
             let name = std::mem::take(&mut graph.values[dst.0].name);
             graph.values[dst.0].name = std::mem::replace(&mut graph.values[src.0].name, name);
+            is_output[src.0] = true;
         }
-        graph.replace_uses(dst, src);
-        graph.nodes.remove(i);
-        removed += 1;
+        replacement[dst.0] = src;
+        removed[i] = true;
     }
-    removed
+    let count = removed.iter().filter(|&&r| r).count();
+    let mut flags = removed.iter();
+    graph.nodes.retain(|_| !*flags.next().expect("one flag per node"));
+    for node in &mut graph.nodes {
+        node.inputs.iter_mut().for_each(|v| *v = resolve(&replacement, *v));
+    }
+    graph.outputs.iter_mut().for_each(|v| *v = resolve(&replacement, *v));
+    count
 }
 
 /// Removes nodes none of whose outputs reach a graph output, then drops values nothing refers

@@ -1,5 +1,9 @@
 //! Test support shared by every crate's tests: locating the `shared/` folder and comparing
-//! tensors under the project's rules.
+//! tensors under the project's rules, building ONNX models ([`onnx`]) and the corpus of hostile
+//! ones ([`adversarial`]).
+
+pub mod adversarial;
+pub mod onnx;
 
 use std::path::PathBuf;
 

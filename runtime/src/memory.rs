@@ -1,0 +1,202 @@
+//! Memory for pools and staging buffers: zeroed, aligned, allocated fallibly (a model asking for
+//! more than the machine has is an error, never an abort), and optionally placed between
+//! inaccessible guard pages so that any access outside a buffer faults at once.
+//!
+//! Guard pages work at page granularity, so a buffer can be flush against only one of its
+//! guards: [`GuardPages::End`] places each buffer's end against the following guard page (an
+//! overrun faults on its first byte), [`GuardPages::Start`] its start against the preceding one
+//! (an underrun does). Running a test suite in both modes covers both directions, up to the
+//! buffer's alignment.
+#![allow(unsafe_code)]
+
+use std::fmt;
+
+/// Where buffers sit relative to guard pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GuardPages {
+    /// Ordinary heap memory.
+    #[default]
+    Off,
+    /// Each buffer ends where a guard page begins (as far as its alignment allows).
+    End,
+    /// Each buffer starts where a guard page ends.
+    Start,
+}
+
+impl GuardPages {
+    /// `off`, `end` or `start`.
+    pub fn parse(s: &str) -> Option<GuardPages> {
+        match s {
+            "off" => Some(GuardPages::Off),
+            "end" => Some(GuardPages::End),
+            "start" => Some(GuardPages::Start),
+            _ => None,
+        }
+    }
+
+    /// The mode the environment asks for: `HERON_GUARD_PAGES=end|start` (tests run their
+    /// engines in it); `Off` when unset.
+    pub fn from_env() -> GuardPages {
+        std::env::var("HERON_GUARD_PAGES").ok().and_then(|v| GuardPages::parse(&v)).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for GuardPages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            GuardPages::Off => "off",
+            GuardPages::End => "end",
+            GuardPages::Start => "start",
+        })
+    }
+}
+
+/// The memory could not be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("out of memory: cannot allocate {bytes} bytes for {what}{}", .detail.as_ref().map_or(String::new(), |d| format!(" ({d})")))]
+pub struct AllocError {
+    pub what: String,
+    pub bytes: usize,
+    pub detail: Option<String>,
+}
+
+enum Storage {
+    Heap(Vec<u8>),
+    /// The whole mapping: guard page, buffer pages, guard page.
+    Guarded(region::Allocation),
+}
+
+/// A zeroed, aligned byte buffer.
+pub struct Block {
+    storage: Storage,
+    start: usize,
+    len: usize,
+}
+
+// SAFETY: a `Block` owns its memory exclusively (the guarded mapping is never shared or
+// aliased), so moving it to, or reading it from, another thread is as safe as for a Vec<u8>.
+unsafe impl Send for Block {}
+unsafe impl Sync for Block {}
+
+impl fmt::Debug for Block {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.storage {
+            Storage::Heap(_) => "heap",
+            Storage::Guarded(_) => "guarded",
+        };
+        write!(f, "Block({kind}, {} bytes)", self.len)
+    }
+}
+
+impl Block {
+    /// `len` zero bytes aligned to `align` (a power of two), in `guard` mode; `what` names
+    /// the buffer in errors.
+    pub fn zeroed(len: usize, align: usize, guard: GuardPages, what: &str) -> Result<Block, AllocError> {
+        let fail = |detail: Option<String>| AllocError { what: what.to_string(), bytes: len, detail };
+        let align = align.max(1);
+        match guard {
+            GuardPages::Off => {
+                let total = len.checked_add(align).ok_or_else(|| fail(None))?;
+                let mut storage = Vec::new();
+                storage.try_reserve_exact(total).map_err(|e| fail(Some(e.to_string())))?;
+                storage.resize(total, 0);
+                let start = storage.as_ptr().align_offset(align);
+                Ok(Block { storage: Storage::Heap(storage), start, len })
+            }
+            GuardPages::End | GuardPages::Start => {
+                let page = region::page::size();
+                let pages = len.div_ceil(page).max(1);
+                let inner = pages.checked_mul(page).ok_or_else(|| fail(None))?;
+                let total = inner.checked_add(2 * page).ok_or_else(|| fail(None))?;
+                let mut mapping =
+                    region::alloc(total, region::Protection::NONE).map_err(|e| fail(Some(e.to_string())))?;
+                let base = mapping.as_mut_ptr::<u8>();
+                // SAFETY: the range is the mapping's own middle pages, whole pages inside it.
+                unsafe { region::protect(base.add(page), inner, region::Protection::READ_WRITE) }
+                    .map_err(|e| fail(Some(e.to_string())))?;
+                let start = match guard {
+                    // The end flush against the trailing guard page, rounded down to `align`.
+                    GuardPages::End => (page + inner - len) & !(align - 1),
+                    _ => page,
+                };
+                Ok(Block { storage: Storage::Guarded(mapping), start, len })
+            }
+        }
+    }
+
+    /// A copy of `bytes` in the same kind of memory; read-only when guarded, so a stray write
+    /// faults too.
+    pub fn read_only_copy(bytes: &[u8], align: usize, guard: GuardPages, what: &str) -> Result<Block, AllocError> {
+        let mut block = Block::zeroed(bytes.len(), align, guard, what)?;
+        block.as_mut().copy_from_slice(bytes);
+        if let Storage::Guarded(mapping) = &block.storage {
+            let page = region::page::size();
+            let base = mapping.as_ptr::<u8>();
+            // SAFETY: the buffer's pages, inside the mapping (as made writable above).
+            unsafe { region::protect(base.add(page), mapping.len() - 2 * page, region::Protection::READ) }
+                .map_err(|e| AllocError { what: what.to_string(), bytes: bytes.len(), detail: Some(e.to_string()) })?;
+        }
+        Ok(block)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_ref(&self) -> &[u8] {
+        match &self.storage {
+            Storage::Heap(v) => &v[self.start..self.start + self.len],
+            // SAFETY: `start..start + len` lies in the mapping's readable pages, which live as
+            // long as `self`; the shared borrow of `self` rules out writers.
+            Storage::Guarded(m) => unsafe { std::slice::from_raw_parts(m.as_ptr::<u8>().add(self.start), self.len) },
+        }
+    }
+
+    pub fn as_mut(&mut self) -> &mut [u8] {
+        match &mut self.storage {
+            Storage::Heap(v) => &mut v[self.start..self.start + self.len],
+            // SAFETY: as in `as_ref`, with the exclusive borrow of `self`; only blocks made by
+            // `zeroed` (read-write pages) are ever borrowed mutably: `read_only_copy` blocks
+            // are only shared.
+            Storage::Guarded(m) => unsafe {
+                std::slice::from_raw_parts_mut(m.as_mut_ptr::<u8>().add(self.start), self.len)
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_zeroed_aligned_and_sized() {
+        for guard in [GuardPages::Off, GuardPages::End, GuardPages::Start] {
+            for len in [0, 1, 63, 4096, 10_000] {
+                let mut b = Block::zeroed(len, 64, guard, "test").unwrap();
+                assert_eq!(b.len(), len);
+                assert!(b.as_ref().iter().all(|&x| x == 0));
+                assert_eq!(b.as_ref().as_ptr() as usize % 64, 0, "{guard} {len}");
+                b.as_mut().iter_mut().for_each(|x| *x = 7);
+            }
+        }
+        let page = region::page::size();
+        let b = Block::zeroed(4 * page, 64, GuardPages::End, "test").unwrap();
+        let end = b.as_ref().as_ptr() as usize + b.len();
+        assert_eq!(end % page, 0, "an end-flush block ends at a page boundary");
+        let b = Block::zeroed(100, 64, GuardPages::Start, "test").unwrap();
+        assert_eq!(b.as_ref().as_ptr() as usize % page, 0, "a start-flush block starts at a page boundary");
+    }
+
+    #[test]
+    fn impossible_sizes_are_errors() {
+        let e = Block::zeroed(usize::MAX - 10, 64, GuardPages::Off, "the pool").unwrap_err();
+        assert!(e.to_string().contains("the pool"), "{e}");
+        assert!(Block::zeroed(1 << 62, 64, GuardPages::Off, "x").is_err());
+        assert!(Block::zeroed(1 << 62, 64, GuardPages::End, "x").is_err());
+    }
+}
