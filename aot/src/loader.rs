@@ -8,7 +8,17 @@ use std::path::{Path, PathBuf};
 use crate::metadata::{Metadata, PoolMeta, PoolRole, TensorMeta};
 use crate::{AotError, io_error};
 
-type EntryFn = unsafe extern "C" fn(*const *const u8, *const *mut u8, *const *mut u8, *const *const u8) -> i32;
+/// `heron_<name>_run_checked`: each pointer struct followed by its sizes struct.
+type EntryFn = unsafe extern "C" fn(
+    *const *const u8,
+    *const usize,
+    *const *mut u8,
+    *const usize,
+    *const *mut u8,
+    *const usize,
+    *const *const u8,
+    *const usize,
+) -> i32;
 
 /// A model's shared library, loaded.
 pub struct AotLibrary {
@@ -54,14 +64,14 @@ impl AotLibrary {
             crate::link::link_shared(&[&object], &shared)?;
         }
         // SAFETY: the library is an object heron compiled: it has no initialisers and exports
-        // `metadata.entry` with the C signature `EntryFn` (see `emit::define_entry`).
+        // `metadata.entry_checked` with the C signature `EntryFn` (see `emit::define_entry`).
         let library = unsafe { libloading::Library::new(&shared) }
             .map_err(|e| AotError::Load { path: shared.display().to_string(), reason: e.to_string() })?;
         // SAFETY: as above; the pointer stays valid while `library` lives, which `AotLibrary`
         // guarantees by owning it.
         let entry = unsafe {
             *library
-                .get::<EntryFn>(metadata.entry.as_bytes())
+                .get::<EntryFn>(metadata.entry_checked.as_bytes())
                 .map_err(|e| AotError::Load { path: shared.display().to_string(), reason: e.to_string() })?
         };
         Ok(AotLibrary { metadata, dir: dir.to_path_buf(), entry, _library: library })
@@ -95,7 +105,9 @@ impl AotLibrary {
 
     /// Runs the model. Buffers in metadata order; `workspaces` / `parameters` are the
     /// user-provided pools only. Counts, sizes and alignments are checked before the call, and
-    /// nothing is allocated for up to 32 buffers of each kind.
+    /// the call goes through the checked entry, so the object checks every size itself too
+    /// (whatever the metadata file says). Nothing is allocated for up to 32 buffers of each
+    /// kind.
     pub fn run<'a>(
         &self,
         inputs: impl IntoIterator<Item = &'a [u8]>,
@@ -121,16 +133,28 @@ impl AotLibrary {
             parameters.into_iter().map(|b| (b.as_ptr(), b.len())),
             m.user_pools(PoolRole::Parameter).map(pool),
         )?;
-        // SAFETY: every pointer array matches the struct layout of the header (one pointer per
-        // field, in metadata order; NULL for an empty struct), and every buffer was checked to
-        // be large enough and aligned for what the compiled code reads and writes; outputs and
+        // SAFETY: every pointer and size array matches the struct layout of the header (one
+        // entry per field, in metadata order; NULL for an empty struct), every size is the
+        // length of the slice the pointer came from, and every buffer was checked to be large
+        // enough and aligned for what the compiled code reads and writes; outputs and
         // workspaces came from exclusive borrows.
-        let code =
-            unsafe { (self.entry)(ins.as_ptr().cast(), outs.as_ptr().cast(), ws.as_ptr().cast(), ps.as_ptr().cast()) };
+        let code = unsafe {
+            (self.entry)(
+                ins.pointers().cast(),
+                ins.sizes(),
+                outs.pointers().cast(),
+                outs.sizes(),
+                ws.pointers().cast(),
+                ws.sizes(),
+                ps.pointers().cast(),
+                ps.sizes(),
+            )
+        };
         match code {
             0 => Ok(()),
             1 => Err(AotError::Run("the model rejected a NULL or misaligned pointer".into())),
             2 => Err(AotError::Run("a data-dependent index (e.g. Gather) was out of range".into())),
+            3 => Err(AotError::Run("the model rejected a buffer smaller than it needs".into())),
             other => Err(AotError::Run(format!("the model returned status {other}"))),
         }
     }
@@ -145,10 +169,13 @@ fn pool(p: &PoolMeta) -> (&str, u64, u64) {
     (p.name.as_str(), p.size_bytes, p.alignment)
 }
 
-/// Buffer addresses laid out as one of the header's pointer structs.
+/// Buffer addresses and byte sizes laid out as one of the header's pointer structs and its
+/// sizes struct.
 struct Pointers {
     inline: [usize; 32],
+    inline_sizes: [usize; 32],
     spilled: Vec<usize>,
+    spilled_sizes: Vec<usize>,
     len: usize,
 }
 
@@ -159,7 +186,8 @@ impl Pointers {
         buffers: impl Iterator<Item = (*const u8, usize)>,
         mut specs: impl Iterator<Item = (&'s str, u64, u64)>,
     ) -> Result<Pointers, AotError> {
-        let mut p = Pointers { inline: [0; 32], spilled: Vec::new(), len: 0 };
+        let mut p =
+            Pointers { inline: [0; 32], inline_sizes: [0; 32], spilled: Vec::new(), spilled_sizes: Vec::new(), len: 0 };
         for (ptr, len) in buffers {
             let Some((name, need, align)) = specs.next() else {
                 return Err(AotError::Run(format!("more {what} than the model takes ({})", p.len)));
@@ -172,11 +200,14 @@ impl Pointers {
             }
             if p.len < p.inline.len() {
                 p.inline[p.len] = ptr as usize;
+                p.inline_sizes[p.len] = len;
             } else {
                 if p.spilled.is_empty() {
                     p.spilled.extend_from_slice(&p.inline);
+                    p.spilled_sizes.extend_from_slice(&p.inline_sizes);
                 }
                 p.spilled.push(ptr as usize);
+                p.spilled_sizes.push(len);
             }
             p.len += 1;
         }
@@ -186,12 +217,21 @@ impl Pointers {
         Ok(p)
     }
 
-    /// The array's address, or NULL when empty (as the header documents).
-    fn as_ptr(&self) -> *const usize {
+    /// The pointer array's address, or NULL when empty (as the header documents).
+    fn pointers(&self) -> *const usize {
         match self.len {
             0 => std::ptr::null(),
             n if n <= self.inline.len() => self.inline.as_ptr(),
             _ => self.spilled.as_ptr(),
+        }
+    }
+
+    /// The sizes array's address, or NULL when empty.
+    fn sizes(&self) -> *const usize {
+        match self.len {
+            0 => std::ptr::null(),
+            n if n <= self.inline.len() => self.inline_sizes.as_ptr(),
+            _ => self.spilled_sizes.as_ptr(),
         }
     }
 }

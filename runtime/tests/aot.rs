@@ -55,8 +55,10 @@ fn compile_into(model: &Model, dir: &Path, name: &str, pools: Vec<PoolInfo>, emb
     artifacts.write(dir).expect("write artifacts");
     let imports = undefined_symbols(&artifacts.object).expect("object parses");
     assert!(imports.iter().all(|s| ALLOWED_IMPORTS.contains(&s.as_str())), "unexpected imports {imports:?}");
-    let entry = format!("heron_{}_run", artifacts.metadata.c_name);
-    assert_eq!(exported_symbols(&artifacts.object).expect("object parses"), [entry]);
+    let mut exported = exported_symbols(&artifacts.object).expect("object parses");
+    exported.sort();
+    let c_name = &artifacts.metadata.c_name;
+    assert_eq!(exported, [format!("heron_{c_name}_run"), format!("heron_{c_name}_run_checked")]);
     artifacts
 }
 
@@ -197,6 +199,26 @@ int main(void) {
   /* A misaligned workspace is refused. */
   HeronWorkspaces_odd_model bad = { .work_pool = ws + 1 };
   if (HERON_ODD_MODEL_WORK_POOL_WORKSPACE_BUFFER_SIZE > 0 && heron_odd_model_run(&in, &out, &bad, NULL) != HERON_ERROR_ARGUMENT) return 3;
+  /* The checked entry takes every buffer's byte size. */
+  HeronInputSizes_odd_model in_sizes = { .in_0 = sizeof x, .t_int = sizeof y, .t_3d = sizeof z };
+  HeronOutputSizes_odd_model out_sizes = { .a_b = sizeof s, .a_b_2 = sizeof d, .A_B_3 = sizeof w };
+  HeronWorkspaceSizes_odd_model pool_sizes = { .work_pool = sizeof ws };
+  for (int i = 0; i < 6; i++) s[i] = d[i] = -1;
+  if (heron_odd_model_run_checked(&in, &in_sizes, &out, &out_sizes, &pools, &pool_sizes, NULL, NULL) != HERON_OK) return 4;
+  for (int i = 0; i < 6; i++) if (s[i] != 7 || d[i] != 2 * i - 5) return 5;
+  /* One element short anywhere: refused before anything is written. */
+  for (int i = 0; i < 6; i++) s[i] = -1;
+  HeronOutputSizes_odd_model short_out = out_sizes;
+  short_out.a_b_2 -= sizeof(float);
+  if (heron_odd_model_run_checked(&in, &in_sizes, &out, &short_out, &pools, &pool_sizes, NULL, NULL) != HERON_ERROR_SIZE) return 6;
+  for (int i = 0; i < 6; i++) if (s[i] != -1) return 7;
+  HeronInputSizes_odd_model short_in = in_sizes;
+  short_in.t_3d = 0;
+  if (heron_odd_model_run_checked(&in, &short_in, &out, &out_sizes, &pools, &pool_sizes, NULL, NULL) != HERON_ERROR_SIZE) return 8;
+  HeronWorkspaceSizes_odd_model short_pool = { .work_pool = HERON_ODD_MODEL_WORK_POOL_WORKSPACE_BUFFER_SIZE - 1 };
+  if (HERON_ODD_MODEL_WORK_POOL_WORKSPACE_BUFFER_SIZE > 0 && heron_odd_model_run_checked(&in, &in_sizes, &out, &out_sizes, &pools, &short_pool, NULL, NULL) != HERON_ERROR_SIZE) return 9;
+  /* A missing sizes struct is an argument error, not a dereference. */
+  if (heron_odd_model_run_checked(&in, NULL, &out, &out_sizes, &pools, &pool_sizes, NULL, NULL) != HERON_ERROR_ARGUMENT) return 10;
   return 0;
 }
 "#;
