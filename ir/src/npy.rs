@@ -8,6 +8,7 @@ use ndarray::ArrayD;
 use ndarray_npy::{ReadNpyExt, WriteNpyExt};
 
 use crate::dtype::DType;
+use crate::limits::Limits;
 use crate::tensor::{Element, Tensor};
 
 #[derive(Debug, thiserror::Error)]
@@ -22,8 +23,16 @@ pub enum NpyError {
     Write { path: String, reason: String },
 }
 
-/// The `descr` field of a .npy header, e.g. `<f4`.
-fn header_descr(bytes: &[u8]) -> Result<String, String> {
+/// What a .npy header says: the element type descriptor (e.g. `<f4`), the shape, and where
+/// the data starts.
+struct Header {
+    descr: String,
+    shape: Vec<usize>,
+    data_offset: usize,
+}
+
+/// Parses the header dictionary (`{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`).
+fn parse_header(bytes: &[u8]) -> Result<Header, String> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err("missing the \\x93NUMPY magic".into());
     }
@@ -34,11 +43,21 @@ fn header_descr(bytes: &[u8]) -> Result<String, String> {
     };
     let header = bytes.get(start..start + len).ok_or("truncated header")?;
     let header = std::str::from_utf8(header).map_err(|_| "header is not text")?;
-    let at = header.find("'descr'").ok_or("header has no 'descr'")?;
-    let rest = &header[at + 7..];
+    let field = |key: &str| header.find(key).map(|at| &header[at + key.len()..]).ok_or(format!("header has no {key}"));
+    let rest = field("'descr'")?;
     let open = rest.find('\'').ok_or("malformed 'descr'")?;
     let close = rest[open + 1..].find('\'').ok_or("malformed 'descr'")?;
-    Ok(rest[open + 1..open + 1 + close].to_string())
+    let descr = rest[open + 1..open + 1 + close].to_string();
+    let rest = field("'shape'")?;
+    let open = rest.find('(').ok_or("malformed 'shape'")?;
+    let close = rest[open..].find(')').ok_or("malformed 'shape'")?;
+    let shape = rest[open + 1..open + close]
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse::<usize>().map_err(|_| format!("bad dimension '{d}' in 'shape'")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Header { descr, shape, data_offset: start + len })
 }
 
 fn descr_dtype(descr: &str) -> Option<DType> {
@@ -66,24 +85,40 @@ pub fn read_npy(path: &Path) -> Result<Tensor, NpyError> {
     File::open(path)
         .and_then(|f| BufReader::new(f).read_to_end(&mut bytes))
         .map_err(|e| NpyError::Io { path: p.clone(), reason: e.to_string() })?;
-    let descr = header_descr(&bytes).map_err(|reason| NpyError::Invalid { path: p.clone(), reason })?;
+    parse_npy(&bytes, &p)
+}
+
+/// Decodes the bytes of a `.npy` file; `origin` names it in errors.
+pub fn parse_npy(bytes: &[u8], origin: &str) -> Result<Tensor, NpyError> {
+    let p = origin.to_string();
+    let invalid = |reason: String| NpyError::Invalid { path: p.clone(), reason };
+    let header = parse_header(bytes).map_err(invalid)?;
+    let descr = header.descr;
     let dtype =
         descr_dtype(&descr).ok_or_else(|| NpyError::UnsupportedDtype { path: p.clone(), descr: descr.clone() })?;
+    // The shape must fit the limits and the file must hold its data, checked before the reader
+    // allocates what the header claims.
+    Limits::DEFAULT.check_shape(dtype, &header.shape).map_err(|e| invalid(e.to_string()))?;
+    let need = crate::limits::checked_elements(&header.shape).and_then(|n| n.checked_mul(dtype.size_bytes()));
+    let have = bytes.len().saturating_sub(header.data_offset);
+    if need.is_none_or(|n| n > have) {
+        return Err(invalid(format!("shape {:?} needs more data than the file's {have} bytes", header.shape)));
+    }
     fn read<T: Element + ndarray_npy::ReadableElement>(bytes: &[u8]) -> Result<Tensor, String> {
         ArrayD::<T>::read_npy(bytes).map(T::into_tensor).map_err(|e| e.to_string())
     }
     let r = match dtype {
-        DType::F32 => read::<f32>(&bytes),
-        DType::F64 => read::<f64>(&bytes),
-        DType::I8 => read::<i8>(&bytes),
-        DType::I16 => read::<i16>(&bytes),
-        DType::I32 => read::<i32>(&bytes),
-        DType::I64 => read::<i64>(&bytes),
-        DType::U8 => read::<u8>(&bytes),
-        DType::U16 => read::<u16>(&bytes),
-        DType::U32 => read::<u32>(&bytes),
-        DType::U64 => read::<u64>(&bytes),
-        DType::Bool => read::<bool>(&bytes),
+        DType::F32 => read::<f32>(bytes),
+        DType::F64 => read::<f64>(bytes),
+        DType::I8 => read::<i8>(bytes),
+        DType::I16 => read::<i16>(bytes),
+        DType::I32 => read::<i32>(bytes),
+        DType::I64 => read::<i64>(bytes),
+        DType::U8 => read::<u8>(bytes),
+        DType::U16 => read::<u16>(bytes),
+        DType::U32 => read::<u32>(bytes),
+        DType::U64 => read::<u64>(bytes),
+        DType::Bool => read::<bool>(bytes),
         DType::F16 => return Err(NpyError::UnsupportedDtype { path: p, descr }),
     };
     r.map_err(|reason| NpyError::Invalid { path: p, reason })

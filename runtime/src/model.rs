@@ -156,8 +156,14 @@ impl Model {
     }
 }
 
+/// The inputs as `name: type`, the first few of a long list (an error line stays readable).
 fn input_names(infos: &[TensorInfo]) -> String {
-    infos.iter().map(|i| format!("{}: {}", i.name, i.ty)).collect::<Vec<_>>().join(", ")
+    const SHOWN: usize = 10;
+    let mut s = infos.iter().take(SHOWN).map(|i| format!("{}: {}", i.name, i.ty)).collect::<Vec<_>>().join(", ");
+    if infos.len() > SHOWN {
+        s.push_str(&format!(", ... and {} more", infos.len() - SHOWN));
+    }
+    s
 }
 
 /// Checks that `inputs` match `infos` in count, dtype and shape.

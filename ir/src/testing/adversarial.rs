@@ -30,8 +30,8 @@ pub struct Scale {
 impl Scale {
     /// The sizes the issue names: 100,000-node chains, 50,000-input nodes, 20,000 outputs.
     pub const FULL: Scale = Scale { chain: 100_000, fan_in: 50_000, outputs: 20_000 };
-    /// What the test suite runs.
-    pub const CI: Scale = Scale::FULL;
+    /// What the test suite runs: the issue's fan-in and fan-out, chains of 20,000.
+    pub const CI: Scale = Scale { chain: 20_000, ..Scale::FULL };
 }
 
 const BIG: i64 = 1 << 62;

@@ -3,6 +3,7 @@
 //! ones ([`adversarial`]).
 
 pub mod adversarial;
+pub mod fuzz;
 pub mod onnx;
 
 use std::path::PathBuf;
@@ -58,6 +59,27 @@ pub fn assert_float_rule(got: &Tensor, want: &Tensor) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Two engines' results agree: integers and bools exactly, floats by the project's float rule,
+/// where NaN must meet NaN and an infinity the same infinity.
+pub fn assert_engines_agree(got: &Tensor, want: &Tensor) -> Result<(), String> {
+    if !want.dtype().is_float() || got.shape() != want.shape() {
+        return assert_close(got, want, 0.0, 0.0);
+    }
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    let mut finite = (Vec::new(), Vec::new());
+    for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+        if b.is_finite() {
+            finite.0.push(a);
+            finite.1.push(b);
+        } else if !(a == b || a.is_nan() && b.is_nan()) {
+            return Err(format!("element {i}: got {a}, want {b}"));
+        }
+    }
+    let n = finite.0.len();
+    let as_tensor = |v: Vec<f64>| Tensor::from_vec::<f64>(&[n], v).expect("1-d");
+    assert_float_rule(&as_tensor(finite.0), &as_tensor(finite.1))
 }
 
 /// One ONNX backend node test, loaded: the imported graph, its inputs (model order) and the
