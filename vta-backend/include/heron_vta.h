@@ -156,8 +156,10 @@ int VTADepPop(VTACommandHandle cmd, int from_qid, int to_qid);
 void VTASynchronize(VTACommandHandle cmd, uint32_t wait_cycles);
 
 /* ---- Heron extras ---- */
-/* The last failing call's message, or NULL (cleared by VTARuntimeShutdown). */
+/* The last failing call's message, or NULL (cleared by VTARuntimeShutdown and
+   heron_vta_clear_error, so a caller can tell whether a void call failed). */
 const char* heron_vta_last_error(void);
+void heron_vta_clear_error(void);
 void heron_vta_profiler_clear(void);
 /* {"inp_load_nbytes": .., "wgt_load_nbytes": .., "acc_load_nbytes": .., "uop_load_nbytes": ..,
    "out_store_nbytes": .., "gemm_counter": .., "alu_counter": ..}; valid until the next call. */

@@ -709,6 +709,15 @@ pub extern "C" fn heron_vta_last_error() -> *const c_char {
     api(std::ptr::null(), |s| Ok(s.last_error.as_ref().map_or(std::ptr::null(), |e| e.as_ptr())))
 }
 
+/// Forgets the last error, so a caller can tell whether the next (void) call failed.
+#[unsafe(no_mangle)]
+pub extern "C" fn heron_vta_clear_error() {
+    api((), |s| {
+        s.last_error = None;
+        Ok(())
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn heron_vta_profiler_clear() {
     api((), |s| {
