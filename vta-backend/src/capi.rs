@@ -40,6 +40,10 @@ struct DataBuffer {
 type KernelTable = HashMap<usize, Arc<UopKernel>>;
 
 const MAX_SIGNATURE_KEYS: usize = 100;
+/// Recorded kernels live as long as the process, as in VTA's runtime: at most this many uop
+/// handles, holding at most this many uops together (about 200 MB).
+const MAX_KERNEL_HANDLES: u64 = 1 << 20;
+const MAX_RECORDED_UOPS: usize = 1 << 24;
 
 struct State {
     isa: Isa,
@@ -52,6 +56,8 @@ struct State {
     devices: Table<DeviceId>,
     /// Never freed: call sites keep their uop handles across shutdowns, as in VTA's runtime.
     kernels: Table<KernelTable>,
+    /// Uops of all recorded kernels.
+    recorded_uops: usize,
     /// The kernel being recorded by a `finit` callback.
     recording: Option<KernelRecorder>,
     /// The first error of the command queue; further work is refused until shutdown.
@@ -97,6 +103,7 @@ impl State {
             buffers: Table::new(Kind::Buffer),
             devices: Table::new(Kind::Device),
             kernels: Table::new(Kind::Kernels),
+            recorded_uops: 0,
             recording: None,
             queue_error: None,
             last_error: None,
@@ -609,6 +616,9 @@ unsafe fn kernel_for(
             return Err(VtaError::Runtime("a kernel callback pushed another kernel".into()));
         }
         let finit = finit.ok_or_else(|| VtaError::Runtime("NULL kernel callback".into()))?;
+        if slot == 0 && s.kernels.issued() == MAX_KERNEL_HANDLES {
+            return Err(VtaError::Runtime(format!("{MAX_KERNEL_HANDLES} uop handles exist already")));
+        }
         s.recording = Some(KernelRecorder::default());
         Ok(Err((if slot == 0 { s.kernels.insert(KernelTable::new()) } else { slot }, finit)))
     })?;
@@ -632,7 +642,12 @@ unsafe fn kernel_for(
             return Err(VtaError::Runtime(format!("kernel callback returned {status}")));
         }
         let kernel = recorder.finish()?;
+        let total = s.recorded_uops + kernel.uops.len();
+        if total > MAX_RECORDED_UOPS {
+            return Err(VtaError::Runtime(format!("recorded kernels would hold over {MAX_RECORDED_UOPS} uops")));
+        }
         s.kernels.get_mut(table)?.insert(key, kernel.clone());
+        s.recorded_uops = total;
         Ok(kernel)
     })
 }

@@ -4,6 +4,8 @@
 //! any shared library exporting VTA's driver C API (a board's driver, another simulator), so
 //! it can replace ours without recompiling (`HERON_VTA_DRIVER=/path/to/driver.so`).
 
+use std::collections::HashMap;
+
 use crate::VtaError;
 use crate::isa::Isa;
 use crate::memory::{DramBlock, SimMemory};
@@ -18,6 +20,10 @@ pub const DEFAULT_WORK_LIMIT: u64 = 1 << 28;
 pub fn run_limit(wait_cycles: u32, work_limit: Option<u64>) -> Option<u64> {
     (wait_cycles != 0).then_some(wait_cycles as u64).into_iter().chain(work_limit).min()
 }
+
+/// Live simulated devices at most: each holds its SRAMs (about 450 KiB by default), and VTA
+/// boards have one.
+pub const MAX_SIM_DEVICES: usize = 64;
 
 /// A device handle, as the driver hands it out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,7 +72,9 @@ pub trait Driver: Send {
 pub struct SimDriver {
     isa: Isa,
     memory: SimMemory,
-    devices: Vec<Option<SimDevice>>,
+    /// Live devices by id (ids are never reused).
+    devices: HashMap<usize, SimDevice>,
+    next_device: usize,
     profile: Profile,
     skip_exec: bool,
     work_limit: Option<u64>,
@@ -78,7 +86,8 @@ impl SimDriver {
         SimDriver {
             isa,
             memory: SimMemory::default(),
-            devices: Vec::new(),
+            devices: HashMap::new(),
+            next_device: 0,
             profile: Profile::default(),
             skip_exec: false,
             work_limit: Some(DEFAULT_WORK_LIMIT),
@@ -96,7 +105,7 @@ impl SimDriver {
     }
 
     pub fn device(&self, id: DeviceId) -> Option<&SimDevice> {
-        self.devices.get(id.0).and_then(Option::as_ref)
+        self.devices.get(&id.0)
     }
 }
 
@@ -112,16 +121,21 @@ impl Driver for SimDriver {
     }
 
     fn device_alloc(&mut self) -> Result<DeviceId, VtaError> {
-        self.devices.push(Some(SimDevice::new(self.isa.clone())));
-        Ok(DeviceId(self.devices.len() - 1))
+        if self.devices.len() == MAX_SIM_DEVICES {
+            return Err(VtaError::Driver(format!("{MAX_SIM_DEVICES} simulated devices are live already")));
+        }
+        let id = self.next_device;
+        self.next_device += 1;
+        self.devices.insert(id, SimDevice::new(self.isa.clone()));
+        Ok(DeviceId(id))
     }
 
     fn device_free(&mut self, device: DeviceId) -> Result<(), VtaError> {
-        self.devices.get_mut(device.0).and_then(Option::take).map(|_| ()).ok_or(VtaError::UnknownDevice)
+        self.devices.remove(&device.0).map(|_| ()).ok_or(VtaError::UnknownDevice)
     }
 
     fn device_run(&mut self, device: DeviceId, insn_phys: u64, count: u32, wait_cycles: u32) -> Result<(), VtaError> {
-        let dev = self.devices.get_mut(device.0).and_then(Option::as_mut).ok_or(VtaError::UnknownDevice)?;
+        let dev = self.devices.get_mut(&device.0).ok_or(VtaError::UnknownDevice)?;
         dev.skip_exec = self.skip_exec;
         let limit = run_limit(wait_cycles, self.work_limit).unwrap_or(u64::MAX);
         self.last_cycles = dev.run(&mut self.memory, &mut self.profile, insn_phys, count, limit)?;

@@ -107,6 +107,11 @@ impl<T> Table<T> {
         self.live.keys().next().map(|&serial| self.handle_of(serial))
     }
 
+    /// How many handles were ever issued.
+    pub fn issued(&self) -> u64 {
+        self.issued
+    }
+
     pub fn values(&self) -> impl Iterator<Item = &T> {
         self.live.values()
     }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use heron_vta::driver::{DEFAULT_WORK_LIMIT, DeviceId, Driver, SimDriver};
+use heron_vta::driver::{DEFAULT_WORK_LIMIT, DeviceId, Driver, MAX_SIM_DEVICES, SimDriver};
 use heron_vta::isa::{AluInsn, DepFlags, Insn, MemInsn, UopLoops};
 use heron_vta::program::{BlockedGemm, Conv3x3, GemmBuffers, upload, upload_uops};
 use heron_vta::runtime::{CommandQueue, DEFAULT_WAIT_CYCLES, KernelRecorder, MAX_KERNEL_UOPS, UopKernel};
@@ -213,4 +213,11 @@ fn streams_kernels_and_dram_requests_are_bounded() {
     }
     let err = q.load_buffer_2d(&mut driver, 0xffff_f000, u32::MAX, 1, 1, 1, 0, 0, 0, 0, 0, MemId::Inp as u32);
     assert!(err.unwrap_err().to_string().contains("above 32 bits"));
+    // Simulated devices (their SRAMs) are capped; freeing one makes room.
+    let mut driver = SimDriver::new(isa);
+    let devices: Vec<DeviceId> = (0..MAX_SIM_DEVICES).map(|_| driver.device_alloc().unwrap()).collect();
+    assert!(driver.device_alloc().is_err());
+    driver.device_free(devices[3]).unwrap();
+    assert!(driver.device_free(devices[3]).is_err(), "double free");
+    assert!(!devices.contains(&driver.device_alloc().unwrap()), "device ids are not reused");
 }
