@@ -140,17 +140,61 @@ impl State {
         Ok((virt, self.driver.phys_range(virt, len)?))
     }
 
-    /// Host memory a copy may touch: `len` bytes at `ptr + offset`, the caller's memory unless
-    /// it lies in device memory, where it must fit the allocation.
-    fn host_range(&self, ptr: *const c_void, offset: usize, len: usize) -> Result<usize, VtaError> {
-        let addr = (ptr as usize).checked_add(offset).filter(|_| !ptr.is_null());
-        let addr = addr.ok_or_else(|| VtaError::Runtime("a NULL or wrapping host pointer".into()))?;
-        isize::try_from(len).map_err(|_| VtaError::Runtime(format!("a copy of {len} bytes")))?;
-        if self.driver.phys_addr(addr).is_some() {
-            self.driver.phys_range(addr, len)?;
+    /// One side of a copy: `len` bytes at `ptr + offset`. Device memory when `device` says so,
+    /// when `ptr` is a handle or when the address lies in a live allocation (checked against
+    /// it); otherwise host memory the caller vouches for.
+    fn side(&self, ptr: *const c_void, offset: usize, len: usize, device: bool) -> Result<Side, VtaError> {
+        let addr = (ptr as usize).checked_add(offset);
+        if device || is_handle(ptr as usize) || addr.is_some_and(|a| self.driver.phys_addr(a).is_some()) {
+            return Ok(Side::Device(self.device_range(ptr, offset, len)?.0));
         }
-        Ok(addr)
+        match addr {
+            _ if len == 0 => Ok(Side::Host(0)),
+            Some(addr) if !ptr.is_null() && isize::try_from(len).is_ok() => Ok(Side::Host(addr)),
+            _ => Err(VtaError::Runtime(format!("{len} bytes at host address {ptr:p} + {offset}"))),
+        }
     }
+
+    /// Copies `len` bytes between two sides (device sides through the driver's checked copies).
+    ///
+    /// # Safety
+    /// Host sides must be valid for `len` bytes.
+    unsafe fn copy(&mut self, src: Side, dst: Side, len: usize) -> Result<(), VtaError> {
+        if len == 0 {
+            return Ok(());
+        }
+        match (src, dst) {
+            (Side::Device(src), Side::Device(dst)) => {
+                let mut bytes = Vec::new();
+                bytes.try_reserve_exact(len).map_err(|_| VtaError::HostMemory(len))?;
+                bytes.resize(len, 0);
+                self.driver.copy_to_host(&mut bytes, src)?;
+                self.driver.copy_from_host(dst, &bytes)
+            }
+            (Side::Host(src), Side::Device(dst)) => {
+                // SAFETY: the caller guarantees the host source is readable for `len` bytes.
+                let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
+                self.driver.copy_from_host(dst, bytes)
+            }
+            (Side::Device(src), Side::Host(dst)) => {
+                // SAFETY: the caller guarantees the host destination is writable for `len` bytes.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+                self.driver.copy_to_host(bytes, src)
+            }
+            (Side::Host(src), Side::Host(dst)) => {
+                // SAFETY: both are host memory the caller vouches for; `copy` tolerates overlap.
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Where one side of a copy is: a host address in device memory, or host memory.
+#[derive(Clone, Copy)]
+enum Side {
+    Device(usize),
+    Host(usize),
 }
 
 /// Runs `f` on the state (created on first use); an error, or a panic, is remembered for
@@ -278,17 +322,23 @@ pub extern "C" fn VTAMemGetPhyAddr(buf: *mut c_void) -> u32 {
     })
 }
 
+/// The driver API knows nothing of the runtime's handles.
+fn no_handles(pointers: [*const c_void; 2]) -> Result<(), VtaError> {
+    match pointers.into_iter().find(|&p| is_handle(p as usize)) {
+        Some(p) => Err(VtaError::UnknownBuffer(p as usize)),
+        None => Ok(()),
+    }
+}
+
 /// # Safety
 /// `src` must be readable for `size` bytes; `dst` is checked to lie in device memory first.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn VTAMemCopyFromHost(dst: *mut c_void, src: *const c_void, size: usize) {
     api((), |s| {
-        s.driver.phys_range(dst as usize, size)?;
-        let src = s.host_range(src, 0, size)?;
-        // SAFETY: the caller guarantees `src` is readable for `size` bytes, which fit the device
-        // allocation checked above.
-        let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, size) };
-        s.driver.copy_from_host(dst as usize, bytes)
+        no_handles([dst, src])?;
+        let (dst, src) = (s.side(dst, 0, size, true)?, s.side(src, 0, size, false)?);
+        // SAFETY: the caller guarantees the host side.
+        unsafe { s.copy(src, dst, size) }
     })
 }
 
@@ -297,12 +347,10 @@ pub unsafe extern "C" fn VTAMemCopyFromHost(dst: *mut c_void, src: *const c_void
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn VTAMemCopyToHost(dst: *mut c_void, src: *const c_void, size: usize) {
     api((), |s| {
-        s.driver.phys_range(src as usize, size)?;
-        let dst = s.host_range(dst, 0, size)?;
-        // SAFETY: the caller guarantees `dst` is writable for `size` bytes, which fit the device
-        // allocation checked above.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size) };
-        s.driver.copy_to_host(bytes, src as usize)
+        no_handles([dst, src])?;
+        let (src, dst) = (s.side(src, 0, size, true)?, s.side(dst, 0, size, false)?);
+        // SAFETY: the caller guarantees the host side.
+        unsafe { s.copy(src, dst, size) }
     })
 }
 
@@ -357,8 +405,8 @@ pub extern "C" fn VTABufferFree(buffer: *mut c_void) {
     })
 }
 
-/// Bit 1 of `kind_mask`: `from` is device memory; bit 0: `to` is. A buffer handle is device
-/// memory whatever the mask says (it is never a host address).
+/// Bit 1 of `kind_mask`: `from` is device memory; bit 0: `to` is. A buffer handle, or an
+/// address inside device memory, is device memory whatever the mask says.
 ///
 /// # Safety
 /// Host-side pointers must be valid for `size` bytes at their offset.
@@ -372,41 +420,11 @@ pub unsafe extern "C" fn VTABufferCopy(
     kind_mask: c_int,
 ) {
     api((), |s| {
-        let from_device = kind_mask & 2 != 0 || is_handle(from as usize);
-        let to_device = kind_mask & 1 != 0 || is_handle(to as usize);
-        // Device sides first: their checks bound `size` before any host memory is touched.
-        let src = from_device.then(|| s.device_range(from, from_offset, size)).transpose()?;
-        let dst = to_device.then(|| s.device_range(to, to_offset, size)).transpose()?;
-        if size == 0 {
-            return Ok(());
-        }
-        match (src, dst) {
-            (Some((src, _)), Some((dst, _))) => {
-                let mut bytes = Vec::new();
-                bytes.try_reserve_exact(size).map_err(|_| VtaError::HostMemory(size))?;
-                bytes.resize(size, 0);
-                s.driver.copy_to_host(&mut bytes, src)?;
-                s.driver.copy_from_host(dst, &bytes)
-            }
-            (None, Some((dst, _))) => {
-                let src = s.host_range(from, from_offset, size)?;
-                // SAFETY: the caller guarantees the host source is readable for `size` bytes.
-                let bytes = unsafe { std::slice::from_raw_parts(src as *const u8, size) };
-                s.driver.copy_from_host(dst, bytes)
-            }
-            (Some((src, _)), None) => {
-                let dst = s.host_range(to, to_offset, size)?;
-                // SAFETY: the caller guarantees the host destination is writable for `size` bytes.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size) };
-                s.driver.copy_to_host(bytes, src)
-            }
-            (None, None) => {
-                let (src, dst) = (s.host_range(from, from_offset, size)?, s.host_range(to, to_offset, size)?);
-                // SAFETY: both are host memory the caller vouches for; `copy` tolerates overlap.
-                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, size) };
-                Ok(())
-            }
-        }
+        // Both sides are checked before any memory is touched: device sides bound `size`.
+        let src = s.side(from, from_offset, size, kind_mask & 2 != 0)?;
+        let dst = s.side(to, to_offset, size, kind_mask & 1 != 0)?;
+        // SAFETY: the caller guarantees the host sides.
+        unsafe { s.copy(src, dst, size) }
     })
 }
 

@@ -294,6 +294,12 @@ static void huge_and_aliasing_allocations(void) {
   EXPECT_ERROR("DRAM");
   VTABufferCopy(a, 0, back, 0, sizeof back, VTA_MEMCPY_D2H);
   CHECK(memcmp(back, pa, sizeof pa) == 0, "a failed copy changed buffer a");
+  /* A "host" pointer inside device memory is checked against its allocation too. */
+  VTABufferCopy(VTABufferCPUPtr(cmd, a), 1, b, 0, 4096, VTA_MEMCPY_H2D);
+  EXPECT_ERROR("DRAM");
+  heron_vta_clear_error();
+  VTABufferCopy(VTABufferCPUPtr(cmd, a), 0, b, 0, 4096, VTA_MEMCPY_H2D);
+  CHECK(heron_vta_last_error() == NULL && memcmp(VTABufferCPUPtr(cmd, b), pa, sizeof pa) == 0, "copy a to b");
   VTAMemFree(VTABufferCPUPtr(cmd, a));
   EXPECT_ERROR("VTABufferFree");
   VTABufferFree(a);

@@ -402,7 +402,12 @@ impl Model {
                     Arg { value: self.mems[k].at + off as usize, target: Some((false, k, off as usize)) }
                 }
             },
-            Dev::FreedMem(i) => plain(pick(&self.freed_mems, i).copied().unwrap_or(0)),
+            Dev::FreedMem(i) => {
+                // The host may have given the address to a new block since.
+                let value = pick(&self.freed_mems, i).copied().unwrap_or(0);
+                let reused = self.mems.iter().position(|b| b.at == value);
+                Arg { value, target: reused.map(|k| (false, k, 0)) }
+            }
             Dev::Device(i) => plain(pick(&self.devices, i).copied().unwrap_or(0)),
             Dev::Cmd => plain(self.cmd.unwrap_or(0)),
             Dev::Forged(i) => plain(pick(&self.buffers, i).map_or(GARBAGE[4] as usize, |b| b.at + (1 << 30))),
