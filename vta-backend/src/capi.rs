@@ -69,14 +69,14 @@ struct State {
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
 /// `HERON_VTA_WORK_LIMIT` (cycles, 0 for none), else the default.
-fn work_limit_from_env() -> Result<Option<u64>, VtaError> {
-    match std::env::var("HERON_VTA_WORK_LIMIT") {
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(0) => Ok(None),
-            Ok(n) => Ok(Some(n)),
-            Err(_) => Err(VtaError::Runtime(format!("HERON_VTA_WORK_LIMIT={v:?} is not a number of cycles"))),
-        },
-        Err(_) => Ok(Some(DEFAULT_WORK_LIMIT)),
+fn work_limit_from_env() -> Option<u64> {
+    let Ok(v) = std::env::var("HERON_VTA_WORK_LIMIT") else { return Some(DEFAULT_WORK_LIMIT) };
+    match v.trim().parse::<u64>() {
+        Ok(n) => (n != 0).then_some(n),
+        Err(_) => {
+            eprintln!("heron-vta: HERON_VTA_WORK_LIMIT={v:?} is not a number of cycles; using the default");
+            Some(DEFAULT_WORK_LIMIT)
+        }
     }
 }
 
@@ -93,7 +93,7 @@ impl State {
             },
             _ => Box::new(SimDriver::new(isa.clone())),
         };
-        let work_limit = work_limit_from_env()?;
+        let work_limit = work_limit_from_env();
         driver.set_work_limit(work_limit);
         Ok(State {
             isa,
@@ -261,8 +261,8 @@ fn with_queue<T>(on_error: T, which: Queue, f: impl FnOnce(&mut State, usize) ->
     })
 }
 
-/// Ok(()) as status 0, an error as `on_error` (after `api` recorded it).
-fn status(result: Result<(), VtaError>) -> Result<c_int, VtaError> {
+/// Ok(()) as status 0 (errors become the caller's failure status).
+fn as_status(result: Result<(), VtaError>) -> Result<c_int, VtaError> {
     result.map(|()| 0)
 }
 
@@ -685,7 +685,7 @@ fn push_op(
         if !kernel.uops.is_empty() && kernel.mode != mode {
             return Err(VtaError::Runtime("a GEMM kernel pushed as ALU or the reverse".into()));
         }
-        status(s.queue(q)?.0.push_kernel(&kernel))
+        as_status(s.queue(q)?.0.push_kernel(&kernel))
     })
 }
 
@@ -715,12 +715,12 @@ pub unsafe extern "C" fn VTAPushALUOp(
 
 #[unsafe(no_mangle)]
 pub extern "C" fn VTADepPush(cmd: *mut c_void, from_qid: c_int, to_qid: c_int) -> c_int {
-    with_queue(1, Queue::Handle(cmd), |s, q| status(s.queue(q)?.0.dep_push(from_qid, to_qid)))
+    with_queue(1, Queue::Handle(cmd), |s, q| as_status(s.queue(q)?.0.dep_push(from_qid, to_qid)))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn VTADepPop(cmd: *mut c_void, from_qid: c_int, to_qid: c_int) -> c_int {
-    with_queue(1, Queue::Handle(cmd), |s, q| status(s.queue(q)?.0.dep_pop(from_qid, to_qid)))
+    with_queue(1, Queue::Handle(cmd), |s, q| as_status(s.queue(q)?.0.dep_pop(from_qid, to_qid)))
 }
 
 /// Runs the queued stream within `wait_cycles` cycles (0: no limit from the caller) and the

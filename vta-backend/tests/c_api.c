@@ -460,7 +460,21 @@ static void host_refuses(void) {
   VTAMemFree(small);
 }
 
-int main(void) {
+/* Run with HERON_VTA_WORK_LIMIT=5000 in the environment: the limit applies from the first call. */
+static void work_limit_from_environment(void) {
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  static void* long_handle = NULL;
+  CHECK(VTAPushALUOp(&long_handle, long_kernel, NULL, 0) == 0, "push the long kernel");
+  VTASynchronize(cmd, 0);
+  EXPECT_ERROR("limit of 5000");
+  printf("c api: HERON_VTA_WORK_LIMIT applies\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "work-limit-from-environment") == 0) {
+    work_limit_from_environment();
+    return 0;
+  }
   golden();
   int ops[5] = {VTA_ALU_OPCODE_MIN, VTA_ALU_OPCODE_MAX, VTA_ALU_OPCODE_ADD, VTA_ALU_OPCODE_SHR, VTA_ALU_OPCODE_MUL};
   for (int k = 0; k < 5; k++) {
