@@ -304,13 +304,19 @@ pub extern "C" fn VTAMemAlloc(size: usize, cached: c_int) -> *mut c_void {
     api(std::ptr::null_mut(), |s| Ok(s.driver.mem_alloc(size, cached != 0)?.virt as *mut c_void))
 }
 
+/// Blocks the runtime owns (buffers, the command queue's) are refused: freeing one would leave
+/// its owner to free, later, whatever block the host puts at that address next.
 #[unsafe(no_mangle)]
 pub extern "C" fn VTAMemFree(buf: *mut c_void) {
     api((), |s| {
-        if s.buffers.values().any(|b| b.virt == buf as usize) {
+        let virt = buf as usize;
+        if s.buffers.values().any(|b| b.virt == virt) {
             return Err(VtaError::Runtime(format!("{buf:p} belongs to a VTABufferAlloc buffer; use VTABufferFree")));
         }
-        s.driver.mem_free(buf as usize)
+        if s.queues.values().any(|q| q.dram().iter().any(|b| b.virt == virt)) {
+            return Err(VtaError::Runtime(format!("{buf:p} belongs to the command queue")));
+        }
+        s.driver.mem_free(virt)
     })
 }
 
@@ -816,4 +822,27 @@ pub unsafe extern "C" fn heron_vta_load_driver(path: *const c_char) -> c_int {
         s.driver = driver;
         Ok(0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A long fuzz run found this: a stale VTAMemAlloc pointer the host had reused for the
+    /// command queue's uop buffer freed that buffer, and the queue's shutdown then freed the
+    /// caller's next block, which had taken the same address.
+    #[test]
+    fn the_command_queue_s_buffers_cannot_be_freed_from_outside() {
+        let cmd = VTATLSCommandHandle();
+        let dram = try_api(|s| Ok(s.queues.get(cmd as usize)?.dram())).unwrap();
+        for block in dram {
+            VTAMemFree(block.virt as *mut c_void);
+            let error = try_api(|s| Ok(s.last_error.clone())).unwrap().unwrap();
+            assert!(error.to_string_lossy().contains("belongs to the command queue"), "{error:?}");
+        }
+        assert_eq!(VTADepPush(cmd, 1, 2), 0, "the queue still works");
+        VTASynchronize(cmd, 0);
+        VTARuntimeShutdown();
+        assert!(heron_vta_last_error().is_null(), "the shutdown freed the queue's own buffers");
+    }
 }

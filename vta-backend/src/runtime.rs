@@ -228,6 +228,11 @@ impl CommandQueue {
         &self.isa
     }
 
+    /// The uop staging and instruction buffers: the queue's own, freed by `shutdown` only.
+    pub fn dram(&self) -> [DramBlock; 2] {
+        [self.uop_buffer, self.insn_buffer]
+    }
+
     pub fn set_debug(&mut self, flags: u32) {
         self.debug = flags;
     }
