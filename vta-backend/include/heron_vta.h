@@ -12,8 +12,10 @@
  * Handles. Buffer, device, command and uop kernel handles are opaque values checked on every
  * use (they are not addresses: never dereference them). A NULL, freed, forged or garbage handle,
  * or a handle of the wrong kind, is an error; so is freeing twice. Memory a caller may write
- * through (VTAMemAlloc's result, VTABufferCPUPtr's) stays valid until freed, and every copy checks
- * its device side against the live allocation first. Host pointers are the caller's promise.
+ * through (VTAMemAlloc's result, VTABufferCPUPtr's) stays valid until freed; VTAMemFree refuses
+ * the memory of buffers and of the command queue. Every copy checks its device side (and a host
+ * pointer that lies in device memory) against the live allocation first; other host pointers
+ * are the caller's promise.
  *
  * Cycles. wait_cycles (VTADeviceRun, VTASynchronize) and the work limit count simulated work,
  * roughly hardware clocks: 1 per instruction fetched, 1 per micro-op executed (each GEMM or ALU
