@@ -8,6 +8,25 @@
  * failure code (NULL, 0 or non-zero); void functions record the first error on the command
  * queue, which then refuses further work (VTASynchronize runs nothing) until
  * VTARuntimeShutdown(). heron_vta_last_error() returns the message, or NULL.
+ *
+ * Handles. Buffer, device, command and uop kernel handles are opaque values checked on every
+ * use (they are not addresses: never dereference them). A NULL, freed, forged or garbage handle,
+ * or a handle of the wrong kind, is an error; so is freeing twice. Memory a caller may write
+ * through (VTAMemAlloc's result, VTABufferCPUPtr's) stays valid until freed; VTAMemFree refuses
+ * the memory of buffers and of the command queue. Every copy checks its device side (and a host
+ * pointer that lies in device memory) against the live allocation first; other host pointers
+ * are the caller's promise.
+ *
+ * Cycles. wait_cycles (VTADeviceRun, VTASynchronize) and the work limit count simulated work,
+ * roughly hardware clocks: 1 per instruction fetched, 1 per micro-op executed (each GEMM or ALU
+ * uop at each loop iteration) and 1 per SRAM element a LOAD writes (padding included) or a STORE
+ * reads. A run stops before the first instruction that would exceed its limit, with a timeout
+ * error (the token queues are cleared; SRAM and DRAM keep what the earlier instructions did).
+ * wait_cycles 0 means no limit from the caller. The work limit (default
+ * HERON_VTA_DEFAULT_WORK_LIMIT, or HERON_VTA_WORK_LIMIT from the environment at the first call)
+ * caps every run whatever wait_cycles says, so an untrusted stream cannot run for long (about
+ * 20 s of simulated GEMM at the default). TVM's 1 << 31 is ample: ResNet-18's C2 layer as one
+ * stream (115.6 M MACs) takes 0.55 M cycles, a 256^3 blocked GEMM 0.1 M.
  */
 #ifndef HERON_VTA_H_
 #define HERON_VTA_H_
@@ -80,8 +99,9 @@ typedef uint32_t vta_phy_addr_t;
 
 VTADeviceHandle VTADeviceAlloc(void);
 void VTADeviceFree(VTADeviceHandle handle);
-/* Runs insn_count instructions at physical address insn_phy_addr; 0 on success, non-zero on
-   a malformed stream (see heron_vta_last_error). */
+/* Runs insn_count instructions (at most VTA_MAX_XFER / 16) at physical address insn_phy_addr
+   within wait_cycles cycles (0: only the work limit) and the work limit; 0 on success, 1 on
+   timeout, 2 on any other failure, e.g. a malformed stream (see heron_vta_last_error). */
 int VTADeviceRun(VTADeviceHandle device, vta_phy_addr_t insn_phy_addr, uint32_t insn_count, uint32_t wait_cycles);
 void* VTAMemAlloc(size_t size, int cached);
 void VTAMemFree(void* buf);
@@ -132,19 +152,29 @@ int VTAPushGEMMOp(void** uop_handle, int (*finit)(void*), void* signature, int n
 int VTAPushALUOp(void** uop_handle, int (*finit)(void*), void* signature, int nbytes);
 int VTADepPush(VTACommandHandle cmd, int from_qid, int to_qid);
 int VTADepPop(VTACommandHandle cmd, int from_qid, int to_qid);
+/* Runs the queued stream within wait_cycles cycles (0: only the work limit); a timeout stops the
+   queue like any error ("timed out after N cycles ..."): VTARuntimeShutdown() starts afresh,
+   buffers stay valid. */
 void VTASynchronize(VTACommandHandle cmd, uint32_t wait_cycles);
 
 /* ---- Heron extras ---- */
-/* The last failing call's message, or NULL (cleared by VTARuntimeShutdown). */
+/* The last failing call's message, or NULL (cleared by VTARuntimeShutdown and
+   heron_vta_clear_error, so a caller can tell whether a void call failed). */
 const char* heron_vta_last_error(void);
+void heron_vta_clear_error(void);
 void heron_vta_profiler_clear(void);
 /* {"inp_load_nbytes": .., "wgt_load_nbytes": .., "acc_load_nbytes": .., "uop_load_nbytes": ..,
    "out_store_nbytes": .., "gemm_counter": .., "alu_counter": ..}; valid until the next call. */
 const char* heron_vta_profiler_status(void);
 /* Bit 0: skip execution (counters still advance, only UOP loads execute). */
 void heron_vta_profiler_debug_mode(int flags);
-/* Replaces the driver with a shared library exporting the driver API (NULL: the simulator). */
+/* Replaces the driver with a shared library exporting the driver API (NULL: the simulator).
+   Handles of the old driver's buffers, devices and command queue read as freed afterwards. */
 int heron_vta_load_driver(const char* path);
+/* The cycles every run may take at most, whatever wait_cycles asks (0: no cap). A loaded driver
+   gets the cap as its wait_cycles, in its own unit. */
+#define HERON_VTA_DEFAULT_WORK_LIMIT (1ull << 28)
+void heron_vta_set_work_limit(uint64_t cycles);
 
 #ifdef __cplusplus
 }

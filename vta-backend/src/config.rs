@@ -78,6 +78,9 @@ impl Default for HwConfig {
 /// Bytes of one uop and one instruction.
 pub const UOP_BYTES: usize = 4;
 pub const INSN_BYTES: usize = 16;
+/// The contiguous-transfer limit of VTA's driver (`VTA_MAX_XFER`): the largest instruction
+/// stream or uop staging area.
+pub const MAX_XFER: usize = 1 << 25;
 /// Width of the loop-iteration fields of GEMM/ALU instructions.
 pub const LOOP_ITER_BITS: u32 = 14;
 

@@ -4,10 +4,26 @@
 //! any shared library exporting VTA's driver C API (a board's driver, another simulator), so
 //! it can replace ours without recompiling (`HERON_VTA_DRIVER=/path/to/driver.so`).
 
+use std::collections::HashMap;
+
 use crate::VtaError;
 use crate::isa::Isa;
 use crate::memory::{DramBlock, SimMemory};
 use crate::sim::{Profile, SimDevice};
+
+/// The work limit drivers start with, in cycles (the unit is described in [`crate::sim`]):
+/// about 20 s of simulated GEMM, 480 times what ResNet-18's C2 layer needs as one stream.
+pub const DEFAULT_WORK_LIMIT: u64 = 1 << 28;
+
+/// The cycle limit of one run: `wait_cycles` (0: none from the caller) and the driver's work
+/// limit, whichever is smaller; `None` when neither limits it.
+pub fn run_limit(wait_cycles: u32, work_limit: Option<u64>) -> Option<u64> {
+    (wait_cycles != 0).then_some(wait_cycles as u64).into_iter().chain(work_limit).min()
+}
+
+/// Live simulated devices at most: each holds its SRAMs (about 450 KiB by default), and VTA
+/// boards have one.
+pub const MAX_SIM_DEVICES: usize = 64;
 
 /// A device handle, as the driver hands it out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -18,17 +34,28 @@ pub trait Driver: Send {
     fn name(&self) -> String;
     fn device_alloc(&mut self) -> Result<DeviceId, VtaError>;
     fn device_free(&mut self, device: DeviceId) -> Result<(), VtaError>;
-    /// Runs `count` instructions at physical address `insn_phys` to completion.
+    /// Runs `count` instructions at physical address `insn_phys` to completion, within
+    /// [`run_limit`]`(wait_cycles, work limit)` cycles.
     fn device_run(&mut self, device: DeviceId, insn_phys: u64, count: u32, wait_cycles: u32) -> Result<(), VtaError>;
+    /// Caps the cycles of every run, whatever `wait_cycles` asks (`None`: only `wait_cycles`
+    /// does); drivers start with [`DEFAULT_WORK_LIMIT`].
+    fn set_work_limit(&mut self, limit: Option<u64>);
     /// DRAM the device can read: host address and physical address.
     fn mem_alloc(&mut self, size: usize, cached: bool) -> Result<DramBlock, VtaError>;
     fn mem_free(&mut self, virt: usize) -> Result<(), VtaError>;
-    /// Physical address of a host address inside an allocation (interior pointers allowed).
-    fn phys_addr(&self, virt: usize) -> Option<u64>;
-    /// Copies host bytes into device memory at host address `virt`.
+    /// Physical address of `[virt, virt + len)` when it lies inside one live allocation
+    /// (interior pointers allowed).
+    fn phys_range(&self, virt: usize, len: usize) -> Result<u64, VtaError>;
+    /// Physical address of a host address inside a live allocation.
+    fn phys_addr(&self, virt: usize) -> Option<u64> {
+        self.phys_range(virt, 0).ok()
+    }
+    /// Copies host bytes into device memory at host address `virt` (checked against the
+    /// allocation holding it).
     fn copy_from_host(&mut self, virt: usize, src: &[u8]) -> Result<(), VtaError>;
-    /// Copies device memory at host address `virt` into `dst`.
+    /// Copies device memory at host address `virt` into `dst` (checked likewise).
     fn copy_to_host(&self, dst: &mut [u8], virt: usize) -> Result<(), VtaError>;
+    /// Cache maintenance of a range inside a live allocation (others are ignored).
     fn flush_cache(&mut self, virt: usize, phys: u64, size: usize);
     fn invalidate_cache(&mut self, virt: usize, phys: u64, size: usize);
     /// Simulator profiling counters, for drivers that keep them.
@@ -45,27 +72,32 @@ pub trait Driver: Send {
 pub struct SimDriver {
     isa: Isa,
     memory: SimMemory,
-    devices: Vec<Option<SimDevice>>,
+    /// Live devices by id (ids are never reused).
+    devices: HashMap<usize, SimDevice>,
+    next_device: usize,
     profile: Profile,
     skip_exec: bool,
     work_limit: Option<u64>,
+    last_cycles: u64,
 }
 
 impl SimDriver {
-    /// Caps the uop executions of each run (a watchdog for untrusted streams).
-    pub fn set_work_limit(&mut self, limit: Option<u64>) {
-        self.work_limit = limit;
-    }
-
     pub fn new(isa: Isa) -> SimDriver {
         SimDriver {
             isa,
             memory: SimMemory::default(),
-            devices: Vec::new(),
+            devices: HashMap::new(),
+            next_device: 0,
             profile: Profile::default(),
             skip_exec: false,
-            work_limit: None,
+            work_limit: Some(DEFAULT_WORK_LIMIT),
+            last_cycles: 0,
         }
+    }
+
+    /// Cycles the last successful run spent.
+    pub fn last_run_cycles(&self) -> u64 {
+        self.last_cycles
     }
 
     pub fn memory(&self) -> &SimMemory {
@@ -73,7 +105,7 @@ impl SimDriver {
     }
 
     pub fn device(&self, id: DeviceId) -> Option<&SimDevice> {
-        self.devices.get(id.0).and_then(Option::as_ref)
+        self.devices.get(&id.0)
     }
 }
 
@@ -89,19 +121,29 @@ impl Driver for SimDriver {
     }
 
     fn device_alloc(&mut self) -> Result<DeviceId, VtaError> {
-        self.devices.push(Some(SimDevice::new(self.isa.clone())));
-        Ok(DeviceId(self.devices.len() - 1))
+        if self.devices.len() == MAX_SIM_DEVICES {
+            return Err(VtaError::Driver(format!("{MAX_SIM_DEVICES} simulated devices are live already")));
+        }
+        let id = self.next_device;
+        self.next_device += 1;
+        self.devices.insert(id, SimDevice::new(self.isa.clone()));
+        Ok(DeviceId(id))
     }
 
     fn device_free(&mut self, device: DeviceId) -> Result<(), VtaError> {
-        self.devices.get_mut(device.0).and_then(Option::take).map(|_| ()).ok_or(VtaError::UnknownDevice)
+        self.devices.remove(&device.0).map(|_| ()).ok_or(VtaError::UnknownDevice)
     }
 
-    fn device_run(&mut self, device: DeviceId, insn_phys: u64, count: u32, _wait_cycles: u32) -> Result<(), VtaError> {
-        let dev = self.devices.get_mut(device.0).and_then(Option::as_mut).ok_or(VtaError::UnknownDevice)?;
+    fn device_run(&mut self, device: DeviceId, insn_phys: u64, count: u32, wait_cycles: u32) -> Result<(), VtaError> {
+        let dev = self.devices.get_mut(&device.0).ok_or(VtaError::UnknownDevice)?;
         dev.skip_exec = self.skip_exec;
-        dev.work_limit = self.work_limit;
-        dev.run(&mut self.memory, &mut self.profile, insn_phys, count)
+        let limit = run_limit(wait_cycles, self.work_limit).unwrap_or(u64::MAX);
+        self.last_cycles = dev.run(&mut self.memory, &mut self.profile, insn_phys, count, limit)?;
+        Ok(())
+    }
+
+    fn set_work_limit(&mut self, limit: Option<u64>) {
+        self.work_limit = limit;
     }
 
     fn mem_alloc(&mut self, size: usize, _cached: bool) -> Result<DramBlock, VtaError> {
@@ -112,17 +154,17 @@ impl Driver for SimDriver {
         self.memory.free(virt)
     }
 
-    fn phys_addr(&self, virt: usize) -> Option<u64> {
-        self.memory.phys_of(virt)
+    fn phys_range(&self, virt: usize, len: usize) -> Result<u64, VtaError> {
+        self.memory.phys_range(virt, len)
     }
 
     fn copy_from_host(&mut self, virt: usize, src: &[u8]) -> Result<(), VtaError> {
-        let phys = self.memory.phys_of(virt).ok_or(VtaError::UnknownBuffer(virt))?;
+        let phys = self.memory.phys_range(virt, src.len())?;
         self.memory.write(phys, src)
     }
 
     fn copy_to_host(&self, dst: &mut [u8], virt: usize) -> Result<(), VtaError> {
-        let phys = self.memory.phys_of(virt).ok_or(VtaError::UnknownBuffer(virt))?;
+        let phys = self.memory.phys_range(virt, dst.len())?;
         dst.copy_from_slice(self.memory.read(phys, dst.len())?);
         Ok(())
     }
@@ -151,9 +193,10 @@ pub use dynamic::DynamicDriver;
 /// of this module: calling foreign functions with the C signatures of `driver.h`.
 #[allow(unsafe_code)]
 mod dynamic {
+    use std::collections::BTreeMap;
     use std::ffi::c_void;
 
-    use super::{DeviceId, Driver};
+    use super::{DEFAULT_WORK_LIMIT, DeviceId, Driver, run_limit};
     use crate::VtaError;
     use crate::memory::DramBlock;
 
@@ -180,6 +223,10 @@ mod dynamic {
         flush: Cache,
         invalidate: Cache,
         devices: Vec<Option<usize>>,
+        /// Live allocations (host address -> size): the driver API cannot say how large a block
+        /// is, so copies and frees are checked here before the driver sees them.
+        allocations: BTreeMap<usize, usize>,
+        work_limit: Option<u64>,
         // Keeps the function pointers valid; declared last so it is dropped last.
         _library: libloading::Library,
     }
@@ -215,6 +262,8 @@ mod dynamic {
                     flush: *library.get(b"VTAFlushCache").map_err(fail)?,
                     invalidate: *library.get(b"VTAInvalidateCache").map_err(fail)?,
                     devices: Vec::new(),
+                    allocations: BTreeMap::new(),
+                    work_limit: Some(DEFAULT_WORK_LIMIT),
                     _library: library,
                 })
             }
@@ -222,6 +271,25 @@ mod dynamic {
 
         fn handle(&self, device: DeviceId) -> Result<*mut c_void, VtaError> {
             self.devices.get(device.0).copied().flatten().map(|h| h as *mut c_void).ok_or(VtaError::UnknownDevice)
+        }
+
+        /// The C arguments of a cache operation on a range inside a live allocation.
+        fn cache_range(&self, virt: usize, phys: u64, size: usize) -> Option<(u32, i32)> {
+            self.check(virt, size).ok()?;
+            Some((u32::try_from(phys).ok()?, i32::try_from(size).ok()?))
+        }
+
+        /// Checks that `[virt, virt + len)` lies inside one live allocation.
+        fn check(&self, virt: usize, len: usize) -> Result<(), VtaError> {
+            let (&start, &size) = self.allocations.range(..=virt).next_back().ok_or(VtaError::UnknownBuffer(virt))?;
+            let offset = virt - start;
+            if offset >= size.max(1) {
+                return Err(VtaError::UnknownBuffer(virt));
+            }
+            match offset.checked_add(len) {
+                Some(end) if end <= size => Ok(()),
+                _ => Err(VtaError::Driver(format!("{len} bytes at {virt:#x} overrun a {size}-byte allocation"))),
+            }
         }
     }
 
@@ -257,11 +325,18 @@ mod dynamic {
         ) -> Result<(), VtaError> {
             let h = self.handle(device)?;
             let phys = u32::try_from(insn_phys).map_err(|_| VtaError::Driver("address above 32 bits".into()))?;
+            // The driver counts in its own unit; the work limit caps what it is asked to wait.
+            let wait = run_limit(wait_cycles, self.work_limit).map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX));
             // SAFETY: a live device handle; the stream lives in driver memory.
-            match unsafe { (self.device_run)(h, phys, count, wait_cycles) } {
+            match unsafe { (self.device_run)(h, phys, count, wait) } {
                 0 => Ok(()),
+                1 => Err(VtaError::DriverTimeout { driver: self.path.clone(), wait }),
                 code => Err(VtaError::Driver(format!("{}: VTADeviceRun returned {code}", self.path))),
             }
+        }
+
+        fn set_work_limit(&mut self, limit: Option<u64>) {
+            self.work_limit = limit;
         }
 
         fn mem_alloc(&mut self, size: usize, cached: bool) -> Result<DramBlock, VtaError> {
@@ -272,41 +347,52 @@ mod dynamic {
             }
             // SAFETY: `virt` was just returned by the driver.
             let phys = unsafe { (self.phy_addr)(virt) } as u64;
+            self.allocations.insert(virt as usize, size);
             Ok(DramBlock { virt: virt as usize, phys, size })
         }
 
         fn mem_free(&mut self, virt: usize) -> Result<(), VtaError> {
-            // SAFETY: the caller passes an address VTAMemAlloc returned.
+            self.allocations.remove(&virt).ok_or(VtaError::UnknownBuffer(virt))?;
+            // SAFETY: a live address VTAMemAlloc returned, freed once (removed above).
             unsafe { (self.mem_free)(virt as *mut c_void) };
             Ok(())
         }
 
-        fn phys_addr(&self, virt: usize) -> Option<u64> {
-            // SAFETY: the driver translates any address inside one of its allocations.
-            let phys = unsafe { (self.phy_addr)(virt as *mut c_void) };
-            (phys != 0).then_some(phys as u64)
+        fn phys_range(&self, virt: usize, len: usize) -> Result<u64, VtaError> {
+            self.check(virt, len)?;
+            // SAFETY: `virt` lies inside a live allocation of this driver.
+            match unsafe { (self.phy_addr)(virt as *mut c_void) } {
+                0 => Err(VtaError::UnknownBuffer(virt)),
+                phys => Ok(phys as u64),
+            }
         }
 
         fn copy_from_host(&mut self, virt: usize, src: &[u8]) -> Result<(), VtaError> {
-            // SAFETY: `virt` is device memory of at least `src.len()` bytes (checked by callers).
+            self.check(virt, src.len())?;
+            // SAFETY: `virt` is device memory of at least `src.len()` bytes (checked above).
             unsafe { (self.copy_from_host)(virt as *mut c_void, src.as_ptr().cast(), src.len()) };
             Ok(())
         }
 
         fn copy_to_host(&self, dst: &mut [u8], virt: usize) -> Result<(), VtaError> {
+            self.check(virt, dst.len())?;
             // SAFETY: as above, in the other direction.
             unsafe { (self.copy_to_host)(dst.as_mut_ptr().cast(), virt as *const c_void, dst.len()) };
             Ok(())
         }
 
         fn flush_cache(&mut self, virt: usize, phys: u64, size: usize) {
-            // SAFETY: plain values; the driver ignores or flushes the range.
-            unsafe { (self.flush)(virt as *mut c_void, phys as u32, size as i32) };
+            if let Some((phys, size)) = self.cache_range(virt, phys, size) {
+                // SAFETY: a range inside a live allocation.
+                unsafe { (self.flush)(virt as *mut c_void, phys, size) };
+            }
         }
 
         fn invalidate_cache(&mut self, virt: usize, phys: u64, size: usize) {
-            // SAFETY: as above.
-            unsafe { (self.invalidate)(virt as *mut c_void, phys as u32, size as i32) };
+            if let Some((phys, size)) = self.cache_range(virt, phys, size) {
+                // SAFETY: as above.
+                unsafe { (self.invalidate)(virt as *mut c_void, phys, size) };
+            }
         }
     }
 }

@@ -353,12 +353,13 @@ impl Isa {
     }
 }
 
-/// Splits a stream of little-endian 16-byte instructions into words.
-pub fn words(bytes: &[u8]) -> Result<Vec<u128>, VtaError> {
-    if !bytes.len().is_multiple_of(16) {
+/// The words of a stream of little-endian 16-byte instructions.
+pub fn words(bytes: &[u8]) -> Result<impl Iterator<Item = u128> + '_, VtaError> {
+    let (whole, rest) = bytes.as_chunks::<16>();
+    if !rest.is_empty() {
         return Err(VtaError::Stream(format!("{} bytes is not a whole number of 16-byte instructions", bytes.len())));
     }
-    Ok(bytes.chunks_exact(16).map(|c| u128::from_le_bytes(c.try_into().expect("16 bytes"))).collect())
+    Ok(whole.iter().map(|c| u128::from_le_bytes(*c)))
 }
 
 impl fmt::Display for DepFlags {
@@ -434,7 +435,7 @@ impl fmt::Display for Insn {
 /// A readable listing of a raw stream: index, the two words (high, low) and the instruction.
 pub fn disassemble(isa: &Isa, bytes: &[u8]) -> Result<String, VtaError> {
     let mut out = String::new();
-    for (k, w) in words(bytes)?.into_iter().enumerate() {
+    for (k, w) in words(bytes)?.enumerate() {
         let text = match isa.decode(w) {
             Ok(insn) => insn.to_string(),
             Err(e) => format!("<{e}>"),

@@ -13,6 +13,7 @@
 pub mod capi;
 pub mod config;
 pub mod driver;
+mod handles;
 pub mod isa;
 pub mod memory;
 pub mod program;
@@ -36,7 +37,7 @@ pub enum VtaError {
     #[error("{insn} with memory type {id}, which it cannot use")]
     BadMemoryType { insn: &'static str, id: u8 },
     #[error("{what} SRAM index {index} is out of range (depth {depth})")]
-    SramOutOfRange { what: &'static str, index: usize, depth: usize },
+    SramOutOfRange { what: &'static str, index: u64, depth: usize },
     #[error("micro-op range [{bgn}, {end}) is out of range (uop depth {depth})")]
     UopOutOfRange { bgn: u32, end: u32, depth: usize },
     #[error("DRAM access of {len} bytes at physical address {phys:#x} is outside every allocation")]
@@ -45,20 +46,39 @@ pub enum VtaError {
     AtInstruction { index: usize, error: Box<VtaError> },
     #[error("deadlock: no module can proceed (waiting: {stuck}; tokens {tokens})")]
     Deadlock { stuck: String, tokens: String },
-    #[error("the stream exceeded the simulator's work limit of {0} uop executions")]
-    WorkLimit(u64),
+    /// The run needed more cycles than its limit (`wait_cycles` or the work limit; the unit is
+    /// described in [`sim`]). Nothing of the instruction that would exceed it was executed.
+    #[error("timed out after {spent} cycles: the next step needs {needed} more, over the limit of {limit}")]
+    Timeout { spent: u64, limit: u64, needed: u64 },
     #[error("the stream ended without executing FINISH")]
     NoFinish,
     #[error("malformed stream: {0}")]
     Stream(String),
     #[error("out of simulated DRAM allocating {0} bytes")]
     OutOfMemory(usize),
+    #[error("the host cannot allocate {0} bytes")]
+    HostMemory(usize),
+    #[error("{kind} handle {handle:#x} {problem}")]
+    BadHandle { kind: &'static str, handle: usize, problem: &'static str },
     #[error("{0:#x} is not a buffer allocated by this driver")]
     UnknownBuffer(usize),
     #[error("unknown device handle")]
     UnknownDevice,
+    #[error("{driver}: VTADeviceRun timed out (wait_cycles {wait})")]
+    DriverTimeout { driver: String, wait: u32 },
     #[error("driver: {0}")]
     Driver(String),
     #[error("runtime: {0}")]
     Runtime(String),
+}
+
+impl VtaError {
+    /// Whether a run stopped on its cycle limit (here or in a loaded driver).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            VtaError::Timeout { .. } | VtaError::DriverTimeout { .. } => true,
+            VtaError::AtInstruction { error, .. } => error.is_timeout(),
+            _ => false,
+        }
+    }
 }

@@ -1,13 +1,17 @@
 //! The simulator's DRAM: page-granular blocks with physical addresses, allocated the way VTA's
 //! simulator does (the block starting at page-table slot p has physical address (p + 1) * 4096,
 //! so 0 is never valid; freed blocks are reused by requests of at most their size). Each block
-//! is host memory whose address is the block's "virtual" address, as C callers see it.
+//! is host memory whose address is the block's "virtual" address, as C callers see it; it stays
+//! put until the block is freed. Sizes and addresses come from callers, so all arithmetic on them
+//! is checked: an impossible request is an error, never a wrapped size or an alias.
 
 use std::collections::BTreeMap;
 
 use crate::VtaError;
 
 pub const PAGE_BYTES: usize = 4096;
+/// Physical addresses are 32-bit (`vta_phy_addr_t`): every block ends below this.
+const PHYS_END: u64 = 1 << 32;
 
 #[derive(Debug)]
 struct Block {
@@ -18,8 +22,10 @@ struct Block {
 }
 
 impl Block {
-    fn phys(&self) -> u64 {
-        ((self.slot + 1) * PAGE_BYTES) as u64
+    /// Offset of `[phys, phys + len)` in this block starting at `start`, if it lies inside.
+    fn offset(&self, start: u64, phys: u64, len: usize) -> Option<usize> {
+        let offset = usize::try_from(phys.checked_sub(start)?).ok()?;
+        (offset.checked_add(len)? <= self.data.len()).then_some(offset)
     }
 }
 
@@ -43,77 +49,105 @@ pub struct DramBlock {
     pub size: usize,
 }
 
+/// Physical address of page-table slot `slot`.
+fn slot_phys(slot: usize) -> Option<u64> {
+    u64::try_from(slot.checked_add(1)?.checked_mul(PAGE_BYTES)?).ok()
+}
+
+/// `len` zeroed bytes of host memory, or an error where `vec!` would abort the process. The
+/// fallible reservation asks the allocator for the same size first; the block is then allocated
+/// zeroed, which keeps untouched pages uncommitted (a 32 MiB buffer costs nothing until used,
+/// where zero-filling the reservation would touch every page).
+fn zeroed(len: usize) -> Result<Box<[u8]>, VtaError> {
+    Vec::<u8>::new().try_reserve_exact(len).map_err(|_| VtaError::HostMemory(len))?;
+    Ok(vec![0u8; len].into_boxed_slice())
+}
+
 impl SimMemory {
     /// Allocates `size` bytes (rounded up to whole pages, zeroed), physical addresses fitting
-    /// 32 bits.
+    /// 32 bits. A failed request changes nothing.
     pub fn alloc(&mut self, size: usize) -> Result<DramBlock, VtaError> {
+        let oom = || VtaError::OutOfMemory(size);
         let pages = size.div_ceil(PAGE_BYTES).max(1);
         // The smallest freed range that is large enough, as the reference's free map does.
         let reuse = self.free.iter().enumerate().filter(|(_, f)| f.1 >= pages).min_by_key(|(_, f)| (f.1, f.0));
-        let (slot, pages) = match reuse {
-            Some((k, &range)) => {
-                self.free.swap_remove(k);
-                range
-            }
+        let (reused, slot, pages) = match reuse {
+            Some((k, &(slot, pages))) => (Some(k), slot, pages),
             None => {
-                let slot = self.next_slot;
-                if (slot + pages + 1) * PAGE_BYTES > u32::MAX as usize {
-                    return Err(VtaError::OutOfMemory(size));
-                }
-                self.next_slot += pages;
-                (slot, pages)
+                let end = self.next_slot.checked_add(pages).and_then(slot_phys).filter(|&end| end < PHYS_END);
+                end.ok_or_else(oom)?;
+                (None, self.next_slot, pages)
             }
         };
-        let data = vec![0u8; pages * PAGE_BYTES].into_boxed_slice();
-        let block = Block { slot, pages, data };
-        let (phys, virt) = (block.phys(), block.data.as_ptr() as usize);
-        self.blocks.insert(phys, block);
+        let phys = slot_phys(slot).ok_or_else(oom)?;
+        let data = zeroed(pages.checked_mul(PAGE_BYTES).ok_or_else(oom)?)?;
+        match reused {
+            Some(k) => {
+                self.free.swap_remove(k);
+            }
+            None => self.next_slot += pages,
+        }
+        let virt = data.as_ptr() as usize;
+        self.blocks.insert(phys, Block { slot, pages, data });
         self.by_virt.insert(virt, phys);
         Ok(DramBlock { virt, phys, size })
     }
 
     /// Frees the block starting at host address `virt`.
     pub fn free(&mut self, virt: usize) -> Result<(), VtaError> {
-        let phys = self.by_virt.remove(&virt).ok_or(VtaError::UnknownBuffer(virt))?;
-        let block = self.blocks.remove(&phys).expect("indexed block");
+        let phys = self.by_virt.get(&virt).copied().ok_or(VtaError::UnknownBuffer(virt))?;
+        let block = self.blocks.remove(&phys).ok_or(VtaError::UnknownBuffer(virt))?;
+        self.by_virt.remove(&virt);
         self.free.push((block.slot, block.pages));
         Ok(())
     }
 
+    /// Physical address of `[virt, virt + len)` when it lies inside one live block (interior
+    /// pointers accepted).
+    pub fn phys_range(&self, virt: usize, len: usize) -> Result<u64, VtaError> {
+        let unknown = || VtaError::UnknownBuffer(virt);
+        let (&start, &base) = self.by_virt.range(..=virt).next_back().ok_or_else(unknown)?;
+        let block = self.blocks.get(&base).ok_or_else(unknown)?;
+        let offset = virt - start;
+        if offset >= block.data.len() {
+            return Err(unknown());
+        }
+        let phys = base + offset as u64;
+        block.offset(base, phys, len).map(|_| phys).ok_or(VtaError::DramOutOfRange { phys, len })
+    }
+
     /// Physical address of a host address inside a live block (interior pointers accepted).
     pub fn phys_of(&self, virt: usize) -> Option<u64> {
-        let (&start, &phys) = self.by_virt.range(..=virt).next_back()?;
-        let block = &self.blocks[&phys];
-        (virt < start + block.data.len()).then(|| phys + (virt - start) as u64)
+        self.phys_range(virt, 0).ok()
     }
 
     /// Host address of a physical address inside a live block.
     pub fn virt_of(&self, phys: u64) -> Option<usize> {
         let (&start, block) = self.blocks.range(..=phys).next_back()?;
-        (phys < start + block.data.len() as u64).then(|| block.data.as_ptr() as usize + (phys - start) as usize)
+        let offset = block.offset(start, phys, 0).filter(|&o| o < block.data.len())?;
+        Some(block.data.as_ptr() as usize + offset)
     }
 
-    fn block_at(&self, phys: u64, len: usize) -> Result<(&Block, usize), VtaError> {
+    /// The block holding `[phys, phys + len)` and the offset of `phys` in it.
+    fn locate(&self, phys: u64, len: usize) -> Result<(u64, usize), VtaError> {
         let out = || VtaError::DramOutOfRange { phys, len };
         let (&start, block) = self.blocks.range(..=phys).next_back().ok_or_else(out)?;
-        let offset = (phys - start) as usize;
-        if offset + len > block.data.len() {
-            return Err(out());
-        }
-        Ok((block, offset))
+        Ok((start, block.offset(start, phys, len).ok_or_else(out)?))
     }
 
     /// `len` bytes at physical address `phys`, which must lie inside one block.
     pub fn read(&self, phys: u64, len: usize) -> Result<&[u8], VtaError> {
-        let (block, offset) = self.block_at(phys, len)?;
-        Ok(&block.data[offset..offset + len])
+        let (start, offset) = self.locate(phys, len)?;
+        let data = &self.blocks.get(&start).ok_or(VtaError::DramOutOfRange { phys, len })?.data;
+        data.get(offset..offset + len).ok_or(VtaError::DramOutOfRange { phys, len })
     }
 
     pub fn write(&mut self, phys: u64, bytes: &[u8]) -> Result<(), VtaError> {
-        let (_, offset) = self.block_at(phys, bytes.len())?;
-        let (&start, _) = self.blocks.range(..=phys).next_back().expect("found above");
-        let block = self.blocks.get_mut(&start).expect("found above");
-        block.data[offset..offset + bytes.len()].copy_from_slice(bytes);
+        let len = bytes.len();
+        let (start, offset) = self.locate(phys, len)?;
+        let out = VtaError::DramOutOfRange { phys, len };
+        let block = self.blocks.get_mut(&start).ok_or(out.clone())?;
+        block.data.get_mut(offset..offset + len).ok_or(out)?.copy_from_slice(bytes);
         Ok(())
     }
 }
@@ -135,5 +169,31 @@ mod tests {
         m.free(user.virt).unwrap();
         assert_eq!(m.alloc(10).unwrap().phys, 0x400_1000, "freed pages are reused");
         assert!(m.read(0, 1).is_err());
+    }
+
+    /// SIZE_MAX used to wrap the page arithmetic into a tiny block that later allocations
+    /// aliased; huge lengths used to wrap `offset + len` and panic on slicing.
+    #[test]
+    fn huge_requests_fail_cleanly_and_never_alias() {
+        let mut m = SimMemory::default();
+        let first = m.alloc(4096).unwrap();
+        for size in [usize::MAX, usize::MAX - 4095, 1 << 52, 1 << 40, 1 << 32, u32::MAX as usize] {
+            assert_eq!(m.alloc(size), Err(VtaError::OutOfMemory(size)), "{size:#x}");
+        }
+        let next = m.alloc(4096).unwrap();
+        assert_eq!(next.phys, first.phys + 4096, "failed requests reserve nothing");
+        // One byte more than fits below 4 GiB of physical addresses (the next block would start
+        // at 0x3000 and must end by 2^32 - 4096).
+        let too_big = (PHYS_END - 0x3000 - 0x1000 + 1) as usize;
+        assert_eq!(m.alloc(too_big), Err(VtaError::OutOfMemory(too_big)));
+        for len in [usize::MAX, usize::MAX - 10, 1 << 63] {
+            assert!(m.read(first.phys + 8, len).is_err());
+            assert!(m.phys_range(first.virt + 8, len).is_err());
+        }
+        assert!(m.read(u64::MAX, 1).is_err() && m.virt_of(u64::MAX).is_none());
+        assert_eq!(m.phys_range(first.virt, 4096), Ok(first.phys));
+        assert!(m.phys_range(first.virt + 1, 4096).is_err());
+        assert!(m.free(first.virt).is_ok() && m.free(first.virt).is_err(), "double free");
+        assert!(m.phys_of(first.virt).is_none() && m.read(first.phys, 1).is_err());
     }
 }

@@ -14,8 +14,7 @@ use crate::isa::{AluInsn, AluOp, DepFlags, GemmInsn, Insn, Isa, MemInsn, Uop, Uo
 use crate::memory::DramBlock;
 use crate::sim::{Module, module_of};
 
-/// The contiguous-transfer limit of the driver (`VTA_MAX_XFER`).
-pub const MAX_XFER: usize = 1 << 25;
+pub use crate::config::MAX_XFER;
 /// `VTASynchronize`'s wait_cycles as TVM passes it.
 pub const DEFAULT_WAIT_CYCLES: u32 = 1 << 31;
 
@@ -61,6 +60,15 @@ pub struct UopKernel {
 }
 
 static NEXT_KERNEL: AtomicU64 = AtomicU64::new(1);
+
+/// The most uops a kernel can hold: no configuration's uop SRAM is deeper (16-bit indices), so
+/// a longer kernel could never be placed, and the cap bounds what a `finit` callback can record.
+pub const MAX_KERNEL_UOPS: usize = 1 << 16;
+
+/// Instructions the synchronize epilogue may add (up to two NOPs per dependency push, one per
+/// pop, the compute NOP and FINISH): operations other than loads and stores (which synchronize
+/// on their own near the limit, as the reference does) leave this much room.
+const EPILOGUE: usize = 8;
 
 /// Records a kernel with the reference's rules (loops first, at most two, uops agreeing on
 /// mode, reset and ALU fields, no write hazard on the two preceding destinations).
@@ -115,6 +123,9 @@ impl KernelRecorder {
         }
         if mode == KernelMode::Alu && first != fields {
             return self.fail("ALU uops of one kernel must share opcode and immediate".into());
+        }
+        if self.uops.len() == MAX_KERNEL_UOPS {
+            return self.fail(format!("more than {MAX_KERNEL_UOPS} uops in a kernel"));
         }
         if self.uops.iter().rev().take(2).any(|u| u.dst == dst) {
             return self.fail(format!("uop destination {dst} repeats within two uops (write hazard)"));
@@ -205,15 +216,21 @@ impl CommandQueue {
         })
     }
 
-    /// Releases the device and the queue's buffers.
+    /// Releases the device and the queue's buffers (all of them, even if one fails).
     pub fn shutdown(self, driver: &mut dyn Driver) -> Result<(), VtaError> {
-        driver.device_free(self.device)?;
-        driver.mem_free(self.insn_buffer.virt)?;
-        driver.mem_free(self.uop_buffer.virt)
+        let device = driver.device_free(self.device);
+        let insns = driver.mem_free(self.insn_buffer.virt);
+        let uops = driver.mem_free(self.uop_buffer.virt);
+        device.and(insns).and(uops)
     }
 
     pub fn isa(&self) -> &Isa {
         &self.isa
+    }
+
+    /// The uop staging and instruction buffers: the queue's own, freed by `shutdown` only.
+    pub fn dram(&self) -> [DramBlock; 2] {
+        [self.uop_buffer, self.insn_buffer]
     }
 
     pub fn set_debug(&mut self, flags: u32) {
@@ -256,6 +273,18 @@ impl CommandQueue {
         Ok(bytes as u64)
     }
 
+    /// Refuses to grow the stream by `n` more instructions past the transfer limit (less room
+    /// for the epilogue): without a synchronize, the stream could only fail later.
+    fn reserve(&self, n: usize) -> Result<(), VtaError> {
+        if (self.insns.len() + n + EPILOGUE) * INSN_BYTES > MAX_XFER {
+            return Err(VtaError::Runtime(format!(
+                "the stream of {} instructions reached the transfer limit; synchronize first",
+                self.insns.len()
+            )));
+        }
+        Ok(())
+    }
+
     fn auto_sync(&mut self, driver: &mut dyn Driver) -> Result<(), VtaError> {
         if (self.insns.len() + 6) * INSN_BYTES > MAX_XFER {
             self.synchronize(driver, DEFAULT_WAIT_CYCLES)?;
@@ -283,7 +312,7 @@ impl CommandQueue {
         let id = MemId::from_bits(dst_memory_type as u64)
             .filter(|&m| m != MemId::Out)
             .ok_or(VtaError::BadMemoryType { insn: "VTALoadBuffer2D", id: dst_memory_type as u8 })?;
-        let dram_base = src_phys / self.elem_bytes(id)? + src_elem_offset as u64;
+        let dram_base = (src_phys / self.elem_bytes(id)?).checked_add(src_elem_offset as u64);
         let narrow = |v: u32, bits: u32, what: &str| {
             if bits < 32 && v >> bits != 0 {
                 Err(VtaError::Encode(format!("{what} = {v} does not fit in {bits} bits")))
@@ -295,7 +324,7 @@ impl CommandQueue {
             deps: DepFlags::default(),
             memory_type: id as u8,
             sram_base: narrow(dst_sram_index, 16, "sram index")? as u16,
-            dram_base: u32::try_from(dram_base).map_err(|_| VtaError::Encode("DRAM address above 32 bits".into()))?,
+            dram_base: dram_field(dram_base)?,
             y_size: narrow(y_size, 16, "y_size")? as u16,
             x_size: narrow(x_size, 16, "x_size")? as u16,
             x_stride: narrow(x_stride, 16, "x_stride")? as u16,
@@ -323,7 +352,7 @@ impl CommandQueue {
         y_size: u32,
         x_stride: u32,
     ) -> Result<(), VtaError> {
-        let dram_base = dst_phys / self.elem_bytes(MemId::Out)? + dst_elem_offset as u64;
+        let dram_base = (dst_phys / self.elem_bytes(MemId::Out)?).checked_add(dst_elem_offset as u64);
         let fits16 = |v: u32, what: &str| {
             u16::try_from(v).map_err(|_| VtaError::Encode(format!("{what} = {v} does not fit in 16 bits")))
         };
@@ -332,7 +361,7 @@ impl CommandQueue {
             deps,
             memory_type: u8::try_from(src_memory_type).unwrap_or(u8::MAX).min(7),
             sram_base: fits16(src_sram_index, "sram index")?,
-            dram_base: u32::try_from(dram_base).map_err(|_| VtaError::Encode("DRAM address above 32 bits".into()))?,
+            dram_base: dram_field(dram_base)?,
             y_size: fits16(y_size, "y_size")?,
             x_size: fits16(x_size, "x_size")?,
             x_stride: fits16(x_stride, "x_stride")?,
@@ -401,6 +430,7 @@ impl CommandQueue {
 
     /// Emits `kernel` (loading its uops first when they are not resident).
     pub fn push_kernel(&mut self, kernel: &Arc<UopKernel>) -> Result<(), VtaError> {
+        self.reserve(2)?;
         let (range, load) = self.place_kernel(kernel)?;
         let compute = Module::Compute as usize;
         if let Some(mut load) = load {
@@ -433,6 +463,18 @@ impl CommandQueue {
 
     /// `VTADepPop(from, to)`: the next instruction of `to` waits for a token from `from`.
     pub fn dep_pop(&mut self, from: i32, to: i32) -> Result<(), VtaError> {
+        self.reserve(1)?;
+        self.pop_dep(from, to)
+    }
+
+    /// `VTADepPush(from, to)`: the last instruction of `from` (or a NOP) sends a token to `to`.
+    pub fn dep_push(&mut self, from: i32, to: i32) -> Result<(), VtaError> {
+        self.reserve(2)?;
+        self.push_dep(from, to)
+    }
+
+    /// `dep_pop` without the room check (the epilogue has room reserved).
+    fn pop_dep(&mut self, from: i32, to: i32) -> Result<(), VtaError> {
         let (f, t) = (module_index(from)?, module_index(to)?);
         check_neighbours(f, t)?;
         if f < t && self.pops[t].prev || f > t && self.pops[t].next {
@@ -446,18 +488,17 @@ impl CommandQueue {
         Ok(())
     }
 
-    /// `VTADepPush(from, to)`: the last instruction of `from` (or a NOP) sends a token to `to`.
-    pub fn dep_push(&mut self, from: i32, to: i32) -> Result<(), VtaError> {
+    fn push_dep(&mut self, from: i32, to: i32) -> Result<(), VtaError> {
         let (f, t) = (module_index(from)?, module_index(to)?);
         check_neighbours(f, t)?;
         self.flush_pops(f);
-        let last_is_from = self.insns.last().is_some_and(|i| match i {
+        let last_of_from = self.insns.last_mut().filter(|i| match i {
             // A zero-size LOAD belongs to no module; a zero-size STORE is still a store.
             Insn::Load(m) if m.x_size == 0 => false,
             other => module_of(other) as usize == f,
         });
-        if last_is_from {
-            let deps = deps_mut(self.insns.last_mut().expect("checked"));
+        if let Some(last) = last_of_from {
+            let deps = deps_mut(last);
             let flag = if f < t { &mut deps.push_next } else { &mut deps.push_prev };
             if !*flag {
                 *flag = true;
@@ -480,10 +521,10 @@ impl CommandQueue {
         if self.debug & DEBUG_FORCE_SERIAL != 0 {
             self.serialize()?;
         } else {
-            self.dep_push(QID_STORE, QID_COMPUTE)?;
-            self.dep_push(QID_LOAD, QID_COMPUTE)?;
-            self.dep_pop(QID_STORE, QID_COMPUTE)?;
-            self.dep_pop(QID_LOAD, QID_COMPUTE)?;
+            self.push_dep(QID_STORE, QID_COMPUTE)?;
+            self.push_dep(QID_LOAD, QID_COMPUTE)?;
+            self.pop_dep(QID_STORE, QID_COMPUTE)?;
+            self.pop_dep(QID_LOAD, QID_COMPUTE)?;
             self.flush_pops(compute);
         }
         self.insns.push(Insn::Finish(DepFlags::default()));
@@ -543,22 +584,23 @@ impl CommandQueue {
             }
         }
         let qid = |m: usize| m as i32 + 1;
-        if last_store.is_some() && last_store == self.insns.len().checked_sub(1) {
-            deps_mut(self.insns.last_mut().expect("non-empty")).push_prev = true;
+        let ends_with_store = last_store.is_some_and(|i| i + 1 == self.insns.len());
+        if let Some(last) = self.insns.last_mut().filter(|_| ends_with_store) {
+            deps_mut(last).push_prev = true;
             if !self.pops[compute].next {
-                self.dep_pop(qid(store), qid(compute))?;
+                self.pop_dep(qid(store), qid(compute))?;
             }
             self.flush_pops(compute);
         } else {
             self.pops[compute].next = false;
         }
-        self.dep_push(qid(compute), qid(load))?;
-        self.dep_pop(qid(load), qid(compute))?;
+        self.push_dep(qid(compute), qid(load))?;
+        self.pop_dep(qid(load), qid(compute))?;
         if !self.pops[load].next {
-            self.dep_pop(qid(compute), qid(load))?;
+            self.pop_dep(qid(compute), qid(load))?;
         }
         self.flush_pops(load);
-        self.dep_push(qid(load), qid(compute))?;
+        self.push_dep(qid(load), qid(compute))?;
         self.flush_pops(compute);
         Ok(())
     }
@@ -571,6 +613,11 @@ fn deps_mut(insn: &mut Insn) -> &mut DepFlags {
         Insn::Alu(a) => &mut a.deps,
         Insn::Finish(d) => d,
     }
+}
+
+/// The 32-bit `dram_base` field for an element address, if it has one.
+fn dram_field(elem: Option<u64>) -> Result<u32, VtaError> {
+    elem.and_then(|e| u32::try_from(e).ok()).ok_or_else(|| VtaError::Encode("DRAM address above 32 bits".into()))
 }
 
 fn check_neighbours(from: usize, to: usize) -> Result<(), VtaError> {

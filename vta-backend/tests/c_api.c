@@ -1,11 +1,17 @@
 /* Drives libheron_vta through its C ABI only, the way a program written against VTA's
    runtime.h and driver.h would: the golden GEMM sequence, ALU ops including fsim's MUL and
    left shifts, ACC_8BIT loads, SRAM contents persisting across runs, kernels recorded once per
-   handle and signature, raw streams through the driver API, and error reporting.
+   handle and signature, raw streams through the driver API, and error reporting; then misuse:
+   NULL, freed, forged and huge arguments, timeouts, and an allocation the host refuses.
    Exits non-zero with a message on the first mismatch. */
+#define _DEFAULT_SOURCE /* clock_gettime, setrlimit */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/resource.h>
+#include <time.h>
 
 #include "heron_vta.h"
 
@@ -225,7 +231,250 @@ static void errors(void) {
   VTASynchronize(cmd, 1u << 31);
 }
 
-int main(void) {
+/* ---- Misuse: every call below must fail cleanly (or succeed where noted), never crash. ---- */
+
+/* The last error exists and mentions `what`. */
+static void expect_error(const char* what, int line) {
+  const char* e = heron_vta_last_error();
+  if (e == NULL || strstr(e, what) == NULL) {
+    fprintf(stderr, "FAILED line %d: want an error mentioning \"%s\", got %s\n", line, what, e ? e : "none");
+    exit(1);
+  }
+}
+#define EXPECT_ERROR(what) expect_error(what, __LINE__)
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* A long ALU kernel: 16383 x 16383 additions to acc[0] (2.7e8 cycles). */
+static int long_kernel(void* sig) {
+  (void)sig;
+  VTAUopLoopBegin(16383, 0, 0, 0);
+  VTAUopLoopBegin(16383, 0, 0, 0);
+  VTAUopPush(1, 0, 0, 0, 0, VTA_ALU_OPCODE_ADD, 1, 1);
+  VTAUopLoopEnd();
+  VTAUopLoopEnd();
+  return 0;
+}
+
+static void huge_and_aliasing_allocations(void) {
+  CHECK(VTABufferAlloc(SIZE_MAX) == NULL, "VTABufferAlloc(SIZE_MAX) must fail");
+  EXPECT_ERROR("out of simulated DRAM");
+  CHECK(VTAMemAlloc(SIZE_MAX, VTA_CACHED) == NULL, "VTAMemAlloc(SIZE_MAX) must fail");
+  CHECK(VTAMemAlloc((size_t)1 << 40, VTA_CACHED) == NULL, "VTAMemAlloc(1 << 40) must fail");
+  CHECK(VTAMemAlloc((size_t)1 << 32, VTA_CACHED) == NULL, "4 GiB exceed 32-bit physical addresses");
+  /* Allocations after the failures are distinct and keep their contents. */
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  void* a = VTABufferAlloc(4096);
+  void* b = VTABufferAlloc(4096);
+  uint8_t* m = (uint8_t*)VTAMemAlloc(4096, VTA_CACHED);
+  CHECK(a && b && m && a != b, "allocations");
+  uint8_t pa[4096], pb[4096], pm[4096], back[4096];
+  memset(pa, 0xA1, sizeof pa), memset(pb, 0xB2, sizeof pb), memset(pm, 0xC3, sizeof pm);
+  VTABufferCopy(pa, 0, a, 0, sizeof pa, VTA_MEMCPY_H2D);
+  VTABufferCopy(pb, 0, b, 0, sizeof pb, VTA_MEMCPY_H2D);
+  VTAMemCopyFromHost(m, pm, sizeof pm);
+  VTABufferCopy(a, 0, back, 0, sizeof back, VTA_MEMCPY_D2H);
+  CHECK(memcmp(back, pa, sizeof pa) == 0, "buffer a was overwritten");
+  CHECK(memcmp(VTABufferCPUPtr(cmd, b), pb, sizeof pb) == 0, "buffer b was overwritten");
+  CHECK(memcmp(m, pm, sizeof pm) == 0, "VTAMemAlloc memory was overwritten");
+  /* Copies past the end, with wrapping offsets or sizes, touch nothing. */
+  VTABufferCopy(pa, 0, a, 1, sizeof pa, VTA_MEMCPY_H2D);
+  EXPECT_ERROR("overrun");
+  VTABufferCopy(pa, 0, a, SIZE_MAX, 2, VTA_MEMCPY_H2D);
+  EXPECT_ERROR("overrun");
+  VTABufferCopy(a, 0, back, 0, SIZE_MAX, VTA_MEMCPY_D2H);
+  EXPECT_ERROR("overrun");
+  VTAMemCopyFromHost(m + 4000, pm, 200);
+  EXPECT_ERROR("DRAM");
+  VTAMemCopyToHost(back, m, SIZE_MAX);
+  EXPECT_ERROR("DRAM");
+  VTABufferCopy(a, 0, back, 0, sizeof back, VTA_MEMCPY_D2H);
+  CHECK(memcmp(back, pa, sizeof pa) == 0, "a failed copy changed buffer a");
+  /* A "host" pointer inside device memory is checked against its allocation too. */
+  VTABufferCopy(VTABufferCPUPtr(cmd, a), 1, b, 0, 4096, VTA_MEMCPY_H2D);
+  EXPECT_ERROR("DRAM");
+  heron_vta_clear_error();
+  VTABufferCopy(VTABufferCPUPtr(cmd, a), 0, b, 0, 4096, VTA_MEMCPY_H2D);
+  CHECK(heron_vta_last_error() == NULL && memcmp(VTABufferCPUPtr(cmd, b), pa, sizeof pa) == 0, "copy a to b");
+  VTAMemFree(VTABufferCPUPtr(cmd, a));
+  EXPECT_ERROR("VTABufferFree");
+  VTABufferFree(a);
+  VTABufferFree(b);
+  VTAMemFree(m);
+  VTAMemFree(m);
+  EXPECT_ERROR("not a buffer allocated by this driver");
+  VTAMemCopyFromHost(m, pm, 16);
+  EXPECT_ERROR("not a buffer allocated by this driver");
+  CHECK(VTAMemGetPhyAddr(m) == 0, "a freed pointer has no physical address");
+}
+
+static void bad_handles(void) {
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  uint8_t host[64] = {0};
+  void* buf = VTABufferAlloc(64);
+  void* forged = (void*)((uintptr_t)buf + 1000); /* never issued */
+  void* garbage = (void*)(uintptr_t)0xdeadbeef;
+  VTABufferFree(buf);
+  /* A freed handle: copies, frees and lookups are errors, nothing is written. */
+  VTABufferCopy(host, 0, buf, 0, sizeof host, VTA_MEMCPY_H2D);
+  EXPECT_ERROR("freed");
+  VTABufferCopy(buf, 0, host, 0, sizeof host, VTA_MEMCPY_D2H);
+  EXPECT_ERROR("freed");
+  VTABufferFree(buf);
+  EXPECT_ERROR("freed");
+  CHECK(VTABufferCPUPtr(cmd, buf) == NULL, "CPU pointer of a freed buffer");
+  VTABufferFree(forged);
+  EXPECT_ERROR("not issued");
+  VTABufferFree(garbage);
+  EXPECT_ERROR("not issued");
+  VTABufferFree(NULL);
+  EXPECT_ERROR("NULL");
+  VTABufferCopy(garbage, 0, host, 0, sizeof host, VTA_MEMCPY_D2H);
+  EXPECT_ERROR("not a buffer");
+  VTABufferCopy(host, 0, NULL, 0, sizeof host, VTA_MEMCPY_H2D);
+  CHECK(heron_vta_last_error() != NULL, "copy to NULL");
+  /* Devices. */
+  VTADeviceHandle dev = VTADeviceAlloc();
+  VTADeviceFree(dev);
+  VTADeviceFree(dev);
+  EXPECT_ERROR("freed");
+  CHECK(VTADeviceRun(dev, 0x1000, 1, 0) == 2, "run on a freed device");
+  CHECK(VTADeviceRun(garbage, 0x1000, 1, 0) == 2, "run on a garbage device");
+  CHECK(VTADeviceRun(buf, 0x1000, 1, 0) == 2, "a buffer handle is no device");
+  EXPECT_ERROR("another kind");
+  /* Uop kernel handles: NULL slot pointer, garbage in the slot, another kind of handle. */
+  void* slot = garbage;
+  CHECK(VTAPushGEMMOp(&slot, gemm_acc, NULL, 0) != 0, "garbage uop handle");
+  EXPECT_ERROR("uop kernel handle");
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  slot = buf;
+  CHECK(VTAPushGEMMOp(&slot, gemm_acc, NULL, 0) != 0, "a buffer handle as uop handle");
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  CHECK(VTAPushALUOp(NULL, alu_kernel, NULL, 0) != 0, "NULL uop handle");
+  VTARuntimeShutdown();
+  /* Command handles: NULL, garbage, and one that went stale at shutdown. */
+  VTACommandHandle stale = VTATLSCommandHandle();
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  CHECK(cmd != stale, "a new queue gets a new handle");
+  VTASynchronize(stale, 1u << 31);
+  EXPECT_ERROR("freed");
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  CHECK(VTADepPush(NULL, 1, 2) != 0, "NULL command handle");
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  VTALoadBuffer2D(cmd, garbage, 0, 1, 1, 1, 0, 0, 0, 0, 0, VTA_MEM_ID_INP);
+  EXPECT_ERROR("not a buffer");
+  CHECK(VTADepPush(cmd, 1, 2) != 0, "a bad load stops the queue");
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  CHECK(VTADepPush(cmd, 1, 2) == 0, "the queue works after shutdown");
+  VTASynchronize(cmd, 1u << 31);
+  CHECK(heron_vta_last_error() == NULL, "synchronize after the misuse");
+}
+
+/* VTASynchronize(cmd, 1000) on a long kernel returns at once with a timeout; after
+   VTARuntimeShutdown the runtime and the buffers work again. The work limit does the same for
+   wait_cycles 0, and VTADeviceRun reports a timeout as 1. */
+static void timeouts(void) {
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  int32_t acc[16] = {5};
+  void* src = VTABufferAlloc(sizeof acc);
+  void* out = VTABufferAlloc(16);
+  VTABufferCopy(acc, 0, src, 0, sizeof acc, VTA_MEMCPY_H2D);
+  static void* long_handle = NULL;
+  double started = now_ms();
+  VTALoadBuffer2D(cmd, src, 0, 1, 1, 1, 0, 0, 0, 0, 0, VTA_MEM_ID_ACC);
+  CHECK(VTAPushALUOp(&long_handle, long_kernel, NULL, 0) == 0, "push the long kernel");
+  VTASynchronize(cmd, 1000);
+  double took = now_ms() - started;
+  EXPECT_ERROR("timed out after");
+  EXPECT_ERROR("limit of 1000");
+  CHECK(took < 100, "the timeout took %.1f ms", took);
+  printf("c api: VTASynchronize(cmd, 1000) on a 2.7e8-cycle kernel returned in %.3f ms: %s\n", took,
+         heron_vta_last_error());
+  CHECK(VTADepPush(cmd, 1, 2) != 0, "the queue is stopped after a timeout");
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  /* The work limit cuts the same kernel with no wait_cycles from the caller. */
+  heron_vta_set_work_limit(5000);
+  VTALoadBuffer2D(cmd, src, 0, 1, 1, 1, 0, 0, 0, 0, 0, VTA_MEM_ID_ACC);
+  CHECK(VTAPushALUOp(&long_handle, long_kernel, NULL, 0) == 0, "push the long kernel again");
+  VTASynchronize(cmd, 0);
+  EXPECT_ERROR("limit of 5000");
+  heron_vta_set_work_limit(HERON_VTA_DEFAULT_WORK_LIMIT);
+  VTARuntimeShutdown();
+  cmd = VTATLSCommandHandle();
+  alu_n = 1, alu_op = VTA_ALU_OPCODE_ADD, alu_use_imm = 1, alu_imm = 3;
+  static void* add_handle = NULL;
+  VTALoadBuffer2D(cmd, src, 0, 1, 1, 1, 0, 0, 0, 0, 0, VTA_MEM_ID_ACC);
+  CHECK(VTAPushALUOp(&add_handle, alu_kernel, NULL, 0) == 0, "push a short kernel");
+  VTADepPush(cmd, 2, 3);
+  VTADepPop(cmd, 2, 3);
+  VTAStoreBuffer2D(cmd, 0, VTA_MEM_ID_OUT, out, 0, 1, 1, 1);
+  VTASynchronize(cmd, 1u << 31);
+  CHECK(heron_vta_last_error() == NULL, "a short kernel after the timeouts");
+  int8_t y[16];
+  VTABufferCopy(out, 0, y, 0, sizeof y, VTA_MEMCPY_D2H);
+  CHECK(y[0] == 8, "5 + 3 = %d", y[0]);
+  /* The driver API: a raw GEMM of 16383 x 16383 uops. */
+  VTADeviceHandle dev = VTADeviceAlloc();
+  uint64_t* insns = (uint64_t*)VTAMemAlloc(32, VTA_CACHED);
+  uint64_t gemm = VTA_OPCODE_GEMM | (uint64_t)1 << 21 | (uint64_t)16383 << 35 | (uint64_t)16383 << 49;
+  uint64_t stream[4] = {gemm, 0, VTA_OPCODE_FINISH, 0};
+  VTAMemCopyFromHost(insns, stream, sizeof stream);
+  started = now_ms();
+  CHECK(VTADeviceRun(dev, VTAMemGetPhyAddr(insns), 2, 1000) == 1, "a timeout is 1");
+  CHECK(now_ms() - started < 100, "VTADeviceRun's timeout took %.1f ms", now_ms() - started);
+  EXPECT_ERROR("timed out");
+  VTAMemFree(insns);
+  VTADeviceFree(dev);
+  VTABufferFree(src);
+  VTABufferFree(out);
+}
+
+/* With the address space capped, an allocation the host cannot make is NULL, not an abort. */
+static void host_refuses(void) {
+  struct rlimit old;
+  CHECK(getrlimit(RLIMIT_AS, &old) == 0, "getrlimit");
+  FILE* f = fopen("/proc/self/statm", "r");
+  long pages = 0;
+  CHECK(f && fscanf(f, "%ld", &pages) == 1, "read /proc/self/statm");
+  fclose(f);
+  struct rlimit low = old;
+  low.rlim_cur = (rlim_t)pages * 4096 + ((rlim_t)512 << 20);
+  CHECK(setrlimit(RLIMIT_AS, &low) == 0, "setrlimit");
+  void* big = VTAMemAlloc((size_t)3 << 30, VTA_CACHED);
+  void* small = VTAMemAlloc(1 << 20, VTA_CACHED);
+  CHECK(setrlimit(RLIMIT_AS, &old) == 0, "restore the limit");
+  CHECK(big == NULL, "3 GiB under a capped address space");
+  EXPECT_ERROR("host cannot allocate");
+  CHECK(small != NULL, "1 MiB still fits");
+  VTAMemFree(small);
+}
+
+/* Run with HERON_VTA_WORK_LIMIT=5000 in the environment: the limit applies from the first call. */
+static void work_limit_from_environment(void) {
+  VTACommandHandle cmd = VTATLSCommandHandle();
+  static void* long_handle = NULL;
+  CHECK(VTAPushALUOp(&long_handle, long_kernel, NULL, 0) == 0, "push the long kernel");
+  VTASynchronize(cmd, 0);
+  EXPECT_ERROR("limit of 5000");
+  printf("c api: HERON_VTA_WORK_LIMIT applies\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "work-limit-from-environment") == 0) {
+    work_limit_from_environment();
+    return 0;
+  }
   golden();
   int ops[5] = {VTA_ALU_OPCODE_MIN, VTA_ALU_OPCODE_MAX, VTA_ALU_OPCODE_ADD, VTA_ALU_OPCODE_SHR, VTA_ALU_OPCODE_MUL};
   for (int k = 0; k < 5; k++) {
@@ -237,6 +486,10 @@ int main(void) {
   sram_persists();
   raw_streams();
   errors();
+  huge_and_aliasing_allocations();
+  bad_handles();
+  timeouts();
+  host_refuses();
   VTARuntimeShutdown();
   printf("c api: all checks passed\n");
   return 0;

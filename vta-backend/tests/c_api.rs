@@ -28,18 +28,24 @@ fn c_program_drives_the_c_abi() {
         .expect("run cc");
     assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
     // cargo's LD_LIBRARY_PATH may list target/<profile> (a stale copy from `cargo build`) first.
-    let run = Command::new(&exe)
-        .env_remove("HERON_VTA_DRIVER")
-        .env("LD_LIBRARY_PATH", &deps)
-        .output()
-        .expect("run the C program");
+    let run = |args: &[&str], limit: Option<&str>| {
+        let mut command = Command::new(&exe);
+        command.args(args).env_remove("HERON_VTA_DRIVER").env("LD_LIBRARY_PATH", &deps);
+        match limit {
+            Some(l) => command.env("HERON_VTA_WORK_LIMIT", l),
+            None => command.env_remove("HERON_VTA_WORK_LIMIT"),
+        };
+        let out = command.output().expect("run the C program");
+        (
+            out.status.success(),
+            format!("{args:?}: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    let runs = [run(&[], None), run(&["work-limit-from-environment"], Some("5000"))];
     let _ = std::fs::remove_file(&exe);
-    assert!(
-        run.status.success(),
-        "C program failed: {}{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    for (ok, output) in runs {
+        assert!(ok, "C program failed: {output}");
+    }
 }
 
 /// A driver loaded from a shared library (here the cdylib itself: a separate copy of the

@@ -1,10 +1,18 @@
-//! Property tests of the simulator: random byte strings as streams give errors or results,
-//! never panics or hangs; random valid streams always run and their counters follow the
-//! formulas of VTA-FACTS §5.1; every instruction round-trips through encode/decode.
+//! Property tests and fuzz targets of the simulator: random byte strings as streams give errors
+//! or results, never panics or hangs; random valid streams always run and their counters follow
+//! the formulas of VTA-FACTS §5.1; every instruction round-trips through encode/decode; valid
+//! GEMM and convolution streams mutated bit by bit and field by field (every opcode, huge loop
+//! extents and transfer sizes, reordered and miscounted instructions) run or fail cleanly within
+//! their cycle limit, deterministically, and time out exactly when the limit is one cycle short.
+//!
+//! Case counts and the seed come from `HERON_FUZZ_CASES` / `HERON_FUZZ_SEED` (tests/common).
 
-use heron_vta::driver::{Driver, SimDriver};
+mod common;
+
+use common::fuzz_config;
+use heron_vta::driver::{DeviceId, Driver, SimDriver};
 use heron_vta::isa::{AluInsn, DepFlags, GemmInsn, Insn, MemInsn, UopLoops};
-use heron_vta::program::{run_stream, upload, upload_uops};
+use heron_vta::program::{BlockedGemm, Conv3x3, GemmBuffers, run_stream, upload, upload_uops};
 use heron_vta::sim::Profile;
 use heron_vta::{AluOp, HwConfig, Isa, MemId, Uop};
 use proptest::prelude::*;
@@ -18,7 +26,7 @@ fn sim() -> (Isa, SimDriver) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(fuzz_config(200))]
 
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400), extra in 0u32..3) {
@@ -84,7 +92,7 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(100))]
+    #![proptest_config(fuzz_config(100))]
 
     #[test]
     fn random_valid_streams_run_and_count_as_specified(steps in proptest::collection::vec(step(), 1..30), seed in any::<u64>()) {
@@ -150,6 +158,232 @@ proptest! {
         } else {
             prop_assert!(result.is_ok(), "{:?}", result);
             prop_assert_eq!(driver.profile().unwrap(), want);
+        }
+    }
+}
+
+/// Cycle limit of the mutated runs: big enough for the unmutated programs, small enough that a
+/// mutation into a huge loop costs milliseconds.
+const FUZZ_WORK_LIMIT: u64 = 1 << 18;
+
+/// The valid programs mutations start from.
+#[derive(Clone, Copy, Debug)]
+enum Program {
+    Gemm { compressed: bool, double_buffer: bool },
+    Conv,
+}
+
+fn program() -> impl Strategy<Value = Program> {
+    prop_oneof![
+        (any::<bool>(), any::<bool>())
+            .prop_map(|(compressed, double_buffer)| Program::Gemm { compressed, double_buffer }),
+        Just(Program::Conv),
+    ]
+}
+
+/// A fresh simulator with `program`'s operands (pseudo-random from `data`), its instruction
+/// words and the output block.
+fn setup(program: Program, data: u64) -> (SimDriver, DeviceId, Vec<u128>, u64) {
+    let isa = Isa::new(HwConfig::default()).unwrap();
+    let mut driver = SimDriver::new(isa.clone());
+    driver.set_work_limit(Some(FUZZ_WORK_LIMIT));
+    let dev = driver.device_alloc().unwrap();
+    let mut s = data | 1;
+    let mut bytes = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    };
+    let gemm = |compressed, double_buffer| BlockedGemm {
+        batch: 16,
+        in_blocks: 4,
+        out_blocks: 2,
+        tile_rows: 8,
+        tile_in: 2,
+        tile_out: 1,
+        compressed,
+        double_buffer,
+    };
+    let conv = Conv3x3 { h: 3, w: 5, in_blocks: 1, out_blocks: 2 };
+    let (uops, sizes) = match program {
+        Program::Gemm { compressed, double_buffer } => {
+            (gemm(compressed, double_buffer).uops(), [16 * 4 * 16, 2 * 4 * 256, 16 * 2 * 64, 16 * 2 * 16])
+        }
+        Program::Conv => (conv.uops(), [15 * 16, 2 * 9 * 256, 0, 2 * 15 * 16]),
+    };
+    let [inp, wgt, bias, out] = sizes.map(|n| upload(&mut driver, &bytes(n.max(1))).unwrap().phys);
+    let uops = upload_uops(&mut driver, &isa, &uops).unwrap().phys;
+    let bufs = GemmBuffers { inp, wgt, bias, out, uops };
+    let stream = match program {
+        Program::Gemm { compressed, double_buffer } => gemm(compressed, double_buffer).stream(&bufs),
+        Program::Conv => conv.stream(&bufs),
+    };
+    let words = stream.iter().map(|i| isa.encode(i).unwrap()).collect();
+    (driver, dev, words, out)
+}
+
+/// One change to a stream.
+#[derive(Clone, Debug)]
+enum Mutation {
+    /// Flip one of the 128 bits of instruction `.0`.
+    Flip(usize, u8),
+    /// Write `.3` into `.2` bits at bit `.1`.
+    Bits(usize, u8, u8, u64),
+    /// Replace the opcode (5..7 are undefined).
+    Opcode(usize, u8),
+    /// Set field `.1` of a decodable instruction to the largest value it holds: loop extents,
+    /// uop ranges, index factors, transfer sizes, strides, pads, DRAM and SRAM bases.
+    Max(usize, u8),
+    Duplicate(usize),
+    Delete(usize),
+    Swap(usize, usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let at = any::<usize>();
+    prop_oneof![
+        4 => (at, 0u8..128).prop_map(|(i, b)| Mutation::Flip(i, b)),
+        2 => (at, 0u8..128, 1u8..33, any::<u64>()).prop_map(|(i, b, w, v)| Mutation::Bits(i, b, w, v)),
+        2 => (at, 0u8..8).prop_map(|(i, op)| Mutation::Opcode(i, op)),
+        3 => (at, 0u8..12).prop_map(|(i, f)| Mutation::Max(i, f)),
+        1 => at.prop_map(Mutation::Duplicate),
+        1 => at.prop_map(Mutation::Delete),
+        1 => (at, at).prop_map(|(a, b)| Mutation::Swap(a, b)),
+    ]
+}
+
+/// Sets field `f` (cycling through the format's fields) to its largest encodable value.
+fn max_field(insn: &mut Insn, f: u8) {
+    const ITER: u32 = (1 << 14) - 1;
+    match insn {
+        Insn::Load(m) | Insn::Store(m) => match f % 8 {
+            0 => m.x_size = u16::MAX,
+            1 => m.y_size = u16::MAX,
+            2 => m.x_stride = u16::MAX,
+            3 => m.dram_base = u32::MAX,
+            4 => m.sram_base = u16::MAX,
+            5 => (m.x_pad_0, m.x_pad_1) = (15, 15),
+            6 => (m.y_pad_0, m.y_pad_1) = (15, 15),
+            _ => m.memory_type = 7,
+        },
+        Insn::Gemm(GemmInsn { loops: l, .. }) | Insn::Alu(AluInsn { loops: l, .. }) => match f % 6 {
+            0 => l.iter_out = ITER,
+            1 => l.iter_in = ITER,
+            2 => (l.iter_out, l.iter_in) = (ITER, ITER),
+            3 => l.uop_end = ITER,
+            4 => (l.dst_factor_out, l.src_factor_in) = (2047, 2047),
+            _ => l.uop_bgn = 8191,
+        },
+        Insn::Finish(d) => d.pop_prev = true,
+    }
+}
+
+fn mutate(isa: &Isa, words: &mut Vec<u128>, m: &Mutation) {
+    if words.is_empty() {
+        return;
+    }
+    let n = words.len();
+    match *m {
+        Mutation::Flip(i, b) => words[i % n] ^= 1 << b,
+        Mutation::Bits(i, at, width, v) => {
+            let mask = ((1u128 << width) - 1) << at;
+            words[i % n] = (words[i % n] & !mask) | (((v as u128) << at) & mask);
+        }
+        Mutation::Opcode(i, op) => words[i % n] = (words[i % n] & !7) | op as u128,
+        Mutation::Max(i, f) => {
+            if let Ok(mut insn) = isa.decode(words[i % n]) {
+                max_field(&mut insn, f);
+                if let Ok(w) = isa.encode(&insn) {
+                    words[i % n] = w;
+                }
+            }
+        }
+        Mutation::Duplicate(i) => words.insert(i % n, words[i % n]),
+        Mutation::Delete(i) => {
+            words.remove(i % n);
+        }
+        Mutation::Swap(a, b) => words.swap(a % n, b % n),
+    }
+}
+
+/// Runs `words` (claiming `count` instructions) on a fresh setup: the outcome (cycles or the
+/// error) and the output block afterwards.
+fn run_mutated(
+    program: Program,
+    data: u64,
+    words: &[u128],
+    count: u32,
+    wait: u32,
+) -> (Result<u64, heron_vta::VtaError>, Vec<u8>) {
+    let (mut driver, dev, _, out) = setup(program, data);
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let stream = upload(&mut driver, &bytes).unwrap();
+    let result = driver.device_run(dev, stream.phys, count, wait).map(|()| driver.last_run_cycles());
+    (result, driver.memory().read(out, 16).unwrap().to_vec())
+}
+
+#[test]
+fn unmutated_programs_run() {
+    for program in [
+        Program::Gemm { compressed: false, double_buffer: false },
+        Program::Gemm { compressed: true, double_buffer: true },
+        Program::Conv,
+    ] {
+        let (_, _, words, _) = setup(program, 1);
+        let (result, _) = run_mutated(program, 1, &words, words.len() as u32, 0);
+        assert!(result.is_ok(), "{program:?}: {result:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(fuzz_config(1000))]
+
+    #[test]
+    fn mutated_streams_fail_cleanly_within_their_limit(
+        program in program(),
+        data in any::<u64>(),
+        mutations in proptest::collection::vec(mutation(), 1..6),
+        count_delta in -2i64..3,
+        wait in prop_oneof![Just(0u32), 1u32..20_000, Just(u32::MAX)],
+    ) {
+        let isa = Isa::new(HwConfig::default()).unwrap();
+        let (_, _, mut words, _) = setup(program, data);
+        for m in &mutations {
+            mutate(&isa, &mut words, m);
+        }
+        let count = (words.len() as i64 + count_delta).max(0) as u32;
+        let limit = if wait == 0 { FUZZ_WORK_LIMIT } else { FUZZ_WORK_LIMIT.min(wait as u64) };
+        let (first, out) = run_mutated(program, data, &words, count, wait);
+        match first {
+            Ok(cycles) => {
+                prop_assert!(cycles <= limit);
+                // The same run with exactly its cycles does the same; one cycle less times out.
+                let (again, out_again) = run_mutated(program, data, &words, count, cycles as u32);
+                prop_assert_eq!(again, Ok(cycles));
+                prop_assert_eq!(out_again, out);
+                if cycles > 1 {
+                    let (short, _) = run_mutated(program, data, &words, count, cycles as u32 - 1);
+                    prop_assert!(short.as_ref().is_err_and(|e| e.is_timeout()), "{:?}", short);
+                }
+            }
+            Err(e) => {
+                // Errors are deterministic too.
+                let (again, out_again) = run_mutated(program, data, &words, count, wait);
+                prop_assert_eq!(again, Err(e.clone()));
+                prop_assert_eq!(out_again, out);
+                let mut inner = &e;
+                while let heron_vta::VtaError::AtInstruction { error, .. } = inner {
+                    inner = error;
+                }
+                if let heron_vta::VtaError::Timeout { spent, limit: l, .. } = *inner {
+                    prop_assert!(spent <= l && l == limit, "{}", e);
+                }
+            }
         }
     }
 }
