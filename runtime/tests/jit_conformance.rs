@@ -1,14 +1,15 @@
 //! The ONNX backend node tests on the JIT engine: every case the interpreter supports must
-//! compile and match the expected outputs. Cases the JIT cannot compile (dtypes it has no code
-//! for) are skipped with the reason printed.
+//! compile and match the expected outputs, in ordinary memory and between guard pages. Cases
+//! the JIT cannot compile (dtypes it has no code for) are skipped with the reason printed.
 
 use heron_ir::testing::{CaseError, ConformanceCase, assert_close, load_conformance_case, run_conformance};
-use heron_runtime::{CompileOptions, Compiler, Model, RuntimeError};
+use heron_runtime::{CompileOptions, Compiler, GuardPages, Model, RuntimeError};
 
-fn run_case(dir: &std::path::Path) -> Result<(), CaseError> {
+fn run_case(dir: &std::path::Path, guard_pages: GuardPages) -> Result<(), CaseError> {
     let ConformanceCase { graph, inputs, expected } = load_conformance_case(dir)?;
     let model = Model::from_graph("case", graph).map_err(|e| CaseError::Fail(e.to_string()))?;
-    let compiled = match Compiler::new(CompileOptions::default()).compile(&model) {
+    let options = CompileOptions { guard_pages, ..CompileOptions::default() };
+    let compiled = match Compiler::new(options).compile(&model) {
         Ok(c) => c,
         Err(e @ RuntimeError::Codegen(heron_jit::CodegenError::Unsupported { .. })) => {
             return Err(CaseError::Skip(e.to_string()));
@@ -25,5 +26,14 @@ fn run_case(dir: &std::path::Path) -> Result<(), CaseError> {
 
 #[test]
 fn onnx_node_conformance_on_jit() {
-    run_conformance("JIT", run_case);
+    run_conformance("JIT", |dir| run_case(dir, GuardPages::from_env()));
+}
+
+/// Every pool and staging buffer flush against a guard page: an access past any end, or before
+/// any start, would fault.
+#[test]
+fn onnx_node_conformance_between_guard_pages() {
+    for mode in [GuardPages::End, GuardPages::Start] {
+        run_conformance(&format!("JIT, guard pages at the {mode}"), |dir| run_case(dir, mode));
+    }
 }
