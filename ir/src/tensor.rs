@@ -206,7 +206,26 @@ impl Tensor {
 
     /// Every element as f64 in row-major order (lossy for 64-bit integers beyond 2^53).
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        dispatch_tensor!(self, a, _T => a.iter().map(|v| v.to_f64()).collect())
+        self.first_f64(usize::MAX)
+    }
+
+    /// The first `n` elements (at most) as f64, in row-major order, without converting the
+    /// rest.
+    pub fn first_f64(&self, n: usize) -> Vec<f64> {
+        dispatch_tensor!(self, a, _T => a.iter().take(n).map(|v| v.to_f64()).collect())
+    }
+
+    /// A zero tensor of `ty` (like [`Tensor::zeros`]), or an error when the memory cannot be
+    /// had.
+    pub fn try_zeros(ty: &TensorType) -> Result<Tensor, String> {
+        fn z<T: Element>(ty: &TensorType) -> Result<Tensor, String> {
+            let n = ty.num_elements();
+            let mut v: Vec<T> = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| format!("out of memory: cannot allocate {ty}"))?;
+            v.resize(n, T::default());
+            Tensor::from_vec(&ty.shape, v)
+        }
+        for_dtype!(ty.dtype, T => z::<T>(ty))
     }
 
     /// Every element as i64 in row-major order; `None` for float and bool tensors.

@@ -421,6 +421,14 @@ impl<'a> FuncTranslator<'a> {
             .ok_or_else(|| self.unsupported(format!("buffer '{}' of {:?} elements", buf.name, buf.shape)))?
             as i128;
         let elem = buf.dtype.size_bytes() as i64;
+        if len == 0 {
+            // No index is valid, and the fallback element 0 does not exist either: the access
+            // records the error and goes to a scratch slot instead of past the buffer.
+            let code = self.b.ins().iconst(I32, self.code);
+            self.b.ins().store(MemFlagsData::trusted(), code, self.status, 0);
+            let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 16, 4));
+            return Ok(self.b.ins().stack_addr(self.ptr, slot, 0));
+        }
         let lin = self.linear_index(id, indices);
         let proven = self.ranges.range(&lin).is_some_and(|(lo, hi)| lo >= 0 && hi < len);
         if proven && let Some((terms, constant)) = affine_terms(&lin) {

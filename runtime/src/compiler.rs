@@ -465,6 +465,17 @@ impl CompiledModel {
         if !fits {
             return Err(RuntimeError::ForeignWorkspace);
         }
+        // The outputs are copied out of the staging buffers after the run: make sure that
+        // memory exists before spending the run on it.
+        let output_bytes = self.outputs.iter().map(|o| o.ty.size_bytes()).fold(0usize, usize::saturating_add);
+        if output_bytes >= 64 << 20 {
+            let mut probe: Vec<u8> = Vec::new();
+            probe.try_reserve_exact(output_bytes).map_err(|_| crate::memory::AllocError {
+                what: "the outputs".into(),
+                bytes: output_bytes,
+                detail: None,
+            })?;
+        }
         for (t, buf) in inputs.iter().zip(ws.inputs.iter_mut()) {
             t.write_le_bytes(buf.as_mut());
         }
@@ -498,7 +509,15 @@ impl CompiledModel {
         self.outputs
             .iter()
             .zip(&ws.outputs)
-            .map(|(info, b)| Tensor::from_le_bytes(&info.ty, b.as_ref()).map_err(RuntimeError::Compile))
+            .map(|(info, b)| {
+                Tensor::from_le_bytes(&info.ty, b.as_ref()).map_err(|e| {
+                    RuntimeError::Memory(crate::memory::AllocError {
+                        what: format!("output '{}'", info.name),
+                        bytes: b.len(),
+                        detail: Some(e),
+                    })
+                })
+            })
             .collect()
     }
 }

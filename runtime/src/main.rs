@@ -394,7 +394,8 @@ fn print_compile_stats(compiled: &CompiledModel) {
 
 fn bench(path: &Path, runs: usize, warmup: usize, engine: Engine, limits: &LimitFlags) -> Result<()> {
     let model = limits.load(path)?;
-    let inputs: Vec<Tensor> = model.inputs().iter().map(|i| Tensor::zeros(&i.ty)).collect();
+    let inputs = model.inputs().iter().map(|i| Tensor::try_zeros(&i.ty)).collect::<Result<Vec<_>, _>>();
+    let inputs = inputs.map_err(|e| anyhow::anyhow!("bench inputs: {e}"))?;
     let compiled = Compiler::new(engine.compile_options(limits)).compile(&model)?;
     print_compile_stats(&compiled);
     let mut ws = compiled.workspace()?;
@@ -430,14 +431,16 @@ fn sanitize(name: &str) -> String {
 
 fn print_output(name: &str, t: &Tensor) {
     println!("output '{name}': {} {:?}", t.dtype(), t.shape());
-    let values = t.to_f64_vec();
-    let shown: Vec<String> = values.iter().take(8).map(|v| format!("{v:.6}")).collect();
-    let more = if values.len() > 8 { ", ..." } else { "" };
+    // Only what is printed is converted: outputs may be gigabytes.
+    let shown: Vec<String> = t.first_f64(8).iter().map(|v| format!("{v:.6}")).collect();
+    let more = if t.len() > 8 { ", ..." } else { "" };
     println!("  values: [{}{more}]", shown.join(", "));
     // Class scores: a float vector (leading dims 1) with at least two classes.
     let classes = t.shape().last().copied().unwrap_or(0);
-    let looks_like_scores = t.dtype().is_float() && classes >= 2 && values.len() == classes && t.shape().len() <= 2;
+    let looks_like_scores =
+        t.dtype().is_float() && (2..=1 << 20).contains(&classes) && t.len() == classes && t.shape().len() <= 2;
     if looks_like_scores {
+        let values = t.to_f64_vec();
         let mut idx: Vec<usize> = (0..classes).collect();
         idx.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
         let top: Vec<String> = idx.iter().take(5).map(|&i| format!("class {i}: {:.6}", values[i])).collect();

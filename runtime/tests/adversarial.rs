@@ -1,6 +1,6 @@
 //! The adversarial corpus (`heron_ir::testing::adversarial`) through the CLI as an attacker
-//! would run it: `heron run --engine interp`, `heron run --engine jit` and `heron compile`, two
-//! processes at a time, each under a 9 GiB address-space limit. Every run must end in a clear
+//! would run it: `heron run --engine interp`, `heron run --engine jit` (between guard pages)
+//! and `heron compile`, two processes at a time, each under a 9 GiB address-space limit. Every run must end in a clear
 //! error (exit 1 or 2) or a result — never a signal, a panic ("internal error", exit 101), an
 //! allocation abort or a hang — and where both engines give a result, they agree.
 //!
@@ -60,6 +60,12 @@ fn run(dir: &Path, case: &AdversarialCase, mode: Mode) -> Result<Outcome, String
             let engine = if mode == Mode::Jit { "jit" } else { "interp" };
             let out = dir.join(format!("{}.{engine}", case.name));
             let mut a = vec!["run".into(), model.display().to_string(), "--engine".into(), engine.into()];
+            if mode == Mode::Jit {
+                // Between guard pages, so a stray access faults instead of going unnoticed;
+                // half the cases flush each buffer's end against a guard, half its start.
+                let guard = if case.name.len() % 2 == 0 { "end" } else { "start" };
+                a.extend(["--guard-pages".into(), guard.into()]);
+            }
             a.extend(["--output-dir".into(), out.display().to_string()]);
             for i in 0..case.inputs.len() {
                 a.extend(["--input".into(), dir.join(format!("{}.input{i}.npy", case.name)).display().to_string()]);

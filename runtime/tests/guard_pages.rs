@@ -73,3 +73,19 @@ fn reference_models_run_identically_between_guard_pages() {
         }
     }
 }
+
+/// A load from an empty buffer (under a select that discards it) has no element to fall back
+/// to: it is reported, and reads scratch instead of the guard page right after the buffer.
+#[test]
+fn a_load_from_an_empty_buffer_stays_inside() {
+    use heron_jit::{JitArg, JitModule, JitOptions, JitRunError};
+    let text = "func @main(%x: f32[0], %y: f32[2]) {\n  for %i: i64 in 0..2 serial {\n    %y[%i] = select(bool(0), %x[%i], f32(1.0))\n  }\n}\n";
+    let module = heron_ir::loop_ir::parse::parse_module(text).expect("valid loop IR");
+    let jit = JitModule::compile(&module, &[true, false], JitOptions::default()).expect("compile");
+    for mode in MODES {
+        let x = Block::zeroed(0, 4, mode, "x").expect("x");
+        let mut y = Block::zeroed(8, 4, mode, "y").expect("y");
+        let err = jit.run([JitArg::Read(x.as_ref()), JitArg::Write(y.as_mut())]).expect_err("reported");
+        assert!(matches!(err, JitRunError::IndexOutOfRange { .. }), "{err}");
+    }
+}

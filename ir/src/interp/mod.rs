@@ -130,6 +130,30 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
     }
 }
 
+/// A value during a run: the caller's input (borrowed, never copied) or one the run holds.
+#[derive(Clone)]
+enum Slot<'a> {
+    Input(&'a Tensor),
+    Held(Arc<Tensor>),
+}
+
+impl Slot<'_> {
+    fn tensor(&self) -> &Tensor {
+        match self {
+            Slot::Input(t) => t,
+            Slot::Held(t) => t,
+        }
+    }
+
+    /// The tensor, moved out when this was its last reference.
+    fn into_tensor(self) -> Tensor {
+        match self {
+            Slot::Input(t) => t.clone(),
+            Slot::Held(t) => Arc::try_unwrap(t).unwrap_or_else(|shared| (*shared).clone()),
+        }
+    }
+}
+
 /// Runs `graph` on `inputs` (in the order of `graph.inputs`) and returns its outputs.
 ///
 /// Inputs are checked for count, dtype and shape before anything runs. Intermediate values are
@@ -138,7 +162,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
     if inputs.len() != graph.inputs.len() {
         return Err(InterpError::InputCount { expected: graph.inputs.len(), got: inputs.len() });
     }
-    let mut env: Vec<Option<Arc<Tensor>>> = graph.values.iter().map(|v| v.constant.clone()).collect();
+    let mut env: Vec<Option<Slot<'_>>> = graph.values.iter().map(|v| v.constant.clone().map(Slot::Held)).collect();
     for (&id, t) in graph.inputs.iter().zip(inputs) {
         let v = graph.value(id);
         if t.tensor_type() != v.ty {
@@ -148,7 +172,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
                 got: t.tensor_type().to_string(),
             });
         }
-        env[id.0] = Some(Arc::new(t.clone()));
+        env[id.0] = Some(Slot::Input(t));
     }
     let mut remaining = graph.use_counts();
     for node in &graph.nodes {
@@ -156,16 +180,17 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
             .inputs
             .iter()
             .map(|i| env[i.0].clone().ok_or_else(|| InterpError::Undefined(graph.value(*i).name.clone())))
-            .collect::<Result<Vec<Arc<Tensor>>, _>>()?;
-        let refs: Vec<&Tensor> = args.iter().map(|a| a.as_ref()).collect();
+            .collect::<Result<Vec<Slot<'_>>, _>>()?;
+        let refs: Vec<&Tensor> = args.iter().map(Slot::tensor).collect();
         let outs = eval_op(&node.op, &refs).map_err(|e| InterpError::Kernel {
             node: node.name.clone(),
             op: node.op.name().to_string(),
             message: e.0,
         })?;
         drop(refs);
+        drop(args);
         for (&o, t) in node.outputs.iter().zip(outs) {
-            env[o.0] = Some(Arc::new(t));
+            env[o.0] = Some(Slot::Held(Arc::new(t)));
         }
         for i in &node.inputs {
             remaining[i.0] -= 1;
@@ -182,11 +207,8 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
     }
     let mut outputs = Vec::with_capacity(graph.outputs.len());
     for (k, o) in graph.outputs.iter().enumerate() {
-        let t = if last_listing[o.0] != k {
-            env[o.0].clone().map(|t| (*t).clone())
-        } else {
-            env[o.0].take().map(|t| Arc::try_unwrap(t).unwrap_or_else(|shared| (*shared).clone()))
-        };
+        let t = if last_listing[o.0] != k { env[o.0].clone() } else { env[o.0].take() };
+        let t = t.map(Slot::into_tensor);
         outputs.push(t.ok_or_else(|| InterpError::Undefined(graph.value(*o).name.clone()))?);
     }
     Ok(outputs)

@@ -789,6 +789,11 @@ fn concat(fb: &mut FuncBuilder, ins: &[Operand], axis: usize, out: &Operand) -> 
 }
 
 fn pad(x: &Operand, pads: &[i64], mode: PadMode, value: &Tensor, o: &[Expr]) -> Expr {
+    // An empty input has nothing to read: every output element is padding (only constant
+    // padding can grow an empty axis).
+    if x.shape.contains(&0) {
+        return scalar_literal(value);
+    }
     let r = x.shape.len();
     let mut src = Vec::with_capacity(r);
     let mut conds = Vec::new();
