@@ -71,10 +71,22 @@ pub fn emit_module<M: Module>(
 ) -> Result<EmittedModule, CodegenError> {
     let main = ir.main().ok_or_else(|| CodegenError::NoFunction(MAIN.into()))?;
     let ptr = module.target_config().pointer_type();
+    // Functions identical but for their names (a chain of 100,000 equal reshapes, the repeated
+    // blocks of a network) are emitted once; the others call that one.
+    let mut first_of: HashMap<String, usize> = HashMap::new();
+    let mut emitted_as: Vec<usize> = Vec::with_capacity(ir.funcs.len());
+    for (k, f) in ir.funcs.iter().enumerate() {
+        let key = if f.name == MAIN { MAIN.to_string() } else { structure_key(f) };
+        emitted_as.push(*first_of.entry(key).or_insert(k));
+    }
     let mut ids = HashMap::new();
-    for f in &ir.funcs {
-        let sig = func_signature(module, pointer_params(f), ptr);
-        let id = module.declare_function(&format!("{entry_name}__{}", f.name), Linkage::Local, &sig)?;
+    for (k, f) in ir.funcs.iter().enumerate() {
+        let id = if emitted_as[k] == k {
+            let sig = func_signature(module, pointer_params(f), ptr);
+            module.declare_function(&format!("{entry_name}__{}", f.name), Linkage::Local, &sig)?
+        } else {
+            ids[&ir.funcs[emitted_as[k]].name]
+        };
         ids.insert(f.name.clone(), id);
     }
     let mut externs = HashMap::new();
@@ -91,6 +103,9 @@ pub fn emit_module<M: Module>(
     let mut ctx = module.make_context();
     let mut fctx = FunctionBuilderContext::new();
     for (index, f) in ir.funcs.iter().enumerate() {
+        if emitted_as[index] != index {
+            continue;
+        }
         let table = f.name == MAIN;
         let pointers = pointer_params(f);
         ctx.func.signature = func_signature(module, pointers, ptr);
@@ -151,8 +166,27 @@ pub fn emit_module<M: Module>(
     Ok(EmittedModule {
         entry,
         num_args: main.params.len(),
-        func_names: ir.funcs.iter().map(|f| f.name.clone()).collect(),
+        func_names: {
+            let mut copies = vec![0usize; ir.funcs.len()];
+            emitted_as.iter().for_each(|&e| copies[e] += 1);
+            (0..ir.funcs.len())
+                .map(|k| {
+                    let (name, n) = (&ir.funcs[emitted_as[k]].name, copies[emitted_as[k]]);
+                    if n > 1 { format!("{name} (or one of {} identical operators)", n - 1) } else { name.clone() }
+                })
+                .collect()
+        },
     })
+}
+
+/// What makes two functions the same code: everything but the names of the function, its
+/// buffers and its variables.
+fn structure_key(f: &PrimFunc) -> String {
+    let mut anonymous = f.clone();
+    anonymous.name.clear();
+    anonymous.buffers.iter_mut().for_each(|b| b.name.clear());
+    anonymous.vars.iter_mut().for_each(|v| v.name.clear());
+    format!("{anonymous:?}")
 }
 
 /// How many pointers `f` takes: one per buffer parameter and the status word, except `main`,

@@ -11,6 +11,8 @@
 //! Only loops whose variable indexes every global store of the body are moved or jammed: their
 //! iterations write disjoint outputs, so reordering them cannot change results.
 
+use std::collections::HashSet;
+
 use heron_ir::loop_ir::{Arg, BinOp, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarId};
 
 /// Smallest extent worth a vector loop (one F32X4).
@@ -212,15 +214,16 @@ pub fn choose_layouts(module: &mut Module) {
     let mut probe = module.clone();
     schedule(&mut probe);
     // Parameters (function, position) worth transposing.
-    let mut wanted: Vec<(String, usize)> = Vec::new();
-    for f in &probe.funcs {
+    let access: Vec<VectorAccess> = probe.funcs.iter().map(VectorAccess::of).collect();
+    let mut wanted: HashSet<(&str, usize)> = HashSet::new();
+    for (f, access) in probe.funcs.iter().zip(&access) {
         for (pos, &p) in f.params.iter().enumerate() {
-            if f.buffer(p).shape.len() >= 2 && leading_axis_vectorized(&f.body, p) {
-                wanted.push((f.name.clone(), pos));
+            if f.buffer(p).shape.len() >= 2 && access.leading_axis_vectorized(p) {
+                wanted.insert((f.name.as_str(), pos));
             }
         }
     }
-    for (f, probed) in module.funcs.iter_mut().zip(&probe.funcs) {
+    for ((f, probed), access) in module.funcs.iter_mut().zip(&probe.funcs).zip(&access) {
         let mut scratch = Vec::new();
         probed.body.walk(&mut |s| {
             if let Stmt::Allocate { buffer, .. } = s
@@ -233,17 +236,17 @@ pub fn choose_layouts(module: &mut Module) {
             if f.layout_transforms.contains_key(&b) {
                 continue;
             }
-            if let Some(stride) = strided_innermost(&probed.body, b) {
+            if let Some(stride) = access.strided_innermost(b) {
                 f.layout_transforms.insert(b, phase_split(probed.buffer(b).shape.len(), stride));
             }
         }
     }
     let Some(main_index) = module.funcs.iter().position(|f| f.name == heron_ir::loop_ir::MAIN) else { return };
     let main = &module.funcs[main_index];
-    let mut constants: Vec<BufferId> = Vec::new();
+    let mut constants: HashSet<BufferId> = HashSet::new();
     main.body.walk(&mut |s| {
         if let Stmt::AllocateConst { buffer, .. } = s {
-            constants.push(*buffer);
+            constants.insert(*buffer);
         }
     });
     // A constant qualifies when every call that receives it wants it transposed.
@@ -256,7 +259,7 @@ pub fn choose_layouts(module: &mut Module) {
                 if let Arg::Buffer(b) = a
                     && constants.contains(b)
                 {
-                    let ok = wanted.iter().any(|(n, p)| n == name && *p == pos);
+                    let ok = wanted.contains(&(name.as_str(), pos));
                     let e = verdict.entry(*b).or_insert(true);
                     *e &= ok;
                 }
@@ -290,94 +293,90 @@ fn phase_split(rank: usize, s: i64) -> IndexMap {
     IndexMap::parse(&format!("lambda {}: [{}]", names.join(", "), out.join(", "))).expect("valid map")
 }
 
-/// The stride `s >= 2` when every load of `b` in `body` is `b[..., s*v + k]` inside a loop
-/// vectorized over `v`, with the other indices free of `v`.
-fn strided_innermost(body: &Stmt, b: BufferId) -> Option<i64> {
-    fn walk(s: &Stmt, b: BufferId, v: Option<VarId>, stride: &mut Option<Option<i64>>) {
+/// How a function's buffers are read inside vectorized loops, found in one walk over its body
+/// (per buffer, so a function with thousands of buffers is still walked once).
+struct VectorAccess {
+    /// Some load was seen, and every load is `p[e0, ...]` inside a loop vectorized over `v`,
+    /// with `e0` moving by 1 with `v` and the other indices free of `v`; the buffer is neither
+    /// stored to nor passed to a call.
+    leading: Vec<(bool, bool)>,
+    /// `None`: no load seen; `Some(None)`: disqualified; `Some(Some(s))`: every load so far is
+    /// `b[..., s*v + k]` inside a loop vectorized over `v` (`s >= 2`), the other indices free
+    /// of `v`, and the buffer is not passed to a call.
+    strided: Vec<Option<Option<i64>>>,
+}
+
+impl VectorAccess {
+    fn of(f: &PrimFunc) -> VectorAccess {
+        let n = f.buffers.len();
+        let mut a = VectorAccess { leading: vec![(false, true); n], strided: vec![None; n] };
+        a.walk(&f.body, None);
+        a
+    }
+
+    /// A buffer worth storing with its leading axis innermost.
+    fn leading_axis_vectorized(&self, b: BufferId) -> bool {
+        self.leading[b.0 as usize] == (true, true)
+    }
+
+    /// The stride of a buffer worth storing phase-split.
+    fn strided_innermost(&self, b: BufferId) -> Option<i64> {
+        self.strided[b.0 as usize].flatten()
+    }
+
+    fn walk(&mut self, s: &Stmt, v: Option<VarId>) {
         let v = match s {
             Stmt::For { var, kind: ForKind::Vectorized, .. } => Some(*var),
             _ => v,
         };
-        s.for_each_expr(|e| loads(e, b, v, stride));
+        s.for_each_expr(|e| self.loads(e, v));
         match s {
-            Stmt::Seq(list) => list.iter().for_each(|x| walk(x, b, v, stride)),
-            Stmt::For { body, .. } => walk(body, b, v, stride),
+            Stmt::Seq(list) => list.iter().for_each(|x| self.walk(x, v)),
+            Stmt::For { body, .. } => self.walk(body, v),
             Stmt::If { then, otherwise, .. } => {
-                walk(then, b, v, stride);
+                self.walk(then, v);
                 if let Some(o) = otherwise {
-                    walk(o, b, v, stride);
+                    self.walk(o, v);
                 }
             }
-            Stmt::Evaluate(call) if call.args.iter().any(|a| matches!(a, Arg::Buffer(x) if *x == b)) => {
-                *stride = Some(None)
+            Stmt::Evaluate(call) => {
+                for a in &call.args {
+                    if let Arg::Buffer(b) = a {
+                        self.leading[b.0 as usize].1 = false;
+                        self.strided[b.0 as usize] = Some(None);
+                    }
+                }
             }
+            Stmt::Store { buffer, .. } => self.leading[buffer.0 as usize].1 = false,
             _ => {}
         }
     }
-    // `None`: no load seen yet; `Some(None)`: disqualified; `Some(Some(s))`: stride so far.
-    fn loads(e: &Expr, b: BufferId, v: Option<VarId>, stride: &mut Option<Option<i64>>) {
-        if let Expr::Load { buffer, indices } = e
-            && *buffer == b
-        {
-            let this = match (v, indices.split_last()) {
+
+    fn loads(&mut self, e: &Expr, v: Option<VarId>) {
+        if let Expr::Load { buffer, indices } = e {
+            let b = buffer.0 as usize;
+            let leading = match (v, indices.split_first()) {
+                (Some(v), Some((first, rest))) => {
+                    crate::codegen::affine_terms(first).is_some_and(|(t, _)| t.get(&v) == Some(&1))
+                        && !mentions(rest, v)
+                }
+                _ => false,
+            };
+            self.leading[b] = (true, self.leading[b].1 && leading);
+            let stride = match (v, indices.split_last()) {
                 (Some(v), Some((last, rest))) if !mentions(rest, v) => {
                     crate::codegen::affine_terms(last).and_then(|(t, _)| t.get(&v).copied()).filter(|&c| c >= 2)
                 }
                 _ => None,
             };
-            *stride = match (*stride, this) {
+            self.strided[b] = match (self.strided[b], stride) {
                 (None, s) => Some(s),
                 (Some(Some(a)), Some(c)) if a == c => Some(Some(a)),
                 _ => Some(None),
             };
         }
-        e.for_each_child(|c| loads(c, b, v, stride));
+        e.for_each_child(|c| self.loads(c, v));
     }
-    let mut stride = None;
-    walk(body, b, None, &mut stride);
-    stride.flatten()
-}
-
-/// True when every load of `p` in `body` is `p[e0, e1, ...]` inside a loop vectorized over `v`,
-/// with `e0` moving by 1 with `v` and the other indices free of `v`.
-fn leading_axis_vectorized(body: &Stmt, p: BufferId) -> bool {
-    fn walk(s: &Stmt, p: BufferId, v: Option<VarId>, seen: &mut bool) -> bool {
-        let v = match s {
-            Stmt::For { var, kind: ForKind::Vectorized, .. } => Some(*var),
-            _ => v,
-        };
-        let mut ok = true;
-        s.for_each_expr(|e| ok &= loads_ok(e, p, v, seen));
-        match s {
-            Stmt::Seq(list) => ok && list.iter().all(|x| walk(x, p, v, seen)),
-            Stmt::For { body, .. } => ok && walk(body, p, v, seen),
-            Stmt::If { then, otherwise, .. } => {
-                ok && walk(then, p, v, seen) && otherwise.as_ref().is_none_or(|o| walk(o, p, v, seen))
-            }
-            Stmt::Evaluate(call) => ok && !call.args.iter().any(|a| matches!(a, Arg::Buffer(b) if *b == p)),
-            Stmt::Store { buffer, .. } => ok && *buffer != p,
-            _ => ok,
-        }
-    }
-    fn loads_ok(e: &Expr, p: BufferId, v: Option<VarId>, seen: &mut bool) -> bool {
-        let mut ok = match e {
-            Expr::Load { buffer, indices } if *buffer == p => {
-                *seen = true;
-                match (v, indices.split_first()) {
-                    (Some(v), Some((first, rest))) => {
-                        let unit = crate::codegen::affine_terms(first).is_some_and(|(t, _)| t.get(&v) == Some(&1));
-                        unit && !mentions(rest, v)
-                    }
-                    _ => false,
-                }
-            }
-            _ => true,
-        };
-        e.for_each_child(|c| ok &= loads_ok(c, p, v, seen));
-        ok
-    }
-    let mut seen = false;
-    walk(body, p, None, &mut seen) && seen
 }
 
 /// Whether `e` loads from `b`.

@@ -369,10 +369,10 @@ fn scaling(c: &mut Corpus, s: Scale) {
             _ => m.node(op, &[a], &[b], vec![]),
         };
     });
-    chain(c, &format!("chain_transpose_{}", n / 10), n / 10, &|m, a, b| {
+    chain(c, &format!("chain_transpose_{n}"), n, &|m, a, b| {
         m.node("Transpose", &[a], &[b], vec![]);
     });
-    chain(c, &format!("chain_reshape_{}", n / 10), n / 10, &|m, a, b| {
+    chain(c, &format!("chain_reshape_{n}"), n, &|m, a, b| {
         let shape = if m.graph().node.len() % 2 == 0 { "s6" } else { "s23" };
         if m.graph().initializer.len() < 3 {
             m.ints("s6", &[6]);
