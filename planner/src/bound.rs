@@ -5,7 +5,7 @@
 use crate::problem::PoolProblem;
 use crate::types::Budget;
 
-/// Peak of summed sizes over time for half-open intervals.
+/// Peak of summed sizes over time for half-open intervals (saturating at `u64::MAX`).
 pub fn max_load(sizes: &[u64], intervals: &[(u64, u64)]) -> u64 {
     let mut events: Vec<(u64, i128)> = Vec::with_capacity(2 * sizes.len());
     for (s, &(lo, hi)) in sizes.iter().zip(intervals) {
@@ -19,7 +19,7 @@ pub fn max_load(sizes: &[u64], intervals: &[(u64, u64)]) -> u64 {
         load += d;
         best = best.max(load);
     }
-    best as u64
+    u64::try_from(best).unwrap_or(u64::MAX)
 }
 
 /// Maximum cardinality search order, reversed: a perfect elimination order when the graph is
@@ -58,24 +58,36 @@ fn elimination_order(adj: &[Vec<u32>]) -> Vec<usize> {
     order
 }
 
-/// The heaviest clique when `order` is a perfect elimination order, or None when it is not.
-fn chordal_max_clique(p: &PoolProblem, order: &[usize]) -> Option<u64> {
-    let n = p.len();
+/// The heaviest clique (by `weight`, saturating) when `order` is a perfect elimination order
+/// of `adj`, or None when it is not. Linear: each vertex's later neighbours must be a clique,
+/// which holds when all but the earliest of them neighbour that earliest one ("parent"); the
+/// checks are grouped by parent, so each parent's neighbours are marked once.
+pub(crate) fn chordal_max_clique(adj: &[Vec<u32>], order: &[usize], weight: impl Fn(usize) -> u64) -> Option<u64> {
+    let n = adj.len();
     let mut pos = vec![0usize; n];
     for (k, &v) in order.iter().enumerate() {
         pos[v] = k;
     }
     let mut best = 0u64;
-    let mut mark = vec![usize::MAX; n];
+    let mut children: Vec<Vec<u32>> = vec![Vec::new(); n];
     for &v in order {
-        // v's later neighbours must form a clique: check against the earliest of them.
-        let later: Vec<usize> = p.adj[v].iter().map(|&u| u as usize).filter(|&u| pos[u] > pos[v]).collect();
-        best = best.max(p.sizes[v] + later.iter().map(|&u| p.sizes[u]).sum::<u64>());
-        if let Some(&first) = later.iter().min_by_key(|&&u| pos[u]) {
-            for &u in &p.adj[first] {
-                mark[u as usize] = v;
-            }
-            if later.iter().any(|&u| u != first && mark[u] != v) {
+        let later = adj[v].iter().map(|&u| u as usize).filter(|&u| pos[u] > pos[v]);
+        best = best.max(later.clone().fold(weight(v), |sum, u| sum.saturating_add(weight(u))));
+        if let Some(parent) = later.min_by_key(|&u| pos[u]) {
+            children[parent].push(v as u32);
+        }
+    }
+    let mut mark = vec![usize::MAX; n];
+    for (parent, kids) in children.iter().enumerate() {
+        if kids.is_empty() {
+            continue;
+        }
+        for &u in &adj[parent] {
+            mark[u as usize] = parent;
+        }
+        for &v in kids {
+            let v = v as usize;
+            if adj[v].iter().map(|&u| u as usize).any(|u| pos[u] > pos[v] && u != parent && mark[u] != parent) {
                 return None;
             }
         }
@@ -83,24 +95,36 @@ fn chordal_max_clique(p: &PoolProblem, order: &[usize]) -> Option<u64> {
     Some(best)
 }
 
-/// Greedy clique growth from every vertex (heaviest compatible neighbour first).
+/// Greedy clique growth from every vertex, heaviest first (heaviest compatible neighbour
+/// first), while the budget lasts; the first one always completes. `hits[u]` counts the clique
+/// members `u` neighbours, so a vertex joins in constant time and a clique costs the sum of its
+/// members' degrees.
 fn greedy_clique(p: &PoolProblem, budget: &Budget) -> u64 {
     let n = p.len();
     let mut best = 0;
     let mut starts: Vec<usize> = (0..n).collect();
     starts.sort_by_key(|&v| std::cmp::Reverse(p.sizes[v]));
-    for &v in &starts {
-        if budget.expired() && best > 0 {
+    let mut hits = vec![0u32; n];
+    let mut touched: Vec<u32> = Vec::new();
+    for (k, &v) in starts.iter().enumerate() {
+        if k > 0 && budget.expired() {
             break;
         }
+        for &u in &touched {
+            hits[u as usize] = 0;
+        }
+        touched.clear();
         let mut cand: Vec<usize> = p.adj[v].iter().map(|&u| u as usize).collect();
         cand.sort_by_key(|&u| std::cmp::Reverse(p.sizes[u]));
-        let mut clique = vec![v];
-        let mut total = p.sizes[v];
-        for u in cand {
-            if clique[1..].iter().all(|&c| p.adj[u].contains(&(c as u32))) {
-                clique.push(u);
-                total += p.sizes[u];
+        let (mut members, mut total) = (0u32, 0u64);
+        for u in std::iter::once(v).chain(cand) {
+            if hits[u] == members {
+                for &w in &p.adj[u] {
+                    hits[w as usize] += 1;
+                    touched.push(w);
+                }
+                members += 1;
+                total = total.saturating_add(p.sizes[u]);
             }
         }
         best = best.max(total);
@@ -114,5 +138,5 @@ pub fn lower_bound(p: &PoolProblem, budget: &Budget) -> u64 {
         return max_load(&p.sizes, iv);
     }
     let order = elimination_order(&p.adj);
-    chordal_max_clique(p, &order).unwrap_or_else(|| greedy_clique(p, budget))
+    chordal_max_clique(&p.adj, &order, |v| p.sizes[v]).unwrap_or_else(|| greedy_clique(p, budget))
 }

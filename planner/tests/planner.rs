@@ -202,7 +202,7 @@ fn json_interface_rejects_bad_input_clearly() {
         ),
         (
             r#"{"pools":[{"name":"p"}],"buffers":[{"name":"a","size_bytes":-4,"pool_candidates":["p"]}]}"#,
-            "must be positive",
+            "size_bytes -4 is negative",
         ),
         (
             r#"{"pools":[{"name":"p"}],"buffers":[{"name":"a","size_bytes":8,"alignment":12,"pool_candidates":["p"]}]}"#,
