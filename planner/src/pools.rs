@@ -33,26 +33,30 @@ pub fn resolve_candidates(buffers: &[BufferInfo], pools: &[PoolInfo]) -> Result<
         }
         check_alignment(p.alignment).map_err(|reason| PlanError::BadPool { pool: p.name.clone(), reason })?;
     }
+    // Per pool: the last buffer listing it.
+    let mut listed = vec![usize::MAX; pools.len()];
     buffers
         .iter()
-        .map(|b| {
+        .enumerate()
+        .map(|(i, b)| {
             if b.pool_candidates.is_empty() {
                 return Err(PlanError::NoCandidates { buffer: b.name.clone() });
             }
-            let mut seen = Vec::with_capacity(b.pool_candidates.len());
+            let mut resolved = Vec::with_capacity(b.pool_candidates.len());
             for n in &b.pool_candidates {
                 let p = *by_name
                     .get(n.as_str())
                     .ok_or_else(|| PlanError::UnknownPool { buffer: b.name.clone(), pool: n.clone() })?;
-                if seen.contains(&p) {
+                if listed[p] == i {
                     return Err(PlanError::BadBuffer {
                         buffer: b.name.clone(),
                         reason: format!("pool '{n}' is listed twice among its candidates"),
                     });
                 }
-                seen.push(p);
+                listed[p] = i;
+                resolved.push(p);
             }
-            Ok(seen)
+            Ok(resolved)
         })
         .collect()
 }
@@ -80,32 +84,41 @@ pub fn check_sizes(buffers: &[BufferInfo], pools: &[PoolInfo], candidates: &[Vec
             });
         }
     }
-    for (p, pool) in pools.iter().enumerate() {
-        let member: Vec<bool> = candidates.iter().map(|c| c.contains(&p)).collect();
-        let mut groups = Groups::new(buffers.len());
-        for (i, b) in buffers.iter().enumerate().filter(|&(i, _)| member[i]) {
-            for &j in b.conflicts.iter().filter(|&&j| member[j]) {
+    // Per pool, the buffers that may go there; per group (named by its root buffer), the sizes
+    // with padding, the smallest alignment (the bottom buffer needs no padding) and the
+    // largest buffer. The tables are reset per pool for its members only.
+    let n = buffers.len();
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); pools.len()];
+    for (i, cands) in candidates.iter().enumerate() {
+        for &p in cands {
+            members[p].push(i);
+        }
+    }
+    let mut in_pool = vec![usize::MAX; n];
+    let mut groups = Groups((0..n).collect());
+    let (mut total, mut min_alignment, mut largest) = (vec![0u128; n], vec![u64::MAX; n], vec![0usize; n]);
+    for (p, (pool, members)) in pools.iter().zip(&members).enumerate() {
+        for &i in members {
+            in_pool[i] = p;
+            groups.0[i] = i;
+            (total[i], min_alignment[i], largest[i]) = (0, u64::MAX, i);
+        }
+        for &i in members {
+            for &j in buffers[i].conflicts.iter().filter(|&&j| in_pool[j] == p) {
                 groups.join(i, j);
             }
         }
-        // Per group: sizes with padding, the smallest alignment (the bottom buffer needs no
-        // padding) and the largest buffer.
-        let mut total = vec![0u128; buffers.len()];
-        let mut min_alignment = vec![u64::MAX; buffers.len()];
-        let mut largest: Vec<Option<usize>> = vec![None; buffers.len()];
-        for (i, b) in buffers.iter().enumerate().filter(|&(i, _)| member[i]) {
-            let g = groups.find(i);
+        for &i in members {
+            let (g, b) = (groups.find(i), &buffers[i]);
             total[g] += (b.size_bytes + b.alignment - 1) as u128;
             min_alignment[g] = min_alignment[g].min(b.alignment);
-            if largest[g].is_none_or(|l| buffers[l].size_bytes < b.size_bytes) {
-                largest[g] = Some(i);
+            if buffers[largest[g]].size_bytes < b.size_bytes {
+                largest[g] = i;
             }
         }
-        for g in 0..buffers.len() {
-            total[g] = total[g].saturating_sub(min_alignment[g].saturating_sub(1) as u128);
-        }
-        if let Some(g) = (0..buffers.len()).find(|&g| total[g] > MAX_POOL_BYTES as u128) {
-            let b = &buffers[largest[g].expect("a group with a total has a member")];
+        let need = |g: usize| total[g] - (min_alignment[g] - 1) as u128;
+        if let Some(g) = members.iter().copied().find(|&g| groups.0[g] == g && need(g) > MAX_POOL_BYTES as u128) {
+            let b = &buffers[largest[g]];
             return Err(PlanError::TooLarge {
                 buffer: b.name.clone(),
                 size: b.size_bytes,
@@ -113,7 +126,8 @@ pub fn check_sizes(buffers: &[BufferInfo], pools: &[PoolInfo], candidates: &[Vec
                     "with the buffers it conflicts with, directly or through others, it could need {} bytes \
                      (alignment padding included) in pool '{}', more than the largest pool Heron plans \
                      ({MAX_POOL_BYTES} bytes, isize::MAX); use smaller buffers or fewer conflicts",
-                    total[g], pool.name
+                    need(g),
+                    pool.name
                 ),
             });
         }
@@ -121,14 +135,10 @@ pub fn check_sizes(buffers: &[BufferInfo], pools: &[PoolInfo], candidates: &[Vec
     Ok(())
 }
 
-/// Union-find over buffer indices.
+/// Union-find over buffer indices: each buffer's parent, roots their own.
 struct Groups(Vec<usize>);
 
 impl Groups {
-    fn new(n: usize) -> Groups {
-        Groups((0..n).collect())
-    }
-
     fn find(&mut self, mut i: usize) -> usize {
         while self.0[i] != i {
             self.0[i] = self.0[self.0[i]];
