@@ -23,35 +23,53 @@ pub fn max_load(sizes: &[u64], intervals: &[(u64, u64)]) -> u64 {
 }
 
 /// Maximum cardinality search order, reversed: a perfect elimination order when the graph is
-/// chordal.
+/// chordal. Linear: unvisited vertices sit in doubly linked lists by weight (the number of
+/// visited neighbours).
 fn elimination_order(adj: &[Vec<u32>]) -> Vec<usize> {
+    const NONE: u32 = u32::MAX;
     let n = adj.len();
-    let mut weight = vec![0usize; n];
+    let mut weight = vec![0u32; n];
     let mut done = vec![false; n];
-    // Buckets by weight for O(n + m).
-    let mut buckets: Vec<Vec<usize>> = vec![(0..n).collect()];
+    let (mut head, mut next, mut prev) = (vec![NONE; n + 1], vec![NONE; n], vec![NONE; n]);
+    let insert = |head: &mut [u32], next: &mut [u32], prev: &mut [u32], v: usize, w: usize| {
+        (next[v], prev[v]) = (head[w], NONE);
+        if head[w] != NONE {
+            prev[head[w] as usize] = v as u32;
+        }
+        head[w] = v as u32;
+    };
+    for v in 0..n {
+        insert(&mut head, &mut next, &mut prev, v, 0);
+    }
     let mut order = Vec::with_capacity(n);
     let mut top = 0usize;
     while order.len() < n {
-        let v = loop {
-            match buckets[top].pop() {
-                Some(v) if !done[v] && weight[v] == top => break v,
-                Some(_) => {}
-                None => top -= 1,
-            }
-        };
+        while head[top] == NONE {
+            top -= 1;
+        }
+        let v = head[top] as usize;
+        head[top] = next[v];
+        if next[v] != NONE {
+            prev[next[v] as usize] = NONE;
+        }
         done[v] = true;
         order.push(v);
         for &u in &adj[v] {
             let u = u as usize;
-            if !done[u] {
-                weight[u] += 1;
-                if buckets.len() <= weight[u] {
-                    buckets.push(Vec::new());
-                }
-                buckets[weight[u]].push(u);
-                top = top.max(weight[u]);
+            if done[u] {
+                continue;
             }
+            let w = weight[u] as usize;
+            match prev[u] {
+                NONE => head[w] = next[u],
+                p => next[p as usize] = next[u],
+            }
+            if next[u] != NONE {
+                prev[next[u] as usize] = prev[u];
+            }
+            weight[u] += 1;
+            insert(&mut head, &mut next, &mut prev, u, w + 1);
+            top = top.max(w + 1);
         }
     }
     order.reverse();
@@ -63,31 +81,50 @@ fn elimination_order(adj: &[Vec<u32>]) -> Vec<usize> {
 /// which holds when all but the earliest of them neighbour that earliest one ("parent"); the
 /// checks are grouped by parent, so each parent's neighbours are marked once.
 pub(crate) fn chordal_max_clique(adj: &[Vec<u32>], order: &[usize], weight: impl Fn(usize) -> u64) -> Option<u64> {
+    const NONE: u32 = u32::MAX;
     let n = adj.len();
-    let mut pos = vec![0usize; n];
+    let mut pos = vec![0u32; n];
     for (k, &v) in order.iter().enumerate() {
-        pos[v] = k;
+        pos[v] = k as u32;
     }
     let mut best = 0u64;
-    let mut children: Vec<Vec<u32>> = vec![Vec::new(); n];
-    for &v in order {
-        let later = adj[v].iter().map(|&u| u as usize).filter(|&u| pos[u] > pos[v]);
-        best = best.max(later.clone().fold(weight(v), |sum, u| sum.saturating_add(weight(u))));
-        if let Some(parent) = later.min_by_key(|&u| pos[u]) {
-            children[parent].push(v as u32);
+    let mut parent = vec![NONE; n];
+    for (v, a) in adj.iter().enumerate() {
+        let mut sum = weight(v);
+        for &u in a.iter().filter(|&&u| pos[u as usize] > pos[v]) {
+            sum = sum.saturating_add(weight(u as usize));
+            if parent[v] == NONE || pos[u as usize] < pos[parent[v] as usize] {
+                parent[v] = u;
+            }
         }
+        best = best.max(sum);
     }
-    let mut mark = vec![usize::MAX; n];
-    for (parent, kids) in children.iter().enumerate() {
+    // Children grouped by parent (a counting sort).
+    let mut start = vec![0usize; n + 1];
+    for &p in parent.iter().filter(|&&p| p != NONE) {
+        start[p as usize + 1] += 1;
+    }
+    for k in 0..n {
+        start[k + 1] += start[k];
+    }
+    let mut fill = start.clone();
+    let mut children = vec![0u32; start[n]];
+    for (v, &p) in parent.iter().enumerate().filter(|&(_, &p)| p != NONE) {
+        children[fill[p as usize]] = v as u32;
+        fill[p as usize] += 1;
+    }
+    let mut mark = vec![NONE; n];
+    for p in 0..n {
+        let kids = &children[start[p]..start[p + 1]];
         if kids.is_empty() {
             continue;
         }
-        for &u in &adj[parent] {
-            mark[u as usize] = parent;
+        for &u in &adj[p] {
+            mark[u as usize] = p as u32;
         }
         for &v in kids {
-            let v = v as usize;
-            if adj[v].iter().map(|&u| u as usize).any(|u| pos[u] > pos[v] && u != parent && mark[u] != parent) {
+            let later = adj[v as usize].iter().filter(|&&u| pos[u as usize] > pos[v as usize]);
+            if later.clone().any(|&u| u != p as u32 && mark[u as usize] != p as u32) {
                 return None;
             }
         }

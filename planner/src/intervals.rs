@@ -10,25 +10,39 @@
 //! recovery is tried on problems of any size.
 
 use crate::bound::chordal_max_clique;
+use crate::types::Budget;
 
 /// Number of LexBFS+ sweeps tried.
 const SWEEPS: usize = 8;
 
 const NIL: u32 = u32::MAX;
 
+/// A vertex's place: its neighbours in its cell's list, and the cell (`NIL` once visited).
+#[derive(Clone, Copy)]
+struct Link {
+    next: u32,
+    prev: u32,
+    cell: u32,
+}
+
+/// A cell of vertices with equal LexBFS label: its list, its neighbours in label order, and the
+/// cell split off it at step `split_step`.
+#[derive(Clone, Copy)]
+struct Cell {
+    head: u32,
+    tail: u32,
+    next: u32,
+    prev: u32,
+    split: u32,
+    split_step: u32,
+}
+
 /// Unvisited vertices in cells of equal LexBFS label, the cells in descending label order. Each
-/// cell is a linked list of vertices; cells are recycled through a free list.
+/// cell is a linked list of vertices; cells are recycled through a free list. (Arrays of small
+/// structs: every step touches a vertex's links and its cell together.)
 struct Partition {
-    next: Vec<u32>,
-    prev: Vec<u32>,
-    cell: Vec<u32>,
-    head: Vec<u32>,
-    tail: Vec<u32>,
-    cell_next: Vec<u32>,
-    cell_prev: Vec<u32>,
-    /// Per cell: the cell split off it at step `split_step`.
-    split: Vec<u32>,
-    split_step: Vec<usize>,
+    links: Vec<Link>,
+    cells: Vec<Cell>,
     free: Vec<u32>,
     first: u32,
 }
@@ -37,15 +51,8 @@ impl Partition {
     /// One cell holding `vertices` in this order.
     fn new(n: usize, vertices: &[u32]) -> Partition {
         let mut p = Partition {
-            next: vec![NIL; n],
-            prev: vec![NIL; n],
-            cell: vec![0; n],
-            head: Vec::new(),
-            tail: Vec::new(),
-            cell_next: Vec::new(),
-            cell_prev: Vec::new(),
-            split: Vec::new(),
-            split_step: Vec::new(),
+            links: vec![Link { next: NIL, prev: NIL, cell: NIL }; n],
+            cells: Vec::new(),
             free: Vec::new(),
             first: NIL,
         };
@@ -58,75 +65,87 @@ impl Partition {
 
     /// A new empty cell just before `before` (`NIL`: the only cell).
     fn new_cell_before(&mut self, before: u32) -> usize {
+        let prev = if before == NIL { NIL } else { self.cells[before as usize].prev };
+        let cell = Cell { head: NIL, tail: NIL, next: before, prev, split: NIL, split_step: NIL };
         let c = match self.free.pop() {
-            Some(c) => c as usize,
+            Some(c) => {
+                self.cells[c as usize] = cell;
+                c as usize
+            }
             None => {
-                for list in [&mut self.head, &mut self.tail, &mut self.cell_next, &mut self.cell_prev, &mut self.split]
-                {
-                    list.push(NIL);
-                }
-                self.split_step.push(usize::MAX);
-                self.head.len() - 1
+                self.cells.push(cell);
+                self.cells.len() - 1
             }
         };
-        (self.head[c], self.tail[c], self.split_step[c]) = (NIL, NIL, usize::MAX);
-        self.cell_next[c] = before;
-        self.cell_prev[c] = if before == NIL { NIL } else { self.cell_prev[before as usize] };
-        match self.cell_prev[c] {
+        match prev {
             NIL => self.first = c as u32,
-            p => self.cell_next[p as usize] = c as u32,
+            p => self.cells[p as usize].next = c as u32,
         }
         if before != NIL {
-            self.cell_prev[before as usize] = c as u32;
+            self.cells[before as usize].prev = c as u32;
         }
         c
     }
 
     fn push_back(&mut self, c: usize, v: usize) {
-        self.cell[v] = c as u32;
-        self.next[v] = NIL;
-        self.prev[v] = self.tail[c];
-        match self.tail[c] {
-            NIL => self.head[c] = v as u32,
-            t => self.next[t as usize] = v as u32,
+        let tail = self.cells[c].tail;
+        self.links[v] = Link { next: NIL, prev: tail, cell: c as u32 };
+        match tail {
+            NIL => self.cells[c].head = v as u32,
+            t => self.links[t as usize].next = v as u32,
         }
-        self.tail[c] = v as u32;
+        self.cells[c].tail = v as u32;
     }
 
     /// Takes `v` out of its cell, dropping the cell when it empties.
     fn unlink(&mut self, v: usize) {
-        let c = self.cell[v] as usize;
-        match self.prev[v] {
-            NIL => self.head[c] = self.next[v],
-            p => self.next[p as usize] = self.next[v],
+        let Link { next, prev, cell } = self.links[v];
+        let c = cell as usize;
+        match prev {
+            NIL => self.cells[c].head = next,
+            p => self.links[p as usize].next = next,
         }
-        match self.next[v] {
-            NIL => self.tail[c] = self.prev[v],
-            x => self.prev[x as usize] = self.prev[v],
+        match next {
+            NIL => self.cells[c].tail = prev,
+            x => self.links[x as usize].prev = prev,
         }
-        if self.head[c] == NIL {
-            match self.cell_prev[c] {
-                NIL => self.first = self.cell_next[c],
-                p => self.cell_next[p as usize] = self.cell_next[c],
+        self.links[v].cell = NIL;
+        let Cell { head, next: cell_next, prev: cell_prev, .. } = self.cells[c];
+        if head == NIL {
+            match cell_prev {
+                NIL => self.first = cell_next,
+                p => self.cells[p as usize].next = cell_next,
             }
-            if self.cell_next[c] != NIL {
-                self.cell_prev[self.cell_next[c] as usize] = self.cell_prev[c];
+            if cell_next != NIL {
+                self.cells[cell_next as usize].prev = cell_prev;
             }
             self.free.push(c as u32);
         }
     }
 
-    /// Moves `v` into the cell split off its cell at `step` (made just before it if new).
-    fn split_off(&mut self, v: usize, step: usize) {
-        let c = self.cell[v] as usize;
-        if self.split_step[c] != step {
+    /// Moves unvisited `v` into the cell split off its cell at `step` (made just before it if
+    /// new).
+    fn split_off(&mut self, v: usize, step: u32) {
+        let c = self.links[v].cell as usize;
+        if self.cells[c].split_step != step {
             let new = self.new_cell_before(c as u32);
-            self.split[c] = new as u32;
-            self.split_step[c] = step;
+            self.cells[c].split = new as u32;
+            self.cells[c].split_step = step;
         }
-        let new = self.split[c] as usize;
+        let new = self.cells[c].split as usize;
         self.unlink(v);
         self.push_back(new, v);
+    }
+
+    /// The next vertex to visit, taken out.
+    fn visit_next(&mut self) -> usize {
+        let v = self.cells[self.first as usize].head as usize;
+        self.unlink(v);
+        v
+    }
+
+    fn visited(&self, v: usize) -> bool {
+        self.links[v].cell == NIL
     }
 }
 
@@ -135,7 +154,8 @@ impl Partition {
 /// Every cell is kept in descending rank, so its head is the vertex to visit next: visiting a
 /// vertex moves its unvisited neighbours into new cells just before theirs, taken in
 /// descending rank.
-fn lex_bfs(adj: &[Vec<u32>], rank: &[u32]) -> Vec<usize> {
+/// None when the budget ends first.
+fn lex_bfs(adj: &[Vec<u32>], rank: &[u32], budget: &Budget) -> Option<Vec<usize>> {
     let n = adj.len();
     let mut by_rank: Vec<u32> = (0..n as u32).collect();
     by_rank.sort_unstable_by_key(|&v| std::cmp::Reverse(rank[v as usize]));
@@ -160,20 +180,20 @@ fn lex_bfs(adj: &[Vec<u32>], rank: &[u32]) -> Vec<usize> {
     }
     let neighbours = |v: usize| if given { &adj[v][..] } else { &sorted[start[v]..start[v + 1]] };
     let mut cells = Partition::new(n, &by_rank);
-    let mut visited = vec![false; n];
     let mut order = Vec::with_capacity(n);
-    for step in 0..n {
-        let v = cells.head[cells.first as usize] as usize;
-        cells.unlink(v);
-        visited[v] = true;
+    for step in 0..n as u32 {
+        if step % 1024 == 0 && budget.expired() {
+            return None;
+        }
+        let v = cells.visit_next();
         order.push(v);
         for &u in neighbours(v) {
-            if !visited[u as usize] {
+            if !cells.visited(u as usize) {
                 cells.split_off(u as usize, step);
             }
         }
     }
-    order
+    Some(order)
 }
 
 /// True when the half-open `intervals` overlap exactly where `adj` has conflicts. `adj` must be
@@ -222,26 +242,31 @@ fn compress(intervals: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 }
 
 /// Intervals whose overlaps are exactly the conflicts `adj` (symmetric, without self-loops or
-/// duplicates), when the recovery finds them.
-pub fn recover_intervals(adj: &[Vec<u32>]) -> Option<Vec<(u64, u64)>> {
+/// duplicates), when the recovery finds them before the budget ends.
+pub fn recover_intervals(adj: &[Vec<u32>], budget: &Budget) -> Option<Vec<(u64, u64)>> {
     let n = adj.len();
     if n == 0 || n >= NIL as usize {
         return None;
     }
-    let mut order = lex_bfs(adj, &(0..n as u32).rev().collect::<Vec<_>>());
-    // Interval graphs are chordal, and a LexBFS order of a chordal graph, reversed, is a
-    // perfect elimination order: when it is not, no sweep can succeed.
-    let reversed: Vec<usize> = order.iter().rev().copied().collect();
-    chordal_max_clique(adj, &reversed, |_| 0)?;
-    for _ in 0..SWEEPS {
+    let mut order = lex_bfs(adj, &(0..n as u32).rev().collect::<Vec<_>>(), budget)?;
+    for sweep in 0..=SWEEPS {
         if let Some(iv) = intervals_from_order(adj, &order) {
             return Some(compress(iv));
+        }
+        if sweep == 0 {
+            // Interval graphs are chordal, and a LexBFS order of a chordal graph, reversed, is
+            // a perfect elimination order: when it is not, no sweep can succeed.
+            let reversed: Vec<usize> = order.iter().rev().copied().collect();
+            chordal_max_clique(adj, &reversed, |_| 0)?;
+        }
+        if sweep == SWEEPS {
+            break;
         }
         let mut rank = vec![0u32; n];
         for (k, &v) in order.iter().enumerate() {
             rank[v] = k as u32;
         }
-        order = lex_bfs(adj, &rank);
+        order = lex_bfs(adj, &rank, budget)?;
     }
-    intervals_from_order(adj, &order).map(compress)
+    None
 }

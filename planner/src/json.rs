@@ -16,8 +16,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeSeed, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Number;
+use serde_json::value::RawValue;
 
 use crate::algorithms::algorithm;
 use crate::bound::lower_bound;
@@ -25,7 +27,9 @@ use crate::problem::PoolProblem;
 use crate::types::{Access, Budget, BufferInfo, Plan, PlanError, PoolInfo, PoolKind, normalize};
 use crate::verify::verify_plan;
 
-// Names borrow from the input text where they can: a problem may list millions of conflicts.
+// Names borrow from the input text where they can, and conflict lists are kept as text until
+// the names are known, then read straight into indices: a problem may list millions of
+// conflicts.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProblemJson<'a> {
@@ -59,7 +63,7 @@ struct BufferJson<'a> {
     #[serde(default)]
     alignment: Option<Number>,
     #[serde(default, borrow)]
-    conflicts: Vec<Cow<'a, str>>,
+    conflicts: Option<&'a RawValue>,
     #[serde(borrow)]
     pool_candidates: Vec<Cow<'a, str>>,
     #[serde(default)]
@@ -101,6 +105,39 @@ fn alignment(n: Option<&Number>) -> Result<u64, String> {
     if a.is_power_of_two() { Ok(a) } else { Err(format!("alignment {a} is not a power of two")) }
 }
 
+/// Reads a conflict list into buffer indices; `Err` holds the first unknown name.
+struct ConflictList<'i, 'n>(&'i HashMap<&'n str, usize>);
+
+impl<'de> DeserializeSeed<'de> for ConflictList<'_, '_> {
+    type Value = Result<Vec<usize>, String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ConflictList<'_, '_> {
+    type Value = Result<Vec<usize>, String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of buffer names")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut names: A) -> Result<Self::Value, A::Error> {
+        let mut indices = Vec::new();
+        let mut unknown = None;
+        while let Some(name) = names.next_element::<Cow<'de, str>>()? {
+            match self.0.get(name.as_ref()) {
+                Some(&i) => indices.push(i),
+                None => {
+                    unknown.get_or_insert_with(|| name.into_owned());
+                }
+            }
+        }
+        Ok(unknown.map_or(Ok(indices), Err))
+    }
+}
+
 /// Parses a planning problem and checks it: every error names what is wrong.
 pub fn parse_problem(text: &str) -> Result<(Vec<BufferInfo>, Vec<PoolInfo>), PlanError> {
     let raw: ProblemJson<'_> = serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))?;
@@ -140,16 +177,24 @@ pub fn parse_problem(text: &str) -> Result<(Vec<BufferInfo>, Vec<PoolInfo>), Pla
             }
             None => None,
         };
-        let conflicts = b
-            .conflicts
-            .iter()
-            .map(|c| {
-                index
-                    .get(c.as_ref())
-                    .copied()
-                    .ok_or_else(|| PlanError::UnknownConflict { buffer: b.name.to_string(), other: c.to_string() })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let conflicts = match b.conflicts {
+            Some(list) => {
+                let mut de = serde_json::Deserializer::from_str(list.get());
+                match ConflictList(&index).deserialize(&mut de) {
+                    Ok(Ok(conflicts)) => conflicts,
+                    Ok(Err(other)) => return Err(PlanError::UnknownConflict { buffer: b.name.to_string(), other }),
+                    // The text is valid JSON (it was read once): the list has the wrong type. The
+                    // error's position is inside the list, so it is left out.
+                    Err(e) => {
+                        let e = e.to_string();
+                        let reason =
+                            format!("conflicts: {}", e.rsplit_once(" at line ").map_or(e.as_str(), |(m, _)| m));
+                        return Err(bad(reason));
+                    }
+                }
+            }
+            None => Vec::new(),
+        };
         buffers.push(BufferInfo {
             name: b.name.to_string(),
             size_bytes,
@@ -177,8 +222,10 @@ pub fn plan_json(text: &str, algorithm_name: &str, time_limit_ms: u64) -> Result
     let plan: Plan = alg.plan(&buffers, &pools, &Budget::millis(time_limit_ms))?;
     verify_plan(&buffers, &pools, &plan).map_err(|e| PlanError::Invalid(e.join("; ")))?;
     let all: Vec<usize> = (0..buffers.len()).collect();
-    let lower_bound_bytes =
-        lower_bound(&PoolProblem::from_buffers(&buffers, &all, None), &Budget::millis((time_limit_ms / 10).min(200)));
+    let lower_bound_bytes = lower_bound(
+        &PoolProblem::with_given_lifetimes(&buffers, &all, None),
+        &Budget::millis((time_limit_ms / 10).min(200)),
+    );
     let mut pool_sizes = serde_json::Map::new();
     for (p, size) in pools.iter().zip(&plan.pool_sizes) {
         pool_sizes.insert(p.name.clone(), (*size).into());

@@ -161,6 +161,8 @@ fn describe(pool: &PoolInfo, planned: Option<u64>) -> String {
     }
 }
 
+const UNPLACED: usize = usize::MAX;
+
 /// The spread of buffers over pools while it is being decided: every placed buffer has an
 /// offset in its current candidate pool, and no two conflicting buffers of a pool overlap.
 struct Spread<'a> {
@@ -170,7 +172,8 @@ struct Spread<'a> {
     /// Per buffer: index of its current pool in its candidate list.
     choice: Vec<usize>,
     offset: Vec<u64>,
-    placed: Vec<bool>,
+    /// Per buffer: the pool it is placed in, `UNPLACED` while it moves.
+    placed_in: Vec<usize>,
     /// Per pool: whether its offsets are real. Until the algorithm places an unbounded pool,
     /// its buffers need none (they fit whatever their offsets), which saves a first-fit pass.
     real: Vec<bool>,
@@ -191,7 +194,7 @@ impl Spread<'_> {
     }
 
     fn members(&self, p: usize) -> Vec<usize> {
-        (0..self.buffers.len()).filter(|&i| self.placed[i] && self.pool(i) == p).collect()
+        (0..self.buffers.len()).filter(|&i| self.placed_in[i] == p).collect()
     }
 
     fn peak(&self, p: usize) -> u64 {
@@ -202,7 +205,7 @@ impl Spread<'_> {
     fn first_fit(&mut self, i: usize, p: usize) -> u64 {
         self.busy.clear();
         for &j in &self.buffers[i].conflicts {
-            if self.placed[j] && self.pool(j) == p {
+            if self.placed_in[j] == p {
                 self.busy.push(packed_range(self.offset[j], self.buffers[j].size_bytes));
             }
         }
@@ -220,7 +223,7 @@ impl Spread<'_> {
                 || self.choice[i] + 1 == self.candidates[i].len()
             {
                 self.offset[i] = offset;
-                self.placed[i] = true;
+                self.placed_in[i] = p;
                 return;
             }
             self.choice[i] += 1;
@@ -233,7 +236,8 @@ impl Spread<'_> {
         let limit = limit(&self.pools[p]);
         for round in 0.. {
             let members = self.members(p);
-            let problem = PoolProblem::from_buffers(self.buffers, &members, self.pools[p].size_hint_bytes);
+            let mut problem = PoolProblem::with_given_lifetimes(self.buffers, &members, self.pools[p].size_hint_bytes);
+            problem.recover_lifetimes(budget);
             let offsets = alg.place(&problem, budget);
             debug_assert!(problem.is_valid(&offsets), "{} produced an invalid placement", alg.name());
             // The algorithm's placement, unless it overflows where the current one does not.
@@ -259,14 +263,14 @@ impl Spread<'_> {
                 .order
                 .iter()
                 .copied()
-                .filter(|&i| self.placed[i] && self.pool(i) == p && movable(i) && (round > 0 || under[i]))
+                .filter(|&i| self.placed_in[i] == p && movable(i) && (round > 0 || under[i]))
                 .collect();
             if moving.is_empty() {
                 let worst = sticking.into_iter().max_by_key(|&i| (self.buffers[i].size_bytes, std::cmp::Reverse(i)));
                 return Err(self.no_pool_fits(worst.expect("a buffer sticks out")));
             }
             for &i in &moving {
-                self.placed[i] = false;
+                self.placed_in[i] = UNPLACED;
                 self.shed[i] = true;
             }
             for i in moving {
@@ -291,6 +295,7 @@ impl Spread<'_> {
             if offset + self.buffers[i].size_bytes <= limit {
                 self.choice[i] = at;
                 self.offset[i] = offset;
+                self.placed_in[i] = p;
             }
         }
     }
@@ -322,7 +327,7 @@ pub fn plan_pools<A: Algorithm + ?Sized>(
         candidates: &candidates,
         choice: vec![0; n],
         offset: vec![0; n],
-        placed: vec![false; n],
+        placed_in: vec![UNPLACED; n],
         real: pools.iter().map(|p| p.size_hint_bytes.is_some()).collect(),
         shed: vec![false; n],
         order,

@@ -2,7 +2,7 @@
 //! the order-based algorithms: place buffers one by one at the lowest (first fit) or tightest
 //! (best fit) aligned gap left by already placed conflicting buffers.
 
-use crate::types::BufferInfo;
+use crate::types::{Budget, BufferInfo};
 
 /// Buffers to place in one pool: sizes, alignments, symmetric conflicts, optional lifetimes.
 #[derive(Clone, Debug)]
@@ -19,8 +19,19 @@ pub struct PoolProblem {
 
 impl PoolProblem {
     /// The sub-problem of `members` (indices into normalized `buffers`, see
-    /// [`crate::normalize`]), conflicts restricted to members.
+    /// [`crate::normalize`]), conflicts restricted to members. Lifetimes are the buffers' when
+    /// they explain the conflicts exactly, else recovered when the conflicts form an interval
+    /// graph.
     pub fn from_buffers(buffers: &[BufferInfo], members: &[usize], capacity: Option<u64>) -> PoolProblem {
+        let mut p = PoolProblem::with_given_lifetimes(buffers, members, capacity);
+        p.recover_lifetimes(&Budget::unlimited());
+        p
+    }
+
+    /// As [`from_buffers`](Self::from_buffers) without recovering lifetimes: enough for a lower
+    /// bound, which chordal conflict graphs (interval graphs among them) get exactly from their
+    /// conflicts, or for [`recover_lifetimes`](Self::recover_lifetimes) within a budget.
+    pub fn with_given_lifetimes(buffers: &[BufferInfo], members: &[usize], capacity: Option<u64>) -> PoolProblem {
         let mut local = vec![u32::MAX; buffers.len()];
         for (k, &i) in members.iter().enumerate() {
             local[i] = k as u32;
@@ -30,18 +41,20 @@ impl PoolProblem {
             .map(|&i| buffers[i].conflicts.iter().map(|&j| local[j]).filter(|&j| j != u32::MAX).collect())
             .collect();
         let intervals: Option<Vec<(u64, u64)>> = members.iter().map(|&i| buffers[i].live_range).collect();
-        // Intervals are only trusted when they explain the conflicts exactly; otherwise some are
-        // recovered when the conflicts form an interval graph.
-        let intervals = match intervals {
-            Some(iv) if crate::intervals::realises(&iv, &adj) => Some(iv),
-            _ => crate::intervals::recover_intervals(&adj),
-        };
         PoolProblem {
             sizes: members.iter().map(|&i| buffers[i].size_bytes).collect(),
             aligns: members.iter().map(|&i| buffers[i].alignment).collect(),
+            intervals: intervals.filter(|iv| crate::intervals::realises(iv, &adj)),
             adj,
-            intervals,
             capacity,
+        }
+    }
+
+    /// Recovers lifetimes from the conflicts when none are given and the conflicts form an
+    /// interval graph (see [`crate::intervals`]), unless the budget ends first.
+    pub fn recover_lifetimes(&mut self, budget: &Budget) {
+        if self.intervals.is_none() {
+            self.intervals = crate::intervals::recover_intervals(&self.adj, budget);
         }
     }
 

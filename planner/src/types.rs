@@ -125,6 +125,11 @@ impl Budget {
         Budget { deadline: Instant::now() + Duration::from_millis(ms.min(CENTURY_MS)) }
     }
 
+    /// No limit to speak of (a century).
+    pub fn unlimited() -> Budget {
+        Budget::millis(u64::MAX)
+    }
+
     pub fn expired(&self) -> bool {
         Instant::now() >= self.deadline
     }
