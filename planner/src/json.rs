@@ -105,10 +105,15 @@ fn alignment(n: Option<&Number>) -> Result<u64, String> {
     if a.is_power_of_two() { Ok(a) } else { Err(format!("alignment {a} is not a power of two")) }
 }
 
-/// Reads a conflict list into buffer indices; `Err` holds the first unknown name.
-struct ConflictList<'i, 'n>(&'i HashMap<&'n str, usize>);
+/// Reads a conflict list into buffer indices; `Err` holds the first unknown name. The names are
+/// read first (into `names`, reused from list to list), then looked up in one tight loop, where
+/// the independent lookups overlap their cache misses.
+struct ConflictList<'i, 'n, 's, 'de> {
+    index: &'i HashMap<&'n str, usize>,
+    names: &'s mut Vec<Cow<'de, str>>,
+}
 
-impl<'de> DeserializeSeed<'de> for ConflictList<'_, '_> {
+impl<'de> DeserializeSeed<'de> for ConflictList<'_, '_, '_, 'de> {
     type Value = Result<Vec<usize>, String>;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
@@ -116,25 +121,24 @@ impl<'de> DeserializeSeed<'de> for ConflictList<'_, '_> {
     }
 }
 
-impl<'de> Visitor<'de> for ConflictList<'_, '_> {
+impl<'de> Visitor<'de> for ConflictList<'_, '_, '_, 'de> {
     type Value = Result<Vec<usize>, String>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("a list of buffer names")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut names: A) -> Result<Self::Value, A::Error> {
-        let mut indices = Vec::new();
-        let mut unknown = None;
-        while let Some(name) = names.next_element::<Cow<'de, str>>()? {
-            match self.0.get(name.as_ref()) {
-                Some(&i) => indices.push(i),
-                None => {
-                    unknown.get_or_insert_with(|| name.into_owned());
-                }
-            }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut list: A) -> Result<Self::Value, A::Error> {
+        self.names.clear();
+        while let Some(name) = list.next_element()? {
+            self.names.push(name);
         }
-        Ok(unknown.map_or(Ok(indices), Err))
+        let index = self.index;
+        let found: Option<Vec<usize>> = self.names.iter().map(|n| index.get(n.as_ref()).copied()).collect();
+        Ok(found.ok_or_else(|| {
+            let unknown = self.names.iter().find(|n| !index.contains_key(n.as_ref()));
+            unknown.expect("a name was not found").to_string()
+        }))
     }
 }
 
@@ -167,6 +171,7 @@ pub fn parse_problem(text: &str) -> Result<(Vec<BufferInfo>, Vec<PoolInfo>), Pla
         }
     }
     let mut buffers = Vec::with_capacity(raw.buffers.len());
+    let mut names = Vec::new();
     for b in &raw.buffers {
         let bad = |reason: String| PlanError::BadBuffer { buffer: b.name.to_string(), reason };
         let size_bytes = whole(&b.size_bytes, "size_bytes").map_err(bad)?;
@@ -180,7 +185,7 @@ pub fn parse_problem(text: &str) -> Result<(Vec<BufferInfo>, Vec<PoolInfo>), Pla
         let conflicts = match b.conflicts {
             Some(list) => {
                 let mut de = serde_json::Deserializer::from_str(list.get());
-                match ConflictList(&index).deserialize(&mut de) {
+                match (ConflictList { index: &index, names: &mut names }).deserialize(&mut de) {
                     Ok(Ok(conflicts)) => conflicts,
                     Ok(Err(other)) => return Err(PlanError::UnknownConflict { buffer: b.name.to_string(), other }),
                     // The text is valid JSON (it was read once): the list has the wrong type. The
