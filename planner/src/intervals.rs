@@ -7,7 +7,7 @@
 //! position and ends after its last later neighbour). Repeated LexBFS+ sweeps find such an
 //! ordering for interval graphs in practice; every candidate is verified against the conflicts,
 //! so a wrong guess costs only time. Every step is linear in buffers plus conflicts, so the
-//! recovery is tried on problems of any size.
+//! recovery is tried on problems of any size, within the caller's budget.
 
 use crate::bound::chordal_max_clique;
 use crate::types::Budget;

@@ -6,9 +6,9 @@
 //! a pool's `alignment`, `kind` ("workspace"|"constant") and `targets` ({"cpu": "rw"}); a
 //! buffer's `alignment` (default 1), `conflicts` and `live_range` ([start, end), half-open),
 //! which lets interval algorithms run when the conflicts are exactly the overlapping lifetimes.
-//! Numbers are whole byte counts (`size_bytes` at most [`crate::MAX_POOL_BYTES`], alignments powers of
-//! two up to 2^62); anything else is an error naming the field, as are unknown fields, unknown
-//! pools or buffers, duplicate names and a problem without buffers.
+//! Numbers are whole counts (`size_bytes` at most [`crate::MAX_POOL_BYTES`], alignments powers
+//! of two up to 2^62); anything else is an error naming the field, as are unknown fields,
+//! unknown pools or buffers, duplicate names and a problem without buffers.
 //!
 //! Output: `{"algorithm", "pool_sizes": {pool: bytes}, "allocations": [{"buffer", "pool",
 //! "offset"}], "lower_bound_bytes"}`.

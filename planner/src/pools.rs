@@ -5,10 +5,12 @@
 //! with a single candidate first, then the largest first) at the lowest free offset (first fit)
 //! of their first candidate pool where they end under its size hint; their last candidate takes
 //! them regardless. Then the algorithm places every pool once, the budget shared by buffer
-//! count, and the decision is revised where it fell short:
+//! count (its placement is kept unless it overflows a limit the first-fit one kept), and the
+//! decision is revised where it fell short:
 //! - only buffers without another candidate can push a pool over its limit; when the algorithm
-//!   cannot fit them either, the buffers with another candidate that stick out or sit under
-//!   one that sticks out move on (in a second round, all of them), and the pool is placed again;
+//!   cannot fit them either, the buffers with another candidate that stick out or conflict with
+//!   one that does move on for good (in a second round, all of them), and the pool is placed
+//!   again;
 //! - buffers that fell from a pool move back into the room the algorithm's tighter placement
 //!   leaves.
 //!

@@ -224,8 +224,8 @@ fn check_buffers(buffers: &[BufferInfo]) -> Result<bool, PlanError> {
             return Err(PlanError::UnknownConflict { buffer: b.name.clone(), other: format!("#{j}") });
         }
         // Symmetric when, taking buffers in order, every higher conflict `j` of `i` finds `i`
-        // next among `j`'s lower conflicts (ascending lists see them in this order), and in
-        // the end every lower conflict was found.
+        // next among `j`'s lower conflicts (ascending lists meet them in this order), and each
+        // buffer, when reached, had all its lower conflicts found.
         normalized = normalized && b.conflicts.is_sorted_by(|x, y| x < y);
         if normalized {
             let lower = b.conflicts.partition_point(|&j| j < i);
