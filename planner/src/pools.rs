@@ -82,7 +82,10 @@ pub fn check_sizes(buffers: &[BufferInfo], pools: &[PoolInfo], candidates: &[Vec
             return Err(PlanError::TooLarge {
                 buffer: b.name.clone(),
                 size: b.size_bytes,
-                why: format!("it fits none of its candidate pools: {}", detail.join(", ")),
+                why: format!(
+                    "it fits none of its candidate pools: {}; raise a size hint or add a larger candidate pool",
+                    detail.join(", ")
+                ),
             });
         }
     }
