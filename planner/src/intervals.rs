@@ -182,7 +182,8 @@ fn lex_bfs(adj: &[Vec<u32>], rank: &[u32], budget: &Budget) -> Option<Vec<usize>
     let mut cells = Partition::new(n, &by_rank);
     let mut order = Vec::with_capacity(n);
     for step in 0..n as u32 {
-        if step % 1024 == 0 && budget.expired() {
+        // Small graphs always finish: their order costs less than asking the clock often.
+        if step % 4096 == 4095 && budget.expired() {
             return None;
         }
         let v = cells.visit_next();

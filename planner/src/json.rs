@@ -219,7 +219,7 @@ pub fn parse_problem(text: &str) -> Result<(Vec<BufferInfo>, Vec<PoolInfo>), Pla
 }
 
 /// Plans a JSON problem with `algorithm_name` within `time_limit_ms` (the plan's search; the
-/// reported lower bound gets a tenth more, at most 200 ms), verifies the plan and renders the
+/// reported lower bound gets as long again, at most 200 ms), verifies the plan and renders the
 /// JSON answer.
 pub fn plan_json(text: &str, algorithm_name: &str, time_limit_ms: u64) -> Result<PlanJson, PlanError> {
     let alg = algorithm(algorithm_name)?;
@@ -227,10 +227,8 @@ pub fn plan_json(text: &str, algorithm_name: &str, time_limit_ms: u64) -> Result
     let plan: Plan = alg.plan(&buffers, &pools, &Budget::millis(time_limit_ms))?;
     verify_plan(&buffers, &pools, &plan).map_err(|e| PlanError::Invalid(e.join("; ")))?;
     let all: Vec<usize> = (0..buffers.len()).collect();
-    let lower_bound_bytes = lower_bound(
-        &PoolProblem::with_given_lifetimes(&buffers, &all, None),
-        &Budget::millis((time_limit_ms / 10).min(200)),
-    );
+    let lower_bound_bytes =
+        lower_bound(&PoolProblem::with_given_lifetimes(&buffers, &all, None), &Budget::millis(time_limit_ms.min(200)));
     let mut pool_sizes = serde_json::Map::new();
     for (p, size) in pools.iter().zip(&plan.pool_sizes) {
         pool_sizes.insert(p.name.clone(), (*size).into());
