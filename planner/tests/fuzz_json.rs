@@ -61,7 +61,13 @@ fn problem() -> impl Strategy<Value = Value> {
                     prop::sample::subsequence((0..pools).collect::<Vec<_>>(), 1..=pools).prop_shuffle(),
                     prop::option::weighted(0.01, index(pools)),
                 ),
-                prop::option::weighted(0.4, (0u64..40, prop_oneof![100 => 1u64..12, 1 => Just(0)])),
+                prop::option::weighted(
+                    0.4,
+                    (
+                        prop_oneof![50 => 0u64..40, 1 => select(vec![1 << 63, u64::MAX - 12, u64::MAX - 1])],
+                        prop_oneof![100 => 1u64..12, 1 => Just(0)],
+                    ),
+                ),
                 prop::bool::weighted(0.01),
             );
             (prop::collection::vec(pool, pools), prop::collection::vec(buffer, buffers), prop::bool::weighted(0.01))
@@ -99,8 +105,8 @@ fn problem() -> impl Strategy<Value = Value> {
                         b["alignment"] = a;
                     }
                     if let Some((start, len)) = live {
-                        // Length 0 makes an empty range.
-                        b["live_range"] = json!([start, start + len]);
+                        // Length 0 (or saturating at the end of time) makes an empty range.
+                        b["live_range"] = json!([start, start.saturating_add(len)]);
                     }
                     b
                 })
