@@ -33,7 +33,7 @@ struct Start {
 /// classic orders: by size, by conflicting bytes, by conflict count, by lifetime start, by area.
 fn starts(p: &PoolProblem) -> Vec<Start> {
     let n = p.len();
-        // Keys computed once per buffer, not per comparison (some divide or look up loads); the
+    // Keys computed once per buffer, not per comparison (some divide or look up loads); the
     // index makes every key distinct, so the unstable sort is deterministic.
     let sorted = |key: &dyn Fn(usize) -> (u64, u64, u64)| {
         let mut keyed: Vec<((u64, u64, u64), usize)> = (0..n).map(|i| (key(i), i)).collect();
