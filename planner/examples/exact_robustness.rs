@@ -30,7 +30,7 @@ fn main() {
                 idx.iter().map(|&i| (rows[i][1].as_u64().unwrap(), rows[i][2].as_u64().unwrap())).collect();
             let mut p = PoolProblem::from_intervals(sizes, iv, None);
             if view != "orig" {
-                p.intervals = heron_planner::intervals::recover_intervals(&p.adj);
+                p.intervals = heron_planner::intervals::recover_intervals(&p.adj, &Budget::unlimited());
             }
             let t = std::time::Instant::now();
             let r = decide(&p, cap, &Budget::millis(ms));

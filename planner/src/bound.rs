@@ -5,7 +5,7 @@
 use crate::problem::PoolProblem;
 use crate::types::Budget;
 
-/// Peak of summed sizes over time for half-open intervals.
+/// Peak of summed sizes over time for half-open intervals (saturating at `u64::MAX`).
 pub fn max_load(sizes: &[u64], intervals: &[(u64, u64)]) -> u64 {
     let mut events: Vec<(u64, i128)> = Vec::with_capacity(2 * sizes.len());
     for (s, &(lo, hi)) in sizes.iter().zip(intervals) {
@@ -19,63 +19,116 @@ pub fn max_load(sizes: &[u64], intervals: &[(u64, u64)]) -> u64 {
         load += d;
         best = best.max(load);
     }
-    best as u64
+    u64::try_from(best).unwrap_or(u64::MAX)
 }
 
 /// Maximum cardinality search order, reversed: a perfect elimination order when the graph is
-/// chordal.
-fn elimination_order(adj: &[Vec<u32>]) -> Vec<usize> {
+/// chordal. Linear: unvisited vertices sit in doubly linked lists by weight (the number of
+/// visited neighbours). None when the budget ends first.
+fn elimination_order(adj: &[Vec<u32>], budget: &Budget) -> Option<Vec<usize>> {
+    const NONE: u32 = u32::MAX;
     let n = adj.len();
-    let mut weight = vec![0usize; n];
+    let mut weight = vec![0u32; n];
     let mut done = vec![false; n];
-    // Buckets by weight for O(n + m).
-    let mut buckets: Vec<Vec<usize>> = vec![(0..n).collect()];
+    let (mut head, mut next, mut prev) = (vec![NONE; n + 1], vec![NONE; n], vec![NONE; n]);
+    let insert = |head: &mut [u32], next: &mut [u32], prev: &mut [u32], v: usize, w: usize| {
+        (next[v], prev[v]) = (head[w], NONE);
+        if head[w] != NONE {
+            prev[head[w] as usize] = v as u32;
+        }
+        head[w] = v as u32;
+    };
+    for v in 0..n {
+        insert(&mut head, &mut next, &mut prev, v, 0);
+    }
     let mut order = Vec::with_capacity(n);
     let mut top = 0usize;
     while order.len() < n {
-        let v = loop {
-            match buckets[top].pop() {
-                Some(v) if !done[v] && weight[v] == top => break v,
-                Some(_) => {}
-                None => top -= 1,
-            }
-        };
+        // Small graphs always finish: their order costs less than asking the clock often.
+        if order.len() % 4096 == 4095 && budget.expired() {
+            return None;
+        }
+        while head[top] == NONE {
+            top -= 1;
+        }
+        let v = head[top] as usize;
+        head[top] = next[v];
+        if next[v] != NONE {
+            prev[next[v] as usize] = NONE;
+        }
         done[v] = true;
         order.push(v);
         for &u in &adj[v] {
             let u = u as usize;
-            if !done[u] {
-                weight[u] += 1;
-                if buckets.len() <= weight[u] {
-                    buckets.push(Vec::new());
-                }
-                buckets[weight[u]].push(u);
-                top = top.max(weight[u]);
+            if done[u] {
+                continue;
             }
+            let w = weight[u] as usize;
+            match prev[u] {
+                NONE => head[w] = next[u],
+                p => next[p as usize] = next[u],
+            }
+            if next[u] != NONE {
+                prev[next[u] as usize] = prev[u];
+            }
+            weight[u] += 1;
+            insert(&mut head, &mut next, &mut prev, u, w + 1);
+            top = top.max(w + 1);
         }
     }
     order.reverse();
-    order
+    Some(order)
 }
 
-/// The heaviest clique when `order` is a perfect elimination order, or None when it is not.
-fn chordal_max_clique(p: &PoolProblem, order: &[usize]) -> Option<u64> {
-    let n = p.len();
-    let mut pos = vec![0usize; n];
+/// The heaviest clique (by `weight`, saturating) when `order` is a perfect elimination order
+/// of `adj`, or None when it is not. Linear: each vertex's later neighbours must be a clique,
+/// which holds when all but the earliest of them neighbour that earliest one ("parent"); the
+/// checks are grouped by parent, so each parent's neighbours are marked once.
+pub(crate) fn chordal_max_clique(adj: &[Vec<u32>], order: &[usize], weight: impl Fn(usize) -> u64) -> Option<u64> {
+    const NONE: u32 = u32::MAX;
+    let n = adj.len();
+    let mut pos = vec![0u32; n];
     for (k, &v) in order.iter().enumerate() {
-        pos[v] = k;
+        pos[v] = k as u32;
     }
     let mut best = 0u64;
-    let mut mark = vec![usize::MAX; n];
-    for &v in order {
-        // v's later neighbours must form a clique: check against the earliest of them.
-        let later: Vec<usize> = p.adj[v].iter().map(|&u| u as usize).filter(|&u| pos[u] > pos[v]).collect();
-        best = best.max(p.sizes[v] + later.iter().map(|&u| p.sizes[u]).sum::<u64>());
-        if let Some(&first) = later.iter().min_by_key(|&&u| pos[u]) {
-            for &u in &p.adj[first] {
-                mark[u as usize] = v;
+    let mut parent = vec![NONE; n];
+    for (v, a) in adj.iter().enumerate() {
+        let mut sum = weight(v);
+        for &u in a.iter().filter(|&&u| pos[u as usize] > pos[v]) {
+            sum = sum.saturating_add(weight(u as usize));
+            if parent[v] == NONE || pos[u as usize] < pos[parent[v] as usize] {
+                parent[v] = u;
             }
-            if later.iter().any(|&u| u != first && mark[u] != v) {
+        }
+        best = best.max(sum);
+    }
+    // Children grouped by parent (a counting sort).
+    let mut start = vec![0usize; n + 1];
+    for &p in parent.iter().filter(|&&p| p != NONE) {
+        start[p as usize + 1] += 1;
+    }
+    for k in 0..n {
+        start[k + 1] += start[k];
+    }
+    let mut fill = start.clone();
+    let mut children = vec![0u32; start[n]];
+    for (v, &p) in parent.iter().enumerate().filter(|&(_, &p)| p != NONE) {
+        children[fill[p as usize]] = v as u32;
+        fill[p as usize] += 1;
+    }
+    let mut mark = vec![NONE; n];
+    for p in 0..n {
+        let kids = &children[start[p]..start[p + 1]];
+        if kids.is_empty() {
+            continue;
+        }
+        for &u in &adj[p] {
+            mark[u as usize] = p as u32;
+        }
+        for &v in kids {
+            let later = adj[v as usize].iter().filter(|&&u| pos[u as usize] > pos[v as usize]);
+            if later.clone().any(|&u| u != p as u32 && mark[u as usize] != p as u32) {
                 return None;
             }
         }
@@ -83,24 +136,36 @@ fn chordal_max_clique(p: &PoolProblem, order: &[usize]) -> Option<u64> {
     Some(best)
 }
 
-/// Greedy clique growth from every vertex (heaviest compatible neighbour first).
+/// Greedy clique growth from every vertex, heaviest first (heaviest compatible neighbour
+/// first), while the budget lasts; the first one always completes. `hits[u]` counts the clique
+/// members `u` neighbours, so a vertex joins in constant time and a clique costs the sum of its
+/// members' degrees.
 fn greedy_clique(p: &PoolProblem, budget: &Budget) -> u64 {
     let n = p.len();
     let mut best = 0;
     let mut starts: Vec<usize> = (0..n).collect();
     starts.sort_by_key(|&v| std::cmp::Reverse(p.sizes[v]));
-    for &v in &starts {
-        if budget.expired() && best > 0 {
+    let mut hits = vec![0u32; n];
+    let mut touched: Vec<u32> = Vec::new();
+    for (k, &v) in starts.iter().enumerate() {
+        if k > 0 && budget.expired() {
             break;
         }
+        for &u in &touched {
+            hits[u as usize] = 0;
+        }
+        touched.clear();
         let mut cand: Vec<usize> = p.adj[v].iter().map(|&u| u as usize).collect();
         cand.sort_by_key(|&u| std::cmp::Reverse(p.sizes[u]));
-        let mut clique = vec![v];
-        let mut total = p.sizes[v];
-        for u in cand {
-            if clique[1..].iter().all(|&c| p.adj[u].contains(&(c as u32))) {
-                clique.push(u);
-                total += p.sizes[u];
+        let (mut members, mut total) = (0u32, 0u64);
+        for u in std::iter::once(v).chain(cand) {
+            if hits[u] == members {
+                for &w in &p.adj[u] {
+                    hits[w as usize] += 1;
+                    touched.push(w);
+                }
+                members += 1;
+                total = total.saturating_add(p.sizes[u]);
             }
         }
         best = best.max(total);
@@ -108,11 +173,14 @@ fn greedy_clique(p: &PoolProblem, budget: &Budget) -> u64 {
     best
 }
 
-/// A proven lower bound on the pool size of `p`.
+/// A proven lower bound on the pool size of `p`: exact with lifetimes or a chordal conflict
+/// graph (when the budget lets the elimination order finish), else the heaviest clique the
+/// greedy growth finds within the budget.
 pub fn lower_bound(p: &PoolProblem, budget: &Budget) -> u64 {
     if let Some(iv) = &p.intervals {
         return max_load(&p.sizes, iv);
     }
-    let order = elimination_order(&p.adj);
-    chordal_max_clique(p, &order).unwrap_or_else(|| greedy_clique(p, budget))
+    elimination_order(&p.adj, budget)
+        .and_then(|order| chordal_max_clique(&p.adj, &order, |v| p.sizes[v]))
+        .unwrap_or_else(|| greedy_clique(p, budget))
 }

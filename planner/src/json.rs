@@ -4,15 +4,22 @@
 //! Input: `{"pools": [{"name", "size_hint_bytes": N|null, ...}], "buffers": [{"name",
 //! "size_bytes", "alignment", "conflicts": [names], "pool_candidates": [names]}]}`. Optional:
 //! a pool's `alignment`, `kind` ("workspace"|"constant") and `targets` ({"cpu": "rw"}); a
-//! buffer's `live_range` ([start, end), half-open), which lets interval algorithms run when the
-//! conflicts are exactly the overlapping lifetimes.
+//! buffer's `alignment` (default 1), `conflicts` and `live_range` ([start, end), half-open),
+//! which lets interval algorithms run when the conflicts are exactly the overlapping lifetimes.
+//! Numbers are whole counts (`size_bytes` at most [`crate::MAX_POOL_BYTES`], alignments powers
+//! of two up to 2^62); anything else is an error naming the field, as are unknown fields,
+//! unknown pools or buffers, duplicate names and a problem without buffers.
 //!
 //! Output: `{"algorithm", "pool_sizes": {pool: bytes}, "allocations": [{"buffer", "pool",
 //! "offset"}], "lower_bound_bytes"}`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeSeed, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Number;
+use serde_json::value::RawValue;
 
 use crate::algorithms::algorithm;
 use crate::bound::lower_bound;
@@ -20,21 +27,27 @@ use crate::problem::PoolProblem;
 use crate::types::{Access, Budget, BufferInfo, Plan, PlanError, PoolInfo, PoolKind, normalize};
 use crate::verify::verify_plan;
 
+// Names borrow from the input text where they can, and conflict lists are kept as text until
+// the names are known, then read straight into indices: a problem may list millions of
+// conflicts.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ProblemJson {
-    pools: Vec<PoolJson>,
-    buffers: Vec<BufferJson>,
+struct ProblemJson<'a> {
+    #[serde(borrow)]
+    pools: Vec<PoolJson<'a>>,
+    #[serde(borrow)]
+    buffers: Vec<BufferJson<'a>>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PoolJson {
-    name: String,
+struct PoolJson<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     #[serde(default)]
-    size_hint_bytes: Option<i64>,
+    size_hint_bytes: Option<Number>,
     #[serde(default)]
-    alignment: Option<i64>,
+    alignment: Option<Number>,
     #[serde(default)]
     kind: Option<PoolKind>,
     #[serde(default)]
@@ -43,20 +56,18 @@ struct PoolJson {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct BufferJson {
-    name: String,
-    size_bytes: i64,
-    #[serde(default = "default_alignment")]
-    alignment: i64,
+struct BufferJson<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    size_bytes: Number,
     #[serde(default)]
-    conflicts: Vec<String>,
-    pool_candidates: Vec<String>,
+    alignment: Option<Number>,
+    #[serde(default, borrow)]
+    conflicts: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pool_candidates: Vec<Cow<'a, str>>,
     #[serde(default)]
-    live_range: Option<(u64, u64)>,
-}
-
-fn default_alignment() -> i64 {
-    1
+    live_range: Option<(Number, Number)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -74,90 +85,150 @@ pub struct PlanJson {
     pub lower_bound_bytes: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum JsonPlanError {
-    #[error("invalid planning problem JSON: {0}")]
-    Json(String),
-    #[error(transparent)]
-    Plan(#[from] PlanError),
-    #[error("the plan failed verification: {0}")]
-    Verify(String),
+/// A JSON number as a whole count of at most `u64::MAX` (`1e3` is 1000), or why it is not one.
+fn whole(n: &Number, field: &str) -> Result<u64, String> {
+    // 2^64: every float below it converts exactly.
+    const LIMIT: f64 = 18_446_744_073_709_551_616.0;
+    let float = n.as_f64().unwrap_or(f64::NAN);
+    match n.as_u64() {
+        Some(v) => Ok(v),
+        None if float < 0.0 => Err(format!("{field} {n} is negative")),
+        None if float.fract() != 0.0 => Err(format!("{field} {n} is not a whole number")),
+        None if float < LIMIT => Ok(float as u64),
+        None => Err(format!("{field} {n} is too large (more than 2^64 - 1)")),
+    }
 }
 
-/// Parses a planning problem.
-pub fn parse_problem(text: &str) -> Result<(Vec<BufferInfo>, Vec<PoolInfo>), JsonPlanError> {
-    let raw: ProblemJson = serde_json::from_str(text).map_err(|e| JsonPlanError::Json(e.to_string()))?;
+/// A positive power-of-two alignment (checked against its maximum later, with the sizes).
+fn alignment(n: Option<&Number>) -> Result<u64, String> {
+    let a = n.map_or(Ok(1), |n| whole(n, "alignment"))?;
+    if a.is_power_of_two() { Ok(a) } else { Err(format!("alignment {a} is not a power of two")) }
+}
+
+/// Reads a conflict list into buffer indices; `Err` holds the first unknown name. The names are
+/// read first (into `names`, reused from list to list), then looked up in one tight loop, where
+/// the independent lookups overlap their cache misses.
+struct ConflictList<'i, 'n, 's, 'de> {
+    index: &'i HashMap<&'n str, usize>,
+    names: &'s mut Vec<Cow<'de, str>>,
+}
+
+impl<'de> DeserializeSeed<'de> for ConflictList<'_, '_, '_, 'de> {
+    type Value = Result<Vec<usize>, String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ConflictList<'_, '_, '_, 'de> {
+    type Value = Result<Vec<usize>, String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of buffer names")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut list: A) -> Result<Self::Value, A::Error> {
+        self.names.clear();
+        while let Some(name) = list.next_element()? {
+            self.names.push(name);
+        }
+        let index = self.index;
+        let found: Option<Vec<usize>> = self.names.iter().map(|n| index.get(n.as_ref()).copied()).collect();
+        Ok(found.ok_or_else(|| {
+            let unknown = self.names.iter().find(|n| !index.contains_key(n.as_ref()));
+            unknown.expect("a name was not found").to_string()
+        }))
+    }
+}
+
+/// Parses a planning problem and checks it: every error names what is wrong.
+pub fn parse_problem(text: &str) -> Result<(Vec<BufferInfo>, Vec<PoolInfo>), PlanError> {
+    let raw: ProblemJson<'_> = serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))?;
     let mut pools = Vec::with_capacity(raw.pools.len());
     for p in raw.pools {
-        let bad = |reason: String| PlanError::BadPool { pool: p.name.clone(), reason };
-        let size_hint_bytes = match p.size_hint_bytes {
-            Some(n) if n < 0 => return Err(bad(format!("negative size hint {n}")).into()),
-            n => n.map(|n| n as u64),
-        };
-        let alignment = match p.alignment {
-            Some(a) if a <= 0 || !(a as u64).is_power_of_two() => {
-                return Err(bad(format!("alignment {a} is not a power of two")).into());
-            }
-            Some(a) => a as u64,
-            None => 1,
-        };
+        let bad = |reason: String| PlanError::BadPool { pool: p.name.to_string(), reason };
+        let size_hint_bytes =
+            p.size_hint_bytes.as_ref().map(|n| whole(n, "size_hint_bytes")).transpose().map_err(bad)?;
+        let alignment = alignment(p.alignment.as_ref()).map_err(bad)?;
         let kind = p.kind.unwrap_or(PoolKind::Workspace);
         let default_access = if kind == PoolKind::Constant { Access::ReadOnly } else { Access::ReadWrite };
         let mut targets: Vec<(String, Access)> =
             p.targets.map(|t| t.into_iter().collect()).unwrap_or_else(|| vec![("cpu".into(), default_access)]);
         targets.sort();
-        pools.push(PoolInfo { name: p.name, size_hint_bytes, alignment, kind, targets });
+        pools.push(PoolInfo { name: p.name.into_owned(), size_hint_bytes, alignment, kind, targets });
     }
-    let mut index: HashMap<String, usize> = HashMap::new();
+    // The names, copied next to each other: looking up millions of conflicts then compares
+    // against a small, cached region instead of all over the input text.
+    let arena: String = raw.buffers.iter().map(|b| b.name.as_ref()).collect();
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(raw.buffers.len());
+    let mut at = 0;
     for (i, b) in raw.buffers.iter().enumerate() {
-        if index.insert(b.name.clone(), i).is_some() {
-            return Err(PlanError::DuplicateBuffer(b.name.clone()).into());
+        let name = &arena[at..at + b.name.len()];
+        at += b.name.len();
+        if index.insert(name, i).is_some() {
+            return Err(PlanError::DuplicateBuffer(b.name.to_string()));
         }
     }
     let mut buffers = Vec::with_capacity(raw.buffers.len());
-    for b in raw.buffers {
-        let bad = |reason: String| PlanError::BadBuffer { buffer: b.name.clone(), reason };
-        if b.size_bytes <= 0 {
-            return Err(bad(format!("size {} must be positive", b.size_bytes)).into());
-        }
-        if b.alignment <= 0 || !(b.alignment as u64).is_power_of_two() {
-            return Err(bad(format!("alignment {} is not a power of two", b.alignment)).into());
-        }
-        let conflicts = b
-            .conflicts
-            .iter()
-            .map(|c| {
-                index
-                    .get(c)
-                    .copied()
-                    .ok_or_else(|| PlanError::UnknownConflict { buffer: b.name.clone(), other: c.clone() })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+    let mut names = Vec::new();
+    for b in &raw.buffers {
+        let bad = |reason: String| PlanError::BadBuffer { buffer: b.name.to_string(), reason };
+        let size_bytes = whole(&b.size_bytes, "size_bytes").map_err(bad)?;
+        let alignment = alignment(b.alignment.as_ref()).map_err(bad)?;
+        let live_range = match &b.live_range {
+            Some((lo, hi)) => {
+                Some((whole(lo, "live_range start").map_err(bad)?, whole(hi, "live_range end").map_err(bad)?))
+            }
+            None => None,
+        };
+        let conflicts = match b.conflicts {
+            Some(list) => {
+                let mut de = serde_json::Deserializer::from_str(list.get());
+                match (ConflictList { index: &index, names: &mut names }).deserialize(&mut de) {
+                    Ok(Ok(conflicts)) => conflicts,
+                    Ok(Err(other)) => return Err(PlanError::UnknownConflict { buffer: b.name.to_string(), other }),
+                    // The text is valid JSON (it was read once): the list has the wrong type. The
+                    // error's position is inside the list, so it is left out.
+                    Err(e) => {
+                        let e = e.to_string();
+                        let reason =
+                            format!("conflicts: {}", e.rsplit_once(" at line ").map_or(e.as_str(), |(m, _)| m));
+                        return Err(bad(reason));
+                    }
+                }
+            }
+            None => Vec::new(),
+        };
         buffers.push(BufferInfo {
-            name: b.name,
-            size_bytes: b.size_bytes as u64,
-            alignment: b.alignment as u64,
+            name: b.name.to_string(),
+            size_bytes,
+            alignment,
             conflicts,
-            pool_candidates: b.pool_candidates,
-            live_range: b.live_range,
+            pool_candidates: b.pool_candidates.iter().map(|c| c.to_string()).collect(),
+            live_range,
         });
     }
     normalize(&mut buffers)?;
-    crate::pools::resolve_candidates(&buffers, &pools)?;
+    let candidates = crate::pools::resolve_candidates(&buffers, &pools)?;
+    crate::pools::check_sizes(&buffers, &pools, &candidates)?;
+    if buffers.is_empty() {
+        return Err(PlanError::Json("the problem has no buffers: list at least one under \"buffers\"".into()));
+    }
     Ok((buffers, pools))
 }
 
-/// Plans a JSON problem with `algorithm_name` within `time_limit_ms`, verifies the plan and
-/// renders the JSON answer.
-pub fn plan_json(text: &str, algorithm_name: &str, time_limit_ms: u64) -> Result<PlanJson, JsonPlanError> {
-    let (buffers, pools) = parse_problem(text)?;
+/// Plans a JSON problem with `algorithm_name` within `time_limit_ms` (the plan's search; the
+/// reported lower bound gets as long again, at most 200 ms), verifies the plan and renders the
+/// JSON answer.
+pub fn plan_json(text: &str, algorithm_name: &str, time_limit_ms: u64) -> Result<PlanJson, PlanError> {
     let alg = algorithm(algorithm_name)?;
-    let budget = Budget::millis(time_limit_ms);
-    let plan: Plan = alg.plan(&buffers, &pools, &budget)?;
-    verify_plan(&buffers, &pools, &plan).map_err(|e| JsonPlanError::Verify(e.join("; ")))?;
+    let (buffers, pools) = parse_problem(text)?;
+    let plan: Plan = alg.plan(&buffers, &pools, &Budget::millis(time_limit_ms))?;
+    verify_plan(&buffers, &pools, &plan).map_err(|e| PlanError::Invalid(e.join("; ")))?;
     let all: Vec<usize> = (0..buffers.len()).collect();
     let lower_bound_bytes =
-        lower_bound(&PoolProblem::from_buffers(&buffers, &all, None), &Budget::millis(time_limit_ms.min(200)));
+        lower_bound(&PoolProblem::with_given_lifetimes(&buffers, &all, None), &Budget::millis(time_limit_ms.min(200)));
     let mut pool_sizes = serde_json::Map::new();
     for (p, size) in pools.iter().zip(&plan.pool_sizes) {
         pool_sizes.insert(p.name.clone(), (*size).into());

@@ -20,7 +20,10 @@ pub mod verify;
 
 pub use algorithms::{Algorithm, algorithm, registry};
 pub use problem::PoolProblem;
-pub use types::{Access, Budget, BufferInfo, Plan, PlanError, PoolAllocation, PoolInfo, PoolKind, normalize};
+pub use types::{
+    Access, Budget, BufferInfo, MAX_ALIGNMENT, MAX_POOL_BYTES, Plan, PlanError, PoolAllocation, PoolInfo, PoolKind,
+    normalize,
+};
 pub use verify::verify_plan;
 
 /// Everything that planning a lowered module produces.

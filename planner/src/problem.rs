@@ -2,7 +2,7 @@
 //! the order-based algorithms: place buffers one by one at the lowest (first fit) or tightest
 //! (best fit) aligned gap left by already placed conflicting buffers.
 
-use crate::types::BufferInfo;
+use crate::types::{Budget, BufferInfo};
 
 /// Buffers to place in one pool: sizes, alignments, symmetric conflicts, optional lifetimes.
 #[derive(Clone, Debug)]
@@ -18,31 +18,44 @@ pub struct PoolProblem {
 }
 
 impl PoolProblem {
-    /// The sub-problem of `members` (indices into `buffers`), conflicts restricted to members.
+    /// The sub-problem of `members` (indices into normalized `buffers`, see
+    /// [`crate::normalize`]), conflicts restricted to members. Lifetimes are the buffers' when
+    /// they explain the conflicts exactly, else recovered when the conflicts form an interval
+    /// graph.
     pub fn from_buffers(buffers: &[BufferInfo], members: &[usize], capacity: Option<u64>) -> PoolProblem {
+        let mut p = PoolProblem::with_given_lifetimes(buffers, members, capacity);
+        p.recover_lifetimes(&Budget::unlimited());
+        p
+    }
+
+    /// As [`from_buffers`](Self::from_buffers) without recovering lifetimes: enough for a lower
+    /// bound, which chordal conflict graphs (interval graphs among them) get exactly from their
+    /// conflicts, or for [`recover_lifetimes`](Self::recover_lifetimes) within a budget.
+    pub fn with_given_lifetimes(buffers: &[BufferInfo], members: &[usize], capacity: Option<u64>) -> PoolProblem {
         let mut local = vec![u32::MAX; buffers.len()];
         for (k, &i) in members.iter().enumerate() {
             local[i] = k as u32;
         }
-        let adj = members
+        let adj: Vec<Vec<u32>> = members
             .iter()
             .map(|&i| buffers[i].conflicts.iter().map(|&j| local[j]).filter(|&j| j != u32::MAX).collect())
             .collect();
         let intervals: Option<Vec<(u64, u64)>> = members.iter().map(|&i| buffers[i].live_range).collect();
-        // Intervals are only trusted when they explain the conflicts exactly.
-        let mut p = PoolProblem {
+        PoolProblem {
             sizes: members.iter().map(|&i| buffers[i].size_bytes).collect(),
             aligns: members.iter().map(|&i| buffers[i].alignment).collect(),
+            intervals: intervals.filter(|iv| crate::intervals::realises(iv, &adj)),
             adj,
-            intervals: None,
             capacity,
-        };
-        p.intervals = match intervals {
-            Some(iv) if intervals_match_conflicts(&iv, &p.adj) => Some(iv),
-            // No usable lifetimes: recover some when the conflicts form an interval graph.
-            _ => crate::intervals::recover_intervals(&p.adj),
-        };
-        p
+        }
+    }
+
+    /// Recovers lifetimes from the conflicts when none are given and the conflicts form an
+    /// interval graph (see [`crate::intervals`]), unless the budget ends first.
+    pub fn recover_lifetimes(&mut self, budget: &Budget) {
+        if self.intervals.is_none() {
+            self.intervals = crate::intervals::recover_intervals(&self.adj, budget);
+        }
     }
 
     /// A problem given by lifetimes alone: conflicts are the overlapping intervals.
@@ -95,17 +108,6 @@ pub fn interval_conflicts(intervals: &[(u64, u64)]) -> Vec<Vec<u32>> {
     adj
 }
 
-fn intervals_match_conflicts(intervals: &[(u64, u64)], adj: &[Vec<u32>]) -> bool {
-    let from_iv = interval_conflicts(intervals);
-    from_iv.iter().zip(adj).all(|(a, b)| {
-        let mut a = a.clone();
-        let mut b = b.clone();
-        a.sort_unstable();
-        b.sort_unstable();
-        a == b
-    })
-}
-
 /// How a buffer picks among the gaps that fit it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fit {
@@ -119,7 +121,6 @@ pub enum Fit {
 pub fn place_in_order(p: &PoolProblem, order: &[usize], fit: Fit) -> (Vec<u64>, u64) {
     const UNPLACED: u64 = u64::MAX;
     let mut offsets = vec![UNPLACED; p.len()];
-    // Packed as start << 64 | end: sorting plain integers is the hot spot of every placement.
     let mut busy: Vec<u128> = Vec::new();
     let mut peak = 0;
     for &i in order {
@@ -127,37 +128,45 @@ pub fn place_in_order(p: &PoolProblem, order: &[usize], fit: Fit) -> (Vec<u64>, 
         for &j in &p.adj[i] {
             let o = offsets[j as usize];
             if o != UNPLACED {
-                busy.push((o as u128) << 64 | (o + p.sizes[j as usize]) as u128);
+                busy.push(packed_range(o, p.sizes[j as usize]));
             }
         }
-        busy.sort_unstable();
-        let (size, align) = (p.sizes[i], p.aligns[i]);
-        let mut cursor = 0u64;
-        let mut chosen: Option<(u64, u64)> = None; // (offset, slack)
-        for &packed in &busy {
-            let (start, end) = ((packed >> 64) as u64, packed as u64);
-            let at = cursor.next_multiple_of(align);
-            if at + size <= start {
-                let slack = start - (at + size);
-                match fit {
-                    Fit::First => {
+        let offset = fit_offset(&mut busy, p.sizes[i], p.aligns[i], fit);
+        offsets[i] = offset;
+        peak = peak.max(offset + p.sizes[i]);
+    }
+    (offsets, peak)
+}
+
+/// The busy range `[offset, offset + size)` packed as `start << 64 | end`: sorting plain
+/// integers is the hot spot of every placement.
+pub fn packed_range(offset: u64, size: u64) -> u128 {
+    (offset as u128) << 64 | (offset + size) as u128
+}
+
+/// The offset `fit` picks for a buffer of `size` and `align` next to the `busy` ranges of its
+/// placed conflicting buffers (see [`packed_range`]; sorted here).
+pub fn fit_offset(busy: &mut [u128], size: u64, align: u64, fit: Fit) -> u64 {
+    busy.sort_unstable();
+    let mut cursor = 0u64;
+    let mut chosen: Option<(u64, u64)> = None; // (offset, slack)
+    for &packed in busy.iter() {
+        let (start, end) = ((packed >> 64) as u64, packed as u64);
+        let at = cursor.next_multiple_of(align);
+        if at + size <= start {
+            let slack = start - (at + size);
+            match fit {
+                Fit::First => return at,
+                Fit::Best => {
+                    if chosen.is_none_or(|(_, s)| slack < s) {
                         chosen = Some((at, slack));
-                        break;
-                    }
-                    Fit::Best => {
-                        if chosen.is_none_or(|(_, s)| slack < s) {
-                            chosen = Some((at, slack));
-                        }
                     }
                 }
             }
-            cursor = cursor.max(end);
         }
-        let offset = chosen.map_or(cursor.next_multiple_of(align), |(o, _)| o);
-        offsets[i] = offset;
-        peak = peak.max(offset + size);
+        cursor = cursor.max(end);
     }
-    (offsets, peak)
+    chosen.map_or(cursor.next_multiple_of(align), |(o, _)| o)
 }
 
 /// A small deterministic generator (xorshift64*) for the randomised searches.

@@ -1,6 +1,7 @@
 //! The planner's vocabulary, as in the USMP seed: buffers, pools, allocations, plans, budgets
 //! and errors.
 
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 /// One buffer to place: an inter-operator tensor, operator scratch or a constant.
@@ -93,6 +94,15 @@ impl Plan {
     }
 }
 
+/// The largest pool Heron plans, in bytes: `isize::MAX`, the largest object Rust (and C's
+/// `ptrdiff_t`) can address. No buffer may be larger, and the buffers that may share a pool and
+/// could stack on each other must add up to no more (see [`crate::pools::check_sizes`]), so
+/// offsets, ends and pool sizes never overflow `u64` in any algorithm.
+pub const MAX_POOL_BYTES: u64 = isize::MAX as u64;
+
+/// The largest buffer or pool alignment: the largest power of two not above [`MAX_POOL_BYTES`].
+pub const MAX_ALIGNMENT: u64 = 1 << 62;
+
 /// How long planning may take.
 #[derive(Clone, Copy, Debug)]
 pub struct Budget {
@@ -108,8 +118,16 @@ impl Budget {
         Budget::millis(Budget::DEFAULT_MILLIS)
     }
 
+    /// A budget of `ms` milliseconds from now; limits beyond a century are a century (the
+    /// clock's range may end before `u64::MAX` milliseconds).
     pub fn millis(ms: u64) -> Budget {
-        Budget { deadline: Instant::now() + Duration::from_millis(ms) }
+        const CENTURY_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+        Budget { deadline: Instant::now() + Duration::from_millis(ms.min(CENTURY_MS)) }
+    }
+
+    /// No limit to speak of (a century).
+    pub fn unlimited() -> Budget {
+        Budget::millis(u64::MAX)
     }
 
     pub fn expired(&self) -> bool {
@@ -132,6 +150,8 @@ pub enum PlanError {
     NoPoolFits { buffer: String, size: u64, pools: String },
     #[error("buffer '{buffer}' names unknown pool '{pool}'")]
     UnknownPool { buffer: String, pool: String },
+    #[error("buffer '{buffer}' ({size} bytes) is too large: {why}")]
+    TooLarge { buffer: String, size: u64, why: String },
     #[error("buffer '{buffer}' has no candidate pool")]
     NoCandidates { buffer: String },
     #[error("buffer '{0}' is defined twice")]
@@ -148,6 +168,8 @@ pub enum PlanError {
     UnknownAlgorithm { name: String, known: String },
     #[error("buffer '{0}' has a size only known at run time; dynamic sizes are not supported")]
     DynamicSize(String),
+    #[error("invalid planning problem JSON: {0}")]
+    Json(String),
     #[error("the plan failed verification: {0}")]
     Invalid(String),
 }
@@ -155,16 +177,41 @@ pub enum PlanError {
 /// Checks sizes and alignments and makes every conflict symmetric (a conflict listed on one
 /// side counts both ways); removes self-conflicts and duplicates.
 pub fn normalize(buffers: &mut [BufferInfo]) -> Result<(), PlanError> {
-    for b in buffers.iter() {
+    if !check_buffers(buffers)? {
+        symmetrize(buffers);
+    }
+    Ok(())
+}
+
+/// `buffers` normalized (see [`normalize`]), copied only when they are not already.
+pub fn normalized(buffers: &[BufferInfo]) -> Result<Cow<'_, [BufferInfo]>, PlanError> {
+    if check_buffers(buffers)? {
+        return Ok(Cow::Borrowed(buffers));
+    }
+    let mut owned = buffers.to_vec();
+    symmetrize(&mut owned);
+    Ok(Cow::Owned(owned))
+}
+
+/// Checks sizes, alignments, live ranges and conflict indices; returns whether the conflicts are
+/// already normalized: ascending, without self-conflicts or duplicates, and symmetric.
+fn check_buffers(buffers: &[BufferInfo]) -> Result<bool, PlanError> {
+    let n = buffers.len();
+    let mut normalized = true;
+    // Per buffer: how many of its lower conflicts the higher lists matched so far.
+    let mut matched = vec![0usize; n];
+    for (i, b) in buffers.iter().enumerate() {
         if b.size_bytes == 0 {
             return Err(PlanError::BadBuffer { buffer: b.name.clone(), reason: "size must be positive".into() });
         }
-        if b.alignment == 0 || !b.alignment.is_power_of_two() {
-            return Err(PlanError::BadBuffer {
+        if b.size_bytes > MAX_POOL_BYTES {
+            return Err(PlanError::TooLarge {
                 buffer: b.name.clone(),
-                reason: format!("alignment {} is not a power of two", b.alignment),
+                size: b.size_bytes,
+                why: format!("larger than the largest pool Heron plans ({MAX_POOL_BYTES} bytes, isize::MAX)"),
             });
         }
+        check_alignment(b.alignment).map_err(|reason| PlanError::BadBuffer { buffer: b.name.clone(), reason })?;
         if let Some((lo, hi)) = b.live_range
             && lo >= hi
         {
@@ -173,18 +220,43 @@ pub fn normalize(buffers: &mut [BufferInfo]) -> Result<(), PlanError> {
                 reason: format!("empty live range [{lo}, {hi})"),
             });
         }
+        if let Some(&j) = b.conflicts.iter().find(|&&j| j >= n) {
+            return Err(PlanError::UnknownConflict { buffer: b.name.clone(), other: format!("#{j}") });
+        }
+        // Symmetric when, taking buffers in order, every higher conflict `j` of `i` finds `i`
+        // next among `j`'s lower conflicts (ascending lists meet them in this order), and each
+        // buffer, when reached, had all its lower conflicts found.
+        normalized = normalized && b.conflicts.is_sorted_by(|x, y| x < y);
+        if normalized {
+            let lower = b.conflicts.partition_point(|&j| j < i);
+            normalized = matched[i] == lower
+                && b.conflicts.get(lower) != Some(&i)
+                && b.conflicts[lower..].iter().all(|&j| {
+                    let found = buffers[j].conflicts.get(matched[j]) == Some(&i);
+                    matched[j] += 1;
+                    found
+                });
+        }
     }
+    Ok(normalized)
+}
+
+/// Makes valid conflicts symmetric, ascending and free of self-conflicts and duplicates.
+fn symmetrize(buffers: &mut [BufferInfo]) {
     let n = buffers.len();
-    let mut adj: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut degree = vec![0usize; n];
     for (i, b) in buffers.iter().enumerate() {
-        for &j in &b.conflicts {
-            if j >= n {
-                return Err(PlanError::UnknownConflict { buffer: b.name.clone(), other: format!("#{j}") });
-            }
-            if j != i {
-                adj[i].push(j);
-                adj[j].push(i);
-            }
+        for &j in b.conflicts.iter().filter(|&&j| j != i) {
+            degree[i] += 1;
+            degree[j] += 1;
+        }
+    }
+    // Sized up front: a problem may list millions of conflicts.
+    let mut adj: Vec<Vec<usize>> = degree.into_iter().map(Vec::with_capacity).collect();
+    for (i, b) in buffers.iter().enumerate() {
+        for &j in b.conflicts.iter().filter(|&&j| j != i) {
+            adj[i].push(j);
+            adj[j].push(i);
         }
     }
     for (b, mut a) in buffers.iter_mut().zip(adj) {
@@ -192,5 +264,15 @@ pub fn normalize(buffers: &mut [BufferInfo]) -> Result<(), PlanError> {
         a.dedup();
         b.conflicts = a;
     }
-    Ok(())
+}
+
+/// Checks a buffer's or pool's alignment: a power of two up to [`MAX_ALIGNMENT`].
+pub fn check_alignment(alignment: u64) -> Result<(), String> {
+    if !alignment.is_power_of_two() {
+        Err(format!("alignment {alignment} is not a power of two"))
+    } else if alignment > MAX_ALIGNMENT {
+        Err(format!("alignment {alignment} is too large (at most 2^62 = {MAX_ALIGNMENT})"))
+    } else {
+        Ok(())
+    }
 }

@@ -162,7 +162,7 @@ proptest! {
         prop_assert_eq!(decide(&p, optimum - 1, &Budget::millis(500)), Decision::Infeasible);
         // The same problem given by its conflicts only (lifetimes recovered, as from JSON).
         let mut graph = p.clone();
-        graph.intervals = heron_planner::intervals::recover_intervals(&graph.adj);
+        graph.intervals = heron_planner::intervals::recover_intervals(&graph.adj, &Budget::unlimited());
         prop_assert!(graph.intervals.is_some());
         match decide(&graph, optimum, &Budget::millis(500)) {
             Decision::Feasible(o) => prop_assert!(p.is_valid(&o) && p.peak(&o) <= optimum),
@@ -202,7 +202,7 @@ fn json_interface_rejects_bad_input_clearly() {
         ),
         (
             r#"{"pools":[{"name":"p"}],"buffers":[{"name":"a","size_bytes":-4,"pool_candidates":["p"]}]}"#,
-            "must be positive",
+            "size_bytes -4 is negative",
         ),
         (
             r#"{"pools":[{"name":"p"}],"buffers":[{"name":"a","size_bytes":8,"alignment":12,"pool_candidates":["p"]}]}"#,
@@ -252,5 +252,5 @@ proptest! {
 fn a_cycle_of_four_has_no_lifetimes() {
     // C4 is not an interval graph (not even chordal).
     let adj = vec![vec![1, 3], vec![0, 2], vec![1, 3], vec![0, 2]];
-    assert!(heron_planner::intervals::recover_intervals(&adj).is_none());
+    assert!(heron_planner::intervals::recover_intervals(&adj, &Budget::unlimited()).is_none());
 }

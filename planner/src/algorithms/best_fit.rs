@@ -33,10 +33,12 @@ struct Start {
 /// classic orders: by size, by conflicting bytes, by conflict count, by lifetime start, by area.
 fn starts(p: &PoolProblem) -> Vec<Start> {
     let n = p.len();
+    // Keys computed once per buffer, not per comparison (some divide or look up loads); the
+    // index makes every key distinct, so the unstable sort is deterministic.
     let sorted = |key: &dyn Fn(usize) -> (u64, u64, u64)| {
-        let mut o: Vec<usize> = (0..n).collect();
-        o.sort_by_key(|&i| (key(i), i));
-        o
+        let mut keyed: Vec<((u64, u64, u64), usize)> = (0..n).map(|i| (key(i), i)).collect();
+        keyed.sort_unstable();
+        keyed.into_iter().map(|(_, i)| i).collect::<Vec<usize>>()
     };
     let mut all = Vec::new();
     if let Some(iv) = &p.intervals {
@@ -67,24 +69,46 @@ fn starts(p: &PoolProblem) -> Vec<Start> {
     all
 }
 
-/// For each buffer, the largest total live size at any moment of its lifetime.
+/// For each buffer, the largest total live size at any moment of its lifetime: the load at
+/// every distinct time, then a range maximum per lifetime (a bottom-up segment tree, so long
+/// lifetimes cost a logarithm, not their length).
 fn hottest_load(sizes: &[u64], intervals: &[(u64, u64)]) -> Vec<u64> {
     let mut times: Vec<u64> = intervals.iter().flat_map(|&(a, b)| [a, b]).collect();
     times.sort_unstable();
     times.dedup();
     let at = |t: u64| times.binary_search(&t).expect("endpoint");
-    let mut delta = vec![0i128; times.len() + 1];
+    let t = times.len();
+    let mut delta = vec![0i128; t + 1];
     for (&s, &(a, b)) in sizes.iter().zip(intervals) {
         delta[at(a)] += s as i128;
         delta[at(b)] -= s as i128;
     }
-    let mut load = Vec::with_capacity(times.len());
+    // Leaves at t..2t, node k the maximum of 2k and 2k + 1.
+    let mut tree = vec![0u64; 2 * t];
     let mut running = 0i128;
-    for d in &delta[..times.len()] {
+    for (k, d) in delta[..t].iter().enumerate() {
         running += d;
-        load.push(running as u64);
+        tree[t + k] = u64::try_from(running).unwrap_or(u64::MAX);
     }
-    intervals.iter().map(|&(a, b)| load[at(a)..at(b)].iter().copied().max().unwrap_or(0)).collect()
+    for k in (1..t).rev() {
+        tree[k] = tree[2 * k].max(tree[2 * k + 1]);
+    }
+    let range_max = |lo: usize, hi: usize| {
+        let (mut lo, mut hi, mut best) = (lo + t, hi + t, 0);
+        while lo < hi {
+            if lo & 1 == 1 {
+                best = best.max(tree[lo]);
+                lo += 1;
+            }
+            if hi & 1 == 1 {
+                hi -= 1;
+                best = best.max(tree[hi]);
+            }
+            (lo, hi) = (lo / 2, hi / 2);
+        }
+        best
+    };
+    intervals.iter().map(|&(a, b)| range_max(at(a), at(b))).collect()
 }
 
 /// The best placement reached from `start` by squeaky-wheel rounds: after each placement the
@@ -113,7 +137,8 @@ fn squeaky_wheel(p: &PoolProblem, start: Start, floor: u64, budget: &Budget) -> 
 }
 
 /// Runs `job` on every item on all cores; items not started when the budget ends are skipped
-/// (the first one per core always runs, so there is a result whatever the budget).
+/// (the first one per core always runs, so there is a result whatever the budget). Results come
+/// in item order, whichever core finished first.
 fn run_parallel<T: Send, R: Send>(items: Vec<T>, budget: &Budget, job: impl Fn(T) -> R + Sync) -> Vec<R> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len()).max(1);
     let items: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
@@ -129,12 +154,14 @@ fn run_parallel<T: Send, R: Send>(items: Vec<T>, budget: &Budget, job: impl Fn(T
                     }
                     let item = items[k].lock().expect("unpoisoned").take().expect("taken once");
                     let r = job(item);
-                    results.lock().expect("unpoisoned").push(r);
+                    results.lock().expect("unpoisoned").push((k, r));
                 }
             });
         }
     });
-    results.into_inner().expect("unpoisoned")
+    let mut results = results.into_inner().expect("unpoisoned");
+    results.sort_by_key(|&(k, _)| k);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 impl Algorithm for BestFit {

@@ -50,7 +50,7 @@ impl Algorithm for Exact {
         // decided quickly, exact ones may take long. Then bisect.
         let gap = hi.saturating_sub(lo);
         for k in 0..8u64 {
-            let target = lo.max(lb + gap * k / 8);
+            let target = lo.max(lb + (gap as u128 * k as u128 / 8) as u64);
             if target >= hi || budget.expired() {
                 break;
             }
