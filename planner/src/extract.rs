@@ -7,8 +7,14 @@
 //! one statement). A function called twice keeps one offset for its scratch, so the scratch
 //! conflicts with everything live during either call. Constants conflict only with each other.
 //! `local` buffers (accumulators) are left to the code generator (registers or stack).
+//!
+//! Conflicts are listed only where that is cheap: constants (all live for the whole program,
+//! so all in conflict) and, when more than [`MAX_LISTED_PAIRS`] pairs of workspace buffers are
+//! live at once, the workspace buffers too, are marked `implied`: their conflicts are their
+//! overlapping live ranges, and [`crate::sweep`] plans them without a list.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use heron_ir::loop_ir::workspace::allocation_intervals;
 use heron_ir::loop_ir::{Arg, BufferId, Callee, MAIN, Module, PrimFunc, Scope, Stmt};
@@ -53,7 +59,14 @@ pub struct Extracted {
     pub constant: Vec<bool>,
     /// Name of the operator function each time step belongs to.
     pub steps: Vec<String>,
+    /// Buffers whose conflicts are their overlapping live ranges (the hull of their ranges, in
+    /// `live_range`) instead of a list; see the module documentation.
+    pub implied: Vec<bool>,
 }
+
+/// The most pairs of live-at-once workspace buffers listed as conflicts: beyond this (more
+/// than ~1,400 tensors live at once), the conflicts are implied by the live ranges.
+pub const MAX_LISTED_PAIRS: u64 = 1_000_000;
 
 struct Walker<'m> {
     funcs: HashMap<&'m str, &'m PrimFunc>,
@@ -183,7 +196,14 @@ pub fn extract(module: &Module, opts: &ExtractOptions) -> Result<Extracted, Plan
     let mut w = Walker {
         funcs: module.by_name(),
         index: HashMap::new(),
-        out: Extracted { buffers: vec![], refs: vec![], ranges: vec![], constant: vec![], steps: vec![] },
+        out: Extracted {
+            buffers: vec![],
+            refs: vec![],
+            ranges: vec![],
+            constant: vec![],
+            steps: vec![],
+            implied: vec![],
+        },
         opts,
         depth: 0,
     };
@@ -208,26 +228,57 @@ pub fn extract(module: &Module, opts: &ExtractOptions) -> Result<Extracted, Plan
         *r = merged;
         out.buffers[i].live_range = (r.len() == 1).then(|| r[0]);
     }
-    // Conflicts: overlapping ranges, and only within one kind (constants vs workspace).
-    let mut events: Vec<(u64, u64, usize)> =
-        out.ranges.iter().enumerate().flat_map(|(i, r)| r.iter().map(move |&(a, b)| (a, b, i))).collect();
+    // Conflicts: overlapping ranges, and only within one kind (constants vs workspace). Listed
+    // for the workspace when that is cheap, implied otherwise (and always for constants).
+    let mut events: Vec<(u64, u64, usize)> = out
+        .ranges
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !out.constant[*i])
+        .flat_map(|(i, r)| r.iter().map(move |&(a, b)| (a, b, i)))
+        .collect();
     events.sort_unstable();
-    let mut active: Vec<(u64, usize)> = Vec::new();
-    let mut conflicts: Vec<Vec<usize>> = vec![Vec::new(); out.buffers.len()];
-    for (a, b, i) in events {
-        active.retain(|&(end, _)| end > a);
-        for &(_, j) in &active {
-            if j != i && out.constant[i] == out.constant[j] {
-                conflicts[i].push(j);
-                conflicts[j].push(i);
-            }
+    let listed = live_pairs(&events) <= MAX_LISTED_PAIRS;
+    out.implied = out.constant.iter().map(|&c| c || !listed).collect();
+    for (i, b) in out.buffers.iter_mut().enumerate() {
+        if out.implied[i] {
+            let r = &out.ranges[i];
+            b.live_range = Some((r[0].0, r.iter().map(|x| x.1).max().unwrap_or(r[0].1)));
         }
-        active.push((b, i));
     }
-    for (b, mut c) in out.buffers.iter_mut().zip(conflicts) {
-        c.sort_unstable();
-        c.dedup();
-        b.conflicts = c;
+    if listed {
+        let mut active: Vec<(u64, usize)> = Vec::new();
+        let mut conflicts: Vec<Vec<usize>> = vec![Vec::new(); out.buffers.len()];
+        for (a, b, i) in events {
+            active.retain(|&(end, _)| end > a);
+            for &(_, j) in &active {
+                if j != i {
+                    conflicts[i].push(j);
+                    conflicts[j].push(i);
+                }
+            }
+            active.push((b, i));
+        }
+        for (b, mut c) in out.buffers.iter_mut().zip(conflicts) {
+            c.sort_unstable();
+            c.dedup();
+            b.conflicts = c;
+        }
     }
     Ok(out)
+}
+
+/// How many pairs of the (start-sorted) live ranges overlap: at each start, the ranges still
+/// live. O(n log n), whatever the answer.
+fn live_pairs(events: &[(u64, u64, usize)]) -> u64 {
+    let mut ends: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
+    let mut pairs = 0u64;
+    for &(start, end, _) in events {
+        while ends.peek().is_some_and(|Reverse(e)| *e <= start) {
+            ends.pop();
+        }
+        pairs = pairs.saturating_add(ends.len() as u64);
+        ends.push(Reverse(end));
+    }
+    pairs
 }

@@ -15,6 +15,7 @@ pub mod problem;
 pub mod rewrite;
 pub mod spec;
 pub mod svg;
+pub mod sweep;
 pub mod types;
 pub mod verify;
 
@@ -50,9 +51,48 @@ pub fn plan_module(
         ..Default::default()
     };
     let problem = extract::extract(module, &opts)?;
-    let plan = algorithm(algorithm_name)?.plan(&problem.buffers, pools, budget)?;
-    verify_plan(&problem.buffers, pools, &plan).map_err(|e| PlanError::Invalid(e.join("; ")))?;
+    let plan = plan_extracted(&problem, pools, algorithm(algorithm_name)?.as_ref(), budget)?;
     let rewritten = rewrite::rewrite(module, &problem, pools, &plan)?;
     heron_ir::loop_ir::verify::verify_module(&rewritten.module).map_err(|e| PlanError::Invalid(e.to_string()))?;
     Ok(PlannedModule { rewritten, problem, plan })
+}
+
+/// Plans an extracted problem over `pools` and verifies the plan: buffers with listed
+/// conflicts with `algorithm`, those whose conflicts are implied by live ranges with the
+/// live-range sweep ([`sweep`]); a pool only ever holds one kind (constants are always implied).
+pub fn plan_extracted(
+    problem: &extract::Extracted,
+    pools: &[PoolInfo],
+    algorithm: &dyn Algorithm,
+    budget: &Budget,
+) -> Result<Plan, PlanError> {
+    let n = problem.buffers.len();
+    let (listed, implied): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| !problem.implied[i]);
+    let mut local = vec![usize::MAX; n];
+    for (k, &i) in listed.iter().enumerate() {
+        local[i] = k;
+    }
+    let listed_buffers: Vec<BufferInfo> = listed
+        .iter()
+        .map(|&i| {
+            let b = &problem.buffers[i];
+            BufferInfo { conflicts: b.conflicts.iter().map(|&j| local[j]).collect(), ..b.clone() }
+        })
+        .collect();
+    let implied_buffers: Vec<BufferInfo> = implied.iter().map(|&i| problem.buffers[i].clone()).collect();
+    let invalid = |e: Vec<String>| PlanError::Invalid(e.join("; "));
+    let a = algorithm.plan(&listed_buffers, pools, budget)?;
+    verify_plan(&listed_buffers, pools, &a).map_err(invalid)?;
+    let b = sweep::plan_live_ranges(&implied_buffers, pools)?;
+    verify_plan(&implied_buffers, pools, &b).map_err(invalid)?;
+    sweep::verify_live_ranges(&implied_buffers, pools, &b).map_err(invalid)?;
+    let mut allocations = vec![PoolAllocation { pool: 0, offset: 0 }; n];
+    for (k, &i) in listed.iter().enumerate() {
+        allocations[i] = a.allocations[k].clone();
+    }
+    for (k, &i) in implied.iter().enumerate() {
+        allocations[i] = b.allocations[k].clone();
+    }
+    let pool_sizes = a.pool_sizes.iter().zip(&b.pool_sizes).map(|(x, y)| *x.max(y)).collect();
+    Ok(Plan { algorithm: a.algorithm, allocations, pool_sizes })
 }

@@ -31,14 +31,37 @@ fn pool_param_name(f: &PrimFunc, pool: &str) -> String {
     name
 }
 
-/// Rewrites `module` (the module `problem` was extracted from) to the pool offsets of `plan`.
+/// Rewrites `module` (the module `problem` was extracted from) to the pool offsets of `plan`,
+/// after checking the plan against every conflict of `problem`, listed or implied by live
+/// ranges: a plan made without regard to the implied ones is refused, never compiled.
 pub fn rewrite(module: &Module, problem: &Extracted, pools: &[PoolInfo], plan: &Plan) -> Result<Rewritten, PlanError> {
+    let invalid = |e: Vec<String>| PlanError::Invalid(e.join("; "));
+    crate::verify_plan(&problem.buffers, pools, plan).map_err(invalid)?;
+    let implied: Vec<usize> = (0..problem.buffers.len()).filter(|&i| problem.implied[i]).collect();
+    let implied_plan = Plan {
+        algorithm: plan.algorithm.clone(),
+        allocations: implied.iter().map(|&i| plan.allocations[i].clone()).collect(),
+        pool_sizes: plan.pool_sizes.clone(),
+    };
+    let implied_buffers: Vec<_> = implied.iter().map(|&i| problem.buffers[i].clone()).collect();
+    crate::sweep::verify_live_ranges(&implied_buffers, pools, &implied_plan).map_err(invalid)?;
     let placed: HashMap<&BufferRef, usize> = problem.refs.iter().enumerate().map(|(i, r)| (r, i)).collect();
-    let mut images: Vec<Option<Vec<u8>>> = pools
-        .iter()
-        .zip(&plan.pool_sizes)
-        .map(|(p, &size)| (p.kind == PoolKind::Constant).then(|| vec![0u8; size as usize]))
-        .collect();
+    let mut images: Vec<Option<Vec<u8>>> = Vec::with_capacity(pools.len());
+    for (p, &size) in pools.iter().zip(&plan.pool_sizes) {
+        images.push(if p.kind == PoolKind::Constant {
+            let mut image = Vec::new();
+            let bytes = usize::try_from(size).unwrap_or(usize::MAX);
+            image.try_reserve_exact(bytes).map_err(|_| PlanError::TooLarge {
+                buffer: p.name.clone(),
+                size,
+                why: "the constant pool's contents do not fit in memory".into(),
+            })?;
+            image.resize(bytes, 0);
+            Some(image)
+        } else {
+            None
+        });
+    }
     let mut funcs = Vec::with_capacity(module.funcs.len());
     for f in &module.funcs {
         let mut f = f.clone();

@@ -8,7 +8,7 @@ use heron_ir::loop_ir::{flatten::flatten, layout::apply_layout_transforms};
 use heron_ir::onnx::{ImportOptions, load_model};
 use heron_planner::bound::lower_bound;
 use heron_planner::extract::{ExtractOptions, extract};
-use heron_planner::{Budget, PoolInfo, PoolProblem, algorithm, verify_plan};
+use heron_planner::{Budget, PoolInfo, PoolProblem, algorithm, plan_extracted};
 
 fn shared() -> PathBuf {
     std::env::var("HERON_SHARED")
@@ -25,8 +25,7 @@ fn plan_model(name: &str) -> (u64, u64) {
     flatten(&mut m);
     let problem = extract(&m, &ExtractOptions::default()).unwrap();
     let pools = vec![PoolInfo::workspace("workspace", None), PoolInfo::constant("constants", None)];
-    let plan = algorithm("auto").unwrap().plan(&problem.buffers, &pools, &Budget::millis(500)).unwrap();
-    verify_plan(&problem.buffers, &pools, &plan).unwrap();
+    let plan = plan_extracted(&problem, &pools, algorithm("auto").unwrap().as_ref(), &Budget::millis(500)).unwrap();
     let ws: Vec<usize> = (0..problem.buffers.len()).filter(|&i| plan.allocations[i].pool == 0).collect();
     let lb = lower_bound(&PoolProblem::from_buffers(&problem.buffers, &ws, None), &Budget::millis(100));
     (plan.pool_sizes[0], lb)

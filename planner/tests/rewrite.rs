@@ -13,7 +13,7 @@ use heron_ir::onnx::{ImportOptions, load_model};
 use heron_ir::{Graph, Tensor, interp};
 use heron_planner::extract::{ExtractOptions, extract};
 use heron_planner::rewrite::rewrite;
-use heron_planner::{Budget, PoolInfo, algorithm, verify_plan};
+use heron_planner::{Budget, PoolInfo, algorithm, plan_extracted, verify_plan};
 
 fn shared() -> PathBuf {
     std::env::var("HERON_SHARED")
@@ -30,7 +30,7 @@ fn check_planned(g: &Graph, inputs: &[Tensor], pools: Vec<PoolInfo>, alg: &str) 
         pools.iter().filter(|p| p.kind == heron_planner::PoolKind::Workspace).map(|p| p.name.clone()).collect();
     let opts = ExtractOptions { workspace_pools: ws, ..Default::default() };
     let problem = extract(&m, &opts).unwrap();
-    let plan = algorithm(alg).unwrap().plan(&problem.buffers, &pools, &Budget::millis(200)).unwrap();
+    let plan = plan_extracted(&problem, &pools, algorithm(alg).unwrap().as_ref(), &Budget::millis(200)).unwrap();
     verify_plan(&problem.buffers, &pools, &plan).unwrap();
     let r = rewrite(&m, &problem, &pools, &plan).unwrap();
     verify_module(&r.module).unwrap();
@@ -98,4 +98,20 @@ fn a_small_fast_pool_with_fallback_keeps_results() {
         PoolInfo::constant("constants", None),
     ];
     check_planned(&g, &[x], pools, "auto");
+}
+
+/// Constants' conflicts are implied by their live ranges, not listed: a plan that only looked
+/// at the lists (and so stacked every constant at offset 0) is refused before any rewrite.
+#[test]
+fn a_plan_ignoring_implied_conflicts_is_refused() {
+    let (g, _) = model("mlp");
+    let mut m = heron_ir::lower::lower(&g).unwrap();
+    apply_layout_transforms(&mut m).unwrap();
+    flatten(&mut m);
+    let problem = extract(&m, &ExtractOptions::default()).unwrap();
+    assert!(problem.implied.iter().filter(|&&i| i).count() >= 2, "mlp's constants");
+    let pools = default_pools();
+    let naive = algorithm("greedy_by_size").unwrap().plan(&problem.buffers, &pools, &Budget::millis(100)).unwrap();
+    let err = rewrite(&m, &problem, &pools, &naive).err().expect("refused");
+    assert!(err.to_string().contains("overlap"), "{err}");
 }

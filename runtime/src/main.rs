@@ -512,14 +512,20 @@ fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
     };
     let problem = heron_planner::extract::extract(&module, &extract_opts)?;
     let alg = heron_planner::algorithm(&opts.algorithm)?;
-    let plan = alg.plan(&problem.buffers, &pools, &heron_planner::Budget::millis(opts.time_limit_ms))?;
-    heron_planner::verify_plan(&problem.buffers, &pools, &plan)
-        .map_err(|e| anyhow::anyhow!("plan failed verification: {}", e.join("; ")))?;
+    let budget = heron_planner::Budget::millis(opts.time_limit_ms);
+    let plan = heron_planner::plan_extracted(&problem, &pools, alg.as_ref(), &budget)?;
     println!("memory plan of {} ({} buffers, algorithm {})", path.display(), problem.buffers.len(), plan.algorithm);
     for (p, pool) in pools.iter().enumerate() {
         let members: Vec<usize> = (0..problem.buffers.len()).filter(|&i| plan.allocations[i].pool == p).collect();
-        let sub = heron_planner::PoolProblem::from_buffers(&problem.buffers, &members, None);
-        let lb = heron_planner::bound::lower_bound(&sub, &heron_planner::Budget::millis(100));
+        // A pool holds one kind: listed conflicts, or conflicts implied by live ranges.
+        let lb = if members.iter().any(|&i| problem.implied[i]) {
+            let sizes: Vec<u64> = members.iter().map(|&i| problem.buffers[i].size_bytes).collect();
+            let ranges: Vec<(u64, u64)> = members.iter().filter_map(|&i| problem.buffers[i].live_range).collect();
+            heron_planner::bound::max_load(&sizes, &ranges)
+        } else {
+            let sub = heron_planner::PoolProblem::from_buffers(&problem.buffers, &members, None);
+            heron_planner::bound::lower_bound(&sub, &heron_planner::Budget::millis(100))
+        };
         let ratio = if lb == 0 { 1.0 } else { plan.pool_sizes[p] as f64 / lb as f64 };
         let hint = pool.size_hint_bytes.map_or("unbounded".to_string(), |h| format!("limit {h}"));
         println!(
