@@ -196,3 +196,77 @@ fn hostile_models_fail_cleanly_or_run_correctly() {
     );
     println!("{} cases, {} runs: every one a clear error or a correct result", cases.len(), jobs.len());
 }
+
+/// The deepest programs lowering makes (rank-64 tensors: a loop per axis, convolution and
+/// pooling windows with another per axis) compile and run on a thread with a 1 MiB stack, half
+/// of what Rust gives a spawned thread: nothing recurses in proportion to the input.
+#[test]
+fn the_deepest_models_fit_a_small_stack() {
+    use heron_ir::onnx::{ImportOptions, import_model};
+    use heron_runtime::{CompileOptions, Compiler, Engine, Model};
+    let cases: Vec<AdversarialCase> = corpus(Scale { chain: 10, fan_in: 10, outputs: 10 })
+        .into_iter()
+        .filter(|c| c.name.starts_with("rank_64"))
+        .collect();
+    assert!(cases.len() >= 6);
+    std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            for case in &cases {
+                let graph = import_model(&case.model, &ImportOptions::default()).expect("imports");
+                let model = Model::from_graph(&case.name, graph).expect("verifies");
+                let want = model.run_interpreter(&case.inputs).expect("interpreter");
+                for engine in [Engine::Jit, Engine::Interpreter] {
+                    let compiled = Compiler::new(CompileOptions { engine, ..CompileOptions::default() })
+                        .compile(&model)
+                        .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+                    assert_eq!(compiled.run(&case.inputs).expect("run"), want, "{}", case.name);
+                }
+                Compiler::new(CompileOptions::default())
+                    .compile_aot(&model, &heron_aot::AotOptions::new("deep"))
+                    .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            }
+        })
+        .expect("thread")
+        .join()
+        .expect("no panic");
+}
+
+/// The deepest loop IR the parser and verifier accept (`MAX_NESTING` levels of loops, or of
+/// expression) compiles, runs and prints on a thread with Rust's default 2 MiB stack.
+#[test]
+fn the_deepest_loop_ir_compiles_on_a_default_stack() {
+    use heron_ir::loop_ir::MAX_NESTING;
+    use heron_jit::{JitArg, JitModule, JitOptions};
+    // `depth` loops around `y[0] = y[0] + 1`, or `y[0] = (((y[0] + 1) + 1) ... + 1)` `depth` deep.
+    let program = |depth: usize, loops: bool| {
+        let mut text = String::from("func @main(%y: f32[1]) {\n");
+        let (nest, sum) = if loops { (depth, 1) } else { (0, depth) };
+        for k in 0..nest {
+            text.push_str(&format!("for %i{k}: i64 in 0..1 serial {{\n"));
+        }
+        text.push_str(&format!("%y[0] = {}%y[0]{}\n", "(".repeat(sum), " + f32(1.0))".repeat(sum)));
+        text.push_str(&"}\n".repeat(nest + 1));
+        heron_ir::loop_ir::parse::parse_module(&text).ok().map(|m| (m, sum))
+    };
+    for loops in [true, false] {
+        // As deep as the verifier takes.
+        let (module, sum) = (MAX_NESTING - 10..MAX_NESTING)
+            .rev()
+            .filter_map(|d| program(d, loops))
+            .find(|(m, _)| heron_ir::loop_ir::verify::verify_module(m).is_ok())
+            .expect("a program at the limit");
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let jit = JitModule::compile(&module, &[false], JitOptions::default()).expect("compiles");
+                let mut y = [0u8; 4];
+                jit.run([JitArg::Write(&mut y)]).expect("runs");
+                assert_eq!(f32::from_le_bytes(y), sum as f32);
+                heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Full);
+            })
+            .expect("thread")
+            .join()
+            .expect("no stack overflow");
+    }
+}

@@ -193,6 +193,27 @@ fn sizes(c: &mut Corpus) {
         m.node("Unsqueeze", &["x", "axes"], &["y"], vec![]);
     });
     c.add("unsqueeze_rank_3001", &m, input_for(&[1], 5));
+    // The highest rank allowed, through ops whose lowering nests a loop (or more) per axis.
+    let r64 = [1i64; 64];
+    // Padding on the last axis only: deep loop nests, small tensors.
+    let pads = |spatial: usize| (0..2 * spatial).map(|i| (i % spatial == spatial - 1) as i64).collect::<Vec<_>>();
+    let window = move || vec![ints("kernel_shape", vec![1; 62]), ints("pads", pads(62))];
+    c.single("rank_64_relu", "Relu", &r64, &[], vec![]);
+    c.single("rank_64_transpose", "Transpose", &r64, &[], vec![]);
+    c.single("rank_64_maxpool", "MaxPool", &r64, &[], window());
+    c.single("rank_64_averagepool", "AveragePool", &r64, &[], window());
+    let w = Tensor::from_vec::<f32>(&[1; 64], vec![0.5]).expect("one element");
+    c.single("rank_64_conv", "Conv", &r64, &[("w", w)], vec![ints("pads", pads(62))]);
+    let m = unary_model(13, &r64, |m| {
+        m.ints("p", &pads(64));
+        m.node("Pad", &["x", "p"], &["y"], vec![attr_string("mode", "edge")]);
+    });
+    c.add("rank_64_pad", &m, input_for(&r64, 52));
+    let m = unary_model(13, &r64, |m| {
+        m.node("Softmax", &["x"], &["s"], vec![attr_int("axis", 30)]);
+        m.node("Concat", &["s", "x"], &["y"], vec![attr_int("axis", 63)]);
+    });
+    c.add("rank_64_softmax_concat", &m, input_for(&r64, 53));
     // Outputs too large for any machine.
     let m = unary_model(13, &[1, 1], |m| {
         m.raw_initializer(raw_tensor("b", 1, &[1 << 20, 1 << 20], vec![]));
