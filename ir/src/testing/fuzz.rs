@@ -17,23 +17,21 @@ pub fn seeds(default: u64) -> Range<u64> {
     start..start.saturating_add(var("HERON_FUZZ_CASES").unwrap_or(default))
 }
 
-/// xorshift64* seeded by splitmix64: cheap, deterministic, good enough to explore inputs.
+/// splitmix64: cheap, deterministic, every seed a good stream; enough to explore inputs.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        Rng((z ^ (z >> 31)) | 1)
+        Rng(seed)
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     /// Uniform in `0..n` (0 when `n` is 0).
