@@ -477,18 +477,18 @@ impl CompiledModel {
             })?;
         }
         for (t, buf) in inputs.iter().zip(ws.inputs.iter_mut()) {
-            t.write_le_bytes(buf.as_mut());
+            t.write_le_bytes(buf.bytes_mut());
         }
         match &exe.code {
             Code::Jit(code) => {
                 let args = ws
                     .inputs
                     .iter()
-                    .map(|b| JitArg::Read(b.as_ref()))
-                    .chain(ws.outputs.iter_mut().map(|b| JitArg::Write(b.as_mut())))
+                    .map(|b| JitArg::Read(b.bytes()))
+                    .chain(ws.outputs.iter_mut().map(|b| JitArg::Write(b.bytes_mut())))
                     .chain(ws.pools.iter_mut().zip(&exe.memory).map(|(w, m)| match (w, m) {
-                        (Some(w), _) => JitArg::Write(w.as_mut()),
-                        (None, PoolMemory::Shared(c)) => JitArg::Read(c.as_ref()),
+                        (Some(w), _) => JitArg::Write(w.bytes_mut()),
+                        (None, PoolMemory::Shared(c)) => JitArg::Read(c.bytes()),
                         (None, _) => JitArg::Read(&[]),
                     }));
                 code.run(args)?;
@@ -497,11 +497,11 @@ impl CompiledModel {
                 let parameters = exe
                     .memory
                     .iter()
-                    .filter_map(|m| if let PoolMemory::Shared(c) = m { Some(c.as_ref()) } else { None });
+                    .filter_map(|m| if let PoolMemory::Shared(c) = m { Some(c.bytes()) } else { None });
                 library.run(
-                    ws.inputs.iter().map(Block::as_ref),
-                    ws.outputs.iter_mut().map(Block::as_mut),
-                    ws.pools.iter_mut().flatten().map(Block::as_mut),
+                    ws.inputs.iter().map(Block::bytes),
+                    ws.outputs.iter_mut().map(Block::bytes_mut),
+                    ws.pools.iter_mut().flatten().map(Block::bytes_mut),
                     parameters,
                 )?;
             }
@@ -510,7 +510,7 @@ impl CompiledModel {
             .iter()
             .zip(&ws.outputs)
             .map(|(info, b)| {
-                Tensor::from_le_bytes(&info.ty, b.as_ref()).map_err(|e| {
+                Tensor::from_le_bytes(&info.ty, b.bytes()).map_err(|e| {
                     RuntimeError::Memory(crate::memory::AllocError {
                         what: format!("output '{}'", info.name),
                         bytes: b.len(),

@@ -128,7 +128,7 @@ impl Block {
     /// faults too.
     pub fn read_only_copy(bytes: &[u8], align: usize, guard: GuardPages, what: &str) -> Result<Block, AllocError> {
         let mut block = Block::zeroed(bytes.len(), align, guard, what)?;
-        block.as_mut().copy_from_slice(bytes);
+        block.bytes_mut().copy_from_slice(bytes);
         if let Storage::Guarded(mapping) = &block.storage {
             let page = region::page::size();
             let base = mapping.as_ptr::<u8>();
@@ -147,7 +147,7 @@ impl Block {
         self.len == 0
     }
 
-    pub fn as_ref(&self) -> &[u8] {
+    pub fn bytes(&self) -> &[u8] {
         match &self.storage {
             Storage::Heap(v) => &v[self.start..self.start + self.len],
             // SAFETY: `start..start + len` lies in the mapping's readable pages, which live as
@@ -156,10 +156,10 @@ impl Block {
         }
     }
 
-    pub fn as_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         match &mut self.storage {
             Storage::Heap(v) => &mut v[self.start..self.start + self.len],
-            // SAFETY: as in `as_ref`, with the exclusive borrow of `self`; only blocks made by
+            // SAFETY: as in `bytes`, with the exclusive borrow of `self`; only blocks made by
             // `zeroed` (read-write pages) are ever borrowed mutably: `read_only_copy` blocks
             // are only shared.
             Storage::Guarded(m) => unsafe {
@@ -179,17 +179,17 @@ mod tests {
             for len in [0, 1, 63, 4096, 10_000] {
                 let mut b = Block::zeroed(len, 64, guard, "test").unwrap();
                 assert_eq!(b.len(), len);
-                assert!(b.as_ref().iter().all(|&x| x == 0));
-                assert_eq!(b.as_ref().as_ptr() as usize % 64, 0, "{guard} {len}");
-                b.as_mut().iter_mut().for_each(|x| *x = 7);
+                assert!(b.bytes().iter().all(|&x| x == 0));
+                assert_eq!(b.bytes().as_ptr() as usize % 64, 0, "{guard} {len}");
+                b.bytes_mut().iter_mut().for_each(|x| *x = 7);
             }
         }
         let page = region::page::size();
         let b = Block::zeroed(4 * page, 64, GuardPages::End, "test").unwrap();
-        let end = b.as_ref().as_ptr() as usize + b.len();
+        let end = b.bytes().as_ptr() as usize + b.len();
         assert_eq!(end % page, 0, "an end-flush block ends at a page boundary");
         let b = Block::zeroed(100, 64, GuardPages::Start, "test").unwrap();
-        assert_eq!(b.as_ref().as_ptr() as usize % page, 0, "a start-flush block starts at a page boundary");
+        assert_eq!(b.bytes().as_ptr() as usize % page, 0, "a start-flush block starts at a page boundary");
     }
 
     #[test]

@@ -63,7 +63,7 @@ fn run(dir: &Path, case: &AdversarialCase, mode: Mode) -> Result<Outcome, String
             if mode == Mode::Jit {
                 // Between guard pages, so a stray access faults instead of going unnoticed;
                 // half the cases flush each buffer's end against a guard, half its start.
-                let guard = if case.name.len() % 2 == 0 { "end" } else { "start" };
+                let guard = if case.name.len().is_multiple_of(2) { "end" } else { "start" };
                 a.extend(["--guard-pages".into(), guard.into()]);
             }
             a.extend(["--output-dir".into(), out.display().to_string()]);
@@ -182,7 +182,7 @@ fn hostile_models_fail_cleanly_or_run_correctly() {
             failures.push(format!("{}: {e}", case.name));
         }
     }
-    slowest.sort_by(|a, b| b.0.cmp(&a.0));
+    slowest.sort_by_key(|s| std::cmp::Reverse(s.0));
     for (t, what) in slowest.iter().take(8) {
         println!("slowest: {what} {:.2} s", t.as_secs_f64());
     }

@@ -23,7 +23,7 @@ const MODES: [GuardPages; 2] = [GuardPages::End, GuardPages::Start];
 fn touch_outside_a_guarded_block() {
     let Some(mode) = std::env::var("HERON_GUARD_CHILD").ok().and_then(|m| GuardPages::parse(&m)) else { return };
     let block = Block::zeroed(3 * 4096 + 64, 64, mode, "probe").expect("block");
-    let inside = block.as_ref();
+    let inside = block.bytes();
     assert_eq!(inside.iter().map(|&b| b as u64).sum::<u64>(), 0, "the whole block is readable");
     let outside = match mode {
         GuardPages::End => inside.as_ptr_range().end,
@@ -85,7 +85,7 @@ fn a_load_from_an_empty_buffer_stays_inside() {
     for mode in MODES {
         let x = Block::zeroed(0, 4, mode, "x").expect("x");
         let mut y = Block::zeroed(8, 4, mode, "y").expect("y");
-        let err = jit.run([JitArg::Read(x.as_ref()), JitArg::Write(y.as_mut())]).expect_err("reported");
+        let err = jit.run([JitArg::Read(x.bytes()), JitArg::Write(y.bytes_mut())]).expect_err("reported");
         assert!(matches!(err, JitRunError::IndexOutOfRange { .. }), "{err}");
     }
 }

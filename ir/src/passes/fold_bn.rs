@@ -17,10 +17,7 @@ pub fn fold_batch_norm(graph: &mut Graph) -> usize {
         names: NameTable::new(graph),
     };
     graph.outputs.iter().for_each(|o| ctx.is_output[o.0] = true);
-    let mut removed = vec![false; graph.nodes.len()];
-    for i in 0..graph.nodes.len() {
-        removed[i] = try_fold(graph, i, &mut ctx);
-    }
+    let removed: Vec<bool> = (0..graph.nodes.len()).map(|i| try_fold(graph, i, &mut ctx)).collect();
     let folded = removed.iter().filter(|&&r| r).count();
     let mut flags = removed.iter();
     graph.nodes.retain(|_| !*flags.next().expect("one flag per node"));

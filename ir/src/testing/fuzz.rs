@@ -265,7 +265,8 @@ fn add_random_node(rng: &mut Rng, m: &mut OnnxModel, input: &str, out: &str, sha
                 },
             ];
             if rng.chance(0.3) {
-                attrs.push(attr_string("auto_pad", *rng.pick(&["SAME_UPPER", "SAME_LOWER", "VALID"])));
+                let auto_pad = *rng.pick(&["SAME_UPPER", "SAME_LOWER", "VALID"]);
+                attrs.push(attr_string("auto_pad", auto_pad));
                 attrs.remove(2);
             }
             let op = if rng.chance(0.5) { "MaxPool" } else { "AveragePool" };
