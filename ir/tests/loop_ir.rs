@@ -264,10 +264,14 @@ fn workspace_sizes_with_and_without_sharing() {
 }
 
 #[test]
-fn nchwc_layout_is_used_for_padded_convolutions() {
-    let m = lowered("resnet_ish");
-    let with_layout = m.funcs.iter().filter(|f| !f.layout_transforms.is_empty()).count();
-    assert!(with_layout > 0, "some conv pads its input in NCHWc");
-    let map = m.funcs.iter().flat_map(|f| f.layout_transforms.values()).next().unwrap();
-    assert_eq!(map.to_string(), "lambda n, c, h, w: [n, c // 4, h, w, c % 4]");
+fn a_functions_target_prints_parses_and_verifies() {
+    let text = "func @f(%x: f32[2]) {\n  target \"cpu\"\n  %x[0] = f32(1.0)\n}\n";
+    let m = parse_module(text).unwrap();
+    assert_eq!(m.funcs[0].target.as_deref(), Some("cpu"));
+    assert_eq!(print_module(&m, ConstData::Elided), text);
+    verify_module(&m).unwrap();
+    let bad = parse_module(&text.replace("\"cpu\"", "\"c p u\"")).unwrap();
+    let err = verify_module(&bad).unwrap_err().to_string();
+    assert!(err.contains("target name \"c p u\" is not a plain identifier"), "{err}");
+    assert!(parse_module(&text.replace("\"cpu\"", "cpu")).is_err(), "the name is quoted");
 }

@@ -108,7 +108,8 @@ pub fn rewrite(module: &mut Module) {
     let Some(mi) = module.funcs.iter().position(|f| f.name == MAIN) else { return };
     let callers = Callers::of(&module.funcs[mi]);
     for fi in 0..module.funcs.len() {
-        if fi == mi {
+        // Functions another target claimed are its own.
+        if fi == mi || module.funcs[fi].target.is_some() {
             continue;
         }
         let (f, main) = if fi < mi {

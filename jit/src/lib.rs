@@ -5,8 +5,9 @@
 //! unchanged, the way cranelift-jit and cranelift-object share that trait. [`jit`] holds the
 //! in-process back end: compile, finalize, call. [`isa`] builds target ISAs, [`bounds`] proves
 //! buffer accesses in range (the rest get a run-time check), [`math`] emits exp/tanh/sigmoid as
-//! polynomials, [`vector`] emits loops marked vectorized with 128-bit SIMD, [`schedule`] picks
-//! loop schedules and layouts for them, and [`int8`] reshapes integer dot products for VNNI.
+//! polynomials, [`vector`] emits loops marked vectorized with 128-bit SIMD, [`target`] is the CPU
+//! target layer ([`schedule`] picks loop schedules and layouts, [`int8`] reshapes integer dot
+//! products for VNNI), run before planning.
 
 pub mod bounds;
 pub mod codegen;
@@ -16,6 +17,7 @@ pub mod jit;
 pub mod math;
 pub mod readonly;
 pub mod schedule;
+pub mod target;
 pub mod vector;
 
 pub use codegen::{CodegenOptions, EmittedModule, emit_module};

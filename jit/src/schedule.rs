@@ -1,4 +1,6 @@
-//! Loop schedules for the CPU, applied to a flat module before planning and code generation.
+//! Loop schedules for the CPU target ([`crate::target::CpuTarget`]), applied to a lowered module
+//! before layouts, flattening and planning; loop kinds survive both, so the code generator emits
+//! exactly what is printed at the target stage.
 //!
 //! For every perfectly nested chain of loops whose innermost loop `L` writes a global buffer
 //! (the output loop of an operator: its body may hold an accumulator init, reduction loops and
@@ -20,7 +22,7 @@ const MIN_VECTOR_EXTENT: i64 = 4;
 
 /// Marks the loops of every function for vectorization and unroll-and-jam.
 pub fn schedule(module: &mut Module) {
-    for f in &mut module.funcs {
+    for f in module.funcs.iter_mut().filter(|f| f.target.is_none()) {
         let body = std::mem::replace(&mut f.body, Stmt::Seq(vec![]));
         f.body = schedule_stmt(body, f);
     }
@@ -206,10 +208,6 @@ fn mentions(exprs: &[Expr], v: VarId) -> bool {
 ///   of a strided convolution) is stored phase-split, `P[..., x % s, x // s]`, so those reads
 ///   become contiguous vectors instead of lane-by-lane gathers (its writer runs scalar).
 pub fn choose_layouts(module: &mut Module) {
-    for f in &mut module.funcs {
-        let params = f.params.clone();
-        f.layout_transforms.retain(|b, _| params.contains(b));
-    }
     crate::int8::rewrite(module);
     let mut probe = module.clone();
     schedule(&mut probe);
@@ -224,6 +222,9 @@ pub fn choose_layouts(module: &mut Module) {
         }
     }
     for ((f, probed), access) in module.funcs.iter_mut().zip(&probe.funcs).zip(&access) {
+        if f.target.is_some() {
+            continue;
+        }
         let mut scratch = Vec::new();
         probed.body.walk(&mut |s| {
             if let Stmt::Allocate { buffer, .. } = s

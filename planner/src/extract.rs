@@ -14,12 +14,12 @@
 //! overlapping live ranges, and [`crate::sweep`] plans them without a list.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use heron_ir::loop_ir::workspace::allocation_intervals;
 use heron_ir::loop_ir::{Arg, BufferId, Callee, MAIN, Module, PrimFunc, Scope, Stmt};
 
-use crate::types::{BufferInfo, PlanError};
+use crate::types::{BufferInfo, DEFAULT_TARGET, PlanError, PoolInfo, PoolKind};
 
 /// Which buffer of which function a [`BufferInfo`] stands for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -62,6 +62,9 @@ pub struct Extracted {
     /// Buffers whose conflicts are their overlapping live ranges (the hull of their ranges, in
     /// `live_range`) instead of a list; see the module documentation.
     pub implied: Vec<bool>,
+    /// The targets whose functions read or write each buffer (sorted; a function the target
+    /// layer did not claim counts as the CPU's).
+    pub targets: Vec<Vec<String>>,
 }
 
 /// The most pairs of live-at-once workspace buffers listed as conflicts: beyond this (more
@@ -100,12 +103,22 @@ impl Walker<'_> {
         self.out.refs.push(key);
         self.out.ranges.push(vec![]);
         self.out.constant.push(constant);
+        self.out.targets.push(Vec::new());
         Ok(())
     }
 
-    fn mark(&mut self, f: &PrimFunc, b: BufferId, range: (u64, u64)) {
+    /// Records that `b` of `f` is live over `range`, and accessed there by `target` (`None`
+    /// when the statements only pass it on to a callee).
+    fn mark(&mut self, f: &PrimFunc, b: BufferId, range: (u64, u64), target: Option<&str>) {
         if let Some(&i) = self.index.get(&BufferRef { func: f.name.clone(), buffer: b }) {
             self.out.ranges[i].push(range);
+            let targets = &mut self.out.targets[i];
+            if let Some(t) = target
+                && !targets.iter().any(|x| x == t)
+            {
+                targets.push(t.to_string());
+                targets.sort();
+            }
         }
     }
 
@@ -132,12 +145,18 @@ impl Walker<'_> {
         let start = t;
         let mut now = t;
         let mut spans: Vec<(u64, u64)> = Vec::with_capacity(top.len());
+        let mut is_call: Vec<bool> = Vec::with_capacity(top.len());
         for s in &top {
             let begin = now;
-            if let Stmt::Evaluate(call) = s
-                && let Callee::Func(name) = &call.callee
-                && let Some(&callee) = self.funcs.get(name.as_str())
-            {
+            let call = match s {
+                Stmt::Evaluate(call) => match &call.callee {
+                    Callee::Func(name) => self.funcs.get(name.as_str()).map(|&callee| (call, callee)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            is_call.push(call.is_some());
+            if let Some((call, callee)) = call {
                 let resolved: Vec<(String, BufferId)> = call
                     .args
                     .iter()
@@ -162,26 +181,32 @@ impl Walker<'_> {
         // Buffers of this function (and caller buffers reached through parameters) are live
         // from the first statement touching them to the end of the last one.
         let mut first_last: HashMap<BufferId, (u64, u64)> = HashMap::new();
-        for (s, &(b, e)) in top.iter().zip(&spans) {
+        let mut accessed: HashSet<BufferId> = HashSet::new();
+        for ((s, &(b, e)), &call) in top.iter().zip(&spans).zip(&is_call) {
             for id in s.buffers_used() {
                 let entry = first_last.entry(id).or_insert((b, e));
                 entry.1 = e;
+                if !call {
+                    accessed.insert(id);
+                }
             }
         }
+        let target = f.target.as_deref().unwrap_or(DEFAULT_TARGET);
         let scratch: HashMap<BufferId, ()> = allocation_intervals(f).into_iter().map(|(b, ..)| (b, ())).collect();
         for (id, range) in first_last {
+            let by = accessed.contains(&id).then_some(target);
             match param_of.get(&id) {
                 Some((owner, outer)) => {
                     let owner = self.funcs[owner.as_str()];
-                    self.mark(owner, *outer, range);
+                    self.mark(owner, *outer, range, by);
                 }
-                None if scratch.contains_key(&id) || f.name == MAIN => self.mark(f, id, range),
+                None if scratch.contains_key(&id) || f.name == MAIN => self.mark(f, id, range, by),
                 None => {}
             }
         }
         for (b, _, constant) in pending {
             if constant {
-                self.mark(f, b, (start, now.max(start + 1)));
+                self.mark(f, b, (start, now.max(start + 1)), None);
             }
         }
         Ok(now)
@@ -203,6 +228,7 @@ pub fn extract(module: &Module, opts: &ExtractOptions) -> Result<Extracted, Plan
             constant: vec![],
             steps: vec![],
             implied: vec![],
+            targets: vec![],
         },
         opts,
         depth: 0,
@@ -266,6 +292,39 @@ pub fn extract(module: &Module, opts: &ExtractOptions) -> Result<Extracted, Plan
         }
     }
     Ok(out)
+}
+
+/// The problem of `module` over `pools`: the pools of each kind are the default candidates, and
+/// every buffer keeps only the candidates that all the targets touching it can reach (workspace
+/// buffers need read-write access, constants read access); none left is an error.
+pub fn extract_for_pools(module: &Module, pools: &[PoolInfo]) -> Result<Extracted, PlanError> {
+    let names = |kind: PoolKind| pools.iter().filter(|p| p.kind == kind).map(|p| p.name.clone()).collect::<Vec<_>>();
+    let opts = ExtractOptions {
+        workspace_pools: names(PoolKind::Workspace),
+        constant_pools: names(PoolKind::Constant),
+        ..Default::default()
+    };
+    let mut problem = extract(module, &opts)?;
+    for (i, b) in problem.buffers.iter_mut().enumerate() {
+        let write = !problem.constant[i];
+        let targets = &problem.targets[i];
+        let reachable = |name: &String| {
+            pools.iter().find(|p| &p.name == name).is_none_or(|p| targets.iter().all(|t| p.reachable_by(t, write)))
+        };
+        if !b.pool_candidates.iter().all(reachable) {
+            let kept: Vec<String> = b.pool_candidates.iter().filter(|c| reachable(c)).cloned().collect();
+            if kept.is_empty() {
+                return Err(PlanError::NoPoolForTargets {
+                    buffer: b.name.clone(),
+                    access: if write { "written" } else { "read" },
+                    targets: targets.join(", "),
+                    pools: b.pool_candidates.join(", "),
+                });
+            }
+            b.pool_candidates = kept;
+        }
+    }
+    Ok(problem)
 }
 
 /// How many pairs of the (start-sorted) live ranges overlap: at each start, the ranges still

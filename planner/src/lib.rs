@@ -44,13 +44,7 @@ pub fn plan_module(
     algorithm_name: &str,
     budget: &Budget,
 ) -> Result<PlannedModule, PlanError> {
-    let names = |kind: PoolKind| pools.iter().filter(|p| p.kind == kind).map(|p| p.name.clone()).collect::<Vec<_>>();
-    let opts = extract::ExtractOptions {
-        workspace_pools: names(PoolKind::Workspace),
-        constant_pools: names(PoolKind::Constant),
-        ..Default::default()
-    };
-    let problem = extract::extract(module, &opts)?;
+    let problem = extract::extract_for_pools(module, pools)?;
     let plan = plan_extracted(&problem, pools, algorithm(algorithm_name)?.as_ref(), budget)?;
     let rewritten = rewrite::rewrite(module, &problem, pools, &plan)?;
     heron_ir::loop_ir::verify::verify_module(&rewritten.module).map_err(|e| PlanError::Invalid(e.to_string()))?;

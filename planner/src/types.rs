@@ -36,6 +36,9 @@ pub enum Access {
     ReadOnly,
 }
 
+/// The target of loop-IR functions the target layer did not claim.
+pub const DEFAULT_TARGET: &str = "cpu";
+
 /// A memory pool buffers are placed in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolInfo {
@@ -50,13 +53,18 @@ pub struct PoolInfo {
 }
 
 impl PoolInfo {
+    /// Whether `target` may access the pool: read-only, or read and write when `write`.
+    pub fn reachable_by(&self, target: &str, write: bool) -> bool {
+        self.targets.iter().any(|(t, a)| t == target && (!write || *a == Access::ReadWrite))
+    }
+
     pub fn workspace(name: impl Into<String>, size_hint_bytes: Option<u64>) -> PoolInfo {
         PoolInfo {
             name: name.into(),
             size_hint_bytes,
             alignment: 64,
             kind: PoolKind::Workspace,
-            targets: vec![("cpu".into(), Access::ReadWrite)],
+            targets: vec![(DEFAULT_TARGET.into(), Access::ReadWrite)],
         }
     }
 
@@ -66,7 +74,7 @@ impl PoolInfo {
             size_hint_bytes,
             alignment: 64,
             kind: PoolKind::Constant,
-            targets: vec![("cpu".into(), Access::ReadOnly)],
+            targets: vec![(DEFAULT_TARGET.into(), Access::ReadOnly)],
         }
     }
 }
@@ -154,6 +162,10 @@ pub enum PlanError {
     TooLarge { buffer: String, size: u64, why: String },
     #[error("buffer '{buffer}' has no candidate pool")]
     NoCandidates { buffer: String },
+    #[error(
+        "buffer '{buffer}' is {access} by target(s) {targets}, but none of its candidate pools ({pools}) lets them all do that"
+    )]
+    NoPoolForTargets { buffer: String, access: &'static str, targets: String, pools: String },
     #[error("buffer '{0}' is defined twice")]
     DuplicateBuffer(String),
     #[error("pool '{0}' is defined twice")]

@@ -254,3 +254,51 @@ fn a_cycle_of_four_has_no_lifetimes() {
     let adj = vec![vec![1, 3], vec![0, 2], vec![1, 3], vec![0, 2]];
     assert!(heron_planner::intervals::recover_intervals(&adj, &Budget::unlimited()).is_none());
 }
+
+/// Pool placement follows the targets that touch a buffer (`PoolInfo.targets`).
+mod targets {
+    use heron_ir::loop_ir::parse::parse_module;
+    use heron_planner::{Access, Budget, PlanError, PoolInfo, plan_module};
+
+    const TEXT: &str = "func @op(%x: f32[4], %y: f32[4]) {
+  target \"cpu\"
+  for %i: i64 in 0..4 serial {
+    %y[%i] = %x[%i]
+  }
+}
+
+func @main(%x: f32[4], %z: f32[4]) {
+  target \"cpu\"
+  allocate %t: f32[4] pools []
+  call @op(%x, %t)
+  call @op(%t, %z)
+}
+";
+
+    fn pool(name: &str, targets: &[(&str, Access)]) -> PoolInfo {
+        let mut p = PoolInfo::workspace(name, None);
+        p.targets = targets.iter().map(|(t, a)| (t.to_string(), *a)).collect();
+        p
+    }
+
+    #[test]
+    fn buffers_go_only_to_pools_their_targets_reach() {
+        let m = parse_module(TEXT).unwrap();
+        let pools = [pool("vta_only", &[("vta", Access::ReadWrite)]), pool("host", &[("cpu", Access::ReadWrite)])];
+        let planned = plan_module(&m, &pools, "auto", &Budget::millis(100)).unwrap();
+        assert_eq!(planned.problem.targets[0], vec!["cpu".to_string()]);
+        assert_eq!(planned.problem.buffers[0].pool_candidates, vec!["host".to_string()]);
+        assert_eq!(planned.plan.allocations[0].pool, 1, "placed in the pool the CPU can write");
+    }
+
+    #[test]
+    fn an_impossible_placement_is_a_clear_error() {
+        let m = parse_module(TEXT).unwrap();
+        for targets in [&[("vta", Access::ReadWrite)][..], &[("cpu", Access::ReadOnly)][..]] {
+            let pools = [pool("p", targets)];
+            let err = plan_module(&m, &pools, "auto", &Budget::millis(100)).map(|_| ()).unwrap_err();
+            assert!(matches!(err, PlanError::NoPoolForTargets { .. }), "{err}");
+            assert!(err.to_string().contains("buffer 't' is written by target(s) cpu"), "{err}");
+        }
+    }
+}

@@ -1,5 +1,5 @@
-//! Compiling a [`Model`] and running it: [`Compiler`] takes a model through graph passes,
-//! lowering, layouts, flattening, memory planning and Cranelift code generation into a
+//! Compiling a [`Model`] and running it: [`Compiler`] takes a model through the
+//! [`Pipeline`](crate::pipeline) and Cranelift code generation into a
 //! [`CompiledModel`] (JIT), or into an object file with a C header (AOT, `compile_aot`); a
 //! shared library compiled ahead of time loads back with [`Model::load_aot`] and runs through
 //! the same API. A [`Workspace`] holds one caller's pools and staging buffers, allocated once
@@ -12,16 +12,14 @@ use heron_aot::loader::AotLibrary;
 use heron_aot::metadata::{PoolRole, PoolSource};
 use heron_aot::{AotOptions, Artifacts, TensorSpec};
 use heron_ir::loop_ir::workspace::{WorkspaceSize, module_workspace};
-
-use heron_ir::loop_ir::flatten::flatten;
-use heron_ir::loop_ir::layout::apply_layout_transforms;
-use heron_ir::{Limits, Tensor, passes};
+use heron_ir::{Limits, Tensor};
 use heron_jit::isa::OptLevel;
 use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
 use heron_planner::{Budget, PlannedModule, PoolInfo, PoolKind};
 
 use crate::memory::{Block, GuardPages};
 use crate::model::{Model, RuntimeError, TensorInfo, check_inputs};
+use crate::pipeline::{self, Pipeline, PipelineOptions, Stage};
 
 /// How a compiled model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -159,6 +157,18 @@ struct Planned {
     planning: Duration,
 }
 
+impl CompileOptions {
+    /// What the pipeline's stages read.
+    pub fn pipeline(&self) -> PipelineOptions {
+        PipelineOptions {
+            limits: self.limits,
+            pools: self.pools.clone(),
+            planner: self.planner.clone(),
+            planner_time_limit_ms: self.planner_time_limit_ms,
+        }
+    }
+}
+
 impl Compiler {
     pub fn new(options: CompileOptions) -> Compiler {
         Compiler { options }
@@ -168,37 +178,13 @@ impl Compiler {
         &self.options
     }
 
-    /// Graph passes, lowering, layouts, flattening, scheduling and memory planning: everything
-    /// before code generation, shared by the JIT and AOT paths.
+    /// The pipeline up to code generation (see [`Pipeline`]), shared by the JIT and AOT paths.
     /// `workspace_sizes`: also run the per-function workspace-size query (AOT metadata only).
     fn plan(&self, model: &Model, workspace_sizes: bool) -> Result<Planned, RuntimeError> {
-        let mut graph = model.graph().clone();
-        graph.limits = self.options.limits;
-        passes::optimize(&mut graph);
-        let mut module = heron_ir::lower::lower(&graph)?;
-        heron_jit::schedule::choose_layouts(&mut module);
-        apply_layout_transforms(&mut module).map_err(|e| RuntimeError::Compile(e.to_string()))?;
-        flatten(&mut module);
-        heron_jit::schedule::schedule(&mut module);
-        let workspace = if workspace_sizes { module_workspace(&module) } else { Vec::new() };
-        let pools = if self.options.pools.is_empty() {
-            vec![PoolInfo::workspace("workspace", None), PoolInfo::constant("constants", None)]
-        } else {
-            self.options.pools.clone()
-        };
-        let plan_start = Instant::now();
-        let budget = Budget::millis(self.options.planner_time_limit_ms);
-        let planned = heron_planner::plan_module(&module, &pools, &self.options.planner, &budget)?;
-        let planning = plan_start.elapsed();
-        let workspace_bytes = planned
-            .rewritten
-            .pools
-            .iter()
-            .zip(&planned.rewritten.pool_sizes)
-            .filter(|(p, _)| p.kind == PoolKind::Workspace)
-            .try_fold(0u64, |acc, (_, &size)| acc.checked_add(size))
-            .unwrap_or(u64::MAX);
-        self.options.limits.check_workspace(workspace_bytes).map_err(|e| RuntimeError::Compile(e.to_string()))?;
+        let pipeline = Pipeline::new(self.options.pipeline());
+        let flat = pipeline.module(model, Stage::Flat)?;
+        let workspace = if workspace_sizes { module_workspace(&flat) } else { Vec::new() };
+        let pipeline::Planned { planned, planning } = pipeline.plan(&flat)?;
         let main =
             planned.rewritten.module.main().ok_or_else(|| RuntimeError::Compile("lowering produced no main".into()))?;
         let expected = model.inputs().len() + model.outputs().len() + planned.rewritten.pools.len();

@@ -27,6 +27,7 @@ pub mod builtin;
 mod compiler;
 pub mod memory;
 mod model;
+pub mod pipeline;
 
 pub use compiler::{CompileOptions, CompileStats, CompiledModel, Compiler, Engine, PoolLayout, Workspace};
 pub use heron_ir::Limits;

@@ -7,17 +7,15 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use heron_ir::Tensor;
-use heron_ir::loop_ir::flatten::flatten;
-use heron_ir::loop_ir::layout::apply_layout_transforms;
 use heron_ir::loop_ir::print::{ConstData, print_module};
 use heron_ir::loop_ir::verify::verify_module;
 use heron_ir::loop_ir::workspace::module_workspace;
 use heron_ir::loop_ir::{IndexMap, Module};
 use heron_ir::npy::{read_npy, write_npy};
 use heron_ir::onnx::ImportOptions;
-use heron_ir::passes;
 use heron_ir::stats::graph_stats;
 use heron_runtime::builtin::builtin_input;
+use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage as PipelineStage};
 use heron_runtime::{CompileOptions, CompiledModel, Compiler, GuardPages, Limits, Model};
 
 #[derive(Parser)]
@@ -27,18 +25,33 @@ struct Cli {
     command: Command,
 }
 
-/// Lowering stages, in pipeline order.
+/// Loop-IR stages of the compile pipeline, in order (see `heron_runtime::pipeline`).
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Stage {
-    /// Straight out of lowering: logical shapes, layout transforms still annotated.
+    /// Straight out of lowering: logical shapes, target-independent loop nests.
     Lowered,
+    /// After the target layer: layouts chosen (annotated), loops marked vectorized / unrolled,
+    /// each function's target recorded.
+    Target,
     /// After applying the layout transforms.
     Layout,
     /// After flattening every buffer to its physical rank.
     Flat,
-    /// Scheduled for the CPU (vectorized / unrolled loops) and memory-planned: allocations are
-    /// views into pools at their planned offsets. What the code generators compile.
+    /// Memory-planned: allocations are views into pools at their planned offsets. What the
+    /// code generators compile.
     Planned,
+}
+
+impl Stage {
+    fn pipeline_stage(self) -> PipelineStage {
+        match self {
+            Stage::Lowered => PipelineStage::Lowered,
+            Stage::Target => PipelineStage::Target,
+            Stage::Layout => PipelineStage::Layout,
+            Stage::Flat => PipelineStage::Flat,
+            Stage::Planned => PipelineStage::Planned,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -94,6 +107,11 @@ impl LimitFlags {
 
     fn load(&self, path: &Path) -> Result<Model> {
         Ok(Model::load_with(path, &ImportOptions { limits: self.limits(), ..ImportOptions::default() })?)
+    }
+
+    /// The compile pipeline under these limits, planning into `pools` (empty: the defaults).
+    fn pipeline(&self, pools: Vec<heron_planner::PoolInfo>) -> Pipeline {
+        Pipeline::new(PipelineOptions { limits: self.limits(), pools, ..PipelineOptions::default() })
     }
 }
 
@@ -450,30 +468,14 @@ fn print_output(name: &str, t: &Tensor) {
 
 fn lowered(path: &Path, stage: Stage, limits: &LimitFlags) -> Result<Module> {
     let model = limits.load(path)?;
-    let mut graph = model.graph().clone();
-    passes::optimize(&mut graph);
-    let mut module = heron_ir::lower::lower(&graph)?;
-    if matches!(stage, Stage::Planned) {
-        heron_jit::schedule::choose_layouts(&mut module);
-    }
-    if matches!(stage, Stage::Layout | Stage::Flat | Stage::Planned) {
-        apply_layout_transforms(&mut module)?;
-    }
-    if matches!(stage, Stage::Flat | Stage::Planned) {
-        flatten(&mut module);
-    }
-    if matches!(stage, Stage::Planned) {
-        heron_jit::schedule::schedule(&mut module);
-    }
-    if matches!(stage, Stage::Planned) {
-        let pools = [
-            heron_planner::PoolInfo::workspace("workspace", None),
-            heron_planner::PoolInfo::constant("constants", None),
-        ];
-        module = heron_planner::plan_module(&module, &pools, "auto", &heron_planner::Budget::default_limit())?
-            .rewritten
-            .module;
-    }
+    let pipeline = limits.pipeline(Vec::new());
+    let module = match stage.pipeline_stage() {
+        PipelineStage::Planned => {
+            let flat = pipeline.module(&model, PipelineStage::Flat)?;
+            pipeline.plan(&flat)?.planned.rewritten.module
+        }
+        stage => pipeline.module(&model, stage)?,
+    };
     verify_module(&module)?;
     Ok(module)
 }
@@ -501,16 +503,9 @@ struct PlanOptions {
 }
 
 fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
-    use heron_planner::PoolKind;
     let module = lowered(path, Stage::Flat, &opts.limits)?;
     let pools = opts.pools.pools()?;
-    let names = |kind: PoolKind| pools.iter().filter(|p| p.kind == kind).map(|p| p.name.clone()).collect::<Vec<_>>();
-    let extract_opts = heron_planner::extract::ExtractOptions {
-        workspace_pools: names(PoolKind::Workspace),
-        constant_pools: names(PoolKind::Constant),
-        ..Default::default()
-    };
-    let problem = heron_planner::extract::extract(&module, &extract_opts)?;
+    let problem = heron_planner::extract::extract_for_pools(&module, &pools)?;
     let alg = heron_planner::algorithm(&opts.algorithm)?;
     let budget = heron_planner::Budget::millis(opts.time_limit_ms);
     let plan = heron_planner::plan_extracted(&problem, &pools, alg.as_ref(), &budget)?;

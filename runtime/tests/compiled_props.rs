@@ -9,13 +9,32 @@ use heron_ir::testing::{assert_close, assert_float_rule, check_stages_with, data
 use heron_ir::{
     BinaryOp, ConvAttrs, DType, Graph, Op, PoolAttrs, QuantAxis, Tensor, TensorType, UnaryOp, ValueId, Window,
 };
+use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage};
 use heron_runtime::{CompileOptions, Compiler, Model};
 use proptest::prelude::*;
 
 /// The loop-IR stages and the JIT against the graph interpreter.
 fn check_stages(graph: &Graph, inputs: &[Tensor]) {
     let want = check_stages_with(graph, inputs, |_| {});
+    check_pipeline_stages(graph, inputs, &want);
     check_jit(graph, inputs, &want);
+}
+
+/// The loop-IR interpreter runs what the compile pipeline makes of `graph` at the target,
+/// layout and flat stages (loop kinds and layouts as the CPU target chose them).
+fn check_pipeline_stages(graph: &Graph, inputs: &[Tensor], want: &[Tensor]) {
+    let model = Model::from_graph("prop", graph.clone()).expect("valid graph");
+    let pipeline = Pipeline::new(PipelineOptions::default());
+    for stage in [Stage::Target, Stage::Layout, Stage::Flat] {
+        let m = pipeline.module(&model, stage).expect("pipeline");
+        heron_ir::loop_ir::verify::verify_module(&m).unwrap_or_else(|e| panic!("{stage:?}: {e}"));
+        let got = heron_ir::loop_ir::interp::run(&m, inputs).unwrap_or_else(|e| panic!("{stage:?}: {e}"));
+        for ((g, w), &o) in got.iter().zip(want).zip(&graph.outputs) {
+            let g = g.reshape(&graph.ty(o).shape).unwrap();
+            let r = if w.dtype().is_float() { assert_float_rule(&g, w) } else { assert_close(&g, w, 0.0, 0.0) };
+            r.unwrap_or_else(|e| panic!("{stage:?}, output '{}': {e}", graph.value(o).name));
+        }
+    }
 }
 
 fn check_jit(graph: &Graph, inputs: &[Tensor], want: &[Tensor]) {
@@ -337,7 +356,8 @@ fn random_map(rank: usize, factors: &[usize], order: u64, sep: bool) -> IndexMap
 
 #[test]
 fn layout_transformed_conv_scratch_matches() {
-    // Channels divisible by 4 with padding: the padded input gets the NCHWc layout.
+    // The padded input of a convolution in NCHWc (4-channel blocks innermost): the layout a
+    // target may choose for it must not change results.
     let mut g = Graph::new();
     let x = input(&mut g, "x", &[1, 8, 5, 5]);
     let w = g.add_constant("w", f32s(3, &[4, 8, 3, 3]));
@@ -346,9 +366,17 @@ fn layout_transformed_conv_scratch_matches() {
     window.pads_end = vec![1, 1];
     let y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: 1 }), &[x, w]).unwrap();
     g.set_outputs(vec![y]);
-    let m = heron_ir::lower::lower(&g).unwrap();
-    assert!(m.funcs.iter().any(|f| !f.layout_transforms.is_empty()));
-    check_stages(&g, &[f32s(11, &[1, 8, 5, 5])]);
+    let nchwc = |m: &mut heron_ir::loop_ir::Module| {
+        let mut annotated = 0;
+        for f in &mut m.funcs {
+            if let Some(pad) = f.find_buffer("pad") {
+                f.layout_transforms.insert(pad, heron_ir::loop_ir::layouts::axis_blocked(4, 1, 4));
+                annotated += 1;
+            }
+        }
+        assert_eq!(annotated, 1, "the convolution pads its input in a scratch buffer");
+    };
+    check_stages_with(&g, &[f32s(11, &[1, 8, 5, 5])], nchwc);
 }
 
 #[test]

@@ -24,6 +24,7 @@ impl FuncBuilder {
                 vars: vec![],
                 body: Stmt::Seq(vec![]),
                 layout_transforms: BTreeMap::new(),
+                target: None,
             },
             names: HashSet::new(),
             next_suffix: HashMap::new(),
@@ -83,10 +84,6 @@ impl FuncBuilder {
             stmt = for_loop(v, shape[d], ForKind::Serial, stmt);
         }
         stmt
-    }
-
-    pub fn set_layout_transform(&mut self, buffer: BufferId, map: super::IndexMap) {
-        self.func.layout_transforms.insert(buffer, map);
     }
 
     /// The function with `body`; a function body is always a sequence (the canonical form).

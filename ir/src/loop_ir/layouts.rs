@@ -1,8 +1,8 @@
 //! Named layouts used by the compiler, as [`IndexMap`]s over logical NCHW / OIHW / (M, K)
 //! indices.
 //!
-//! - [`nchwc`]: channel blocking for CPU convolution (blocks of `c` channels innermost);
-//!   [`axis_blocked`] blocks any axis that way (the CPU's int8 dot products use it).
+//! - [`axis_blocked`]: one axis split into blocks, the position inside a block innermost (NCHWc
+//!   for axis 1; the CPU's int8 dot products use it).
 //! - The VTA packed layouts (`shared/vta/VTA-FACTS.md` §1.4): tensors tiled so the innermost
 //!   block is one SRAM element — NCHW1n16c data, OIHW16o16i kernels, and the GEMM tilings.
 
@@ -10,11 +10,6 @@ use super::IndexMap;
 
 fn parse(text: String) -> IndexMap {
     IndexMap::parse(&text).expect("layout constructors produce valid maps")
-}
-
-/// NCHW -> NCHW`block`c: `[n, c // block, h, w, c % block]`.
-pub fn nchwc(block: usize) -> IndexMap {
-    parse(format!("lambda n, c, h, w: [n, c // {block}, h, w, c % {block}]"))
 }
 
 /// Axis `axis` of a rank-`rank` tensor split into blocks of `block`, the position inside a

@@ -17,6 +17,7 @@ pub mod layouts;
 pub mod parse;
 pub mod print;
 pub mod simplify;
+pub mod target;
 pub mod verify;
 pub mod workspace;
 
@@ -255,6 +256,9 @@ pub struct PrimFunc {
     pub body: Stmt,
     /// Layout transforms still to apply (`layout_transform_map` in the seed), by buffer.
     pub layout_transforms: BTreeMap<BufferId, IndexMap>,
+    /// The target that runs this function (`cpu`, `vta`), set by the target layer; `None`
+    /// before it ran. Pool placement follows from it (see `heron_planner::extract`).
+    pub target: Option<String>,
 }
 
 impl PrimFunc {

@@ -331,6 +331,7 @@ impl Parser<'_> {
             vars: vec![],
             body: Stmt::Seq(vec![]),
             layout_transforms: BTreeMap::new(),
+            target: None,
         });
         self.expect("(")?;
         while !self.eat(")") {
@@ -344,6 +345,13 @@ impl Parser<'_> {
             self.f().params.push(id);
         }
         self.expect("{")?;
+        if self.eat("target") {
+            let target = match self.next()? {
+                Tok::Str(s) => s,
+                _ => return Err(self.err("expected a quoted target name")),
+            };
+            self.f().target = Some(target);
+        }
         let mut layouts = Vec::new();
         while self.eat("layout") {
             let n = self.local()?;

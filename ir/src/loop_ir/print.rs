@@ -142,6 +142,9 @@ impl Printer<'_> {
             self.f.params.iter().map(|&p| format!("{}: {}", self.buf(p), buffer_type(self.f.buffer(p)))).collect();
         writeln!(self.out, "func {}({}) {{", sigil_name('@', &self.f.name), params.join(", "))
             .expect("write to string");
+        if let Some(target) = &self.f.target {
+            writeln!(self.out, "  target {}", quote(target)).expect("write to string");
+        }
         for (b, map) in &self.f.layout_transforms {
             writeln!(self.out, "  layout {} {}", self.buf(*b), quote(&map.to_string())).expect("write to string");
         }

@@ -47,6 +47,11 @@ fn verify_in(f: &PrimFunc, module: Option<&HashMap<&str, &PrimFunc>>) -> Result<
         ever_declared: HashSet::new(),
         depth: 0,
     };
+    if let Some(t) = &f.target
+        && (t.is_empty() || !t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    {
+        v.err(format!("target name {t:?} is not a plain identifier"));
+    }
     for buf in &f.buffers {
         if buf.shape.len() > MAX_BUFFER_RANK {
             v.err(format!("buffer '{}' has rank {}, more than {MAX_BUFFER_RANK}", buf.name, buf.shape.len()));

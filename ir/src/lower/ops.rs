@@ -11,7 +11,7 @@ use super::fuse::{Epilogue, Group};
 use crate::dtype::{DType, TensorType};
 use crate::graph::{Graph, ValueId};
 use crate::loop_ir::build::{FuncBuilder, add, and, flat_index, floordiv, ge, idx, in_range, lt, max, min, mul, sub};
-use crate::loop_ir::{BinOp, BufferId, CmpOp, Expr, ForKind, MathOp, PrimFunc, Scope, Stmt, layouts};
+use crate::loop_ir::{BinOp, BufferId, CmpOp, Expr, ForKind, MathOp, PrimFunc, Scope, Stmt};
 use crate::op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 use crate::tensor::Tensor;
 
@@ -364,10 +364,6 @@ fn conv(
     let src = if padded && !guarded {
         let shape = padded_shape;
         let pad_buf = fb.buffer("pad", x.dtype, shape.clone(), Scope::Global);
-        // NCHWc: blocks of 4 channels innermost, so a vector of 4 lanes loads in one go.
-        if k == 2 && g == 1 && c % 4 == 0 && c >= 8 && zero_points.is_none() {
-            fb.set_layout_transform(pad_buf, layouts::nchwc(4));
-        }
         prelude.push(Stmt::Allocate { buffer: pad_buf, pools: vec![] });
         let x2 = x.clone();
         let fill = fill.clone();

@@ -1,0 +1,32 @@
+//! The CPU target: the first [`Target`]. It picks physical layouts for the CPU kernels and
+//! reshapes integer dot products for VNNI ([`crate::schedule::choose_layouts`]), then marks
+//! loops vectorized and unrolled ([`crate::schedule::schedule`]), and claims every function no
+//! earlier target took. The code generator emits these decisions; it does not make them.
+
+use heron_ir::loop_ir::Module;
+use heron_ir::loop_ir::target::{Target, TargetError};
+
+use crate::schedule::{choose_layouts, schedule};
+
+/// The host CPU.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuTarget;
+
+impl CpuTarget {
+    pub const NAME: &'static str = "cpu";
+}
+
+impl Target for CpuTarget {
+    fn name(&self) -> &str {
+        Self::NAME
+    }
+
+    fn apply(&self, module: &mut Module) -> Result<(), TargetError> {
+        choose_layouts(module);
+        schedule(module);
+        for f in module.funcs.iter_mut().filter(|f| f.target.is_none()) {
+            f.target = Some(Self::NAME.to_string());
+        }
+        Ok(())
+    }
+}

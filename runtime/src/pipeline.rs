@@ -1,0 +1,140 @@
+//! The compile pipeline, defined once. Every entry point — [`Compiler`](crate::Compiler) for the
+//! JIT and AOT engines, the CLI's `lower`, `plan` and `inspect`, the tests — runs a model
+//! through these stages, so what `heron lower --stage S` prints is what the compiler compiles:
+//!
+//! 1. import (`Model::load`, before the pipeline)
+//! 2. graph passes
+//! 3. lowering to loop IR
+//! 4. the target layer ([`Target`]: layouts chosen, loops scheduled, functions claimed)
+//! 5. layouts applied
+//! 6. flattening
+//! 7. memory planning
+//! 8. code generation (heron-jit or heron-aot, from the planned module)
+
+use std::time::{Duration, Instant};
+
+use heron_ir::loop_ir::Module;
+use heron_ir::loop_ir::flatten::flatten;
+use heron_ir::loop_ir::layout::apply_layout_transforms;
+use heron_ir::loop_ir::target::Target;
+use heron_ir::{Graph, Limits, passes};
+use heron_jit::target::CpuTarget;
+use heron_planner::{Budget, PlannedModule, PoolInfo, PoolKind};
+
+use crate::model::{Model, RuntimeError};
+
+/// The loop-IR stages, in pipeline order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Straight out of lowering: logical shapes, target-independent loop nests.
+    Lowered,
+    /// After the target layer: layout choices annotated, loops marked vectorized / unrolled,
+    /// each function's target recorded.
+    Target,
+    /// After applying the layout transforms.
+    Layout,
+    /// After flattening every buffer to its physical rank.
+    Flat,
+    /// Memory-planned: allocations are views into pools at their planned offsets. What the
+    /// code generators compile.
+    Planned,
+}
+
+/// Pipeline settings (the part of [`CompileOptions`](crate::CompileOptions) the stages read).
+#[derive(Clone, Debug)]
+pub struct PipelineOptions {
+    /// Limits on the scratch buffers lowering adds and on the total workspace.
+    pub limits: Limits,
+    /// Memory pools, most preferred first; empty means one unbounded workspace pool and one
+    /// constant pool.
+    pub pools: Vec<PoolInfo>,
+    /// Planning algorithm (see `heron_planner::registry`).
+    pub planner: String,
+    pub planner_time_limit_ms: u64,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions {
+            limits: Limits::DEFAULT,
+            pools: Vec::new(),
+            planner: "auto".into(),
+            planner_time_limit_ms: Budget::DEFAULT_MILLIS,
+        }
+    }
+}
+
+/// A planned module and what planning took.
+pub struct Planned {
+    pub planned: PlannedModule,
+    pub planning: Duration,
+}
+
+/// The stages, with the targets they run for.
+pub struct Pipeline {
+    options: PipelineOptions,
+    /// Applied in order; each claims the functions it runs (the CPU last, taking the rest).
+    targets: Vec<Box<dyn Target>>,
+}
+
+impl Pipeline {
+    /// The pipeline for the host CPU.
+    pub fn new(options: PipelineOptions) -> Pipeline {
+        Pipeline { options, targets: vec![Box::new(CpuTarget)] }
+    }
+
+    /// The pools planning places buffers in.
+    pub fn pools(&self) -> Vec<PoolInfo> {
+        if self.options.pools.is_empty() {
+            vec![PoolInfo::workspace("workspace", None), PoolInfo::constant("constants", None)]
+        } else {
+            self.options.pools.clone()
+        }
+    }
+
+    /// Stage 2: the model's graph after the graph passes, under the pipeline's limits.
+    pub fn optimized_graph(&self, model: &Model) -> Graph {
+        let mut graph = model.graph().clone();
+        graph.limits = self.options.limits;
+        passes::optimize(&mut graph);
+        graph
+    }
+
+    /// The loop-IR module after `stage` (up to [`Stage::Flat`]; [`Stage::Planned`] is
+    /// [`Pipeline::plan`] of the flat module).
+    pub fn module(&self, model: &Model, stage: Stage) -> Result<Module, RuntimeError> {
+        let compile = |e: &dyn std::fmt::Display| RuntimeError::Compile(e.to_string());
+        let mut module = heron_ir::lower::lower(&self.optimized_graph(model))?;
+        if stage >= Stage::Target {
+            for target in &self.targets {
+                target.apply(&mut module).map_err(|e| compile(&e))?;
+            }
+        }
+        if stage >= Stage::Layout {
+            apply_layout_transforms(&mut module).map_err(|e| compile(&e))?;
+        }
+        if stage >= Stage::Flat {
+            flatten(&mut module);
+        }
+        Ok(module)
+    }
+
+    /// Stage 7: plans a module from [`Stage::Flat`] into the pools and checks the workspace
+    /// limit.
+    pub fn plan(&self, flat: &Module) -> Result<Planned, RuntimeError> {
+        let start = Instant::now();
+        let budget = Budget::millis(self.options.planner_time_limit_ms);
+        let planned = heron_planner::plan_module(flat, &self.pools(), &self.options.planner, &budget)?;
+        let planning = start.elapsed();
+        let rewritten = &planned.rewritten;
+        let workspace_bytes = rewritten
+            .pools
+            .iter()
+            .zip(&rewritten.pool_sizes)
+            .filter(|(p, _)| p.kind == PoolKind::Workspace)
+            .try_fold(0u64, |acc, (_, &size)| acc.checked_add(size))
+            .unwrap_or(u64::MAX);
+        self.options.limits.check_workspace(workspace_bytes).map_err(|e| RuntimeError::Compile(e.to_string()))?;
+        Ok(Planned { planned, planning })
+    }
+}
