@@ -201,7 +201,9 @@ fn define_entry(
         b.ins().stack_store(ptr, zero, status_slot, 0);
         let args = b.ins().stack_addr(ptr, args_slot, 0);
         let status = b.ins().stack_addr(ptr, status_slot, 0);
-        b.ins().call(inner_ref, &[args, status]);
+        // No run context: the C entries run everything on the calling thread.
+        let no_context = b.ins().iconst(ptr, 0);
+        b.ins().call(inner_ref, &[args, status, no_context]);
         let code = b.ins().stack_load(ptr, I32, status_slot, 0);
         let failed = b.ins().icmp_imm_s(IntCC::NotEqual, code, 0);
         let index_error = b.ins().iconst(I32, 2);

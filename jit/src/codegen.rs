@@ -1,8 +1,12 @@
 //! Loop IR to Cranelift IR, generic over [`cranelift_module::Module`] (JIT and object files).
 //!
 //! Every `PrimFunc` becomes a local function taking one pointer per buffer parameter plus a
-//! pointer to a status word; the exported entry takes a pointer to an array holding `main`'s
-//! buffer pointers (inputs, outputs, pools, in `main`'s parameter order) and the status pointer.
+//! pointer to a status word (and, with a parallel loop, the `lo, hi` slice of that loop's
+//! iterations to run); the exported entry takes a pointer to an array holding `main`'s buffer
+//! pointers (inputs, outputs, pools, in `main`'s parameter order), the status pointer and the
+//! run context ([`crate::threads::RunContext`], or null: everything on the calling thread).
+//! `main` calls a function with a parallel loop through the context's `parallel_for` and the
+//! function's task trampoline (`task(argv, status, lo, hi)`).
 //! Pool views (`DeclPoolBuffer`) are pool base + byte offset; loop-local accumulators live in
 //! registers (Cranelift variables) or, when indexed dynamically, in stack slots. Accesses whose
 //! index cannot be proven in range (e.g. indices loaded from a tensor) are checked at run time:
@@ -48,7 +52,7 @@ impl Default for CodegenOptions {
 /// What [`emit_module`] declared.
 #[derive(Clone, Debug)]
 pub struct EmittedModule {
-    /// `entry(args: *const *mut u8, status: *mut i32)`.
+    /// `entry(args: *const *mut u8, status: *mut i32, context: *const RunContext)`.
     pub entry: FuncId,
     /// Number of pointers `args` must hold (`main`'s parameters).
     pub num_args: usize,
@@ -80,14 +84,30 @@ pub fn emit_module<M: Module>(
         emitted_as.push(*first_of.entry(key).or_insert(k));
     }
     let mut ids = HashMap::new();
+    // Functions with a parallel loop: their task trampoline and the loop's extent.
+    let mut tasks: HashMap<String, (FuncId, i64)> = HashMap::new();
     for (k, f) in ir.funcs.iter().enumerate() {
-        let id = if emitted_as[k] == k {
-            let sig = func_signature(module, pointer_params(f), ptr);
-            module.declare_function(&format!("{entry_name}__{}", f.name), Linkage::Local, &sig)?
+        let parallel = parallel_extent(f);
+        let (id, task) = if emitted_as[k] == k {
+            let sig = func_signature(module, f, ptr);
+            let id = module.declare_function(&format!("{entry_name}__{}", f.name), Linkage::Local, &sig)?;
+            let task = match parallel {
+                Some(_) => Some(module.declare_function(
+                    &format!("{entry_name}__{}__task", f.name),
+                    Linkage::Local,
+                    &task_signature(module, ptr),
+                )?),
+                None => None,
+            };
+            (id, task)
         } else {
-            ids[&ir.funcs[emitted_as[k]].name]
+            let first = &ir.funcs[emitted_as[k]].name;
+            (ids[first], tasks.get(first).map(|t| t.0))
         };
         ids.insert(f.name.clone(), id);
+        if let (Some(task), Some(extent)) = (task, parallel) {
+            tasks.insert(f.name.clone(), (task, extent));
+        }
     }
     let mut externs = HashMap::new();
     for (name, sig) in extern_signatures(module, ir, ptr)? {
@@ -107,35 +127,41 @@ pub fn emit_module<M: Module>(
             continue;
         }
         let table = f.name == MAIN;
-        let pointers = pointer_params(f);
-        ctx.func.signature = func_signature(module, pointers, ptr);
+        ctx.func.signature = func_signature(module, f, ptr);
         ctx.func.name = UserFuncName::user(0, ids[&f.name].as_u32());
         {
             let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
             // Only what the function calls: declaring every function in every function would
             // make code generation quadratic in the number of operators.
             let mut refs = HashMap::new();
+            let mut task_refs = HashMap::new();
             for callee in called(f) {
                 let (key, id) = match &callee {
                     Callee::Func(name) => (name.clone(), ids.get(name)),
                     Callee::Extern(name) => (format!("extern {name}"), externs.get(name)),
                 };
                 let id = *id.ok_or_else(|| CodegenError::NoFunction(key.clone()))?;
-                refs.insert(key, module.declare_func_in_func(id, b.func));
+                refs.insert(key.clone(), module.declare_func_in_func(id, b.func));
+                if let Some(&(task, extent)) = tasks.get(&key) {
+                    task_refs.insert(key, (module.declare_func_in_func(task, b.func), extent));
+                }
             }
             let libm = libm.iter().map(|(&n, &id)| (n, module.declare_func_in_func(id, b.func))).collect();
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
             let params = b.block_params(entry).to_vec();
-            let status = params[pointers - 1];
-            let callees = Callees { funcs: refs, libm };
+            let status = if table { params[1] } else { params[f.params.len()] };
+            let callees = Callees { funcs: refs, tasks: task_refs, libm };
             let mut t = FuncTranslator::new(b, f, ptr, index as i64 + 1, status, callees, options);
             for (k, &p) in f.params.iter().enumerate() {
                 t.bufs[p.0 as usize] = if table { Buf::Arg(k) } else { Buf::Ptr(params[k]) };
             }
             if table {
                 t.table = Some(params[0]);
+                t.context = Some(params[2]);
+            } else if parallel_extent(f).is_some() {
+                t.slice = Some((params[f.params.len() + 1], params[f.params.len() + 2]));
             }
             t.prepare_locals();
             t.stmt(&f.body)?;
@@ -145,10 +171,14 @@ pub fn emit_module<M: Module>(
             b.finalize(module.target_config());
         }
         define(module, ids[&f.name], &mut ctx, &f.name)?;
+        if let Some(&(task, _)) = tasks.get(&f.name) {
+            emit_task(module, &mut ctx, &mut fctx, task, ids[&f.name], f, ptr)?;
+        }
     }
-    // The entry: hand the argument array to main.
-    let entry = module.declare_function(entry_name, entry_linkage, &func_signature(module, 2, ptr))?;
-    ctx.func.signature = func_signature(module, 2, ptr);
+    // The entry: hand the argument array, status word and context to main.
+    let entry_sig = func_signature(module, main, ptr);
+    let entry = module.declare_function(entry_name, entry_linkage, &entry_sig)?;
+    ctx.func.signature = entry_sig;
     ctx.func.name = UserFuncName::user(0, entry.as_u32());
     {
         let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
@@ -156,8 +186,8 @@ pub fn emit_module<M: Module>(
         let block = b.create_block();
         b.append_block_params_for_function_params(block);
         b.switch_to_block(block);
-        let (args, status) = (b.block_params(block)[0], b.block_params(block)[1]);
-        b.ins().call(main_ref, &[args, status]);
+        let params = b.block_params(block).to_vec();
+        b.ins().call(main_ref, &params);
         b.ins().return_(&[]);
         b.seal_all_blocks();
         b.finalize(module.target_config());
@@ -189,11 +219,79 @@ fn structure_key(f: &PrimFunc) -> String {
     format!("{anonymous:?}")
 }
 
-/// How many pointers `f` takes: one per buffer parameter and the status word, except `main`,
-/// which takes the argument table itself (a model with thousands of inputs and outputs must
-/// not make a function with thousands of parameters) and the status word.
-fn pointer_params(f: &PrimFunc) -> usize {
-    if f.name == MAIN { 2 } else { f.params.len() + 1 }
+/// The constant extent of `f`'s parallel loop, when it has one (the verifier allows one, with
+/// a constant extent, outside `main`).
+pub fn parallel_extent(f: &PrimFunc) -> Option<i64> {
+    let mut found = None;
+    f.body.walk(&mut |s| {
+        if let Stmt::For { kind: ForKind::Parallel, extent, .. } = s {
+            found = found.or(extent.as_int());
+        }
+    });
+    found
+}
+
+/// `f`'s signature: a pointer per buffer parameter and the status word, and with a parallel
+/// loop the `lo, hi` slice of it to run; `main` instead takes the argument table (a model with
+/// thousands of inputs and outputs must not make a function with thousands of parameters), the
+/// status word and the run context.
+fn func_signature<M: Module>(module: &M, f: &PrimFunc, ptr: Type) -> Signature {
+    let mut sig = module.make_signature();
+    let pointers = if f.name == MAIN { 3 } else { f.params.len() + 1 };
+    sig.params.extend((0..pointers).map(|_| AbiParam::new(ptr)));
+    if f.name != MAIN && parallel_extent(f).is_some() {
+        sig.params.extend([AbiParam::new(I64), AbiParam::new(I64)]);
+    }
+    sig
+}
+
+/// `task(argv, status, lo, hi)` ([`crate::threads::TaskFn`]).
+fn task_signature<M: Module>(module: &M, ptr: Type) -> Signature {
+    let mut sig = module.make_signature();
+    sig.params.extend([AbiParam::new(ptr), AbiParam::new(ptr), AbiParam::new(I64), AbiParam::new(I64)]);
+    sig
+}
+
+/// `parallel_for(context, task, argv, status, extent)` ([`crate::threads::ParallelForFn`]).
+fn parallel_for_signature(b: &FunctionBuilder<'_>, ptr: Type) -> Signature {
+    let mut sig = Signature::new(b.func.signature.call_conv);
+    sig.params.extend([ptr, ptr, ptr, ptr, I64].map(AbiParam::new));
+    sig
+}
+
+/// The task trampoline of `f`: loads `f`'s buffer pointers from `argv` and calls it.
+fn emit_task<M: Module>(
+    module: &mut M,
+    ctx: &mut Context,
+    fctx: &mut FunctionBuilderContext,
+    task: FuncId,
+    func: FuncId,
+    f: &PrimFunc,
+    ptr: Type,
+) -> Result<(), CodegenError> {
+    ctx.func.signature = task_signature(module, ptr);
+    ctx.func.name = UserFuncName::user(0, task.as_u32());
+    {
+        let mut b = FunctionBuilder::new(&mut ctx.func, fctx);
+        let callee = module.declare_func_in_func(func, b.func);
+        let block = b.create_block();
+        b.append_block_params_for_function_params(block);
+        b.switch_to_block(block);
+        let params = b.block_params(block).to_vec();
+        let (argv, status, lo, hi) = (params[0], params[1], params[2], params[3]);
+        let mut args = Vec::with_capacity(f.params.len() + 3);
+        for k in 0..f.params.len() {
+            let offset = i32::try_from(k * ptr.bytes() as usize)
+                .map_err(|_| CodegenError::Unsupported { func: f.name.clone(), what: format!("{k} parameters") })?;
+            args.push(b.ins().load(ptr, MemFlagsData::trusted(), argv, offset));
+        }
+        args.extend([status, lo, hi]);
+        b.ins().call(callee, &args);
+        b.ins().return_(&[]);
+        b.seal_all_blocks();
+        b.finalize(module.target_config());
+    }
+    define(module, task, ctx, &format!("{}__task", f.name))
 }
 
 /// Every function `f` calls, once each.
@@ -260,12 +358,6 @@ fn define<M: Module>(module: &mut M, id: FuncId, ctx: &mut Context, name: &str) 
     module.define_function(id, ctx).map_err(|e| CodegenError::Cranelift(format!("function '{name}': {e:?}")))?;
     module.clear_context(ctx);
     Ok(())
-}
-
-fn func_signature<M: Module>(module: &M, pointers: usize, ptr: Type) -> Signature {
-    let mut sig = module.make_signature();
-    sig.params.extend((0..pointers).map(|_| AbiParam::new(ptr)));
-    sig
 }
 
 /// The Cranelift type holding values of `dtype` in registers (bool as 0/1 in a byte; f16 as an
@@ -344,6 +436,10 @@ pub(crate) struct FuncTranslator<'a> {
     pub status: Value,
     /// `main`'s argument table.
     table: Option<Value>,
+    /// `main`'s run context (null: run on this thread).
+    context: Option<Value>,
+    /// The `lo, hi` slice of the parallel loop this call runs.
+    slice: Option<(Value, Value)>,
     code: i64,
     callees: Callees,
     pub options: CodegenOptions,
@@ -352,6 +448,8 @@ pub(crate) struct FuncTranslator<'a> {
 /// What a function can call: the module's functions by name, and the libm imports.
 struct Callees {
     funcs: HashMap<String, FuncRef>,
+    /// Task trampolines and parallel extents of the callees with a parallel loop.
+    tasks: HashMap<String, (FuncRef, i64)>,
     libm: HashMap<&'static str, FuncRef>,
 }
 
@@ -377,6 +475,8 @@ impl<'a> FuncTranslator<'a> {
             depth: 0,
             status,
             table: None,
+            context: None,
+            slice: None,
             code,
             callees,
             options,
@@ -459,7 +559,7 @@ impl<'a> FuncTranslator<'a> {
             // No index is valid, and the fallback element 0 does not exist either: the access
             // records the error and goes to a scratch slot instead of past the buffer.
             let code = self.b.ins().iconst(I32, self.code);
-            self.b.ins().store(MemFlagsData::trusted(), code, self.status, 0);
+            self.record_status(code);
             let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 16, 4));
             return Ok(self.b.ins().stack_addr(self.ptr, slot, 0));
         }
@@ -574,6 +674,12 @@ impl<'a> FuncTranslator<'a> {
         }
     }
 
+    /// Writes `code` to the status word; atomically, since the threads of a parallel loop
+    /// share it.
+    fn record_status(&mut self, code: Value) {
+        self.b.ins().atomic_store(MemFlagsData::trusted(), code, self.status);
+    }
+
     /// `idx` when in `0..len`; otherwise records this function's code in the status word and
     /// yields 0.
     fn checked_index(&mut self, idx: Value, len: i64) -> Value {
@@ -582,7 +688,7 @@ impl<'a> FuncTranslator<'a> {
         self.b.ins().brif(ok, cont, &[], fail, &[]);
         self.b.switch_to_block(fail);
         let code = self.b.ins().iconst(I32, self.code);
-        self.b.ins().store(MemFlagsData::trusted(), code, self.status, 0);
+        self.record_status(code);
         self.b.ins().jump(cont, &[]);
         self.b.switch_to_block(cont);
         let zero = self.b.ins().iconst(I64, 0);
@@ -693,6 +799,18 @@ impl<'a> FuncTranslator<'a> {
                     self.stmt(s)?;
                 }
             }
+            Stmt::For { var, extent, kind: ForKind::Parallel, body } if self.slice.is_some() => {
+                let r = crate::vector::loop_range(&self.ranges, extent);
+                self.ranges.set(*var, r);
+                // This call's slice, clamped to the loop so the range proofs hold whatever
+                // the caller passed.
+                let (lo, hi) = self.slice.expect("checked");
+                let ext = self.expr(extent)?;
+                let zero = self.b.ins().iconst(I64, 0);
+                let start = self.b.ins().smax(lo, zero);
+                let end = self.b.ins().smin(hi, ext);
+                self.counted_loop(*var, start, end, 1, |t| t.stmt(body))?;
+            }
             Stmt::For { var, extent, kind, body } => {
                 let r = crate::vector::loop_range(&self.ranges, extent);
                 self.ranges.set(*var, r);
@@ -757,7 +875,12 @@ impl<'a> FuncTranslator<'a> {
                 if internal {
                     args.push(self.status);
                 }
-                self.b.ins().call(fref, &args);
+                match self.callees.tasks.get(&key).copied() {
+                    Some((task, extent)) => self.parallel_call(fref, task, extent, args),
+                    None => {
+                        self.b.ins().call(fref, &args);
+                    }
+                }
             }
             Stmt::If { cond, then, otherwise } => {
                 let c = self.expr(cond)?;
@@ -783,6 +906,45 @@ impl<'a> FuncTranslator<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Calls a function with a parallel loop (`args`: its buffers and the status word): with
+    /// a run context, through `parallel_for` and the task trampoline; without one, directly
+    /// with the whole range.
+    fn parallel_call(&mut self, func: FuncRef, task: FuncRef, extent: i64, args: Vec<Value>) {
+        let extent = self.b.ins().iconst(I64, extent);
+        let zero = self.b.ins().iconst(I64, 0);
+        let direct_call = |t: &mut Self| {
+            let mut direct = args.clone();
+            direct.extend([zero, extent]);
+            t.b.ins().call(func, &direct);
+        };
+        let Some(context) = self.context else {
+            direct_call(self);
+            return;
+        };
+        let (pooled, direct, merge) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(context, pooled, &[], direct, &[]);
+        self.b.switch_to_block(direct);
+        direct_call(self);
+        self.b.ins().jump(merge, &[]);
+        self.b.switch_to_block(pooled);
+        let buffers = &args[..args.len() - 1];
+        let word = self.ptr.bytes();
+        let size = u32::try_from(buffers.len()).unwrap_or(u32::MAX).saturating_mul(word).max(word);
+        let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
+        for (k, &p) in buffers.iter().enumerate() {
+            self.b.ins().stack_store(self.ptr, p, slot, (k as u32 * word) as i32);
+        }
+        let argv = self.b.ins().stack_addr(self.ptr, slot, 0);
+        let task_addr = self.b.ins().func_addr(self.ptr, task);
+        let parallel_for = self.b.ins().load(self.ptr, MemFlagsData::trusted(), context, 0);
+        let sig = parallel_for_signature(&self.b, self.ptr);
+        let sig = self.b.import_signature(sig);
+        let status = args[args.len() - 1];
+        self.b.ins().call_indirect(sig, parallel_for, &[context, task_addr, argv, status, extent]);
+        self.b.ins().jump(merge, &[]);
+        self.b.switch_to_block(merge);
     }
 
     /// `for var in 0..extent { body }` with the induction variable in a block parameter.

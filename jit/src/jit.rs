@@ -13,6 +13,7 @@ use heron_ir::loop_ir::{self, Callee, Stmt};
 use crate::CodegenError;
 use crate::codegen::{CodegenOptions, emit_module};
 use crate::isa::{OptLevel, TargetCpu, build_isa};
+use crate::threads::{RunContext, ThreadPool};
 
 /// Why a run of generated code failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -27,7 +28,7 @@ pub enum JitRunError {
     IndexOutOfRange { func: String },
 }
 
-type EntryFn = extern "C" fn(*const *mut u8, *mut i32);
+type EntryFn = extern "C" fn(*const *mut u8, *mut i32, *const RunContext);
 
 /// One buffer handed to generated code.
 pub enum JitArg<'a> {
@@ -128,7 +129,7 @@ impl JitModule {
         module.finalize_definitions()?;
         let code = module.get_finalized_function(emitted.entry);
         // SAFETY: `code` is the entry emitted above, whose signature is
-        // (pointer, pointer) -> () in the host's default calling convention.
+        // (pointer, pointer, pointer) -> () in the host's default calling convention.
         let entry = unsafe { std::mem::transmute::<*const u8, EntryFn>(code) };
         Ok(JitModule { module: Some(module), entry, params, func_names: emitted.func_names })
     }
@@ -140,8 +141,19 @@ impl JitModule {
 
     /// Runs `main` on `args` (one per parameter: inputs, outputs, pools; writable where
     /// `compile` was not told the parameter is read-only). Checks count, sizes and writability
-    /// before the code runs; allocates nothing for up to 64 parameters.
+    /// before the code runs; allocates nothing for up to 64 parameters. Runs on this thread.
     pub fn run<'a>(&self, args: impl IntoIterator<Item = JitArg<'a>>) -> Result<(), JitRunError> {
+        self.run_in(args, None)
+    }
+
+    /// [`JitModule::run`], with the parallel loops split across `pool`'s threads (results are
+    /// the same with any number of threads: each output is computed by one thread, in the same
+    /// order).
+    pub fn run_in<'a>(
+        &self,
+        args: impl IntoIterator<Item = JitArg<'a>>,
+        pool: Option<&ThreadPool>,
+    ) -> Result<(), JitRunError> {
         const MAX_INLINE: usize = 64;
         let mut inline = [std::ptr::null_mut::<u8>(); MAX_INLINE];
         let mut spilled = Vec::new();
@@ -178,9 +190,13 @@ impl JitModule {
             ptrs = inline.iter().copied().chain(spilled).collect();
             ptrs.as_ptr()
         };
-        let mut status = 0i32;
-        // The pointers stay valid for the call: they come from borrows that live for 'a.
-        (self.entry)(table, &mut status);
+        // Atomic: the threads of a parallel loop share the status word.
+        let status = std::sync::atomic::AtomicI32::new(0);
+        let context = pool.map_or(std::ptr::null(), ThreadPool::context);
+        // The pointers stay valid for the call: they come from borrows that live for 'a, and
+        // the pool outlives it; the pool's workers are done when the entry returns.
+        (self.entry)(table, status.as_ptr(), context);
+        let status = status.into_inner();
         if status != 0 {
             let func = self.func_names.get(status as usize - 1).cloned().unwrap_or_default();
             return Err(JitRunError::IndexOutOfRange { func });

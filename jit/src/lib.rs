@@ -15,9 +15,11 @@ pub mod int8;
 pub mod isa;
 pub mod jit;
 pub mod math;
+pub mod outline;
 pub mod readonly;
 pub mod schedule;
 pub mod target;
+pub mod threads;
 pub mod vector;
 
 pub use codegen::{CodegenOptions, EmittedModule, emit_module};

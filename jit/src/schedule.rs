@@ -415,3 +415,79 @@ fn reads_only_own_outputs(body: &Stmt, f: &PrimFunc) -> bool {
     body.walk(&mut |s| s.for_each_expr(|e| all &= ok(e, &written)));
     all
 }
+
+/// Fewest loop iterations (counting every nested loop) for which a function is worth splitting
+/// across threads: below this, waking the workers costs more than it saves.
+const MIN_PARALLEL_WORK: u64 = 1 << 16;
+
+/// Marks one loop of each operator function parallel where that is safe and worth it: the
+/// function's body is a single perfect chain of loops (besides local allocations), and the
+/// outermost serial loop of the chain with constant extent >= 2 whose variable is a whole index
+/// of every global store inside it (so iterations write disjoint elements), whose body reads
+/// no other iteration's output, and whose nest does at least [`MIN_PARALLEL_WORK`] iterations.
+pub fn mark_parallel(module: &mut Module) {
+    for f in module.funcs.iter_mut().filter(|f| f.target.is_none() && f.name != heron_ir::loop_ir::MAIN) {
+        let Stmt::Seq(items) = &f.body else { continue };
+        let mut loops = items.iter().enumerate().filter(|(_, s)| !is_local_allocation(s, f));
+        let (Some((index, top)), None) = (loops.next(), loops.next()) else { continue };
+        if !matches!(top, Stmt::For { .. }) || iterations(top) < MIN_PARALLEL_WORK {
+            continue;
+        }
+        let mut path = Vec::new();
+        let mut cur = top;
+        let chosen = loop {
+            let Stmt::For { var, extent, kind, body } = cur else { break None };
+            if *kind == ForKind::Serial && extent.as_int().is_some_and(|n| n >= 2) && splits_safely(*var, body, f) {
+                break Some(path);
+            }
+            path.push(());
+            cur = body;
+        };
+        let Some(path) = chosen else { continue };
+        let Stmt::Seq(items) = &mut f.body else { continue };
+        let mut target = &mut items[index];
+        for () in path {
+            let Stmt::For { body, .. } = target else { break };
+            target = body;
+        }
+        if let Stmt::For { kind, .. } = target {
+            *kind = ForKind::Parallel;
+        }
+    }
+}
+
+fn is_local_allocation(s: &Stmt, f: &PrimFunc) -> bool {
+    matches!(s, Stmt::Allocate { buffer, .. } if f.buffer(*buffer).scope == Scope::Local)
+}
+
+/// Iterations of every loop in `s`, saturating (a loop of unknown extent counts as large).
+fn iterations(s: &Stmt) -> u64 {
+    match s {
+        Stmt::For { extent, body, .. } => {
+            let n = extent.as_int().map_or(MIN_PARALLEL_WORK, |n| n.max(0) as u64);
+            n.saturating_mul(iterations(body).max(1))
+        }
+        Stmt::Seq(v) => v.iter().map(iterations).fold(0, u64::saturating_add),
+        Stmt::If { then, otherwise, .. } => {
+            iterations(then).saturating_add(otherwise.as_ref().map_or(0, |o| iterations(o)))
+        }
+        _ => 1,
+    }
+}
+
+/// Whether iterations of a loop over `var` with `body` may run on different threads: every
+/// global store in the body has `var` itself as one of its indices, and loads of the buffers
+/// the body writes read only the element being written.
+fn splits_safely(var: VarId, body: &Stmt, f: &PrimFunc) -> bool {
+    let mut stores = 0;
+    let mut disjoint = true;
+    body.walk(&mut |s| {
+        if let Stmt::Store { buffer, indices, .. } = s
+            && f.buffer(*buffer).scope == Scope::Global
+        {
+            stores += 1;
+            disjoint &= indices.iter().any(|e| matches!(e, Expr::Var(v) if *v == var));
+        }
+    });
+    stores > 0 && disjoint && reads_only_own_outputs(body, f)
+}

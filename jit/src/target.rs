@@ -1,12 +1,15 @@
 //! The CPU target: the first [`Target`]. It picks physical layouts for the CPU kernels and
 //! reshapes integer dot products for VNNI ([`crate::schedule::choose_layouts`]), then marks
-//! loops vectorized and unrolled ([`crate::schedule::schedule`]), and claims every function no
+//! loops vectorized and unrolled ([`crate::schedule::schedule`]), splits operators into
+//! one function per loop nest ([`crate::outline`]) and marks one loop of each parallel
+//! ([`crate::schedule::mark_parallel`]), and claims every function no
 //! earlier target took. The code generator emits these decisions; it does not make them.
 
 use heron_ir::loop_ir::Module;
 use heron_ir::loop_ir::target::{Target, TargetError};
 
-use crate::schedule::{choose_layouts, schedule};
+use crate::outline::split_loop_nests;
+use crate::schedule::{choose_layouts, mark_parallel, schedule};
 
 /// The host CPU.
 #[derive(Clone, Copy, Debug, Default)]
@@ -24,6 +27,8 @@ impl Target for CpuTarget {
     fn apply(&self, module: &mut Module) -> Result<(), TargetError> {
         choose_layouts(module);
         schedule(module);
+        split_loop_nests(module);
+        mark_parallel(module);
         for f in module.funcs.iter_mut().filter(|f| f.target.is_none()) {
             f.target = Some(Self::NAME.to_string());
         }

@@ -14,6 +14,7 @@ use heron_aot::{AotOptions, Artifacts, TensorSpec};
 use heron_ir::loop_ir::workspace::{WorkspaceSize, module_workspace};
 use heron_ir::{Limits, Tensor};
 use heron_jit::isa::OptLevel;
+use heron_jit::threads::ThreadPool;
 use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
 use heron_planner::{Budget, PlannedModule, PoolInfo, PoolKind};
 
@@ -52,6 +53,10 @@ pub struct CompileOptions {
     /// Place every pool and staging buffer between guard pages (see [`GuardPages`]); the
     /// default comes from `HERON_GUARD_PAGES`.
     pub guard_pages: GuardPages,
+    /// Threads a run uses (the caller and `threads - 1` workers of each [`Workspace`]'s pool)
+    /// for the loops the target marked parallel; results are bit-identical for any count.
+    /// Default: the number of physical cores. JIT only (AOT libraries run single-threaded).
+    pub threads: usize,
 }
 
 impl Default for CompileOptions {
@@ -65,8 +70,26 @@ impl Default for CompileOptions {
             pools: Vec::new(),
             limits: Limits::DEFAULT,
             guard_pages: GuardPages::from_env(),
+            threads: physical_cores(),
         }
     }
+}
+
+/// Physical cores of this machine (hyperthread siblings counted once), from Linux's CPU
+/// topology; the logical CPU count where that is unavailable.
+pub fn physical_cores() -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut cores = std::collections::BTreeSet::new();
+    for cpu in 0..logical {
+        let path = format!("/sys/devices/system/cpu/cpu{cpu}/topology/core_cpus_list");
+        match std::fs::read_to_string(path) {
+            Ok(siblings) => {
+                cores.insert(siblings.trim().to_string());
+            }
+            Err(_) => return logical,
+        }
+    }
+    cores.len().max(1)
 }
 
 /// Compiles models.
@@ -116,6 +139,7 @@ struct Executable {
     pools: Vec<PoolLayout>,
     memory: Vec<PoolMemory>,
     guard_pages: GuardPages,
+    threads: usize,
 }
 
 enum Backend {
@@ -140,6 +164,8 @@ pub struct Workspace {
     outputs: Vec<Block>,
     /// One per pool, in pool order (`None` where the pool's memory is not per workspace).
     pools: Vec<Option<Block>>,
+    /// Workers for parallel loops (`None`: single-threaded).
+    threads: Option<ThreadPool>,
 }
 
 impl Workspace {
@@ -261,7 +287,9 @@ impl Compiler {
                 }
             })
             .collect::<Result<_, RuntimeError>>()?;
-        Ok((Executable { code: Code::Jit(code), pools, memory, guard_pages: guard }, planning, codegen))
+        let exe =
+            Executable { code: Code::Jit(code), pools, memory, guard_pages: guard, threads: self.options.threads };
+        Ok((exe, planning, codegen))
     }
 
     /// Compiles `model` ahead of time: an object file, its C header, metadata and parameter
@@ -329,7 +357,7 @@ fn aot_executable(library: AotLibrary, guard: GuardPages) -> Result<Executable, 
             })
         })
         .collect::<Result<_, RuntimeError>>()?;
-    Ok(Executable { code: Code::Aot(library), pools, memory, guard_pages: guard })
+    Ok(Executable { code: Code::Aot(library), pools, memory, guard_pages: guard, threads: 1 })
 }
 
 impl Model {
@@ -392,7 +420,7 @@ impl CompiledModel {
     /// error, not an abort, when the machine does not have it).
     pub fn workspace(&self) -> Result<Workspace, RuntimeError> {
         let Backend::Compiled(exe) = &self.backend else {
-            return Ok(Workspace { inputs: Vec::new(), outputs: Vec::new(), pools: Vec::new() });
+            return Ok(Workspace { inputs: Vec::new(), outputs: Vec::new(), pools: Vec::new(), threads: None });
         };
         let guard = exe.guard_pages;
         let staging = |infos: &[TensorInfo], kind: &str| {
@@ -415,7 +443,18 @@ impl CompiledModel {
                     .transpose()
             })
             .collect::<Result<_, _>>()?;
-        Ok(Workspace { inputs: staging(&self.inputs, "input")?, outputs: staging(&self.outputs, "output")?, pools })
+        let threads = match (&exe.code, exe.threads) {
+            (Code::Jit(_), n) if n > 1 => {
+                Some(ThreadPool::new(n).map_err(|e| RuntimeError::Compile(format!("cannot start {n} threads: {e}")))?)
+            }
+            _ => None,
+        };
+        Ok(Workspace {
+            inputs: staging(&self.inputs, "input")?,
+            outputs: staging(&self.outputs, "output")?,
+            pools,
+            threads,
+        })
     }
 
     /// Runs the model on `inputs` (in model order) with a fresh workspace.
@@ -477,7 +516,7 @@ impl CompiledModel {
                         (None, PoolMemory::Shared(c)) => JitArg::Read(c.bytes()),
                         (None, _) => JitArg::Read(&[]),
                     }));
-                code.run(args)?;
+                code.run_in(args, ws.threads.as_ref())?;
             }
             Code::Aot(library) => {
                 let parameters = exe

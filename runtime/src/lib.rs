@@ -29,7 +29,9 @@ pub mod memory;
 mod model;
 pub mod pipeline;
 
-pub use compiler::{CompileOptions, CompileStats, CompiledModel, Compiler, Engine, PoolLayout, Workspace};
+pub use compiler::{
+    CompileOptions, CompileStats, CompiledModel, Compiler, Engine, PoolLayout, Workspace, physical_cores,
+};
 pub use heron_ir::Limits;
 pub use heron_jit::isa::OptLevel;
 pub use memory::GuardPages;

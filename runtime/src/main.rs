@@ -65,13 +65,16 @@ enum Engine {
 }
 
 impl Engine {
-    fn compile_options(self, limits: &LimitFlags) -> CompileOptions {
+    fn compile_options(self, limits: &LimitFlags, threads: Option<usize>) -> CompileOptions {
         let engine = match self {
             Engine::Jit => heron_runtime::Engine::Jit,
             Engine::Interp => heron_runtime::Engine::Interpreter,
             Engine::Aot => heron_runtime::Engine::Aot,
         };
         let mut options = CompileOptions { engine, limits: limits.limits(), ..CompileOptions::default() };
+        if let Some(threads) = threads {
+            options.threads = threads;
+        }
         if let Some(guard) = limits.guard_pages {
             options.guard_pages = guard;
         }
@@ -115,6 +118,13 @@ impl LimitFlags {
     }
 }
 
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("'{s}' is not a thread count from 1 to 1024")),
+    }
+}
+
 fn parse_guard_pages(s: &str) -> Result<GuardPages, String> {
     GuardPages::parse(s).ok_or_else(|| format!("unknown guard-page mode '{s}' (off, end, start)"))
 }
@@ -133,6 +143,9 @@ enum Command {
         output_dir: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "jit")]
         engine: Engine,
+        /// Threads for the loops marked parallel (default: the physical cores; JIT only).
+        #[arg(long, value_name = "N", value_parser = parse_threads)]
+        threads: Option<usize>,
         #[command(flatten)]
         limits: LimitFlags,
     },
@@ -148,6 +161,9 @@ enum Command {
         warmup: usize,
         #[arg(long, value_enum, default_value = "jit")]
         engine: Engine,
+        /// Threads for the loops marked parallel (default: the physical cores; JIT only).
+        #[arg(long, value_name = "N", value_parser = parse_threads)]
+        threads: Option<usize>,
         #[command(flatten)]
         limits: LimitFlags,
     },
@@ -304,10 +320,12 @@ fn main() -> ExitCode {
     install_panic_hook();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { model, inputs, output_dir, engine, limits } => {
-            run(model.as_deref(), &inputs, output_dir.as_deref(), engine, &limits)
+        Command::Run { model, inputs, output_dir, engine, threads, limits } => {
+            run(model.as_deref(), &inputs, output_dir.as_deref(), (engine, threads), &limits)
         }
-        Command::Bench { model, runs, warmup, engine, limits } => bench(&model, runs, warmup, engine, &limits),
+        Command::Bench { model, runs, warmup, engine, threads, limits } => {
+            bench(&model, runs, warmup, engine.compile_options(&limits, threads), &limits)
+        }
         Command::Inspect { model, workspace, limits } => inspect(&model, workspace, &limits),
         Command::Lower { model, stage, full_constants, limits } => lower(&model, stage, full_constants, &limits),
         Command::Vta { command: VtaCommand::Disasm { file } } => vta_disasm(&file),
@@ -357,7 +375,7 @@ fn run(
     model_path: Option<&Path>,
     inputs: &[String],
     output_dir: Option<&Path>,
-    engine: Engine,
+    (engine, threads): (Engine, Option<usize>),
     limits: &LimitFlags,
 ) -> Result<()> {
     let t0 = Instant::now();
@@ -373,7 +391,7 @@ fn run(
     };
     let bound = model.bind_inputs(given)?;
     println!("model {} loaded in {load_ms:.2} ms", model.name());
-    let compiled = Compiler::new(engine.compile_options(limits)).compile(&model)?;
+    let compiled = Compiler::new(engine.compile_options(limits, threads)).compile(&model)?;
     if !matches!(engine, Engine::Interp) {
         print_compile_stats(&compiled);
     }
@@ -410,11 +428,11 @@ fn print_compile_stats(compiled: &CompiledModel) {
     }
 }
 
-fn bench(path: &Path, runs: usize, warmup: usize, engine: Engine, limits: &LimitFlags) -> Result<()> {
+fn bench(path: &Path, runs: usize, warmup: usize, options: CompileOptions, limits: &LimitFlags) -> Result<()> {
     let model = limits.load(path)?;
     let inputs = model.inputs().iter().map(|i| Tensor::try_zeros(&i.ty)).collect::<Result<Vec<_>, _>>();
     let inputs = inputs.map_err(|e| anyhow::anyhow!("bench inputs: {e}"))?;
-    let compiled = Compiler::new(engine.compile_options(limits)).compile(&model)?;
+    let compiled = Compiler::new(options).compile(&model)?;
     print_compile_stats(&compiled);
     let mut ws = compiled.workspace()?;
     for _ in 0..warmup {

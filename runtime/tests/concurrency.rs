@@ -1,7 +1,8 @@
 //! Several threads sharing one compiled model, with real overlap: every thread runs
 //! mobilenet_ish over and over for seconds, each in its own workspace and on its own input,
-//! and every result must be bit-identical to the same input run alone. Once on the JIT and
-//! once on the AOT shared library.
+//! and every result must be bit-identical to the same input run alone. Once on the JIT (each
+//! workspace with its own 2-thread pool for the parallel loops) and once on the AOT shared
+//! library.
 
 use std::time::{Duration, Instant};
 
@@ -56,7 +57,8 @@ fn mobilenet() -> (Model, Tensor) {
 #[test]
 fn threads_share_one_jit_model() {
     let (model, input) = mobilenet();
-    let compiled = Compiler::new(CompileOptions::default()).compile(&model).expect("compile");
+    let options = CompileOptions { threads: 2, ..CompileOptions::default() };
+    let compiled = Compiler::new(options).compile(&model).expect("compile");
     stress(&compiled, &input);
 }
 

@@ -1,9 +1,10 @@
-//! A run allocates nothing but its outputs: counted with a global allocator that tallies the
-//! allocations of the current thread.
+//! A run allocates nothing but its outputs, on one thread or several: counted with a global
+//! allocator that tallies the allocations of every thread (this binary runs one test, so no
+//! other test's allocations mix in).
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use heron_ir::npy::read_npy;
 use heron_ir::testing::shared_dir;
@@ -11,15 +12,13 @@ use heron_runtime::{CompileOptions, Compiler, Engine, Model};
 
 struct Counting;
 
-thread_local! {
-    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
-}
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
-// SAFETY: forwards to the system allocator; the counter is a thread-local Cell, touched without
+// SAFETY: forwards to the system allocator; the counter is an atomic, touched without
 // allocating.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(layout) }
     }
@@ -36,19 +35,26 @@ static GLOBAL: Counting = Counting;
 #[test]
 fn a_run_allocates_only_its_outputs() {
     let dir = shared_dir().join("reference");
-    let model = Model::load(&dir.join("lenet.onnx")).expect("lenet");
-    let input = read_npy(&dir.join("lenet.input.npy")).expect("input");
-    // The JIT, and a shared library compiled ahead of time, through the same API.
-    for engine in [Engine::Jit, Engine::Aot] {
-        let compiled =
-            Compiler::new(CompileOptions { engine, ..CompileOptions::default() }).compile(&model).expect("compile");
-        let mut ws = compiled.workspace().unwrap();
-        let inputs = [input.clone()];
-        compiled.run_with(&mut ws, &inputs).expect("warm-up run");
-        let before = ALLOCATIONS.with(Cell::get);
-        let outputs = compiled.run_with(&mut ws, &inputs).expect("run");
-        let during = ALLOCATIONS.with(Cell::get) - before;
-        // The output vector, and per output tensor its data and (at most) its shape.
-        assert!(during <= 1 + 2 * outputs.len(), "{engine:?}: {during} allocations for {} output(s)", outputs.len());
+    for name in ["lenet", "mobilenet_ish"] {
+        let model = Model::load(&dir.join(format!("{name}.onnx"))).expect("model");
+        let input = read_npy(&dir.join(format!("{name}.input.npy"))).expect("input");
+        // The JIT on one and on two threads (parallel loops on the workspace's pool), and a
+        // shared library compiled ahead of time, through the same API.
+        for (engine, threads) in [(Engine::Jit, 1), (Engine::Jit, 2), (Engine::Aot, 1)] {
+            let options = CompileOptions { engine, threads, ..CompileOptions::default() };
+            let compiled = Compiler::new(options).compile(&model).expect("compile");
+            let mut ws = compiled.workspace().unwrap();
+            let inputs = [input.clone()];
+            compiled.run_with(&mut ws, &inputs).expect("warm-up run");
+            let before = ALLOCATIONS.load(Ordering::SeqCst);
+            let outputs = compiled.run_with(&mut ws, &inputs).expect("run");
+            let during = ALLOCATIONS.load(Ordering::SeqCst) - before;
+            // The output vector, and per output tensor its data and (at most) its shape.
+            assert!(
+                during <= 1 + 2 * outputs.len(),
+                "{name}, {engine:?} on {threads} thread(s): {during} allocations for {} output(s)",
+                outputs.len()
+            );
+        }
     }
 }

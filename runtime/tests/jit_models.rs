@@ -19,6 +19,17 @@ fn check_model(name: &str) {
     let again2 = compiled.run_with(&mut ws, std::slice::from_ref(&input)).expect("run");
     assert_eq!(again, got);
     assert_eq!(again2, got);
+    // The parallel loops give the same bits on any number of threads (3: uneven slices).
+    let on = |threads: usize| {
+        let options = CompileOptions { threads, ..CompileOptions::default() };
+        let compiled = Compiler::new(options).compile(&model).unwrap_or_else(|e| panic!("{name}: {e}"));
+        compiled.run(std::slice::from_ref(&input)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let one = on(1);
+    assert_float_rule(&one[0], &want).unwrap_or_else(|e| panic!("{name}, 1 thread: {e}"));
+    for threads in [2, 3] {
+        assert_eq!(on(threads), one, "{name}: {threads} threads differ from 1");
+    }
 }
 
 #[test]

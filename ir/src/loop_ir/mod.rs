@@ -90,6 +90,11 @@ pub enum ForKind {
     Serial,
     Vectorized,
     Unrolled,
+    /// Split across threads: the function runs once per thread, each thread taking a
+    /// contiguous slice of this loop's iterations (and running everything outside the loop).
+    /// So a target marks a loop parallel only when its iterations write disjoint outputs and
+    /// nothing else in the function writes global memory. At most one per function, outside
+    /// `main`, with a constant extent (the verifier checks); interpreters run it serially.
     Parallel,
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Arg, BinOp, BufferId, Callee, Expr, MAX_NESTING, Module, PrimFunc, Stmt, VarId};
+use super::{Arg, BinOp, BufferId, Callee, Expr, ForKind, MAIN, MAX_NESTING, Module, PrimFunc, Stmt, VarId};
 use crate::dtype::DType;
 use crate::limits::{Limits, span_bytes};
 use crate::verify::VerifyErrors;
@@ -60,6 +60,18 @@ fn verify_in(f: &PrimFunc, module: Option<&HashMap<&str, &PrimFunc>>) -> Result<
         if span_bytes(buf.dtype, &buf.shape).is_none_or(|b| b > Limits::ABSOLUTE_MAX_BYTES) {
             v.err(format!("buffer '{}' ({}{:?}) is too large to address", buf.name, buf.dtype, buf.shape));
         }
+    }
+    let mut parallel = 0;
+    f.body.walk(&mut |s| {
+        if let Stmt::For { kind: ForKind::Parallel, extent, .. } = s {
+            parallel += 1;
+            if extent.as_int().is_none() {
+                v.err("a parallel loop needs a constant extent".to_string());
+            }
+        }
+    });
+    if parallel > 1 || (parallel == 1 && f.name == MAIN) {
+        v.err(format!("{parallel} parallel loops: a function other than main may have one"));
     }
     for &p in &f.params {
         if (p.0 as usize) >= f.buffers.len() {

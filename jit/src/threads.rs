@@ -1,0 +1,270 @@
+//! The run context generated code receives, and the thread pool behind it.
+//!
+//! `main` takes a pointer to a [`RunContext`] (or null) besides its argument table. A call of a
+//! function with a parallel loop goes through `parallel_for`, read from the context's first
+//! word with `call_indirect`, so JIT and AOT code call it the same way; with a null context the
+//! function runs on the calling thread alone. The pool is persistent: the calling thread plus
+//! N-1 workers. A job is published by bumping a generation counter (its own cache line) after
+//! writing the job; workers spin on it for a while, then park. Each takes a fixed contiguous
+//! slice of the iterations, so results do not depend on timing, and signals completion on a
+//! second counter. Nothing is allocated per job.
+#![allow(unsafe_code)]
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, Thread};
+
+/// One thread's share of a parallel function: `task(argv, status, lo, hi)` runs iterations
+/// `lo..hi` of its parallel loop with the buffer pointers in `argv`.
+pub type TaskFn = extern "C" fn(*const *mut u8, *mut i32, i64, i64);
+
+/// `parallel_for(context, task, argv, status, extent)`: runs `task` over `0..extent`, split
+/// across the pool's threads, and returns when every slice is done.
+pub type ParallelForFn = extern "C" fn(*const RunContext, TaskFn, *const *mut u8, *mut i32, i64);
+
+/// What generated code reaches at run time. `#[repr(C)]`: generated code loads
+/// `parallel_for` from offset 0.
+#[repr(C)]
+pub struct RunContext {
+    pub parallel_for: ParallelForFn,
+    shared: *const Shared,
+}
+
+/// Busy-waiting, then yielding, then parking: a waiting thread first spins (the next job or
+/// the last slice usually comes within microseconds), then yields its core (so a thread it
+/// waits for can run when there are more threads than cores), then a worker parks.
+const SPINS: u32 = 1 << 12;
+const YIELDS: u32 = 1 << 8;
+
+/// Pads a value to its own cache line, so the counters the threads poll do not share one.
+#[repr(align(128))]
+struct CacheLine<T>(T);
+
+#[derive(Clone, Copy)]
+struct Job {
+    task: Option<TaskFn>,
+    argv: *const *mut u8,
+    status: *mut i32,
+    extent: i64,
+}
+
+struct Shared {
+    /// Written by the caller only while no worker reads it (between jobs).
+    job: UnsafeCell<Job>,
+    generation: CacheLine<AtomicU64>,
+    pending: CacheLine<AtomicUsize>,
+    shutdown: AtomicBool,
+    threads: usize,
+    /// The workers, to unpark; set once they all started.
+    workers: OnceLock<Vec<Thread>>,
+}
+
+// SAFETY: `job` is written only by the thread that owns the pool, before a generation bump
+// (release) and after every worker finished the previous job (acquire on `pending`); workers
+// read it only after seeing the bump (acquire). The raw pointers inside point at memory that
+// the caller keeps alive until `pending` reaches zero.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+/// The calling thread plus `threads - 1` persistent workers.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    joins: Vec<JoinHandle<()>>,
+    context: Box<RunContext>,
+}
+
+// SAFETY: the context's pointer targets `shared`, owned by the pool; a pool runs one job at a
+// time from whichever thread holds it (`run` borrows it).
+unsafe impl Send for ThreadPool {}
+
+/// Iterations `lo..hi` of `0..extent` for thread `index` of `threads`: contiguous, sizes
+/// differing by at most one, the same on every run.
+pub fn slice(extent: i64, threads: usize, index: usize) -> (i64, i64) {
+    let (n, i) = (threads as i64, index as i64);
+    let (base, rest) = (extent / n, extent % n);
+    let lo = i * base + i.min(rest);
+    (lo, lo + base + i64::from(i < rest))
+}
+
+impl ThreadPool {
+    /// A pool of `threads` threads in all (at least 1; the caller is one of them).
+    pub fn new(threads: usize) -> std::io::Result<ThreadPool> {
+        let threads = threads.max(1);
+        let shared = Arc::new(Shared {
+            job: UnsafeCell::new(Job { task: None, argv: std::ptr::null(), status: std::ptr::null_mut(), extent: 0 }),
+            generation: CacheLine(AtomicU64::new(0)),
+            pending: CacheLine(AtomicUsize::new(0)),
+            shutdown: AtomicBool::new(false),
+            threads,
+            workers: OnceLock::new(),
+        });
+        let mut joins = Vec::with_capacity(threads - 1);
+        for index in 1..threads {
+            let s = Arc::clone(&shared);
+            match std::thread::Builder::new().name(format!("heron-worker-{index}")).spawn(move || work(&s, index)) {
+                Ok(h) => joins.push(h),
+                Err(e) => {
+                    stop(&shared, &mut joins);
+                    return Err(e);
+                }
+            }
+        }
+        shared.workers.set(joins.iter().map(|h| h.thread().clone()).collect()).expect("set once, here");
+        let context = Box::new(RunContext { parallel_for, shared: Arc::as_ptr(&shared) });
+        Ok(ThreadPool { shared, joins, context })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.shared.threads
+    }
+
+    /// The context to hand to generated code; valid while the pool lives.
+    pub fn context(&self) -> *const RunContext {
+        &*self.context
+    }
+}
+
+fn stop(shared: &Shared, joins: &mut Vec<JoinHandle<()>>) {
+    shared.shutdown.store(true, Ordering::Release);
+    shared.generation.0.fetch_add(1, Ordering::Release);
+    for handle in joins.iter() {
+        handle.thread().unpark();
+    }
+    for handle in joins.drain(..) {
+        // A worker only runs generated code, which does not panic; nothing to report.
+        let _ = handle.join();
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        stop(&self.shared, &mut self.joins);
+    }
+}
+
+fn work(shared: &Shared, index: usize) {
+    let mut seen = 0u64;
+    loop {
+        let mut spins = 0u32;
+        loop {
+            let g = shared.generation.0.load(Ordering::Acquire);
+            if g != seen {
+                seen = g;
+                break;
+            }
+            if spins < SPINS {
+                std::hint::spin_loop();
+            } else if spins < SPINS + YIELDS {
+                std::thread::yield_now();
+            } else {
+                // An unpark between the load and here makes this return at once.
+                std::thread::park();
+            }
+            spins = spins.saturating_add(1);
+        }
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: see `Shared`: the job is stable until this worker decrements `pending`.
+        let job = unsafe { *shared.job.get() };
+        let (lo, hi) = slice(job.extent, shared.threads, index);
+        if let Some(task) = job.task
+            && lo < hi
+        {
+            task(job.argv, job.status, lo, hi);
+        }
+        shared.pending.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+extern "C" fn parallel_for(
+    context: *const RunContext,
+    task: TaskFn,
+    argv: *const *mut u8,
+    status: *mut i32,
+    extent: i64,
+) {
+    // SAFETY: generated code passes the context it was given, which `JitModule::run_in` (or an
+    // AOT caller) took from a live pool that the running thread holds.
+    let shared = unsafe { &*(*context).shared };
+    let workers = shared.threads - 1;
+    if workers == 0 || extent < 2 {
+        task(argv, status, 0, extent);
+        return;
+    }
+    // SAFETY: no worker reads the job now: the previous one finished (`pending` was zero).
+    unsafe { *shared.job.get() = Job { task: Some(task), argv, status, extent } };
+    shared.pending.0.store(workers, Ordering::Relaxed);
+    shared.generation.0.fetch_add(1, Ordering::Release);
+    for t in shared.workers.get().into_iter().flatten() {
+        t.unpark();
+    }
+    let (lo, hi) = slice(extent, shared.threads, 0);
+    task(argv, status, lo, hi);
+    let mut spins = 0u32;
+    while shared.pending.0.load(Ordering::Acquire) != 0 {
+        if spins < SPINS {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_cover_the_range_once_in_order() {
+        for threads in 1..6 {
+            for extent in 0..40 {
+                let mut next = 0;
+                for i in 0..threads {
+                    let (lo, hi) = slice(extent, threads, i);
+                    assert_eq!(lo, next, "contiguous");
+                    assert!(hi - lo <= extent / threads as i64 + 1, "balanced");
+                    next = hi;
+                }
+                assert_eq!(next, extent);
+            }
+        }
+    }
+
+    /// Adds 1 to `counts[i]` for every `i` in `lo..hi`; reports a status for `i == 13`.
+    extern "C" fn count(argv: *const *mut u8, status: *mut i32, lo: i64, hi: i64) {
+        // SAFETY: the test passes one pointer to a `[u32; 64]`; slices are disjoint.
+        let counts = unsafe { (*argv).cast::<u32>() };
+        for i in lo..hi {
+            // SAFETY: `i < 64` and no other thread touches element `i`.
+            unsafe { *counts.add(i as usize) += 1 };
+            if i == 13 {
+                // SAFETY: the status word is an `AtomicI32` owned by the test.
+                unsafe { (*status.cast::<std::sync::atomic::AtomicI32>()).store(7, Ordering::Relaxed) };
+            }
+        }
+    }
+
+    #[test]
+    fn every_iteration_runs_once_per_job_on_any_thread_count() {
+        for threads in [1, 2, 3, 5] {
+            let pool = ThreadPool::new(threads).expect("threads");
+            assert_eq!(pool.threads(), threads);
+            let mut counts = [0u32; 64];
+            let status = std::sync::atomic::AtomicI32::new(0);
+            for job in 0..2_000 {
+                let argv = [counts.as_mut_ptr().cast::<u8>()];
+                let extent = (job % 64) as i64 + 1;
+                let context = pool.context();
+                // SAFETY: the context comes from a live pool; generated code calls it the same way.
+                unsafe { ((*context).parallel_for)(context, count, argv.as_ptr(), status.as_ptr(), extent) };
+            }
+            let want: Vec<u32> =
+                (0..64).map(|i| (0..2_000).filter(|job| (job % 64) as usize >= i).count() as u32).collect();
+            assert_eq!(counts.to_vec(), want, "{threads} threads");
+            assert_eq!(status.load(Ordering::Relaxed), 7);
+        }
+    }
+}
