@@ -58,6 +58,9 @@ pub struct EmittedModule {
     pub num_args: usize,
     /// Names of the functions, by status code - 1.
     pub func_names: Vec<String>,
+    /// Loops the target marked vectorized (or unrolled over a vectorized loop) that the vector
+    /// emitter could not take and emitted as scalar code, as `function: loop %var`.
+    pub scalar_vector_loops: Vec<String>,
 }
 
 /// Host functions generated code may call (f64 math only; f32 math is inline). The JIT binds
@@ -122,6 +125,7 @@ pub fn emit_module<M: Module>(
     }
     let mut ctx = module.make_context();
     let mut fctx = FunctionBuilderContext::new();
+    let mut scalar_vector_loops = Vec::new();
     for (index, f) in ir.funcs.iter().enumerate() {
         if emitted_as[index] != index {
             continue;
@@ -165,6 +169,7 @@ pub fn emit_module<M: Module>(
             }
             t.prepare_locals();
             t.stmt(&f.body)?;
+            scalar_vector_loops.append(&mut t.scalar_vector_loops);
             let mut b = t.b;
             b.ins().return_(&[]);
             b.seal_all_blocks();
@@ -196,6 +201,7 @@ pub fn emit_module<M: Module>(
     Ok(EmittedModule {
         entry,
         num_args: main.params.len(),
+        scalar_vector_loops,
         func_names: {
             let mut copies = vec![0usize; ir.funcs.len()];
             emitted_as.iter().for_each(|&e| copies[e] += 1);
@@ -440,6 +446,8 @@ pub(crate) struct FuncTranslator<'a> {
     context: Option<Value>,
     /// The `lo, hi` slice of the parallel loop this call runs.
     slice: Option<(Value, Value)>,
+    /// Loops marked vectorized that had to be emitted as scalar code.
+    scalar_vector_loops: Vec<String>,
     code: i64,
     callees: Callees,
     pub options: CodegenOptions,
@@ -477,6 +485,7 @@ impl<'a> FuncTranslator<'a> {
             table: None,
             context: None,
             slice: None,
+            scalar_vector_loops: Vec::new(),
             code,
             callees,
             options,
@@ -825,6 +834,12 @@ impl<'a> FuncTranslator<'a> {
                     };
                     if done {
                         return Ok(());
+                    }
+                    if *kind == ForKind::Vectorized
+                        || matches!(**body, Stmt::For { kind: ForKind::Vectorized, .. }) && *kind == ForKind::Unrolled
+                    {
+                        let name = &self.f.var(*var).name;
+                        self.scalar_vector_loops.push(format!("{}: loop %{name}", self.f.name));
                     }
                 }
                 self.serial_loop(*var, extent, |t| t.stmt(body))?;

@@ -63,6 +63,7 @@ pub struct JitModule {
     /// Byte size, name and read-only-ness of each of `main`'s parameters.
     params: Vec<(usize, String, bool)>,
     func_names: Vec<String>,
+    scalar_vector_loops: Vec<String>,
 }
 
 // SAFETY: after `finalize_definitions` the code memory is immutable and executable; the module
@@ -131,7 +132,19 @@ impl JitModule {
         // SAFETY: `code` is the entry emitted above, whose signature is
         // (pointer, pointer, pointer) -> () in the host's default calling convention.
         let entry = unsafe { std::mem::transmute::<*const u8, EntryFn>(code) };
-        Ok(JitModule { module: Some(module), entry, params, func_names: emitted.func_names })
+        Ok(JitModule {
+            module: Some(module),
+            entry,
+            params,
+            func_names: emitted.func_names,
+            scalar_vector_loops: emitted.scalar_vector_loops,
+        })
+    }
+
+    /// Loops marked vectorized that were emitted as scalar code (see
+    /// [`crate::EmittedModule::scalar_vector_loops`]).
+    pub fn scalar_vector_loops(&self) -> &[String] {
+        &self.scalar_vector_loops
     }
 
     /// Byte sizes of the buffers `run` takes, in order.

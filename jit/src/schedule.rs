@@ -69,7 +69,8 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
     let innermost_spatial =
         stores.as_ref().is_some_and(|st| !st.is_empty() && st.iter().all(|idx| mentions(idx, headers[last].var)))
             && headers[last].extent.as_int().is_some_and(|n| n >= MIN_VECTOR_EXTENT)
-            && reads_only_own_outputs(&body, f);
+            && reads_only_own_outputs(&body, f)
+            && stores_stay_contiguous(&body, f);
     let body = if innermost_spatial {
         let stores = stores.expect("checked");
         headers[last].kind = ForKind::Vectorized;
@@ -385,6 +386,33 @@ fn reads(e: &Expr, b: BufferId) -> bool {
     let mut found = matches!(e, Expr::Load { buffer, .. } if *buffer == b);
     e.for_each_child(|c| found |= reads(c, b));
     found
+}
+
+/// True unless the body stores into a buffer whose layout transform makes neighbours along the
+/// last logical axis non-adjacent in memory (a phase-split padded input): such stores cannot
+/// be vector stores, so the loop is left scalar instead of being marked vectorized.
+fn stores_stay_contiguous(body: &Stmt, f: &PrimFunc) -> bool {
+    let mut ok = true;
+    body.walk(&mut |s| {
+        if let Stmt::Store { buffer, .. } = s
+            && let Some(map) = f.layout_transforms.get(buffer)
+        {
+            ok &= last_axis_contiguous(map, &f.buffer(*buffer).shape);
+        }
+    });
+    ok
+}
+
+fn last_axis_contiguous(map: &IndexMap, shape: &[usize]) -> bool {
+    let Ok(transformed) = map.transformed_shape(shape) else { return false };
+    if shape.last().is_none_or(|&n| n < 2) {
+        return true;
+    }
+    let origin = vec![0i64; shape.len()];
+    let mut next = origin.clone();
+    *next.last_mut().expect("rank >= 1") = 1;
+    let (a, b) = (map.physical_index(&transformed, &origin), map.physical_index(&transformed, &next));
+    a.len() == 1 && b.len() == 1 && b[0] - a[0] == 1
 }
 
 /// True when every load of a global buffer the body writes reads exactly the element this

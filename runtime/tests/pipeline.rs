@@ -45,6 +45,8 @@ fn run_from_text(name: &str, model: &Model, input: &Tensor) -> Vec<Tensor> {
         routines: Vec::new(),
     };
     let jit = JitModule::compile(&parsed, &read_only, options).unwrap_or_else(|e| panic!("{name}: {e}"));
+    // What the target marked vectorized is what the code generator emitted vectorized.
+    assert!(jit.scalar_vector_loops().is_empty(), "{name}: emitted as scalar: {:?}", jit.scalar_vector_loops());
     let mut input_bytes = vec![0u8; input.size_bytes()];
     input.write_le_bytes(&mut input_bytes);
     let mut out_bytes: Vec<Vec<u8>> = outputs.iter().map(|o| vec![0u8; o.ty.size_bytes()]).collect();
@@ -63,7 +65,7 @@ fn run_from_text(name: &str, model: &Model, input: &Tensor) -> Vec<Tensor> {
 
 #[test]
 fn the_planned_program_as_printed_compiles_to_what_the_compiler_runs() {
-    for name in ["tiny_relu", "mlp", "lenet", "mobilenet_ish"] {
+    for name in ["tiny_relu", "mlp", "lenet", "mobilenet_ish", "resnet_ish"] {
         let (model, input) = reference(name);
         let compiled = Compiler::new(CompileOptions::default()).compile(&model).expect("compile");
         let want = compiled.run(std::slice::from_ref(&input)).expect("run");
