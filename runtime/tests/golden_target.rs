@@ -1,0 +1,118 @@
+//! Golden tests of the target stage: each small graph's program after the CPU target (layout
+//! choices, loop kinds, operators split per loop nest, parallel loops; constants elided) must
+//! equal `runtime/tests/golden/<name>.heron`. `HERON_BLESS=1` rewrites the expected files after
+//! an intended change; review the diff. Each program also runs on the loop-IR interpreter and
+//! matches the graph interpreter.
+
+use std::path::PathBuf;
+
+use heron_ir::loop_ir::print::{ConstData, print_module};
+use heron_ir::testing::{assert_close, assert_float_rule, data};
+use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, PoolAttrs, Tensor, TensorType, UnaryOp, Window};
+use heron_runtime::Model;
+use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage};
+
+fn golden(name: &str, graph: Graph, inputs: &[Tensor]) {
+    let model = Model::from_graph(name, graph.clone()).expect("valid graph");
+    let module = Pipeline::new(PipelineOptions::default()).module(&model, Stage::Target).expect("target stage");
+    let want = heron_ir::interp::run(&graph, inputs).expect("graph interpreter");
+    let got = heron_ir::loop_ir::interp::run(&module, inputs).expect("loop-IR interpreter");
+    for (g, w) in got.iter().zip(&want) {
+        let g = g.reshape(w.shape()).expect("output shape");
+        let r = if w.dtype().is_float() { assert_float_rule(&g, w) } else { assert_close(&g, w, 0.0, 0.0) };
+        r.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let text = print_module(&module, ConstData::Elided);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.heron"));
+    if std::env::var_os("HERON_BLESS").is_some() {
+        std::fs::write(&path, &text).expect("writable golden file");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with HERON_BLESS=1 to create it)", path.display()));
+    assert!(text == expected, "the target stage of {name} changed; run with HERON_BLESS=1 to accept:\n{text}");
+}
+
+fn f32s(seed: u64, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(shape, data(seed, shape.iter().product())).expect("shape")
+}
+
+fn conv(k: usize, pad: usize, group: usize) -> Op {
+    let mut window = Window::dense(vec![k, k]);
+    window.pads_begin = vec![pad; 2];
+    window.pads_end = vec![pad; 2];
+    Op::Conv(ConvAttrs { window, group })
+}
+
+#[test]
+fn golden_target_conv() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 16, 16, 16]));
+    let w = g.add_constant("w", f32s(2, &[16, 16, 3, 3]));
+    let b = g.add_constant("b", f32s(3, &[16]));
+    let y = g.add_op("conv", conv(3, 1, 1), &[x, w, b]).unwrap();
+    g.set_outputs(vec![y]);
+    golden("target_conv", g, &[f32s(1, &[1, 16, 16, 16])]);
+}
+
+#[test]
+fn golden_target_depthwise_conv() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 32, 32, 32]));
+    let w = g.add_constant("w", f32s(2, &[32, 1, 3, 3]));
+    let y = g.add_op("dw", conv(3, 1, 32), &[x, w]).unwrap();
+    g.set_outputs(vec![y]);
+    golden("target_depthwise_conv", g, &[f32s(1, &[1, 32, 32, 32])]);
+}
+
+#[test]
+fn golden_target_gemm() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![16, 64]));
+    let w = g.add_constant("w", f32s(2, &[128, 64]));
+    let b = g.add_constant("b", f32s(3, &[128]));
+    let y = g.add_op("dense", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true }, &[x, w, b]).unwrap();
+    g.set_outputs(vec![y]);
+    golden("target_gemm", g, &[f32s(1, &[16, 64])]);
+}
+
+#[test]
+fn golden_target_pooling() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 16, 32, 32]));
+    let mut window = Window::dense(vec![3, 3]);
+    window.strides = vec![2, 2];
+    window.pads_begin = vec![1, 1];
+    window.pads_end = vec![1, 1];
+    let pool = PoolAttrs { window, ceil_mode: false };
+    let y = g.add_op("maxpool", Op::MaxPool { pool, storage_order_col_major: false }, &[x]).unwrap();
+    g.set_outputs(vec![y]);
+    golden("target_pooling", g, &[f32s(1, &[1, 16, 32, 32])]);
+}
+
+#[test]
+fn golden_target_int8_conv() {
+    let bytes = |seed: u64, n: usize| data(seed, n).into_iter().map(|v| (v * 100.0) as i8).collect::<Vec<i8>>();
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::U8, vec![1, 16, 14, 14]));
+    let w = g.add_constant("w", Tensor::from_vec(&[32, 16, 3, 3], bytes(2, 32 * 16 * 9)).unwrap());
+    let xz = g.add_constant("x_zero_point", Tensor::from_vec::<u8>(&[], vec![128]).unwrap());
+    let wz = g.add_constant("w_zero_point", Tensor::from_vec::<i8>(&[], vec![3]).unwrap());
+    let y = g.add_op("qconv", Op::ConvInteger(ConvAttrs { window: Window::dense(vec![3, 3]), group: 1 }), &[x, w, xz, wz]);
+    g.set_outputs(vec![y.unwrap()]);
+    let input: Vec<u8> = data(1, 16 * 14 * 14).into_iter().map(|v| ((v + 1.0) * 127.0) as u8).collect();
+    golden("target_int8_conv", g, &[Tensor::from_vec(&[1, 16, 14, 14], input).unwrap()]);
+}
+
+#[test]
+fn golden_target_residual_block() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 16, 16, 16]));
+    let w = g.add_constant("w", f32s(2, &[16, 16, 3, 3]));
+    let b = g.add_constant("b", f32s(3, &[16]));
+    let c = g.add_op("conv", conv(3, 1, 1), &[x, w, b]).unwrap();
+    let r = g.add_op("residual", Op::Binary(BinaryOp::Add), &[c, x]).unwrap();
+    let y = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[r]).unwrap();
+    g.set_outputs(vec![y]);
+    golden("target_residual_block", g, &[f32s(1, &[1, 16, 16, 16])]);
+}
