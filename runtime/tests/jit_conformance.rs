@@ -24,9 +24,14 @@ fn run_case(dir: &std::path::Path, guard_pages: GuardPages) -> Result<(), CaseEr
     Ok(())
 }
 
+/// The cases the JIT is expected to skip.
+fn skips() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/jit_conformance_skips.txt")
+}
+
 #[test]
 fn onnx_node_conformance_on_jit() {
-    run_conformance("JIT", |dir| run_case(dir, GuardPages::from_env()));
+    run_conformance("JIT", &skips(), |dir| run_case(dir, GuardPages::from_env()));
 }
 
 /// Every pool and staging buffer flush against a guard page: an access past any end, or before
@@ -34,6 +39,6 @@ fn onnx_node_conformance_on_jit() {
 #[test]
 fn onnx_node_conformance_between_guard_pages() {
     for mode in [GuardPages::End, GuardPages::Start] {
-        run_conformance(&format!("JIT, guard pages at the {mode}"), |dir| run_case(dir, mode));
+        run_conformance(&format!("JIT, guard pages at the {mode}"), &skips(), |dir| run_case(dir, mode));
     }
 }

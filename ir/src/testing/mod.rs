@@ -213,7 +213,15 @@ pub fn data(seed: u64, n: usize) -> Vec<f32> {
 
 /// Runs `case` on every conformance folder, prints the reason of every skip and failure and a
 /// passed / failed / skipped summary labelled `engine`, and panics on any failure.
-pub fn run_conformance(engine: &str, mut case: impl FnMut(&std::path::Path) -> Result<(), CaseError>) {
+///
+/// The skips are pinned: `skips` is a file listing the expected skipped cases, one name per line
+/// (`#` starts a comment). A case skipped but not listed, or listed but not skipped, fails the
+/// run, so a regression cannot hide as a new skip; `HERON_BLESS=1` rewrites the file.
+pub fn run_conformance(
+    engine: &str,
+    skips: &std::path::Path,
+    mut case: impl FnMut(&std::path::Path) -> Result<(), CaseError>,
+) {
     let dirs = conformance_dirs();
     assert!(dirs.len() >= 400, "expected the 409 conformance tests, found {}", dirs.len());
     let (mut pass, mut fail, mut skip) = (0, Vec::new(), Vec::new());
@@ -233,4 +241,19 @@ pub fn run_conformance(engine: &str, mut case: impl FnMut(&std::path::Path) -> R
     }
     println!("onnx-node conformance ({engine}): {pass} passed, {} failed, {} skipped", fail.len(), skip.len());
     assert!(fail.is_empty(), "{} conformance failures", fail.len());
+    let skipped: std::collections::BTreeSet<&str> = skip.iter().map(|(n, _)| n.as_str()).collect();
+    if std::env::var_os("HERON_BLESS").is_some() {
+        let mut text = format!("# Conformance cases expected to be skipped ({engine}); see run_conformance.\n");
+        skipped.iter().for_each(|n| text.push_str(&format!("{n}\n")));
+        std::fs::write(skips, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", skips.display()));
+        return;
+    }
+    let listed_text = std::fs::read_to_string(skips)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with HERON_BLESS=1 to create it)", skips.display()));
+    let listed: std::collections::BTreeSet<&str> =
+        listed_text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect();
+    let new: Vec<&&str> = skipped.difference(&listed).collect();
+    let gone: Vec<&&str> = listed.difference(&skipped).collect();
+    assert!(new.is_empty(), "{engine}: newly skipped (not in {}): {new:?}", skips.display());
+    assert!(gone.is_empty(), "{engine}: listed in {} but no longer skipped (remove them): {gone:?}", skips.display());
 }
