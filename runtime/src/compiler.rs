@@ -173,6 +173,11 @@ impl Workspace {
     pub fn pool_bytes(&self) -> usize {
         self.pools.iter().flatten().map(|p| p.len()).sum()
     }
+
+    /// Threads a run in this workspace uses (the caller and its pool's workers).
+    pub fn threads(&self) -> usize {
+        self.threads.as_ref().map_or(1, ThreadPool::threads)
+    }
 }
 
 /// A model through the compiler's front half: planned, ready for a code generator.

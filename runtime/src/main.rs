@@ -455,6 +455,7 @@ fn bench(path: &Path, runs: usize, warmup: usize, options: CompileOptions, limit
         times[0]
     );
     println!("peak workspace: {} bytes", ws.pool_bytes());
+    println!("threads: {}", ws.threads());
     Ok(())
 }
 

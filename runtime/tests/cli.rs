@@ -204,3 +204,27 @@ fn vta_disasm_prints_a_raw_stream() {
     assert!(out.contains("[push_next]") && out.contains("NOP (LOAD UOP) [pop_prev pop_next]"), "{out}");
     assert!(out.contains("FINISH") && out.contains("<undefined opcode 7>"), "{out}");
 }
+
+#[test]
+fn bench_and_run_take_a_thread_count() {
+    let model = heron_ir::testing::shared_dir().join("reference/mobilenet_ish.onnx");
+    let model = model.to_str().expect("utf-8 path");
+    let out = heron(&["bench", model, "--runs", "2", "--warmup", "0", "--threads", "2"]);
+    // The summary lines scripts read stay as they were; the thread count is a line of its own.
+    assert!(out.lines().any(|l| l.starts_with("compiled in ")), "{out}");
+    assert!(out.lines().any(|l| l.contains(": 2 runs, median ") && l.contains(" ms, p90 ")), "{out}");
+    assert!(out.lines().any(|l| l == "threads: 2"), "{out}");
+    let out = Command::new(env!("CARGO_BIN_EXE_heron")).args(["run", "--threads", "0"]).output().expect("run heron");
+    assert_eq!(out.status.code(), Some(2), "a thread count of 0 is a usage error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a thread count"));
+    let out = heron(&["run", "--threads", "3"]);
+    assert!(out.contains("top-5"), "{out}");
+}
+
+#[test]
+fn lower_prints_the_target_stage() {
+    let model = heron_ir::testing::shared_dir().join("reference/lenet.onnx");
+    let out = heron(&["lower", model.to_str().expect("utf-8 path"), "--stage", "target"]);
+    assert!(out.contains("  target \"cpu\"\n"), "{out}");
+    assert!(out.contains(" parallel {") && out.contains(" vectorized {"), "{out}");
+}

@@ -98,7 +98,8 @@ fn golden_target_int8_conv() {
     let w = g.add_constant("w", Tensor::from_vec(&[32, 16, 3, 3], bytes(2, 32 * 16 * 9)).unwrap());
     let xz = g.add_constant("x_zero_point", Tensor::from_vec::<u8>(&[], vec![128]).unwrap());
     let wz = g.add_constant("w_zero_point", Tensor::from_vec::<i8>(&[], vec![3]).unwrap());
-    let y = g.add_op("qconv", Op::ConvInteger(ConvAttrs { window: Window::dense(vec![3, 3]), group: 1 }), &[x, w, xz, wz]);
+    let y =
+        g.add_op("qconv", Op::ConvInteger(ConvAttrs { window: Window::dense(vec![3, 3]), group: 1 }), &[x, w, xz, wz]);
     g.set_outputs(vec![y.unwrap()]);
     let input: Vec<u8> = data(1, 16 * 14 * 14).into_iter().map(|v| ((v + 1.0) * 127.0) as u8).collect();
     golden("target_int8_conv", g, &[Tensor::from_vec(&[1, 16, 14, 14], input).unwrap()]);
