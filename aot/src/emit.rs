@@ -105,14 +105,26 @@ pub fn emit_object(
             sources.len()
         )));
     }
-    define_entry(&mut module, &meta.entry, emitted.entry, &sources, false)?;
-    define_entry(&mut module, &meta.entry_checked, emitted.entry, &sources, true)?;
+    define_entry(&mut module, &meta.entry, emitted.entry, &sources, Entry::Plain)?;
+    define_entry(&mut module, &meta.entry_checked, emitted.entry, &sources, Entry::Checked)?;
+    define_entry(&mut module, &meta.entry_ctx, emitted.entry, &sources, Entry::Context)?;
     let product = module.finish();
     product.emit().map_err(|e| AotError::Object(e.to_string()))
 }
 
 fn element_align(t: &crate::metadata::TensorMeta) -> u64 {
     t.dtype().map_or(1, |d| d.size_bytes() as u64).max(1)
+}
+
+/// The exported C entries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// `heron_<name>_run`.
+    Plain,
+    /// `heron_<name>_run_checked`: sizes structs too.
+    Checked,
+    /// `heron_<name>_run_ctx`: a run context last (parallel loops on its threads; NULL: none).
+    Context,
 }
 
 /// `int32_t name(const Inputs*, Outputs*, const Workspaces*, const Parameters*)`: loads every
@@ -128,12 +140,16 @@ fn define_entry(
     name: &str,
     inner: cranelift_module::FuncId,
     sources: &[ParamSource],
-    checked: bool,
+    kind: Entry,
 ) -> Result<(), AotError> {
     let ptr = module.target_config().pointer_type();
     let mut sig = module.make_signature();
+    let checked = kind == Entry::Checked;
     let structs_per_kind = if checked { 2 } else { 1 };
     sig.params.extend((0..4 * structs_per_kind).map(|_| AbiParam::new(ptr)));
+    if kind == Entry::Context {
+        sig.params.push(AbiParam::new(ptr));
+    }
     sig.returns.push(AbiParam::new(I32));
     let id = module.declare_function(name, Linkage::Export, &sig)?;
     let mut ctx = module.make_context();
@@ -150,7 +166,7 @@ fn define_entry(
         b.switch_to_block(entry);
         let params = b.block_params(entry).to_vec();
         // The pointer structs, and (checked) the sizes struct after each.
-        let structs: Vec<Value> = params.iter().step_by(structs_per_kind).copied().collect();
+        let structs: Vec<Value> = params[..4 * structs_per_kind].iter().step_by(structs_per_kind).copied().collect();
         let sizes: Vec<Value> = if checked { params.iter().skip(1).step_by(2).copied().collect() } else { Vec::new() };
         let word = ptr.bytes();
         let args_slot =
@@ -201,9 +217,9 @@ fn define_entry(
         b.ins().stack_store(ptr, zero, status_slot, 0);
         let args = b.ins().stack_addr(ptr, args_slot, 0);
         let status = b.ins().stack_addr(ptr, status_slot, 0);
-        // No run context: the C entries run everything on the calling thread.
-        let no_context = b.ins().iconst(ptr, 0);
-        b.ins().call(inner_ref, &[args, status, no_context]);
+        // Without a context (or with a NULL one) everything runs on the calling thread.
+        let context = if kind == Entry::Context { params[4] } else { b.ins().iconst(ptr, 0) };
+        b.ins().call(inner_ref, &[args, status, context]);
         let code = b.ins().stack_load(ptr, I32, status_slot, 0);
         let failed = b.ins().icmp_imm_s(IntCC::NotEqual, code, 0);
         let index_error = b.ins().iconst(I32, 2);

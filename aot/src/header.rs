@@ -121,6 +121,19 @@ pub fn header(meta: &Metadata) -> String {
          const HeronWorkspaces_{name}* workspaces, const HeronWorkspaceSizes_{name}* workspace_sizes,\n    \
          const HeronParameters_{name}* parameters, const HeronParameterSizes_{name}* parameter_sizes);\n"
     );
+    let _ = writeln!(
+        h,
+        "/* Like heron_{name}_run, with the model's parallel loops split across the threads of\n   \
+         `context` (from heron_threads_context in heron_threads.h; NULL runs on this thread alone).\n   \
+         Results are bit-identical to heron_{name}_run. One context serves one run at a time.\n   \
+         Link: cc prog.c {object}.o libheron_threads.a -lpthread -ldl -lm */",
+        object = meta.name
+    );
+    let _ = writeln!(
+        h,
+        "int32_t heron_{name}_run_ctx(const HeronInputs_{name}* inputs, HeronOutputs_{name}* outputs,\n    \
+         const HeronWorkspaces_{name}* workspaces, const HeronParameters_{name}* parameters, const void* context);\n"
+    );
     let _ = writeln!(h, "#ifdef __cplusplus\n}}\n#endif\n\n#endif /* {guard} */");
     h
 }

@@ -263,6 +263,7 @@ fn metadata_of(
         c_name: c_name.to_string(),
         entry: format!("heron_{c_name}_run"),
         entry_checked: format!("heron_{c_name}_run_checked"),
+        entry_ctx: format!("heron_{c_name}_run_ctx"),
         target_cpu: format!("{:?}", options.target_cpu),
         inputs: inputs.iter().zip(in_ids).map(tensor).collect(),
         outputs: outputs.iter().zip(out_ids).map(tensor).collect(),

@@ -113,6 +113,9 @@ pub struct Metadata {
     pub entry: String,
     /// The exported function that also checks buffer sizes, `heron_<c_name>_run_checked`.
     pub entry_checked: String,
+    /// The exported function that takes a run context (threads), `heron_<c_name>_run_ctx`.
+    #[serde(default)]
+    pub entry_ctx: String,
     pub target_cpu: String,
     pub inputs: Vec<TensorMeta>,
     pub outputs: Vec<TensorMeta>,

@@ -19,8 +19,10 @@ pub mod outline;
 pub mod readonly;
 pub mod schedule;
 pub mod target;
-pub mod threads;
 pub mod vector;
+
+/// The run context and thread pool (the `heron-threads` crate, also a static library for C).
+pub use heron_threads as threads;
 
 pub use codegen::{CodegenOptions, EmittedModule, emit_module};
 pub use jit::{JitArg, JitModule, JitOptions, JitRunError};

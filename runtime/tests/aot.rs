@@ -58,7 +58,10 @@ fn compile_into(model: &Model, dir: &Path, name: &str, pools: Vec<PoolInfo>, emb
     let mut exported = exported_symbols(&artifacts.object).expect("object parses");
     exported.sort();
     let c_name = &artifacts.metadata.c_name;
-    assert_eq!(exported, [format!("heron_{c_name}_run"), format!("heron_{c_name}_run_checked")]);
+    assert_eq!(
+        exported,
+        [format!("heron_{c_name}_run"), format!("heron_{c_name}_run_checked"), format!("heron_{c_name}_run_ctx")]
+    );
     artifacts
 }
 
@@ -261,4 +264,84 @@ fn int8_convolutions_use_vnni_dot_products() {
     let listing = Command::new("objdump").arg("-d").arg(dir.join("int8conv.o")).output().expect("objdump runs");
     let text = String::from_utf8_lossy(&listing.stdout);
     assert!(text.contains("vpdpbusd"), "no vpdpbusd in the int8 convolution:\n{text}");
+}
+
+/// `libheron_threads.a`, built by cargo next to this test as a dependency of heron-jit (the
+/// newest, should several builds have left one).
+fn threads_library() -> PathBuf {
+    let deps = std::env::current_exe().expect("test path").parent().expect("deps dir").to_path_buf();
+    std::fs::read_dir(&deps)
+        .expect("deps dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            name.starts_with("libheron_threads") && name.ends_with(".a")
+        })
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .expect("libheron_threads.a in the deps directory")
+}
+
+#[test]
+fn run_ctx_splits_parallel_loops_across_a_c_thread_pool() {
+    let dir = scratch("ctx");
+    let (model, input, want) = reference("mobilenet_ish");
+    let artifacts = compile_into(&model, &dir, "net", pools(&["workspace"], &[]), true);
+    assert!(artifacts.header.contains("int32_t heron_net_run_ctx("), "the header declares the entry");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../jit/threads/include");
+    std::fs::copy(include.join("heron_threads.h"), dir.join("heron_threads.h")).expect("header");
+    std::fs::write(
+        dir.join("main.c"),
+        r#"#include <stdio.h>
+#include <string.h>
+#include "net.h"
+#include "heron_threads.h"
+static float input[HERON_NET_INPUT_SIZE], alone[HERON_NET_FC_111_SIZE], pooled[HERON_NET_FC_111_SIZE];
+int main(int argc, char** argv) {
+  FILE* f = fopen(argv[1], "rb");
+  if (!f || fread(input, 1, sizeof input, f) != sizeof input) return 10;
+  fclose(f);
+  HeronInputs_net in = { .input = input };
+  HeronOutputs_net out = { .fc_111 = alone };
+  if (heron_net_run(&in, &out, NULL, NULL) != HERON_OK) return 11;
+  for (size_t threads = 1; threads <= 3; threads++) {
+    HeronThreads* pool = heron_threads_new(threads);
+    if (!pool) return 12;
+    out.fc_111 = pooled;
+    for (int run = 0; run < 3; run++) {
+      memset(pooled, 0, sizeof pooled);
+      if (heron_net_run_ctx(&in, &out, NULL, NULL, heron_threads_context(pool)) != HERON_OK) return 13;
+      if (memcmp(pooled, alone, sizeof alone) != 0) return 14;
+    }
+    heron_threads_free(pool);
+  }
+  /* A NULL context runs on this thread; a NULL output is still refused. */
+  if (heron_net_run_ctx(&in, &out, NULL, NULL, NULL) != HERON_OK || memcmp(pooled, alone, sizeof alone)) return 15;
+  out.fc_111 = NULL;
+  if (heron_net_run_ctx(&in, &out, NULL, NULL, heron_threads_context(NULL)) != HERON_ERROR_ARGUMENT) return 16;
+  heron_threads_free(NULL);
+  f = fopen(argv[2], "wb");
+  if (!f || fwrite(alone, 1, sizeof alone, f) != sizeof alone) return 17;
+  fclose(f);
+  return 0;
+}
+"#,
+    )
+    .expect("write main.c");
+    let exe = dir.join("ctx");
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let out = Command::new(cc)
+        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(&dir)
+        .arg("-o")
+        .arg(&exe)
+        .arg(dir.join("main.c"))
+        .arg(dir.join("net.o"))
+        .arg(threads_library())
+        .args(["-lpthread", "-ldl", "-lm"])
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+    write_raw(&input, &dir.join("in.bin"));
+    run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
+    assert_float_rule(&read_raw(&dir.join("out.bin"), &want), &want).expect("equals ONNX Runtime");
 }

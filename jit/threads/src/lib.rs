@@ -8,6 +8,10 @@
 //! writing the job; workers spin on it for a while, then park. Each takes a fixed contiguous
 //! slice of the iterations, so results do not depend on timing, and signals completion on a
 //! second counter. Nothing is allocated per job.
+//!
+//! C programs running an AOT object's `heron_<name>_run_ctx` get a context from this crate's
+//! static library (`libheron_threads.a`, declared in `include/heron_threads.h`):
+//! `heron_threads_new`, `heron_threads_context`, `heron_threads_free`.
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;
@@ -210,6 +214,40 @@ extern "C" fn parallel_for(
         } else {
             std::thread::yield_now();
         }
+    }
+}
+
+/// C: `HeronThreads *heron_threads_new(size_t threads)`: a pool of `threads` threads in all
+/// (the caller and `threads - 1` workers; 0 counts as 1), or NULL when a thread cannot start.
+#[unsafe(no_mangle)]
+pub extern "C" fn heron_threads_new(threads: usize) -> *mut ThreadPool {
+    match ThreadPool::new(threads) {
+        Ok(pool) => Box::into_raw(Box::new(pool)),
+        Err(_) => std::ptr::null_mut(),
+    }
+}
+
+/// C: `const HeronRunContext *heron_threads_context(const HeronThreads *pool)`: the context to
+/// pass to `heron_<name>_run_ctx`, valid until the pool is freed; NULL for a NULL pool.
+///
+/// # Safety
+/// `pool` is NULL or a pool from [`heron_threads_new`] not yet freed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_threads_context(pool: *const ThreadPool) -> *const RunContext {
+    // SAFETY: the caller's promise above.
+    unsafe { pool.as_ref() }.map_or(std::ptr::null(), ThreadPool::context)
+}
+
+/// C: `void heron_threads_free(HeronThreads *pool)`: stops and joins the workers; NULL is a
+/// no-op.
+///
+/// # Safety
+/// `pool` is NULL or a pool from [`heron_threads_new`] not yet freed, with no run using it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_threads_free(pool: *mut ThreadPool) {
+    if !pool.is_null() {
+        // SAFETY: the caller's promise above: the box came from `heron_threads_new`.
+        drop(unsafe { Box::from_raw(pool) });
     }
 }
 
