@@ -29,6 +29,8 @@ use heron_ir::loop_ir::{
     self, Arg, BinOp, BufferId, Callee, CmpOp, Expr, ForKind, MAIN, MathOp, PrimFunc, Scope, Stmt, VarId,
 };
 
+use heron_ir::loop_ir::analysis::affine_terms;
+
 use crate::CodegenError;
 use crate::bounds::VarRanges;
 use crate::math;
@@ -377,37 +379,6 @@ pub fn clif_type(dtype: DType) -> Option<Type> {
         DType::I32 | DType::U32 => I32,
         DType::I64 | DType::U64 => I64,
     })
-}
-
-/// `e` as `sum(coef * var) + constant` when it is affine with constant coefficients.
-pub(crate) fn affine_terms(e: &Expr) -> Option<(HashMap<VarId, i64>, i64)> {
-    fn go(e: &Expr, scale: i64, terms: &mut HashMap<VarId, i64>, constant: &mut i64) -> Option<()> {
-        match e {
-            Expr::Int { value, dtype: DType::I64 } => *constant = constant.checked_add(value.checked_mul(scale)?)?,
-            Expr::Var(v) => {
-                let t = terms.entry(*v).or_insert(0);
-                *t = t.checked_add(scale)?;
-            }
-            Expr::Binary { op: BinOp::Add, lhs, rhs } => {
-                go(lhs, scale, terms, constant)?;
-                go(rhs, scale, terms, constant)?;
-            }
-            Expr::Binary { op: BinOp::Sub, lhs, rhs } => {
-                go(lhs, scale, terms, constant)?;
-                go(rhs, scale.checked_neg()?, terms, constant)?;
-            }
-            Expr::Binary { op: BinOp::Mul, lhs, rhs } => match (lhs.as_int(), rhs.as_int()) {
-                (_, Some(k)) => go(lhs, scale.checked_mul(k)?, terms, constant)?,
-                (Some(k), _) => go(rhs, scale.checked_mul(k)?, terms, constant)?,
-                _ => return None,
-            },
-            _ => return None,
-        }
-        Some(())
-    }
-    let (mut terms, mut constant) = (HashMap::new(), 0i64);
-    go(e, 1, &mut terms, &mut constant)?;
-    Some((terms, constant))
 }
 
 /// Where a buffer's elements are.

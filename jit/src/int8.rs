@@ -25,6 +25,7 @@
 use std::collections::{HashMap, btree_map};
 use std::sync::Arc;
 
+use heron_ir::loop_ir::analysis::{mentions, substitute};
 use heron_ir::loop_ir::layouts::axis_blocked;
 use heron_ir::loop_ir::{
     Arg, BinOp, Buffer, BufferId, Callee, Expr, ForKind, IndexMap, MAIN, Module, PrimFunc, Scope, Stmt, VarDecl, VarId,
@@ -205,12 +206,6 @@ fn has_load(e: &Expr) -> bool {
     found
 }
 
-fn mentions(e: &Expr, v: VarId) -> bool {
-    let mut found = matches!(e, Expr::Var(x) if *x == v);
-    e.for_each_child(|c| found |= mentions(c, v));
-    found
-}
-
 /// The axis of `indices` that is exactly `r`, when no other axis mentions `r`.
 fn direct_axis(indices: &[Expr], r: VarId) -> Option<usize> {
     let mut axes = indices.iter().enumerate().filter(|(_, e)| mentions(e, r));
@@ -314,7 +309,7 @@ impl Rewriter<'_> {
         // The main reduction, split into quads.
         let (rq, rr) = (self.new_var("rq"), self.new_var("rr"));
         let split = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(rq), Expr::index(QUAD)), Expr::Var(rr));
-        let at = |src: &Source| substitute(&src.indices, &HashMap::from([(r, split.clone())]));
+        let at = |src: &Source| substitute_all(&src.indices, &HashMap::from([(r, split.clone())]));
         let product =
             mul(byte(sources[u].buffer, at(&sources[u]), u_shift), byte(sources[s].buffer, at(&sources[s]), s_shift));
         let update = Stmt::Store {
@@ -470,7 +465,7 @@ impl Rewriter<'_> {
         let split = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(rq), Expr::index(QUAD)), Expr::Var(rr));
         debug_assert_eq!(nest.reductions[ri].1, n);
         rename.insert(nest.reductions[ri].0, split);
-        let value = byte(src.buffer, substitute(&src.indices, &rename), shift);
+        let value = byte(src.buffer, substitute_all(&src.indices, &rename), shift);
         let one = i32c(1);
         let update = Stmt::Store {
             buffer: acc,
@@ -492,16 +487,8 @@ impl Rewriter<'_> {
 }
 
 /// `indices` with variables replaced.
-fn substitute(indices: &[Expr], with: &HashMap<VarId, Expr>) -> Vec<Expr> {
-    indices
-        .iter()
-        .map(|e| {
-            e.clone().map(&mut |x| match x {
-                Expr::Var(v) if with.contains_key(&v) => with[&v].clone(),
-                other => other,
-            })
-        })
-        .collect()
+fn substitute_all(indices: &[Expr], with: &HashMap<VarId, Expr>) -> Vec<Expr> {
+    indices.iter().map(|e| substitute(e, with)).collect()
 }
 
 /// The reduction loops with loop `ri` split into its quads (`rq`) and the position in the quad

@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 
+use heron_ir::loop_ir::analysis::{affine_terms, mentions_any, reads};
 use heron_ir::loop_ir::{Arg, BinOp, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarId};
 
 /// Smallest extent worth a vector loop (one F32X4).
@@ -67,7 +68,7 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
     let last = headers.len() - 1;
     let stores = global_stores(&body, f);
     let innermost_spatial =
-        stores.as_ref().is_some_and(|st| !st.is_empty() && st.iter().all(|idx| mentions(idx, headers[last].var)))
+        stores.as_ref().is_some_and(|st| !st.is_empty() && st.iter().all(|idx| mentions_any(idx, headers[last].var)))
             && headers[last].extent.as_int().is_some_and(|n| n >= MIN_VECTOR_EXTENT)
             && reads_only_own_outputs(&body, f)
             && stores_stay_contiguous(&body, f);
@@ -78,14 +79,14 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
         let mut movable = Vec::new();
         for i in (0..last).rev() {
             let h = &headers[i];
-            if !(h.extent.as_int().is_some_and(|n| n >= 2) && stores.iter().all(|idx| mentions(idx, h.var))) {
+            if !(h.extent.as_int().is_some_and(|n| n >= 2) && stores.iter().all(|idx| mentions_any(idx, h.var))) {
                 break;
             }
             movable.push(i);
         }
         let moving_loads = varying_loads(&body, f, headers[last].var);
         if let Some(&best) =
-            movable.iter().min_by_key(|&&i| moving_loads.iter().filter(|e| mentions(e, headers[i].var)).count())
+            movable.iter().min_by_key(|&&i| moving_loads.iter().filter(|e| mentions_any(e, headers[i].var)).count())
         {
             let h = headers.remove(best);
             headers.insert(last - 1, Header { kind: ForKind::Unrolled, ..h });
@@ -178,7 +179,7 @@ fn varying_loads(body: &Stmt, f: &PrimFunc, v: VarId) -> Vec<Vec<Expr>> {
     fn collect(e: &Expr, f: &PrimFunc, v: VarId, out: &mut Vec<Vec<Expr>>) {
         if let Expr::Load { buffer, indices } = e
             && f.buffer(*buffer).scope == Scope::Global
-            && mentions(indices, v)
+            && mentions_any(indices, v)
         {
             out.push(indices.clone());
         }
@@ -186,16 +187,6 @@ fn varying_loads(body: &Stmt, f: &PrimFunc, v: VarId) -> Vec<Vec<Expr>> {
     }
     body.walk(&mut |s| s.for_each_expr(|e| collect(e, f, v, &mut out)));
     out
-}
-
-/// Whether any of `exprs` uses `v`.
-fn mentions(exprs: &[Expr], v: VarId) -> bool {
-    fn go(e: &Expr, v: VarId) -> bool {
-        let mut found = matches!(e, Expr::Var(x) if *x == v);
-        e.for_each_child(|c| found |= go(c, v));
-        found
-    }
-    exprs.iter().any(|e| go(e, v))
 }
 
 /// Picks physical layouts for the CPU kernels, before layout transforms are applied:
@@ -359,15 +350,14 @@ impl VectorAccess {
             let b = buffer.0 as usize;
             let leading = match (v, indices.split_first()) {
                 (Some(v), Some((first, rest))) => {
-                    crate::codegen::affine_terms(first).is_some_and(|(t, _)| t.get(&v) == Some(&1))
-                        && !mentions(rest, v)
+                    affine_terms(first).is_some_and(|(t, _)| t.get(&v) == Some(&1)) && !mentions_any(rest, v)
                 }
                 _ => false,
             };
             self.leading[b] = (true, self.leading[b].1 && leading);
             let stride = match (v, indices.split_last()) {
-                (Some(v), Some((last, rest))) if !mentions(rest, v) => {
-                    crate::codegen::affine_terms(last).and_then(|(t, _)| t.get(&v).copied()).filter(|&c| c >= 2)
+                (Some(v), Some((last, rest))) if !mentions_any(rest, v) => {
+                    affine_terms(last).and_then(|(t, _)| t.get(&v).copied()).filter(|&c| c >= 2)
                 }
                 _ => None,
             };
@@ -379,13 +369,6 @@ impl VectorAccess {
         }
         e.for_each_child(|c| self.loads(c, v));
     }
-}
-
-/// Whether `e` loads from `b`.
-fn reads(e: &Expr, b: BufferId) -> bool {
-    let mut found = matches!(e, Expr::Load { buffer, .. } if *buffer == b);
-    e.for_each_child(|c| found |= reads(c, b));
-    found
 }
 
 /// True unless the body stores into a buffer whose layout transform makes neighbours along the

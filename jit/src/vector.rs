@@ -33,6 +33,7 @@ use cranelift_codegen::ir::types::{F32, F32X4, I8, I8X16, I16, I16X8, I32, I32X4
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::Variable;
 use heron_ir::DType;
+use heron_ir::loop_ir::analysis::{affine_terms, substitute};
 use heron_ir::loop_ir::{BinOp, BufferId, Expr, MathOp, PrimFunc, Scope, Stmt, VarId};
 
 use crate::CodegenError;
@@ -549,14 +550,6 @@ pub(crate) fn loop_range(ranges: &VarRanges, extent: &Expr) -> Option<(i128, i12
     ranges.range(extent).map(|(_, hi)| (0, (hi - 1).max(0)))
 }
 
-/// `e` with integer `let`s inlined.
-fn substitute(e: &Expr, lets: &HashMap<VarId, Expr>) -> Expr {
-    e.clone().map(&mut |x| match x {
-        Expr::Var(v) if lets.contains_key(&v) => lets[&v].clone(),
-        other => other,
-    })
-}
-
 /// The constant step of `e` per unit of `v` when `e` is affine in `v`; `varies` says which
 /// other variables depend on `v` (then the step is unknown).
 fn affine_step(e: &Expr, v: VarId, varies: &dyn Fn(VarId) -> bool) -> Option<i64> {
@@ -1005,7 +998,7 @@ impl VecCtx {
             affine_step(&lin, self.sh.v, &|_| false).ok_or_else(|| t.unsupported("a non-affine vector access"))?;
         let per_j = self.deps(t, &lin).j;
         // Affine indices through `index`, which keeps the loop-invariant part hoistable.
-        let base = if crate::codegen::affine_terms(&lin).is_some() {
+        let base = if affine_terms(&lin).is_some() {
             let mut vals = Vec::with_capacity(self.sh.j);
             for j in 0..if per_j { self.sh.j } else { 1 } {
                 self.jam_value(t, jb, j)?;

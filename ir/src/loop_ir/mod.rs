@@ -8,6 +8,7 @@
 //! Scoping: `Allocate`, `AllocateConst`, `DeclPoolBuffer` and `Let` are declarations; what they declare is visible
 //! from the declaration to the end of the enclosing `Seq` (like `let` in Rust).
 
+pub mod analysis;
 pub mod build;
 pub mod flatten;
 pub mod index_map;
