@@ -50,7 +50,9 @@ pub fn emit_object(
     let mut module = ObjectModule::new(builder);
     let inner = format!("heron_{}_main", meta.c_name);
     let emitted =
-        emit_module(&mut module, &rewritten.module, &inner, Linkage::Local, CodegenOptions { vectorize: true, fma })?;
+        // No precompiled routines: an object must not need more than libc and libm, so a call
+        // of one is an error here.
+        emit_module(&mut module, &rewritten.module, &inner, Linkage::Local, CodegenOptions { vectorize: true, fma }, &[])?;
     let mut sources = Vec::new();
     for (k, t) in meta.inputs.iter().enumerate() {
         sources.push(ParamSource::Tensor {

@@ -34,6 +34,7 @@ use heron_ir::loop_ir::analysis::affine_terms;
 use crate::CodegenError;
 use crate::bounds::VarRanges;
 use crate::math;
+use crate::routines::{RoutineParam, RoutineSignature};
 
 /// Code generation choices.
 #[derive(Clone, Copy, Debug)]
@@ -71,12 +72,17 @@ pub const LIBM_IMPORTS: [&str; 3] = ["exp", "tanh", "erf"];
 
 /// Emits every function of `ir` (a flat, planned module with a `main`) into `module`, plus the
 /// entry `entry_name` with `entry_linkage`.
+///
+/// `routines` are the precompiled routines the module may call (`call extern`), in the order of
+/// the run context's routine table; a call of another routine, or with other argument types,
+/// is an error.
 pub fn emit_module<M: Module>(
     module: &mut M,
     ir: &loop_ir::Module,
     entry_name: &str,
     entry_linkage: Linkage,
     options: CodegenOptions,
+    routines: &[RoutineSignature],
 ) -> Result<EmittedModule, CodegenError> {
     let main = ir.main().ok_or_else(|| CodegenError::NoFunction(MAIN.into()))?;
     let ptr = module.target_config().pointer_type();
@@ -114,10 +120,6 @@ pub fn emit_module<M: Module>(
             tasks.insert(f.name.clone(), (task, extent));
         }
     }
-    let mut externs = HashMap::new();
-    for (name, sig) in extern_signatures(module, ir, ptr)? {
-        externs.insert(name.clone(), module.declare_function(&name, Linkage::Import, &sig)?);
-    }
     let mut libm = HashMap::new();
     for name in LIBM_IMPORTS {
         let mut sig = module.make_signature();
@@ -142,11 +144,9 @@ pub fn emit_module<M: Module>(
             let mut refs = HashMap::new();
             let mut task_refs = HashMap::new();
             for callee in called(f) {
-                let (key, id) = match &callee {
-                    Callee::Func(name) => (name.clone(), ids.get(name)),
-                    Callee::Extern(name) => (format!("extern {name}"), externs.get(name)),
-                };
-                let id = *id.ok_or_else(|| CodegenError::NoFunction(key.clone()))?;
+                let Callee::Func(name) = &callee else { continue };
+                let key = name.clone();
+                let id = *ids.get(name).ok_or_else(|| CodegenError::NoFunction(key.clone()))?;
                 refs.insert(key.clone(), module.declare_func_in_func(id, b.func));
                 if let Some(&(task, extent)) = tasks.get(&key) {
                     task_refs.insert(key, (module.declare_func_in_func(task, b.func), extent));
@@ -157,17 +157,17 @@ pub fn emit_module<M: Module>(
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
             let params = b.block_params(entry).to_vec();
-            let status = if table { params[1] } else { params[f.params.len()] };
-            let callees = Callees { funcs: refs, tasks: task_refs, libm };
-            let mut t = FuncTranslator::new(b, f, ptr, index as i64 + 1, status, callees, options);
+            let (status, context) =
+                if table { (params[1], params[2]) } else { (params[f.params.len()], params[f.params.len() + 1]) };
+            let callees = Callees { funcs: refs, tasks: task_refs, libm, routines };
+            let mut t = FuncTranslator::new(b, f, ptr, index as i64 + 1, (status, context), callees, options);
             for (k, &p) in f.params.iter().enumerate() {
                 t.bufs[p.0 as usize] = if table { Buf::Arg(k) } else { Buf::Ptr(params[k]) };
             }
             if table {
                 t.table = Some(params[0]);
-                t.context = Some(params[2]);
             } else if parallel_extent(f).is_some() {
-                t.slice = Some((params[f.params.len() + 1], params[f.params.len() + 2]));
+                t.slice = Some((params[f.params.len() + 2], params[f.params.len() + 3]));
             }
             t.prepare_locals();
             t.stmt(&f.body)?;
@@ -239,13 +239,13 @@ pub fn parallel_extent(f: &PrimFunc) -> Option<i64> {
     found
 }
 
-/// `f`'s signature: a pointer per buffer parameter and the status word, and with a parallel
-/// loop the `lo, hi` slice of it to run; `main` instead takes the argument table (a model with
-/// thousands of inputs and outputs must not make a function with thousands of parameters), the
-/// status word and the run context.
+/// `f`'s signature: a pointer per buffer parameter, the status word and the run context, and
+/// with a parallel loop the `lo, hi` slice of it to run; `main` instead takes the argument
+/// table (a model with thousands of inputs and outputs must not make a function with thousands
+/// of parameters), the status word and the run context.
 fn func_signature<M: Module>(module: &M, f: &PrimFunc, ptr: Type) -> Signature {
     let mut sig = module.make_signature();
-    let pointers = if f.name == MAIN { 3 } else { f.params.len() + 1 };
+    let pointers = if f.name == MAIN { 3 } else { f.params.len() + 2 };
     sig.params.extend((0..pointers).map(|_| AbiParam::new(ptr)));
     if f.name != MAIN && parallel_extent(f).is_some() {
         sig.params.extend([AbiParam::new(I64), AbiParam::new(I64)]);
@@ -253,10 +253,10 @@ fn func_signature<M: Module>(module: &M, f: &PrimFunc, ptr: Type) -> Signature {
     sig
 }
 
-/// `task(argv, status, lo, hi)` ([`crate::threads::TaskFn`]).
+/// `task(argv, status, context, lo, hi)` ([`crate::threads::TaskFn`]).
 fn task_signature<M: Module>(module: &M, ptr: Type) -> Signature {
     let mut sig = module.make_signature();
-    sig.params.extend([AbiParam::new(ptr), AbiParam::new(ptr), AbiParam::new(I64), AbiParam::new(I64)]);
+    sig.params.extend([ptr, ptr, ptr, I64, I64].map(AbiParam::new));
     sig
 }
 
@@ -286,14 +286,14 @@ fn emit_task<M: Module>(
         b.append_block_params_for_function_params(block);
         b.switch_to_block(block);
         let params = b.block_params(block).to_vec();
-        let (argv, status, lo, hi) = (params[0], params[1], params[2], params[3]);
-        let mut args = Vec::with_capacity(f.params.len() + 3);
+        let (argv, status, context, lo, hi) = (params[0], params[1], params[2], params[3], params[4]);
+        let mut args = Vec::with_capacity(f.params.len() + 4);
         for k in 0..f.params.len() {
             let offset = i32::try_from(k * ptr.bytes() as usize)
                 .map_err(|_| CodegenError::Unsupported { func: f.name.clone(), what: format!("{k} parameters") })?;
             args.push(b.ins().load(ptr, MemFlagsData::trusted(), argv, offset));
         }
-        args.extend([status, lo, hi]);
+        args.extend([status, context, lo, hi]);
         b.ins().call(callee, &args);
         b.ins().return_(&[]);
         b.seal_all_blocks();
@@ -314,52 +314,6 @@ fn called(f: &PrimFunc) -> Vec<Callee> {
         }
     });
     out
-}
-
-/// The signatures of the precompiled routines the module calls (`call extern "name"(...)`):
-/// a pointer per buffer, i64 per integer, f32/f64 per float argument. Every call of a routine
-/// must agree.
-fn extern_signatures<M: Module>(
-    module: &M,
-    ir: &loop_ir::Module,
-    ptr: Type,
-) -> Result<Vec<(String, Signature)>, CodegenError> {
-    let mut out: Vec<(String, Signature)> = Vec::new();
-    for f in &ir.funcs {
-        let mut calls = Vec::new();
-        f.body.walk(&mut |s| {
-            if let Stmt::Evaluate(call) = s
-                && let Callee::Extern(name) = &call.callee
-            {
-                calls.push((name.clone(), call.args.clone()));
-            }
-        });
-        for (name, args) in calls {
-            let mut sig = module.make_signature();
-            for a in &args {
-                let ty = match a {
-                    Arg::Buffer(_) => ptr,
-                    Arg::Expr(e) => match e.dtype(f) {
-                        DType::F32 => F32,
-                        DType::F64 => F64,
-                        _ => I64,
-                    },
-                };
-                sig.params.push(AbiParam::new(ty));
-            }
-            match out.iter().find(|(n, _)| *n == name) {
-                Some((_, existing)) if *existing != sig => {
-                    return Err(CodegenError::Unsupported {
-                        func: f.name.clone(),
-                        what: format!("calls of routine '{name}' with different argument types"),
-                    });
-                }
-                Some(_) => {}
-                None => out.push((name, sig)),
-            }
-        }
-    }
-    Ok(out)
 }
 
 fn define<M: Module>(module: &mut M, id: FuncId, ctx: &mut Context, name: &str) -> Result<(), CodegenError> {
@@ -413,20 +367,22 @@ pub(crate) struct FuncTranslator<'a> {
     pub status: Value,
     /// `main`'s argument table.
     table: Option<Value>,
-    /// `main`'s run context (null: run on this thread).
-    context: Option<Value>,
+    /// The run context (null: parallel loops on this thread, no routines).
+    context: Value,
     /// The `lo, hi` slice of the parallel loop this call runs.
     slice: Option<(Value, Value)>,
     /// Loops marked vectorized that had to be emitted as scalar code.
     scalar_vector_loops: Vec<String>,
     code: i64,
-    callees: Callees,
+    callees: Callees<'a>,
     pub options: CodegenOptions,
 }
 
 /// What a function can call: the module's functions by name, and the libm imports.
-struct Callees {
+struct Callees<'r> {
     funcs: HashMap<String, FuncRef>,
+    /// The routine table's order and signatures.
+    routines: &'r [RoutineSignature],
     /// Task trampolines and parallel extents of the callees with a parallel loop.
     tasks: HashMap<String, (FuncRef, i64)>,
     libm: HashMap<&'static str, FuncRef>,
@@ -438,8 +394,8 @@ impl<'a> FuncTranslator<'a> {
         f: &'a PrimFunc,
         ptr: Type,
         code: i64,
-        status: Value,
-        callees: Callees,
+        (status, context): (Value, Value),
+        callees: Callees<'a>,
         options: CodegenOptions,
     ) -> Self {
         FuncTranslator {
@@ -454,7 +410,7 @@ impl<'a> FuncTranslator<'a> {
             depth: 0,
             status,
             table: None,
-            context: None,
+            context,
             slice: None,
             scalar_vector_loops: Vec::new(),
             code,
@@ -839,35 +795,27 @@ impl<'a> FuncTranslator<'a> {
                     }
                 };
             }
-            Stmt::Evaluate(call) => {
-                let (key, internal) = match &call.callee {
-                    Callee::Func(name) => (name.clone(), true),
-                    Callee::Extern(name) => (format!("extern {name}"), false),
-                };
-                let fref = *self.callees.funcs.get(&key).ok_or_else(|| CodegenError::NoFunction(key.clone()))?;
-                let mut args = Vec::with_capacity(call.args.len() + 1);
-                for a in &call.args {
-                    match a {
-                        Arg::Buffer(b) => args.push(self.buffer_ptr(*b)?),
-                        Arg::Expr(e) if !internal => {
-                            let v = self.expr(e)?;
-                            args.push(self.extern_scalar(v, e.dtype(self.f))?);
+            Stmt::Evaluate(call) => match &call.callee {
+                Callee::Func(name) => {
+                    let fref = *self.callees.funcs.get(name).ok_or_else(|| CodegenError::NoFunction(name.clone()))?;
+                    let mut args = Vec::with_capacity(call.args.len() + 2);
+                    for a in &call.args {
+                        match a {
+                            Arg::Buffer(b) => args.push(self.buffer_ptr(*b)?),
+                            Arg::Expr(_) => return Err(self.unsupported("scalar arguments to a module function")),
                         }
-                        Arg::Expr(_) => return Err(self.unsupported("scalar arguments to a module function")),
+                    }
+                    // Module functions report out-of-range indices through the status word.
+                    args.extend([self.status, self.context]);
+                    match self.callees.tasks.get(name).copied() {
+                        Some((task, extent)) => self.parallel_call(fref, task, extent, args),
+                        None => {
+                            self.b.ins().call(fref, &args);
+                        }
                     }
                 }
-                // Module functions report out-of-range indices through the status word;
-                // precompiled routines are trusted to stay inside the buffers they are given.
-                if internal {
-                    args.push(self.status);
-                }
-                match self.callees.tasks.get(&key).copied() {
-                    Some((task, extent)) => self.parallel_call(fref, task, extent, args),
-                    None => {
-                        self.b.ins().call(fref, &args);
-                    }
-                }
-            }
+                Callee::Extern(name) => self.routine_call(name, &call.args)?,
+            },
             Stmt::If { cond, then, otherwise } => {
                 let c = self.expr(cond)?;
                 let (tb, eb, merge) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
@@ -894,9 +842,60 @@ impl<'a> FuncTranslator<'a> {
         Ok(())
     }
 
-    /// Calls a function with a parallel loop (`args`: its buffers and the status word): with
-    /// a run context, through `parallel_for` and the task trampoline; without one, directly
-    /// with the whole range.
+    /// Calls precompiled routine `name` through the run context's routine table. Its
+    /// registered signature decides the call: the arguments must match it. Routines are trusted
+    /// to stay inside the buffers they are given.
+    fn routine_call(&mut self, name: &str, call_args: &[Arg]) -> Result<(), CodegenError> {
+        let routines = self.callees.routines;
+        let Some(k) = routines.iter().position(|r| r.name == name) else {
+            return Err(self.unsupported(format!("a call to routine '{name}', which was not provided")));
+        };
+        let params = &routines[k].params;
+        let mut sig = Signature::new(self.b.func.signature.call_conv);
+        let mut args = Vec::with_capacity(call_args.len());
+        let mismatch = || format!("a call of routine '{name}' that does not match its registered signature {params:?}");
+        if call_args.len() != params.len() {
+            return Err(self.unsupported(mismatch()));
+        }
+        for (a, &p) in call_args.iter().zip(params) {
+            let (value, ty) = match (a, p) {
+                (Arg::Buffer(b), RoutineParam::Buffer) => (self.buffer_ptr(*b)?, self.ptr),
+                (Arg::Expr(e), RoutineParam::I64 | RoutineParam::F32 | RoutineParam::F64) => {
+                    let dtype = e.dtype(self.f);
+                    let wanted = match p {
+                        RoutineParam::F32 => dtype == DType::F32,
+                        RoutineParam::F64 => dtype == DType::F64,
+                        _ => dtype.is_int(),
+                    };
+                    if !wanted {
+                        return Err(self.unsupported(mismatch()));
+                    }
+                    let v = self.expr(e)?;
+                    let v = self.extern_scalar(v, dtype)?;
+                    (v, self.b.func.dfg.value_type(v))
+                }
+                _ => return Err(self.unsupported(mismatch())),
+            };
+            sig.params.push(AbiParam::new(ty));
+            args.push(value);
+        }
+        let table = self.b.ins().load(
+            self.ptr,
+            MemFlagsData::trusted(),
+            self.context,
+            crate::threads::RunContext::ROUTINES_OFFSET,
+        );
+        let offset =
+            i32::try_from(k * self.ptr.bytes() as usize).map_err(|_| self.unsupported("routine table size"))?;
+        let address = self.b.ins().load(self.ptr, MemFlagsData::trusted(), table, offset);
+        let sig = self.b.import_signature(sig);
+        self.b.ins().call_indirect(sig, address, &args);
+        Ok(())
+    }
+
+    /// Calls a function with a parallel loop (`args`: its buffers, the status word and the
+    /// context): with a run context, through `parallel_for` and the task trampoline; without
+    /// one, directly with the whole range.
     fn parallel_call(&mut self, func: FuncRef, task: FuncRef, extent: i64, args: Vec<Value>) {
         let extent = self.b.ins().iconst(I64, extent);
         let zero = self.b.ins().iconst(I64, 0);
@@ -905,17 +904,14 @@ impl<'a> FuncTranslator<'a> {
             direct.extend([zero, extent]);
             t.b.ins().call(func, &direct);
         };
-        let Some(context) = self.context else {
-            direct_call(self);
-            return;
-        };
+        let context = self.context;
         let (pooled, direct, merge) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
         self.b.ins().brif(context, pooled, &[], direct, &[]);
         self.b.switch_to_block(direct);
         direct_call(self);
         self.b.ins().jump(merge, &[]);
         self.b.switch_to_block(pooled);
-        let buffers = &args[..args.len() - 1];
+        let buffers = &args[..args.len() - 2];
         let word = self.ptr.bytes();
         let size = u32::try_from(buffers.len()).unwrap_or(u32::MAX).saturating_mul(word).max(word);
         let slot = self.b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, size, 3));
@@ -927,7 +923,7 @@ impl<'a> FuncTranslator<'a> {
         let parallel_for = self.b.ins().load(self.ptr, MemFlagsData::trusted(), context, 0);
         let sig = parallel_for_signature(&self.b, self.ptr);
         let sig = self.b.import_signature(sig);
-        let status = args[args.len() - 1];
+        let status = args[args.len() - 2];
         self.b.ins().call_indirect(sig, parallel_for, &[context, task_addr, argv, status, extent]);
         self.b.ins().jump(merge, &[]);
         self.b.switch_to_block(merge);

@@ -8,11 +8,12 @@
 
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, default_libcall_names};
-use heron_ir::loop_ir::{self, Callee, Stmt};
+use heron_ir::loop_ir;
 
 use crate::CodegenError;
 use crate::codegen::{CodegenOptions, emit_module};
 use crate::isa::{OptLevel, TargetCpu, build_isa};
+use crate::routines::Routine;
 use crate::threads::{RunContext, ThreadPool};
 
 /// Why a run of generated code failed.
@@ -64,6 +65,8 @@ pub struct JitModule {
     params: Vec<(usize, String, bool)>,
     func_names: Vec<String>,
     scalar_vector_loops: Vec<String>,
+    /// Addresses of the registered routines, in the order the code indexes them.
+    routine_table: Vec<*const u8>,
 }
 
 // SAFETY: after `finalize_definitions` the code memory is immutable and executable; the module
@@ -77,10 +80,9 @@ unsafe impl Sync for JitModule {}
 pub struct JitOptions {
     pub opt_level: OptLevel,
     pub codegen: CodegenOptions,
-    /// Precompiled routines the module calls (`call extern "name"(...)`), by name: the address
-    /// of an `extern "C"` function taking a pointer per buffer, i64 per integer and f32/f64 per
-    /// float argument. They are trusted to stay inside the buffers they are given.
-    pub routines: Vec<(String, *const u8)>,
+    /// Precompiled routines the module may call (`call extern "name"(...)`), registered with
+    /// their signature and CPU features (see [`Routine`]).
+    pub routines: Vec<Routine>,
 }
 
 impl JitModule {
@@ -97,23 +99,8 @@ impl JitModule {
                 (main.buffer(p).size_bytes(), main.buffer(p).name.clone(), read_only.get(k).copied().unwrap_or(false))
             })
             .collect();
-        // An unresolved import would make cranelift-jit panic at finalization: refuse first.
-        for f in &ir.funcs {
-            let mut missing = None;
-            f.body.walk(&mut |s| {
-                if let Stmt::Evaluate(call) = s
-                    && let Callee::Extern(name) = &call.callee
-                    && !options.routines.iter().any(|(n, _)| n == name)
-                {
-                    missing.get_or_insert(name.clone());
-                }
-            });
-            if let Some(name) = missing {
-                return Err(CodegenError::Unsupported {
-                    func: f.name.clone(),
-                    what: format!("a call to routine '{name}', which was not provided"),
-                });
-            }
+        for r in &options.routines {
+            r.check_features()?;
         }
         let isa = build_isa(TargetCpu::Native, options.opt_level, false)?;
         let mut codegen = options.codegen;
@@ -122,11 +109,9 @@ impl JitModule {
         for (name, f) in host_math() {
             builder.symbol(name, f);
         }
-        for (name, f) in &options.routines {
-            builder.symbol(name, *f);
-        }
         let mut module = JITModule::new(builder);
-        let emitted = emit_module(&mut module, ir, "heron_entry", Linkage::Export, codegen)?;
+        let signatures: Vec<_> = options.routines.iter().map(|r| r.signature.clone()).collect();
+        let emitted = emit_module(&mut module, ir, "heron_entry", Linkage::Export, codegen, &signatures)?;
         module.finalize_definitions()?;
         let code = module.get_finalized_function(emitted.entry);
         // SAFETY: `code` is the entry emitted above, whose signature is
@@ -138,6 +123,7 @@ impl JitModule {
             params,
             func_names: emitted.func_names,
             scalar_vector_loops: emitted.scalar_vector_loops,
+            routine_table: options.routines.iter().map(|r| r.address).collect(),
         })
     }
 
@@ -205,10 +191,11 @@ impl JitModule {
         };
         // Atomic: the threads of a parallel loop share the status word.
         let status = std::sync::atomic::AtomicI32::new(0);
-        let context = pool.map_or(std::ptr::null(), ThreadPool::context);
-        // The pointers stay valid for the call: they come from borrows that live for 'a, and
-        // the pool outlives it; the pool's workers are done when the entry returns.
-        (self.entry)(table, status.as_ptr(), context);
+        let context = RunContext::new(pool, &self.routine_table);
+        // The pointers stay valid for the call: they come from borrows that live for 'a, the
+        // pool and the routine table outlive it, and the pool's workers are done when the
+        // entry returns.
+        (self.entry)(table, status.as_ptr(), &context);
         let status = status.into_inner();
         if status != 0 {
             let func = self.func_names.get(status as usize - 1).cloned().unwrap_or_default();

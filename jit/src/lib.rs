@@ -17,6 +17,7 @@ pub mod jit;
 pub mod math;
 pub mod outline;
 pub mod readonly;
+pub mod routines;
 pub mod schedule;
 pub mod target;
 pub mod vector;

@@ -19,20 +19,40 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
 
-/// One thread's share of a parallel function: `task(argv, status, lo, hi)` runs iterations
-/// `lo..hi` of its parallel loop with the buffer pointers in `argv`.
-pub type TaskFn = extern "C" fn(*const *mut u8, *mut i32, i64, i64);
+/// One thread's share of a parallel function: `task(argv, status, context, lo, hi)` runs
+/// iterations `lo..hi` of its parallel loop with the buffer pointers in `argv`.
+pub type TaskFn = extern "C" fn(*const *mut u8, *mut i32, *const RunContext, i64, i64);
 
 /// `parallel_for(context, task, argv, status, extent)`: runs `task` over `0..extent`, split
 /// across the pool's threads, and returns when every slice is done.
 pub type ParallelForFn = extern "C" fn(*const RunContext, TaskFn, *const *mut u8, *mut i32, i64);
 
 /// What generated code reaches at run time. `#[repr(C)]`: generated code loads
-/// `parallel_for` from offset 0.
+/// `parallel_for` from offset 0 and the routine table from [`RunContext::ROUTINES_OFFSET`].
 #[repr(C)]
 pub struct RunContext {
     pub parallel_for: ParallelForFn,
+    /// The pool's state; NULL runs parallel loops on the calling thread.
     shared: *const Shared,
+    /// Entry points of the precompiled routines, in the order the module was compiled with.
+    routines: *const *const u8,
+    routine_count: usize,
+}
+
+impl RunContext {
+    /// Byte offset of the routine table pointer.
+    pub const ROUTINES_OFFSET: i32 = std::mem::offset_of!(RunContext, routines) as i32;
+
+    /// A context running parallel loops on `pool` (or on the calling thread), with `routines`,
+    /// which must outlive every run given this context.
+    pub fn new(pool: Option<&ThreadPool>, routines: &[*const u8]) -> RunContext {
+        RunContext {
+            parallel_for,
+            shared: pool.map_or(std::ptr::null(), |p| Arc::as_ptr(&p.shared)),
+            routines: routines.as_ptr(),
+            routine_count: routines.len(),
+        }
+    }
 }
 
 /// Busy-waiting, then yielding, then parking: a waiting thread first spins (the next job or
@@ -50,6 +70,7 @@ struct Job {
     task: Option<TaskFn>,
     argv: *const *mut u8,
     status: *mut i32,
+    context: *const RunContext,
     extent: i64,
 }
 
@@ -96,7 +117,13 @@ impl ThreadPool {
     pub fn new(threads: usize) -> std::io::Result<ThreadPool> {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
-            job: UnsafeCell::new(Job { task: None, argv: std::ptr::null(), status: std::ptr::null_mut(), extent: 0 }),
+            job: UnsafeCell::new(Job {
+                task: None,
+                argv: std::ptr::null(),
+                status: std::ptr::null_mut(),
+                context: std::ptr::null(),
+                extent: 0,
+            }),
             generation: CacheLine(AtomicU64::new(0)),
             pending: CacheLine(AtomicUsize::new(0)),
             shutdown: AtomicBool::new(false),
@@ -115,7 +142,12 @@ impl ThreadPool {
             }
         }
         shared.workers.set(joins.iter().map(|h| h.thread().clone()).collect()).expect("set once, here");
-        let context = Box::new(RunContext { parallel_for, shared: Arc::as_ptr(&shared) });
+        let context = Box::new(RunContext {
+            parallel_for,
+            shared: Arc::as_ptr(&shared),
+            routines: std::ptr::null(),
+            routine_count: 0,
+        });
         Ok(ThreadPool { shared, joins, context })
     }
 
@@ -123,7 +155,8 @@ impl ThreadPool {
         self.shared.threads
     }
 
-    /// The context to hand to generated code; valid while the pool lives.
+    /// The context to hand to generated code that calls no precompiled routine (AOT objects);
+    /// valid while the pool lives.
     pub fn context(&self) -> *const RunContext {
         &*self.context
     }
@@ -176,7 +209,7 @@ fn work(shared: &Shared, index: usize) {
         if let Some(task) = job.task
             && lo < hi
         {
-            task(job.argv, job.status, lo, hi);
+            task(job.argv, job.status, job.context, lo, hi);
         }
         shared.pending.0.fetch_sub(1, Ordering::Release);
     }
@@ -190,22 +223,25 @@ extern "C" fn parallel_for(
     extent: i64,
 ) {
     // SAFETY: generated code passes the context it was given, which `JitModule::run_in` (or an
-    // AOT caller) took from a live pool that the running thread holds.
-    let shared = unsafe { &*(*context).shared };
+    // AOT caller) made for a pool the running thread holds, or with no pool.
+    let Some(shared) = (unsafe { (*context).shared.as_ref() }) else {
+        task(argv, status, context, 0, extent);
+        return;
+    };
     let workers = shared.threads - 1;
     if workers == 0 || extent < 2 {
-        task(argv, status, 0, extent);
+        task(argv, status, context, 0, extent);
         return;
     }
     // SAFETY: no worker reads the job now: the previous one finished (`pending` was zero).
-    unsafe { *shared.job.get() = Job { task: Some(task), argv, status, extent } };
+    unsafe { *shared.job.get() = Job { task: Some(task), argv, status, context, extent } };
     shared.pending.0.store(workers, Ordering::Relaxed);
     shared.generation.0.fetch_add(1, Ordering::Release);
     for t in shared.workers.get().into_iter().flatten() {
         t.unpark();
     }
     let (lo, hi) = slice(extent, shared.threads, 0);
-    task(argv, status, lo, hi);
+    task(argv, status, context, lo, hi);
     let mut spins = 0u32;
     while shared.pending.0.load(Ordering::Acquire) != 0 {
         if spins < SPINS {
@@ -272,7 +308,7 @@ mod tests {
     }
 
     /// Adds 1 to `counts[i]` for every `i` in `lo..hi`; reports a status for `i == 13`.
-    extern "C" fn count(argv: *const *mut u8, status: *mut i32, lo: i64, hi: i64) {
+    extern "C" fn count(argv: *const *mut u8, status: *mut i32, _context: *const RunContext, lo: i64, hi: i64) {
         // SAFETY: the test passes one pointer to a `[u32; 64]`; slices are disjoint.
         let counts = unsafe { (*argv).cast::<u32>() };
         for i in lo..hi {
