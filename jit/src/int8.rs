@@ -120,11 +120,7 @@ pub fn rewrite(module: &mut Module) {
             let (a, b) = module.funcs.split_at_mut(fi);
             (&mut b[0], &mut a[mi])
         };
-        let body = std::mem::replace(&mut f.body, Stmt::Seq(vec![]));
-        let items = match body {
-            Stmt::Seq(v) => v,
-            other => vec![other],
-        };
+        let items = f.take_body();
         let mut out = Vec::with_capacity(items.len());
         for s in items {
             match match_nest(&s, f).and_then(|n| Rewriter { f: &mut *f, main: &mut *main, callers: &callers }.nest(n)) {

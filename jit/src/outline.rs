@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use heron_ir::loop_ir::{Arg, BufferId, Call, Callee, MAIN, Module, PrimFunc, Scope, Stmt};
+use heron_ir::loop_ir::{Arg, Buffer, BufferId, Call, Callee, IndexMap, MAIN, Module, PrimFunc, Scope, Stmt};
 
 /// Splits every unclaimed operator function whose body is local allocations, global scratch
 /// allocations and two or more loop nests, and rewrites `main`'s calls to call the parts in
@@ -15,58 +15,54 @@ use heron_ir::loop_ir::{Arg, BufferId, Call, Callee, MAIN, Module, PrimFunc, Sco
 pub fn split_loop_nests(module: &mut Module) {
     let Some(main_index) = module.funcs.iter().position(|f| f.name == MAIN) else { return };
     let mut func_names: HashSet<String> = module.funcs.iter().map(|f| f.name.clone()).collect();
-    let mut parts_of: HashMap<String, Vec<Part>> = HashMap::new();
+    let mut splits: HashMap<String, Split> = HashMap::new();
     let mut new_funcs = Vec::with_capacity(module.funcs.len());
     for (k, f) in std::mem::take(&mut module.funcs).into_iter().enumerate() {
         if k == main_index || f.target.is_some() {
             new_funcs.push(f);
             continue;
         }
-        match split(&f).filter(|parts| parts.iter().all(|p| !func_names.contains(&p.func.name))) {
-            Some(parts) => {
-                func_names.extend(parts.iter().map(|p| p.func.name.clone()));
-                new_funcs.extend(parts.iter().map(|p| p.func.clone()));
-                parts_of.insert(f.name.clone(), parts);
+        match split(&f).filter(|(parts, _)| parts.iter().all(|p| !func_names.contains(&p.name))) {
+            Some((parts, calls)) => {
+                func_names.extend(parts.iter().map(|p| p.name.clone()));
+                new_funcs.extend(parts);
+                splits.insert(f.name.clone(), calls);
             }
             None => new_funcs.push(f),
         }
     }
     module.funcs = new_funcs;
-    if parts_of.is_empty() {
+    if splits.is_empty() {
         return;
     }
     let main_index = module.funcs.iter().position(|f| f.name == MAIN).expect("main is kept");
     let main = &mut module.funcs[main_index];
     let mut buffer_names: HashSet<String> = main.buffers.iter().map(|b| b.name.clone()).collect();
-    let body = std::mem::replace(&mut main.body, Stmt::Seq(vec![]));
-    let items = match body {
-        Stmt::Seq(v) => v,
-        other => vec![other],
-    };
-    let mut out = Vec::with_capacity(items.len());
-    for s in items {
+    let mut out = Vec::new();
+    for s in main.take_body() {
         let Stmt::Evaluate(Call { callee: Callee::Func(name), args }) = &s else {
             out.push(s);
             continue;
         };
-        let Some(parts) = parts_of.get(name) else {
+        let Some(split) = splits.get(name) else {
             out.push(s);
             continue;
         };
         // The original's scratch buffers, now allocated by main for this call.
         let mut scratch: HashMap<BufferId, BufferId> = HashMap::new();
-        for part in parts {
+        for part in &split.parts {
             let mut part_args = Vec::with_capacity(part.sources.len());
             for source in &part.sources {
                 part_args.push(match *source {
                     Source::Param(position) => args[position].clone(),
                     Source::Scratch(b) => {
                         let id = *scratch.entry(b).or_insert_with(|| {
-                            let mut buffer = part.original_buffer(b).clone();
+                            let (buffer, layout) = &split.scratch[&b];
+                            let mut buffer = buffer.clone();
                             buffer.name = unique_name(&mut buffer_names, &format!("{name}.{}", buffer.name));
                             main.buffers.push(buffer);
                             let id = BufferId((main.buffers.len() - 1) as u32);
-                            if let Some(map) = part.scratch_layouts.get(&b) {
+                            if let Some(map) = layout {
                                 main.layout_transforms.insert(id, map.clone());
                             }
                             out.push(Stmt::Allocate { buffer: id, pools: vec![] });
@@ -76,8 +72,7 @@ pub fn split_loop_nests(module: &mut Module) {
                     }
                 });
             }
-            debug_assert_eq!(part_args.len(), part.func.params.len());
-            out.push(Stmt::Evaluate(Call { callee: Callee::Func(part.func.name.clone()), args: part_args }));
+            out.push(Stmt::Evaluate(Call { callee: Callee::Func(part.name.clone()), args: part_args }));
         }
     }
     main.body = Stmt::Seq(out);
@@ -92,22 +87,21 @@ enum Source {
     Scratch(BufferId),
 }
 
-struct Part {
-    func: PrimFunc,
-    /// One per parameter of `func`.
+/// How `main` calls the parts of a split function.
+struct Split {
+    /// The parts in order: name and where each parameter comes from.
+    parts: Vec<PartCall>,
+    /// The original's scratch buffers (by the original's ids) and their layout transforms,
+    /// which move to main's allocations and reach the parts from there.
+    scratch: HashMap<BufferId, (Buffer, Option<IndexMap>)>,
+}
+
+struct PartCall {
+    name: String,
     sources: Vec<Source>,
-    /// Layout transforms of the original's scratch buffers (moved to main's allocations).
-    scratch_layouts: HashMap<BufferId, heron_ir::loop_ir::IndexMap>,
 }
 
-impl Part {
-    fn original_buffer(&self, b: BufferId) -> &heron_ir::loop_ir::Buffer {
-        // Parts keep the original's buffer table, so ids mean the same in both.
-        self.func.buffer(b)
-    }
-}
-
-fn split(f: &PrimFunc) -> Option<Vec<Part>> {
+fn split(f: &PrimFunc) -> Option<(Vec<PrimFunc>, Split)> {
     let Stmt::Seq(items) = &f.body else { return None };
     let mut locals = Vec::new();
     let mut scratch = BTreeSet::new();
@@ -125,11 +119,11 @@ fn split(f: &PrimFunc) -> Option<Vec<Part>> {
     if nests.len() < 2 {
         return None;
     }
-    let scratch_layouts: HashMap<BufferId, _> =
-        f.layout_transforms.iter().filter(|(b, _)| scratch.contains(b)).map(|(b, m)| (*b, m.clone())).collect();
+    let mut funcs = Vec::with_capacity(nests.len());
     let mut parts = Vec::with_capacity(nests.len());
     for (k, nest) in nests.into_iter().enumerate() {
         let used: BTreeSet<BufferId> = nest.buffers_used().into_iter().collect();
+        // Parts keep the original's buffer table, so buffer ids mean the same in all of them.
         let mut func = f.clone();
         func.name = format!("{}.{k}", f.name);
         let mut sources = Vec::new();
@@ -144,18 +138,16 @@ fn split(f: &PrimFunc) -> Option<Vec<Part>> {
             func.params.push(b);
             sources.push(Source::Scratch(b));
         }
-        let local_allocs: Vec<Stmt> = locals
-            .iter()
-            .filter(|s| matches!(s, Stmt::Allocate { buffer, .. } if used.contains(buffer)))
-            .cloned()
-            .collect();
-        func.body = Stmt::Seq(local_allocs.into_iter().chain(std::iter::once(nest)).collect());
-        // Transforms of parameters stay (they also hold for the caller's tensor); those of the
-        // scratch buffers move to main's allocations and reach the parts from there.
+        let local_allocs =
+            locals.iter().filter(|s| matches!(s, Stmt::Allocate { buffer, .. } if used.contains(buffer)));
+        func.body = Stmt::Seq(local_allocs.cloned().chain(std::iter::once(nest)).collect());
+        // Transforms of parameters stay (they also hold for the caller's tensor).
         func.layout_transforms.retain(|b, _| func.params.contains(b) && !scratch.contains(b));
-        parts.push(Part { func, sources, scratch_layouts: scratch_layouts.clone() });
+        parts.push(PartCall { name: func.name.clone(), sources });
+        funcs.push(func);
     }
-    Some(parts)
+    let scratch = scratch.iter().map(|&b| (b, (f.buffer(b).clone(), f.layout_transforms.get(&b).cloned()))).collect();
+    Some((funcs, Split { parts, scratch }))
 }
 
 /// `base`, or `base_K` for the first free K; recorded as taken.

@@ -279,6 +279,14 @@ impl PrimFunc {
     pub fn find_buffer(&self, name: &str) -> Option<BufferId> {
         self.buffers.iter().position(|b| b.name == name).map(|i| BufferId(i as u32))
     }
+
+    /// The body's top-level statements, leaving the body empty (for passes that rebuild it).
+    pub fn take_body(&mut self) -> Vec<Stmt> {
+        match std::mem::replace(&mut self.body, Stmt::Seq(vec![])) {
+            Stmt::Seq(v) => v,
+            other => vec![other],
+        }
+    }
 }
 
 /// A set of PrimFuncs; `main` calls the operator functions in order.
