@@ -3,13 +3,14 @@
 
 mod common;
 
+use heron_ir::loop_ir::analysis::VarRanges;
 use heron_ir::loop_ir::build::{FuncBuilder, add, floordiv, floormod, idx, mul};
 use heron_ir::loop_ir::flatten::{flatten, flatten_func};
 use heron_ir::loop_ir::index_map::IndexMapError;
 use heron_ir::loop_ir::layout::{LayoutError, apply_func, apply_layout_transforms, set_layout};
 use heron_ir::loop_ir::parse::parse_module;
 use heron_ir::loop_ir::print::{ConstData, print_func, print_module};
-use heron_ir::loop_ir::simplify::{Ranges, simplify};
+use heron_ir::loop_ir::simplify::simplify;
 use heron_ir::loop_ir::verify::{verify_func, verify_module};
 use heron_ir::loop_ir::workspace::workspace_size;
 use heron_ir::loop_ir::{Expr, IndexMap, Module, PrimFunc, Scope, Stmt, VarId};
@@ -222,7 +223,9 @@ fn simplifier_reads_like_hand_written_indices() {
     let a = fb.var("a", DType::I64);
     let b = fb.var("b", DType::I64);
     let f = fb.finish(Stmt::Seq(vec![]));
-    let ranges: Ranges = [(a, (0, 9)), (b, (0, 3))].into_iter().collect::<Ranges>();
+    let mut ranges = VarRanges::new(2);
+    ranges.set(a, Some((0, 9)));
+    ranges.set(b, Some((0, 3)));
     let (va, vb) = (Expr::Var(a), Expr::Var(b));
     let e = floordiv(add(mul(va.clone(), idx(4)), vb.clone()), idx(4));
     assert_eq!(simplify(e, &f, &ranges), va);
@@ -274,4 +277,65 @@ fn a_functions_target_prints_parses_and_verifies() {
     let err = verify_module(&bad).unwrap_err().to_string();
     assert!(err.contains("target name \"c p u\" is not a plain identifier"), "{err}");
     assert!(parse_module(&text.replace("\"cpu\"", "cpu")).is_err(), "the name is quoted");
+}
+
+#[test]
+fn loop_schedules_print_parse_and_verify() {
+    let text = "func @f(%x: f32[8, 7], %y: f32[8, 7]) {
+  for %j: i64 in 0..8 unrolled(4) {
+    for %i: i64 in 0..7 vectorized(lanes=4, vectors=2, tail=clamp) {
+      %y[%j, %i] = (%x[%j, %i] * f32(2.0))
+    }
+  }
+}
+";
+    let m = parse_module(text).unwrap();
+    assert_eq!(print_module(&m, ConstData::Elided), text);
+    verify_module(&m).unwrap();
+    for (bad, needle) in [
+        ("unrolled(0)", "a count >= 1"),
+        ("vectorized(lanes=4)", "expected `,`"),
+        ("vectorized(lanes=4, vectors=2, tail=sideways)", "vector tail"),
+    ] {
+        let e = parse_module(&text.replace("unrolled(4)", bad)).unwrap_err();
+        assert!(e.to_string().contains(needle), "{bad}: {e}");
+    }
+    // Schedules whose reordering or repeated iterations could change results are refused.
+    let rejected = [
+        (text.replace("lanes=4", "lanes=3"), "a power of two"),
+        (text.replace("unrolled(4)", "unrolled(65)"), "more than 64"),
+        (
+            text.replace("vectors=2, tail=clamp", "vectors=1, tail=clamp"),
+            "a clamped block needs a constant extent in 5..=4",
+        ),
+        (text.replace("%x[%j, %i] * f32(2.0)", "%y[%j, 0] * f32(2.0)"), "read no other iteration's output"),
+        (text.replace("%y[%j, %i] =", "%y[0, %i] ="), "unroll-and-jam needs iterations that write different elements"),
+        // An in-place update is fine for a vectorized loop, but not under a tail that repeats it.
+        (text.replace("%x[%j, %i] * f32(2.0)", "%y[%j, %i] * f32(2.0)"), "reads none of the buffers it writes"),
+    ];
+    for (bad, needle) in rejected {
+        let m = parse_module(&bad).unwrap();
+        let err = verify_module(&m).unwrap_err().to_string();
+        assert!(err.contains(needle), "{bad}\n{err}");
+    }
+    let scalar_tail = text.replace("vectors=2, tail=clamp", "vectors=1, tail=scalar");
+    let in_place = scalar_tail.replace("%x[%j, %i] * f32(2.0)", "%y[%j, %i] * f32(2.0)");
+    verify_module(&parse_module(&in_place).unwrap()).unwrap();
+    let unrolled_unknown = "func @f(%x: f32[8], %n: i64[1]) {
+  for %i: i64 in 0..%n[0] unrolled(2) {
+    %x[%i] = f32(0.0)
+  }
+}";
+    let err = verify_module(&parse_module(unrolled_unknown).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("an unrolled loop needs a constant extent"), "{err}");
+}
+
+#[test]
+fn vector_tails_visit_in_the_emitted_order() {
+    use heron_ir::loop_ir::{VectorShape, VectorTail};
+    let shape = |vectors, tail| VectorShape { lanes: 4, vectors, tail };
+    assert_eq!(shape(3, VectorTail::Overlap).visit_order(18), vec![0..12, 12..16, 14..18]);
+    assert_eq!(shape(3, VectorTail::Overlap).visit_order(24), vec![0..24]);
+    assert_eq!(shape(2, VectorTail::Clamp).visit_order(7), vec![0..4, 3..7]);
+    assert_eq!(shape(4, VectorTail::Scalar).visit_order(18), vec![0..18]);
 }

@@ -25,6 +25,7 @@ use cranelift_codegen::ir::{
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_module::{FuncId, Linkage, Module};
 use heron_ir::DType;
+use heron_ir::loop_ir::analysis::VarRanges;
 use heron_ir::loop_ir::{
     self, Arg, BinOp, BufferId, Callee, CmpOp, Expr, ForKind, MAIN, MathOp, PrimFunc, Scope, Stmt, VarId,
 };
@@ -32,7 +33,6 @@ use heron_ir::loop_ir::{
 use heron_ir::loop_ir::analysis::affine_terms;
 
 use crate::CodegenError;
-use crate::bounds::VarRanges;
 use crate::math;
 use crate::routines::{RoutineParam, RoutineSignature};
 
@@ -752,24 +752,33 @@ impl<'a> FuncTranslator<'a> {
                 self.ranges.set(*var, r);
                 if self.options.vectorize {
                     let done = match (kind, &**body) {
-                        (ForKind::Vectorized, _) => crate::vector::try_emit(self, *var, extent, body, None)?,
-                        // Unroll-and-jam over a vectorized loop.
-                        (ForKind::Unrolled, Stmt::For { var: v, extent: e, kind: ForKind::Vectorized, body: b }) => {
-                            crate::vector::try_emit(self, *v, e, b, Some((*var, extent)))?
+                        (ForKind::Vectorized(shape), _) => {
+                            crate::vector::try_emit(self, *var, extent, *shape, body, None)?
                         }
+                        // Unroll-and-jam over a vectorized loop.
+                        (
+                            ForKind::Unrolled(factor),
+                            Stmt::For { var: v, extent: e, kind: ForKind::Vectorized(shape), body: b },
+                        ) => crate::vector::try_emit(self, *v, e, *shape, b, Some((*var, extent, *factor)))?,
                         _ => false,
                     };
                     if done {
                         return Ok(());
                     }
-                    if *kind == ForKind::Vectorized
-                        || matches!(**body, Stmt::For { kind: ForKind::Vectorized, .. }) && *kind == ForKind::Unrolled
+                    if matches!(kind, ForKind::Vectorized(_))
+                        || matches!(**body, Stmt::For { kind: ForKind::Vectorized(_), .. })
+                            && matches!(kind, ForKind::Unrolled(_))
                     {
                         let name = &self.f.var(*var).name;
                         self.scalar_vector_loops.push(format!("{}: loop %{name}", self.f.name));
                     }
                 }
-                self.serial_loop(*var, extent, |t| t.stmt(body))?;
+                match (kind, extent.as_int()) {
+                    (ForKind::Unrolled(factor), Some(n)) => {
+                        self.unrolled_loop(*var, n, i64::from(*factor), |t| t.stmt(body))?
+                    }
+                    _ => self.serial_loop(*var, extent, |t| t.stmt(body))?,
+                }
             }
             Stmt::Store { buffer, indices, value } => {
                 let v = self.expr(value)?;
@@ -950,6 +959,46 @@ impl<'a> FuncTranslator<'a> {
     }
 
     /// `for var in (start..end).step_by(step)` (the body sees `var`).
+    /// `for var in 0..n` with `factor` copies of the body per step and the leftover iterations
+    /// one at a time; with `factor >= n`, no loop at all (short kernel windows: their index
+    /// terms fold to constants).
+    pub fn unrolled_loop(
+        &mut self,
+        var: VarId,
+        n: i64,
+        factor: i64,
+        mut body: impl FnMut(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        let at = |t: &mut Self, i: i64| -> Result<(), CodegenError> {
+            let v = t.var(var)?;
+            let c = t.b.ins().iconst(I64, i);
+            t.b.def_var(v, c);
+            Ok(())
+        };
+        let main_end = if factor >= n { 0 } else { n - n % factor };
+        if main_end > 0 {
+            let start = self.b.ins().iconst(I64, 0);
+            let end = self.b.ins().iconst(I64, main_end);
+            self.counted_loop(var, start, end, factor, |t| {
+                for k in 0..factor {
+                    if k > 0 {
+                        let v = t.var(var)?;
+                        let i = t.b.use_var(v);
+                        let next = t.b.ins().iadd_imm_s(i, 1);
+                        t.b.def_var(v, next);
+                    }
+                    body(t)?;
+                }
+                Ok(())
+            })?;
+        }
+        for i in main_end..n {
+            at(self, i)?;
+            body(self)?;
+        }
+        Ok(())
+    }
+
     pub fn counted_loop(
         &mut self,
         var: VarId,

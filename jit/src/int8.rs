@@ -493,7 +493,8 @@ fn substitute_all(indices: &[Expr], with: &HashMap<VarId, Expr>) -> Vec<Expr> {
 /// where a short kernel window inside would be unrolled into one block too big for the
 /// registers.
 fn quad_nest(reductions: &[(VarId, i64)], ri: usize, rq: VarId, rr: VarId, body: Stmt) -> Stmt {
-    let inner = Stmt::For { var: rr, extent: Expr::index(QUAD), kind: ForKind::Unrolled, body: Box::new(body) };
+    let inner =
+        Stmt::For { var: rr, extent: Expr::index(QUAD), kind: ForKind::Unrolled(QUAD as u32), body: Box::new(body) };
     let mut loops: Vec<(VarId, i64)> =
         reductions.iter().enumerate().filter(|&(i, _)| i != ri).map(|(_, &l)| l).collect();
     loops.push((rq, reductions[ri].1 / QUAD));

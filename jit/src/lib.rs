@@ -3,13 +3,12 @@
 //! [`codegen`] turns a flat, planned [`heron_ir::loop_ir::Module`] into Cranelift functions
 //! through any [`cranelift_module::Module`], so the AOT back end (cranelift-object) reuses it
 //! unchanged, the way cranelift-jit and cranelift-object share that trait. [`jit`] holds the
-//! in-process back end: compile, finalize, call. [`isa`] builds target ISAs, [`bounds`] proves
-//! buffer accesses in range (the rest get a run-time check), [`math`] emits exp/tanh/sigmoid as
+//! in-process back end: compile, finalize, call. [`isa`] builds target ISAs; accesses the value
+//! ranges of [`heron_ir::loop_ir::analysis`] prove in bounds get no run-time check; [`math`] emits exp/tanh/sigmoid as
 //! polynomials, [`vector`] emits loops marked vectorized with 128-bit SIMD, [`target`] is the CPU
 //! target layer ([`schedule`] picks loop schedules and layouts, [`int8`] reshapes integer dot
 //! products for VNNI), run before planning.
 
-pub mod bounds;
 pub mod codegen;
 pub mod int8;
 pub mod isa;

@@ -4,19 +4,26 @@
 //!
 //! For every perfectly nested chain of loops whose innermost loop `L` writes a global buffer
 //! (the output loop of an operator: its body may hold an accumulator init, reduction loops and
-//! the output store), `L` is marked vectorized, and one of the spatial loops above it is moved
-//! right around it and marked unrolled, which the code generator unrolls and jams into a
-//! register block (see [`crate::vector`]). The loop to jam is the one whose variable appears in
-//! the fewest loads that also move with `L` — for a 1x1 convolution the output channel, so an
-//! input vector is loaded once for several channels.
+//! the output store), `L` is marked vectorized with its register shape, and one of the spatial
+//! loops above it is moved right around it and marked `unrolled(J)`, which the code generator
+//! unrolls and jams into a register block (see [`crate::vector`]); the reduction loops inside
+//! are marked unrolled too. The loop to jam is the one whose variable appears in the fewest
+//! loads that also move with `L` — for a 1x1 convolution the output channel, so an input vector
+//! is loaded once for several channels. Every tiling number the emitter uses is chosen here
+//! ([`register_block`], [`unroll_reductions`]) and printed at the target stage.
 //!
 //! Only loops whose variable indexes every global store of the body are moved or jammed: their
 //! iterations write disjoint outputs, so reordering them cannot change results.
 
 use std::collections::HashSet;
 
-use heron_ir::loop_ir::analysis::{affine_terms, mentions_any, reads};
-use heron_ir::loop_ir::{Arg, BinOp, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarId};
+use heron_ir::loop_ir::analysis::{
+    affine_terms, mentions_any, reads, reads_none_of_its_outputs, reads_only_own_outputs,
+};
+use heron_ir::loop_ir::{
+    Arg, BinOp, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarId, VectorShape,
+    VectorTail,
+};
 
 /// Smallest extent worth a vector loop (one F32X4).
 const MIN_VECTOR_EXTENT: i64 = 4;
@@ -74,7 +81,6 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
             && stores_stay_contiguous(&body, f);
     let body = if innermost_spatial {
         let stores = stores.expect("checked");
-        headers[last].kind = ForKind::Vectorized;
         // Spatial loops directly above, innermost first, up to the first one that is not.
         let mut movable = Vec::new();
         for i in (0..last).rev() {
@@ -85,13 +91,16 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
             movable.push(i);
         }
         let moving_loads = varying_loads(&body, f, headers[last].var);
-        if let Some(&best) =
-            movable.iter().min_by_key(|&&i| moving_loads.iter().filter(|e| mentions_any(e, headers[i].var)).count())
-        {
+        let jam =
+            movable.iter().min_by_key(|&&i| moving_loads.iter().filter(|e| mentions_any(e, headers[i].var)).count());
+        let n = headers[last].extent.as_int().expect("checked");
+        let (shape, factor) = register_block(n, jam.is_some(), reads_none_of_its_outputs(&body, f));
+        headers[last].kind = ForKind::Vectorized(shape);
+        if let Some(&best) = jam {
             let h = headers.remove(best);
-            headers.insert(last - 1, Header { kind: ForKind::Unrolled, ..h });
+            headers.insert(last - 1, Header { kind: ForKind::Unrolled(factor), ..h });
         }
-        longest_reduction_innermost(body, f)
+        unroll_reductions(longest_reduction_innermost(body, f))
     } else {
         schedule_stmt(body, f)
     };
@@ -100,6 +109,59 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
         extent: h.extent,
         kind: h.kind,
         body: Box::new(inner),
+    })
+}
+
+/// Lanes of the code generator's vectors (128-bit f32).
+const LANES: i64 = 4;
+/// Reduction loops in a vector body up to this long are unrolled completely; longer ones by 2.
+const MAX_FULL_UNROLL: i64 = 4;
+
+/// The register block of a vectorized output loop of `n` iterations: vectors per value, tail,
+/// and the jam factor when the loop around it is jammed. x86-64 has 16 xmm registers: a
+/// jammed block is 4 copies x 3 vectors (12 accumulators, the other 4 registers hold one
+/// reduction step's operands; measured best against 4 x 8, 3 x 12 and 6 x 8), an unjammed one
+/// 4 vectors (16 lanes). `repeats_ok`: the body reads none of its outputs, so the tail may be
+/// vectors overlapping the main part instead of scalar iterations.
+fn register_block(n: i64, jammed: bool, repeats_ok: bool) -> (VectorShape, u32) {
+    let (max_vectors, mut factor) = if jammed { (3, 4) } else { (4, 1) };
+    let vectors = vectors_per_value(n, max_vectors);
+    // Rows too short for one full block run as single vectors: jam twice as many copies so
+    // the block still holds 8 accumulators.
+    if jammed && n < 2 * LANES {
+        factor = 8;
+    }
+    let overlap = repeats_ok && n >= LANES;
+    let tail = if overlap { VectorTail::Overlap } else { VectorTail::Scalar };
+    let shape = VectorShape { lanes: LANES as u32, vectors: vectors as u32, tail };
+    // A jammed short row (7 or 14 wide in late CNN layers) as one clamped block of 12
+    // accumulators, rather than full blocks plus tail passes that each repeat the reduction
+    // with fewer accumulators.
+    if overlap && jammed && n > LANES && n <= 4 * LANES && n % LANES != 0 {
+        let vectors = (n + LANES - 1) / LANES;
+        return (VectorShape { vectors: vectors as u32, tail: VectorTail::Clamp, ..shape }, (12 / vectors) as u32);
+    }
+    (shape, factor)
+}
+
+/// Vectors per value for a loop of `n` lanes: the fewest blocks (full `4u`-lane blocks plus
+/// single-vector tail chunks), ties to the larger `u`.
+fn vectors_per_value(n: i64, max_u: i64) -> i64 {
+    let blocks = |u: i64| n / (LANES * u) + (n % (LANES * u) + LANES - 1) / LANES;
+    (1..=max_u).rev().min_by_key(|&u| blocks(u)).unwrap_or(1)
+}
+
+/// Marks the constant-extent serial loops inside a vector body unrolled: short ones (3x3 kernel
+/// windows) completely, so their index terms fold to constants; longer ones by 2, so the loop
+/// overhead and the register shuffles on the back edge count half.
+fn unroll_reductions(body: Stmt) -> Stmt {
+    body.map_stmts(&mut |s| match s {
+        Stmt::For { var, extent, kind: ForKind::Serial, body } if extent.as_int().is_some() => {
+            let n = extent.as_int().expect("checked");
+            let factor = if n <= MAX_FULL_UNROLL { n.max(1) } else { 2 };
+            Stmt::For { var, extent, kind: ForKind::Unrolled(factor as u32), body }
+        }
+        other => other,
     })
 }
 
@@ -319,7 +381,7 @@ impl VectorAccess {
 
     fn walk(&mut self, s: &Stmt, v: Option<VarId>) {
         let v = match s {
-            Stmt::For { var, kind: ForKind::Vectorized, .. } => Some(*var),
+            Stmt::For { var, kind: ForKind::Vectorized(_), .. } => Some(*var),
             _ => v,
         };
         s.for_each_expr(|e| self.loads(e, v));
@@ -396,35 +458,6 @@ fn last_axis_contiguous(map: &IndexMap, shape: &[usize]) -> bool {
     *next.last_mut().expect("rank >= 1") = 1;
     let (a, b) = (map.physical_index(&transformed, &origin), map.physical_index(&transformed, &next));
     a.len() == 1 && b.len() == 1 && b[0] - a[0] == 1
-}
-
-/// True when every load of a global buffer the body writes reads exactly the element this
-/// iteration writes (an in-place update), so no iteration sees another's output and the loops
-/// may be reordered or vectorized.
-fn reads_only_own_outputs(body: &Stmt, f: &PrimFunc) -> bool {
-    let mut written: Vec<(BufferId, Vec<Expr>)> = Vec::new();
-    body.walk(&mut |s| {
-        if let Stmt::Store { buffer, indices, .. } = s
-            && f.buffer(*buffer).scope == Scope::Global
-        {
-            written.push((*buffer, indices.clone()));
-        }
-    });
-    fn ok(e: &Expr, written: &[(BufferId, Vec<Expr>)]) -> bool {
-        let own = match e {
-            Expr::Load { buffer, indices } => {
-                let stores: Vec<_> = written.iter().filter(|(b, _)| b == buffer).collect();
-                stores.is_empty() || stores.iter().all(|(_, idx)| idx == indices)
-            }
-            _ => true,
-        };
-        let mut children = true;
-        e.for_each_child(|c| children &= ok(c, written));
-        own && children
-    }
-    let mut all = true;
-    body.walk(&mut |s| s.for_each_expr(|e| all &= ok(e, &written)));
-    all
 }
 
 /// Fewest loop iterations (counting every nested loop) for which a function is worth splitting

@@ -1,23 +1,25 @@
-//! Loops marked vectorized, emitted with 128-bit SIMD, optionally jammed with the loop around
-//! them.
+//! Loops marked vectorized, emitted with 128-bit SIMD in the register shape the target chose
+//! ([`VectorShape`]: vectors per block and tail), optionally jammed with an unrolled loop
+//! around them. The tiling is decided by the target (`crate::schedule`) and printed in the
+//! loop IR; this module only emits it.
 //!
-//! `for v in 0..n vectorized { body }` runs its main part `4 * U` iterations at a time: every
-//! value that depends on `v` becomes U four-lane registers (F32X4 for f32, I32X4 for i32 and for
-//! i8/u8/i16/u16 loads widened by sign, I32X4 masks for conditions), everything else stays
-//! scalar and is computed once, through the ordinary scalar translator. Loads and stores whose
-//! index moves by 1 with `v` are vector loads/stores; by 0, a scalar broadcast; by another
-//! constant or non-affinely (clamped padding reads), lane-by-lane gathers; index comparisons
-//! (padding guards) become lane masks. Loop-local accumulators become vector registers, inner
-//! (reduction) loops stay scalar loops around vector bodies (short ones unrolled), so a
-//! convolution or GEMM reduction keeps U vectors of outputs in registers. The remainder runs as
-//! single vectors overlapping the main part when recomputing is harmless, else as scalar
-//! iterations.
+//! `for v in 0..n vectorized(lanes=4, vectors=U, tail=T) { body }` runs its main part `4 * U`
+//! iterations at a time: every value that depends on `v` becomes U four-lane registers (F32X4
+//! for f32, I32X4 for i32 and for i8/u8/i16/u16 loads widened by sign, I32X4 masks for
+//! conditions), everything else stays scalar and is computed once, through the ordinary scalar
+//! translator. Loads and stores whose index moves by 1 with `v` are vector loads/stores; by 0,
+//! a scalar broadcast; by another constant or non-affinely (clamped padding reads), lane-by-lane
+//! gathers; index comparisons (padding guards) become lane masks. Loop-local accumulators become
+//! vector registers, inner (reduction) loops stay loops around vector bodies, unrolled as
+//! marked, so a convolution or GEMM reduction keeps U vectors of outputs in registers. The
+//! tail runs as scalar iterations, as single vectors overlapping the main part (`overlap`), or
+//! the whole row is one block whose vector starts are clamped to `n - 4` (`clamp`).
 //!
-//! `for j in 0..m unrolled { for v in 0..n vectorized { body } }` is unrolled-and-jammed: J
-//! copies of the body (j, j+1, ...) share each inner loop, so a J x U block of outputs stays in
-//! registers and a value that does not depend on `j` (an input vector) is loaded once for all J.
-//! This is the register-blocked microkernel shape (4 output channels x 12 positions), with
-//! multiply-adds fused when the ISA has FMA.
+//! `for j in 0..m unrolled(J) { for v in 0..n vectorized(..) { body } }` is unrolled-and-jammed:
+//! J copies of the body (j, j+1, ...) share each inner loop, so a J x U block of outputs stays
+//! in registers and a value that does not depend on `j` (an input vector) is loaded once for
+//! all J. This is the register-blocked microkernel shape (4 output channels x 12 positions),
+//! with multiply-adds fused when the ISA has FMA.
 //!
 //! Branches on varying conditions are predicated when they only update registers (max pooling's
 //! running maximum): both sides run and each lane keeps its own outcome.
@@ -33,19 +35,17 @@ use cranelift_codegen::ir::types::{F32, F32X4, I8, I8X16, I16, I16X8, I32, I32X4
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::Variable;
 use heron_ir::DType;
-use heron_ir::loop_ir::analysis::{affine_terms, substitute};
-use heron_ir::loop_ir::{BinOp, BufferId, Expr, MathOp, PrimFunc, Scope, Stmt, VarId};
+use heron_ir::loop_ir::analysis::{VarRanges, affine_terms, substitute};
+use heron_ir::loop_ir::{
+    BinOp, BufferId, Expr, ForKind, MathOp, PrimFunc, Scope, Stmt, VarId, VectorShape, VectorTail,
+};
 
 use crate::CodegenError;
-use crate::bounds::VarRanges;
 use crate::codegen::{Buf, FuncTranslator};
 use crate::int8::QUAD;
 use crate::math;
 
 const LANES: i64 = 4;
-
-/// Inner loops of at most this many iterations are unrolled in vector bodies.
-const MAX_UNROLL: i64 = 4;
 
 /// The loop being vectorized and the optional jammed loop around it.
 #[derive(Clone, Copy)]
@@ -116,39 +116,45 @@ struct VecCtx {
     written: HashSet<BufferId>,
 }
 
-/// Vectorizes `for var in 0..extent { body }` (jammed with `jam` = (var, extent) when given);
-/// returns false, having emitted nothing, when the loop is not of a supported shape.
+/// Vectorizes `for var in 0..extent { body }` with the register shape the target chose (jammed
+/// `factor` times with `jam` = (var, extent, factor) when given); returns false, having
+/// emitted nothing, when the body is not of a supported form.
 pub(crate) fn try_emit(
     t: &mut FuncTranslator<'_>,
     var: VarId,
     extent: &Expr,
+    shape: VectorShape,
     body: &Stmt,
-    jam: Option<(VarId, &Expr)>,
+    jam: Option<(VarId, &Expr, u32)>,
 ) -> Result<bool, CodegenError> {
-    let jam_var = jam.map(|(v, _)| v);
-    // 4 x 12 blocks with a jam (12 accumulators; the other 4 xmm registers hold the operands of
-    // one reduction step, measured best against 4 x 8, 3 x 12 and 6 x 8), 16 lanes without.
-    let (max_u, mut j) = if jam.is_some() { (3, 4) } else { (4, 1) };
-    let u = vectors_per_value(extent.as_int(), max_u);
-    // Rows too short for one full block (7 wide in late CNN layers) run as single vectors: jam
-    // twice as many copies so the block still holds 8 accumulators.
-    if jam.is_some() && extent.as_int().is_some_and(|n| n < 2 * LANES) {
-        j = 8;
+    if i64::from(shape.lanes) != LANES {
+        return Err(t.unsupported(format!("{} lanes per vector (this code generator emits {LANES})", shape.lanes)));
     }
-    let sh = Shape { v: var, jam: jam_var, u, j, cap: None };
+    let cap = match shape.tail {
+        VectorTail::Clamp => Some(
+            extent
+                .as_int()
+                .map(|n| n - LANES)
+                .ok_or_else(|| t.unsupported("a clamped vector block of unknown extent"))?,
+        ),
+        _ => None,
+    };
+    let sh = Shape {
+        v: var,
+        jam: jam.map(|(v, _, _)| v),
+        u: shape.vectors as usize,
+        j: jam.map_or(1, |(_, _, k)| k as usize),
+        cap,
+    };
     let mut ranges = t.ranges.clone();
     ranges.set(var, loop_range(&ranges, extent));
-    if let Some((jv, e)) = jam {
+    if let Some((jv, e, _)) = jam {
         ranges.set(jv, loop_range(&ranges, e));
     }
     let mut stored: HashMap<BufferId, Vec<Expr>> = HashMap::new();
-    let mut stored_set: HashSet<BufferId> = HashSet::new();
     body.walk(&mut |s| {
         if let Stmt::Store { buffer, indices, .. } = s {
             stored.entry(*buffer).or_default().push(t.linear_index(*buffer, indices));
-            if t.f.buffer(*buffer).scope == Scope::Global {
-                stored_set.insert(*buffer);
-            }
         }
     });
     let mut check = Checker {
@@ -165,7 +171,7 @@ pub(crate) fn try_emit(
     if check.deps(extent).v || !check.stmt(body) {
         return Ok(false);
     }
-    if let Some((_, e)) = jam
+    if let Some((_, e, _)) = jam
         && (check.deps(e).v || check.deps(e).j)
     {
         return Ok(false);
@@ -185,24 +191,10 @@ pub(crate) fn try_emit(
         return Ok(false);
     }
     t.ranges = check.ranges;
-    // Recomputing an element is harmless when no buffer the body writes is also read: then the
-    // tail can be whole vectors that overlap the main part instead of scalar iterations.
-    let mut loaded = HashSet::new();
-    body.walk(&mut |s| s.for_each_expr(|e| collect_loads(e, &mut loaded)));
-    let overlap = extent.as_int().is_some_and(|n| n >= LANES) && stored_set.iter().all(|b| !loaded.contains(b));
-    // A jammed short row (7 or 14 wide in late CNN layers) as one block of overlapping vectors
-    // with 12 accumulators, rather than full blocks plus tail passes that each repeat the
-    // reduction with fewer accumulators.
-    let mut sh = sh;
-    if let Some(n) =
-        extent.as_int().filter(|&n| overlap && jam.is_some() && n > LANES && n <= 4 * LANES && n % LANES != 0)
-    {
-        let u = ((n + LANES - 1) / LANES) as usize;
-        sh = Shape { u, j: 12 / u, cap: Some(n - LANES), ..sh };
-    }
+    let overlap = shape.tail == VectorTail::Overlap;
     match jam {
         None => emit_v_loop(t, sh, extent, body, None, overlap)?,
-        Some((jv, jext)) => {
+        Some((jv, jext, _)) => {
             let m = t.expr(jext)?;
             let main_end = round_down(t, m, sh.j as i64);
             let start = t.b.ins().iconst(I64, 0);
@@ -219,14 +211,6 @@ pub(crate) fn try_emit(
         }
     }
     Ok(true)
-}
-
-/// Vectors per value for a loop of `extent` lanes: the fewest blocks (full `4u`-lane blocks
-/// plus single-vector tail chunks), ties to the larger `u`.
-fn vectors_per_value(extent: Option<i64>, max_u: usize) -> usize {
-    let Some(n) = extent else { return max_u };
-    let blocks = |u: i64| n / (LANES * u) + (n % (LANES * u) + LANES - 1) / LANES;
-    (1..=max_u as i64).rev().min_by_key(|&u| blocks(u)).unwrap_or(1) as usize
 }
 
 fn round_down(t: &mut FuncTranslator<'_>, n: Value, step: i64) -> Value {
@@ -532,13 +516,6 @@ fn loads_of(e: &Expr, b: BufferId) -> usize {
     n
 }
 
-fn collect_loads(e: &Expr, out: &mut HashSet<BufferId>) {
-    if let Expr::Load { buffer, .. } = e {
-        out.insert(*buffer);
-    }
-    e.for_each_child(|c| collect_loads(c, out));
-}
-
 fn has_load(e: &Expr) -> bool {
     let mut found = matches!(e, Expr::Load { .. });
     e.for_each_child(|c| found |= has_load(c));
@@ -772,7 +749,7 @@ impl VecCtx {
                     self.stmt(t, s, jb)?;
                 }
             }
-            Stmt::For { var, extent, body, .. } => {
+            Stmt::For { var, extent, body, kind } => {
                 let extent = substitute(extent, &self.index_lets);
                 let r = loop_range(&t.ranges, &extent);
                 t.ranges.set(*var, r);
@@ -782,37 +759,9 @@ impl VecCtx {
                 {
                     return self.dot_quad(t, *var, &quad, jb);
                 }
-                match extent.as_int() {
-                    // Short constant loops (3x3 kernel windows) are unrolled: no loop overhead,
-                    // and their index terms fold to constants.
-                    Some(n) if n <= MAX_UNROLL => {
-                        for i in 0..n {
-                            let v = t.var(*var)?;
-                            let c = t.b.ins().iconst(I64, i);
-                            t.b.def_var(v, c);
-                            self.stmt(t, body, jb)?;
-                        }
-                    }
-                    // Longer loops run two steps per iteration (and a last single step when
-                    // odd): the loop overhead and the register shuffles Cranelift inserts on
-                    // the back edge count half.
-                    Some(n) => {
-                        let start = t.b.ins().iconst(I64, 0);
-                        let end = t.b.ins().iconst(I64, n - n % 2);
-                        t.counted_loop(*var, start, end, 2, |t| {
-                            self.stmt(t, body, jb)?;
-                            let v = t.var(*var)?;
-                            let i = t.b.use_var(v);
-                            let next = t.b.ins().iadd_imm_s(i, 1);
-                            t.b.def_var(v, next);
-                            self.stmt(t, body, jb)
-                        })?;
-                        if n % 2 == 1 {
-                            let v = t.var(*var)?;
-                            let last = t.b.ins().iconst(I64, n - 1);
-                            t.b.def_var(v, last);
-                            self.stmt(t, body, jb)?;
-                        }
+                match (kind, extent.as_int()) {
+                    (ForKind::Unrolled(factor), Some(n)) => {
+                        t.unrolled_loop(*var, n, i64::from(*factor), |t| self.stmt(t, body, jb))?
                     }
                     _ => t.serial_loop(*var, &extent, |t| self.stmt(t, body, jb))?,
                 }

@@ -9,7 +9,7 @@ use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
 fn apply(op: &str, xs: &[f32], vectorize: bool) -> Vec<f32> {
     let n = xs.len();
     let text = format!(
-        "func @main(%x: f32[{n}], %y: f32[{n}]) {{\n  for %i: i64 in 0..{n} vectorized {{\n    %y[%i] = {op}(%x[%i])\n  }}\n}}\n"
+        "func @main(%x: f32[{n}], %y: f32[{n}]) {{\n  for %i: i64 in 0..{n} vectorized(lanes=4, vectors=4, tail=overlap) {{\n    %y[%i] = {op}(%x[%i])\n  }}\n}}\n"
     );
     let module = parse_module(&text).expect("valid loop IR");
     let options = JitOptions { codegen: CodegenOptions { vectorize, fma: true }, ..JitOptions::default() };

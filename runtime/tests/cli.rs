@@ -226,5 +226,5 @@ fn lower_prints_the_target_stage() {
     let model = heron_ir::testing::shared_dir().join("reference/lenet.onnx");
     let out = heron(&["lower", model.to_str().expect("utf-8 path"), "--stage", "target"]);
     assert!(out.contains("  target \"cpu\"\n"), "{out}");
-    assert!(out.contains(" parallel {") && out.contains(" vectorized {"), "{out}");
+    assert!(out.contains(" parallel {") && out.contains(" vectorized(lanes=4, vectors="), "{out}");
 }

@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use super::{Arg, BinOp, BufferId, Callee, CmpOp, Expr, MAIN, MathOp, Module, PrimFunc, Stmt};
+use super::{Arg, BinOp, BufferId, Callee, CmpOp, Expr, ForKind, MAIN, MathOp, Module, PrimFunc, Stmt};
 use crate::dtype::DType;
 use crate::tensor::{Element, Tensor, Wide};
 
@@ -319,10 +319,16 @@ impl<'m> Frame<'m> {
                     self.exec(st, m)?;
                 }
             }
-            Stmt::For { var, extent, body, .. } => {
+            Stmt::For { var, extent, body, kind } => {
                 let n = self.eval(extent, m)?.as_i128();
-                for i in 0..n.max(0) {
-                    self.vars[var.0 as usize] = Some(Val::I(i as i64));
+                let n = i64::try_from(n.max(0)).map_err(|_| self.err(format!("loop extent {n}")))?;
+                // A vectorized loop runs in the vector code's order, its tail's repeats included.
+                let order = match kind {
+                    ForKind::Vectorized(shape) => shape.visit_order(n),
+                    _ => vec![0..n],
+                };
+                for i in order.into_iter().flatten() {
+                    self.vars[var.0 as usize] = Some(Val::I(i));
                     self.exec(body, m)?;
                 }
             }

@@ -86,17 +86,70 @@ pub struct VarDecl {
     pub dtype: DType,
 }
 
+/// How a loop runs. Every kind has the serial loop's meaning (the verifier rejects annotations
+/// whose reordering could change results); the kinds other than `Serial` are a target's
+/// decisions for the code generator, which emits them as given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ForKind {
     Serial,
-    Vectorized,
-    Unrolled,
+    /// Run as SIMD vectors of the given shape.
+    Vectorized(VectorShape),
+    /// `factor` iterations per step (the whole loop when `factor` >= the extent), the leftover
+    /// ones one at a time. Directly around a vectorized loop it is unroll-and-jam: `factor`
+    /// copies of the vector body share each inner loop, a `factor x vectors` register block.
+    Unrolled(u32),
     /// Split across threads: the function runs once per thread, each thread taking a
     /// contiguous slice of this loop's iterations (and running everything outside the loop).
     /// So a target marks a loop parallel only when its iterations write disjoint outputs and
     /// nothing else in the function writes global memory. At most one per function, outside
     /// `main`, with a constant extent (the verifier checks); interpreters run it serially.
     Parallel,
+}
+
+/// The register shape of a vectorized loop: `lanes`-wide vectors, `vectors` of them per block
+/// (each value that moves with the loop variable is `vectors` registers), and how the
+/// iterations that a whole block does not cover run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VectorShape {
+    pub lanes: u32,
+    pub vectors: u32,
+    pub tail: VectorTail,
+}
+
+/// What runs after the last whole block of a vectorized loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum VectorTail {
+    /// The leftover iterations one at a time, as scalar code.
+    Scalar,
+    /// Single vectors, the last one ending at the extent and so repeating iterations already
+    /// done: only for a constant extent of at least `lanes`, and a body that reads none of the
+    /// global buffers it writes (repeating an iteration then rewrites the same values).
+    Overlap,
+    /// The whole loop as one block of `vectors` vectors whose starts are clamped to
+    /// `extent - lanes` (a row shorter than a block, e.g. 7 or 14 wide, in one reduction pass):
+    /// only for a constant extent in `lanes + 1..=lanes * vectors`, under `Overlap`'s condition.
+    Clamp,
+}
+
+impl VectorShape {
+    /// The iterations in the order the vector code visits them, repeats included, for a loop of
+    /// `extent` iterations (the order the loop-IR interpreter runs): whole blocks, then the tail.
+    pub fn visit_order(&self, extent: i64) -> Vec<std::ops::Range<i64>> {
+        let (lanes, block) = (i64::from(self.lanes), i64::from(self.lanes) * i64::from(self.vectors));
+        let n = extent.max(0);
+        match self.tail {
+            VectorTail::Clamp => {
+                (0..i64::from(self.vectors)).map(|k| (k * lanes).min(n - lanes)).map(|s| s..s + lanes).collect()
+            }
+            VectorTail::Scalar => vec![0..n],
+            VectorTail::Overlap => {
+                let main_end = n - n % block;
+                let mut out = vec![0..main_end];
+                out.extend((main_end..n).step_by(lanes as usize).map(|s| s.min(n - lanes)).map(|s| s..s + lanes));
+                out
+            }
+        }
+    }
 }
 
 /// Binary operators. `Div` is IEEE division on floats and truncating division on integers;

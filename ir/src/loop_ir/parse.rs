@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::index_map::IndexMap;
 use super::{
     Arg, BinOp, Buffer, BufferId, Call, Callee, CmpOp, Expr, ForKind, MAX_NESTING, MathOp, Module, PrimFunc, Scope,
-    Stmt, VarDecl, VarId,
+    Stmt, VarDecl, VarId, VectorShape, VectorTail,
 };
 use crate::dtype::{DType, TensorType};
 use crate::tensor::Tensor;
@@ -252,6 +252,54 @@ impl Parser<'_> {
         }
     }
 
+    /// `serial`, `parallel`, `unrolled(K)` or `vectorized(lanes=L, vectors=V, tail=T)`.
+    fn for_kind(&mut self) -> Result<ForKind, ParseError> {
+        if self.eat("serial") {
+            return Ok(ForKind::Serial);
+        }
+        if self.eat("parallel") {
+            return Ok(ForKind::Parallel);
+        }
+        if self.eat("unrolled") {
+            self.expect("(")?;
+            let factor = self.small_count()?;
+            self.expect(")")?;
+            return Ok(ForKind::Unrolled(factor));
+        }
+        if self.eat("vectorized") {
+            self.expect("(")?;
+            let field = |p: &mut Self, name: &str| -> Result<(), ParseError> {
+                p.expect(name)?;
+                p.expect("=")
+            };
+            field(self, "lanes")?;
+            let lanes = self.small_count()?;
+            self.expect(",")?;
+            field(self, "vectors")?;
+            let vectors = self.small_count()?;
+            self.expect(",")?;
+            field(self, "tail")?;
+            let tail = match self.next()? {
+                Tok::Ident(t) if t == "scalar" => VectorTail::Scalar,
+                Tok::Ident(t) if t == "overlap" => VectorTail::Overlap,
+                Tok::Ident(t) if t == "clamp" => VectorTail::Clamp,
+                _ => {
+                    self.i -= 1;
+                    return Err(self.err("expected a vector tail (scalar, overlap, clamp)"));
+                }
+            };
+            self.expect(")")?;
+            return Ok(ForKind::Vectorized(VectorShape { lanes, vectors, tail }));
+        }
+        Err(self.err("expected a loop kind (serial, vectorized(..), unrolled(K), parallel)"))
+    }
+
+    /// A count in `1..=u32::MAX` (the verifier bounds it further).
+    fn small_count(&mut self) -> Result<u32, ParseError> {
+        let n = self.int()?;
+        u32::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| self.err(format!("expected a count >= 1, got {n}")))
+    }
+
     fn usize_list(&mut self) -> Result<Vec<usize>, ParseError> {
         self.expect("[")?;
         let mut v = Vec::new();
@@ -435,15 +483,7 @@ impl Parser<'_> {
             }
             self.expect("..")?;
             let extent = self.expr()?;
-            let kind = match self.next()? {
-                Tok::Ident(k) if k == "serial" => ForKind::Serial,
-                Tok::Ident(k) if k == "vectorized" => ForKind::Vectorized,
-                Tok::Ident(k) if k == "unrolled" => ForKind::Unrolled,
-                Tok::Ident(k) if k == "parallel" => ForKind::Parallel,
-                _ => {
-                    return Err(self.err("expected a loop kind (serial, vectorized, unrolled, parallel)"));
-                }
-            };
+            let kind = self.for_kind()?;
             let body = self.block()?;
             return Ok(Stmt::For { var, extent, kind, body });
         }

@@ -13,7 +13,7 @@
 
 use std::fmt::Write;
 
-use super::{Arg, BinOp, Buffer, Callee, CmpOp, Expr, ForKind, MathOp, Module, PrimFunc, Scope, Stmt};
+use super::{Arg, BinOp, Buffer, Callee, CmpOp, Expr, ForKind, MathOp, Module, PrimFunc, Scope, Stmt, VectorTail};
 
 /// Whether constant data is printed in full (round-trips) or elided (readable, for goldens).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,12 +102,21 @@ pub(crate) fn math_text(op: MathOp) -> &'static str {
     }
 }
 
-pub(crate) fn kind_text(k: ForKind) -> &'static str {
-    match k {
-        ForKind::Serial => "serial",
-        ForKind::Vectorized => "vectorized",
-        ForKind::Unrolled => "unrolled",
-        ForKind::Parallel => "parallel",
+impl std::fmt::Display for ForKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForKind::Serial => f.write_str("serial"),
+            ForKind::Vectorized(v) => {
+                let tail = match v.tail {
+                    VectorTail::Scalar => "scalar",
+                    VectorTail::Overlap => "overlap",
+                    VectorTail::Clamp => "clamp",
+                };
+                write!(f, "vectorized(lanes={}, vectors={}, tail={tail})", v.lanes, v.vectors)
+            }
+            ForKind::Unrolled(k) => write!(f, "unrolled({k})"),
+            ForKind::Parallel => f.write_str("parallel"),
+        }
     }
 }
 
@@ -179,13 +188,8 @@ impl Printer<'_> {
             }
             Stmt::For { var, extent, kind, body } => {
                 let v = self.f.var(*var);
-                let head = format!(
-                    "for {}: {} in 0..{} {} {{",
-                    sigil_name('%', &v.name),
-                    v.dtype,
-                    self.expr(extent),
-                    kind_text(*kind)
-                );
+                let head =
+                    format!("for {}: {} in 0..{} {} {{", sigil_name('%', &v.name), v.dtype, self.expr(extent), kind);
                 self.line(depth, &head);
                 self.block(body, depth + 1);
                 self.line(depth, "}");

@@ -6,31 +6,27 @@
 //! Only i64 (index) expressions are rewritten algebraically; float arithmetic is never
 //! reassociated.
 
-use std::collections::HashMap;
-
-use super::{BinOp, CmpOp, Expr, PrimFunc, Stmt, VarId};
+use super::analysis::VarRanges;
+use super::{BinOp, CmpOp, Expr, PrimFunc, Stmt};
 use crate::dtype::DType;
-
-/// Inclusive value ranges of loop variables.
-pub type Ranges = HashMap<VarId, (i64, i64)>;
 
 /// Simplifies every expression of `f`, using the ranges of enclosing loops.
 pub fn simplify_func(f: &mut PrimFunc) {
     let body = std::mem::replace(&mut f.body, Stmt::Seq(vec![]));
-    let mut ranges = Ranges::new();
+    let mut ranges = VarRanges::new(f.vars.len());
     f.body = simplify_stmt(body, f, &mut ranges);
 }
 
-fn simplify_stmt(s: Stmt, f: &PrimFunc, ranges: &mut Ranges) -> Stmt {
+fn simplify_stmt(s: Stmt, f: &PrimFunc, ranges: &mut VarRanges) -> Stmt {
     match s {
         Stmt::Seq(v) => Stmt::Seq(v.into_iter().map(|s| simplify_stmt(s, f, ranges)).collect()),
         Stmt::For { var, extent, kind, body } => {
             let extent = simplify(extent, f, ranges);
             if let Some(n) = extent.as_int() {
-                ranges.insert(var, (0, n - 1));
+                ranges.set(var, Some((0, i128::from(n) - 1)));
             }
             let body = simplify_stmt(*body, f, ranges);
-            ranges.remove(&var);
+            ranges.set(var, None);
             Stmt::For { var, extent, kind, body: Box::new(body) }
         }
         Stmt::If { cond, then, otherwise } => {
@@ -98,10 +94,10 @@ impl Linear {
         self.terms.is_empty().then_some(self.constant)
     }
 
-    fn range(&self, ranges: &Ranges) -> Option<(i64, i64)> {
+    fn range(&self, ranges: &VarRanges) -> Option<(i64, i64)> {
         let (mut lo, mut hi) = (self.constant, self.constant);
         for (atom, c) in &self.terms {
-            let (a, b) = range(atom, ranges)?;
+            let (a, b) = ranges.range_i64(atom)?;
             let (x, y) = (a.checked_mul(*c)?, b.checked_mul(*c)?);
             lo = lo.checked_add(x.min(y))?;
             hi = hi.checked_add(x.max(y))?;
@@ -130,44 +126,7 @@ impl Linear {
     }
 }
 
-/// Inclusive range of an i64 expression, when known.
-pub fn range(e: &Expr, ranges: &Ranges) -> Option<(i64, i64)> {
-    match e {
-        Expr::Int { value, .. } => Some((*value, *value)),
-        Expr::Var(v) => ranges.get(v).copied(),
-        Expr::Binary { op, lhs, rhs } => {
-            let (a, b) = (range(lhs, ranges)?, range(rhs, ranges)?);
-            match op {
-                BinOp::Add => Some((a.0.checked_add(b.0)?, a.1.checked_add(b.1)?)),
-                BinOp::Sub => Some((a.0.checked_sub(b.1)?, a.1.checked_sub(b.0)?)),
-                BinOp::Mul => {
-                    let c =
-                        [a.0.checked_mul(b.0)?, a.0.checked_mul(b.1)?, a.1.checked_mul(b.0)?, a.1.checked_mul(b.1)?];
-                    Some((*c.iter().min()?, *c.iter().max()?))
-                }
-                BinOp::FloorDiv if b.0 == b.1 && b.0 > 0 => Some((a.0.div_euclid(b.0), a.1.div_euclid(b.0))),
-                BinOp::FloorMod if b.0 == b.1 && b.0 > 0 => {
-                    let c = b.0;
-                    if a.0.div_euclid(c) == a.1.div_euclid(c) {
-                        Some((a.0.rem_euclid(c), a.1.rem_euclid(c)))
-                    } else {
-                        Some((0, c - 1))
-                    }
-                }
-                BinOp::Min => Some((a.0.min(b.0), a.1.min(b.1))),
-                BinOp::Max => Some((a.0.max(b.0), a.1.max(b.1))),
-                _ => None,
-            }
-        }
-        Expr::Select { then, otherwise, .. } => {
-            let (a, b) = (range(then, ranges)?, range(otherwise, ranges)?);
-            Some((a.0.min(b.0), a.1.max(b.1)))
-        }
-        _ => None,
-    }
-}
-
-fn linear(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Linear {
+fn linear(e: Expr, f: &PrimFunc, ranges: &VarRanges) -> Linear {
     match e {
         Expr::Int { value, dtype: DType::I64 } => Linear::constant(value),
         Expr::Binary { op: BinOp::Add, lhs, rhs } => linear(*lhs, f, ranges).add(linear(*rhs, f, ranges), 1),
@@ -207,7 +166,7 @@ fn linear(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Linear {
 
 /// `floordiv(L, c)` / `floormod(L, c)` for c > 0: the terms of L that are multiples of c pass
 /// through the division (and vanish in the modulus); the rest is decided by its range.
-fn div_mod(op: BinOp, a: Linear, c: i64, ranges: &Ranges) -> Linear {
+fn div_mod(op: BinOp, a: Linear, c: i64, ranges: &VarRanges) -> Linear {
     if c == 1 {
         return if op == BinOp::FloorDiv { a } else { Linear::constant(0) };
     }
@@ -237,7 +196,7 @@ fn div_mod(op: BinOp, a: Linear, c: i64, ranges: &Ranges) -> Linear {
     }
 }
 
-fn simplify_children(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr {
+fn simplify_children(e: Expr, f: &PrimFunc, ranges: &VarRanges) -> Expr {
     match e {
         Expr::Binary { op, lhs, rhs } => fold_binary(op, simplify(*lhs, f, ranges), simplify(*rhs, f, ranges)),
         Expr::Cmp { op, lhs, rhs } => fold_cmp(op, simplify(*lhs, f, ranges), simplify(*rhs, f, ranges), f, ranges),
@@ -285,9 +244,9 @@ fn fold_binary(op: BinOp, a: Expr, b: Expr) -> Expr {
     }
 }
 
-fn fold_cmp(op: CmpOp, a: Expr, b: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr {
+fn fold_cmp(op: CmpOp, a: Expr, b: Expr, f: &PrimFunc, ranges: &VarRanges) -> Expr {
     if a.dtype(f) == DType::I64
-        && let (Some(x), Some(y)) = (range(&a, ranges), range(&b, ranges))
+        && let (Some(x), Some(y)) = (ranges.range_i64(&a), ranges.range_i64(&b))
     {
         let decided = match op {
             CmpOp::Lt if x.1 < y.0 => Some(true),
@@ -310,7 +269,7 @@ fn fold_cmp(op: CmpOp, a: Expr, b: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr 
 }
 
 /// Simplifies one expression given loop-variable ranges.
-pub fn simplify(e: Expr, f: &PrimFunc, ranges: &Ranges) -> Expr {
+pub fn simplify(e: Expr, f: &PrimFunc, ranges: &VarRanges) -> Expr {
     if e.dtype(f) == DType::I64 && !matches!(e, Expr::Load { .. } | Expr::Select { .. } | Expr::Cast { .. }) {
         linear(e, f, ranges).to_expr()
     } else {

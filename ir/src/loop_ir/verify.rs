@@ -8,7 +8,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Arg, BinOp, BufferId, Callee, Expr, ForKind, MAIN, MAX_NESTING, Module, PrimFunc, Stmt, VarId};
+use super::analysis::{reads_none_of_its_outputs, reads_only_own_outputs, stores_move_with};
+use super::{
+    Arg, BinOp, BufferId, Callee, Expr, ForKind, MAIN, MAX_NESTING, Module, PrimFunc, Stmt, VarId, VectorShape,
+    VectorTail,
+};
 use crate::dtype::DType;
 use crate::limits::{Limits, span_bytes};
 use crate::verify::VerifyErrors;
@@ -63,10 +67,12 @@ fn verify_in(f: &PrimFunc, module: Option<&HashMap<&str, &PrimFunc>>) -> Result<
     }
     let mut parallel = 0;
     f.body.walk(&mut |s| {
-        if let Stmt::For { kind: ForKind::Parallel, extent, .. } = s {
-            parallel += 1;
-            if extent.as_int().is_none() {
-                v.err("a parallel loop needs a constant extent".to_string());
+        if let Stmt::For { var, kind, extent, body } = s {
+            if *kind == ForKind::Parallel {
+                parallel += 1;
+            }
+            if let Err(e) = check_loop_kind(f, *var, *kind, extent, body) {
+                v.err(format!("loop '{}' ({kind}): {e}", f.vars.get(var.0 as usize).map_or("?", |d| d.name.as_str())));
             }
         }
     });
@@ -93,6 +99,75 @@ fn verify_in(f: &PrimFunc, module: Option<&HashMap<&str, &PrimFunc>>) -> Result<
     }
     v.stmt(&f.body);
     if v.errors.is_empty() { Ok(()) } else { Err(VerifyErrors(v.errors)) }
+}
+
+/// Unroll factors above this would only blow up code size.
+const MAX_UNROLL_FACTOR: u32 = 64;
+/// Vector shapes beyond these have no machine to run on.
+const MAX_LANES: u32 = 64;
+const MAX_VECTORS: u32 = 16;
+
+/// Checks that a loop kind keeps the serial loop's meaning: a parallel or vectorized loop, or
+/// an unrolled one jammed around a vectorized loop, runs iterations out of order, so its
+/// iterations must write different elements and read no other iteration's output; overlapping
+/// and clamped vector tails repeat iterations, so the body must not read what it writes.
+fn check_loop_kind(f: &PrimFunc, var: VarId, kind: ForKind, extent: &Expr, body: &Stmt) -> Result<(), String> {
+    let independent = |what: &str| {
+        if stores_move_with(body, f, var) && reads_only_own_outputs(body, f) {
+            Ok(())
+        } else {
+            Err(format!("{what} needs iterations that write different elements and read no other iteration's output"))
+        }
+    };
+    match kind {
+        ForKind::Serial => Ok(()),
+        ForKind::Parallel => {
+            if extent.as_int().is_none() {
+                return Err("a parallel loop needs a constant extent".into());
+            }
+            independent("a parallel loop")
+        }
+        ForKind::Unrolled(k) => {
+            if k > MAX_UNROLL_FACTOR {
+                return Err(format!("unroll factor {k} is more than {MAX_UNROLL_FACTOR}"));
+            }
+            if extent.as_int().is_none() {
+                return Err("an unrolled loop needs a constant extent".into());
+            }
+            match body {
+                Stmt::For { kind: ForKind::Vectorized(_), .. } if k > 1 => independent("unroll-and-jam"),
+                _ => Ok(()),
+            }
+        }
+        ForKind::Vectorized(shape) => {
+            let VectorShape { lanes, vectors, tail } = shape;
+            if !lanes.is_power_of_two() || lanes > MAX_LANES {
+                return Err(format!("{lanes} lanes: a power of two up to {MAX_LANES} expected"));
+            }
+            if vectors > MAX_VECTORS {
+                return Err(format!("{vectors} vectors per block: at most {MAX_VECTORS}"));
+            }
+            independent("a vectorized loop")?;
+            let n = extent.as_int();
+            let (lanes, block) = (i64::from(lanes), i64::from(lanes) * i64::from(vectors));
+            match tail {
+                VectorTail::Scalar => return Ok(()),
+                VectorTail::Overlap if n.is_none_or(|n| n < lanes) => {
+                    return Err(format!("an overlapping tail needs a constant extent of at least {lanes}"));
+                }
+                VectorTail::Clamp if n.is_none_or(|n| n <= lanes || n > block) => {
+                    return Err(format!("a clamped block needs a constant extent in {}..={block}", lanes + 1));
+                }
+                _ => {}
+            }
+            if reads_none_of_its_outputs(body, f) {
+                Ok(())
+            } else {
+                Err("a vector tail that repeats iterations needs a body that reads none of the buffers it writes"
+                    .into())
+            }
+        }
+    }
 }
 
 struct Verifier<'a> {
