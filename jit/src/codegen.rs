@@ -861,12 +861,30 @@ impl<'a> FuncTranslator<'a> {
         };
         let params = &routines[k].params;
         let mut sig = Signature::new(self.b.func.signature.call_conv);
-        let mut args = Vec::with_capacity(call_args.len());
+        let mut args = Vec::with_capacity(params.len());
         let mismatch = || format!("a call of routine '{name}' that does not match its registered signature {params:?}");
-        if call_args.len() != params.len() {
+        let supplied = params.iter().filter(|p| !matches!(p, RoutineParam::Device(_))).count();
+        if call_args.len() != supplied {
             return Err(self.unsupported(mismatch()));
         }
-        for (a, &p) in call_args.iter().zip(params) {
+        let mut call_args = call_args.iter();
+        for &p in params {
+            if let RoutineParam::Device(slot) = p {
+                // The run checked that its device table has this slot.
+                let table = self.b.ins().load(
+                    self.ptr,
+                    MemFlagsData::trusted(),
+                    self.context,
+                    crate::threads::RunContext::DEVICES_OFFSET,
+                );
+                let offset = i32::try_from(u64::from(slot) * u64::from(self.ptr.bytes()))
+                    .map_err(|_| self.unsupported(format!("device slot {slot}")))?;
+                let handle = self.b.ins().load(self.ptr, MemFlagsData::trusted(), table, offset);
+                sig.params.push(AbiParam::new(self.ptr));
+                args.push(handle);
+                continue;
+            }
+            let a = call_args.next().expect("counted above");
             let (value, ty) = match (a, p) {
                 (Arg::Buffer(b), RoutineParam::Buffer) => (self.buffer_ptr(*b)?, self.ptr),
                 (Arg::Expr(e), RoutineParam::I64 | RoutineParam::F32 | RoutineParam::F64) => {

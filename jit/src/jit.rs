@@ -14,7 +14,7 @@ use crate::CodegenError;
 use crate::codegen::{CodegenOptions, emit_module};
 use crate::isa::{OptLevel, TargetCpu, build_isa};
 use crate::routines::Routine;
-use crate::threads::{RunContext, ThreadPool};
+use crate::threads::{DeviceHandle, RunContext, ThreadPool};
 
 /// Why a run of generated code failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -27,6 +27,8 @@ pub enum JitRunError {
     NotWritable { index: usize, name: String },
     #[error("an index computed from tensor data was out of range in '{func}'")]
     IndexOutOfRange { func: String },
+    #[error("the module's routines use {needed} device slots, the run provided {got}")]
+    MissingDevices { needed: usize, got: usize },
 }
 
 type EntryFn = extern "C" fn(*const *mut u8, *mut i32, *const RunContext);
@@ -67,6 +69,8 @@ pub struct JitModule {
     scalar_vector_loops: Vec<String>,
     /// Addresses of the registered routines, in the order the code indexes them.
     routine_table: Vec<*const u8>,
+    /// Device slots the registered routines take (a run must provide this many).
+    device_slots: usize,
 }
 
 // SAFETY: after `finalize_definitions` the code memory is immutable and executable; the module
@@ -124,6 +128,7 @@ impl JitModule {
             func_names: emitted.func_names,
             scalar_vector_loops: emitted.scalar_vector_loops,
             routine_table: options.routines.iter().map(|r| r.address).collect(),
+            device_slots: crate::routines::device_slots(&signatures),
         })
     }
 
@@ -131,6 +136,11 @@ impl JitModule {
     /// [`crate::EmittedModule::scalar_vector_loops`]).
     pub fn scalar_vector_loops(&self) -> &[String] {
         &self.scalar_vector_loops
+    }
+
+    /// Device slots a run must provide to [`JitModule::run_in`].
+    pub fn device_slots(&self) -> usize {
+        self.device_slots
     }
 
     /// Byte sizes of the buffers `run` takes, in order.
@@ -142,17 +152,23 @@ impl JitModule {
     /// `compile` was not told the parameter is read-only). Checks count, sizes and writability
     /// before the code runs; allocates nothing for up to 64 parameters. Runs on this thread.
     pub fn run<'a>(&self, args: impl IntoIterator<Item = JitArg<'a>>) -> Result<(), JitRunError> {
-        self.run_in(args, None)
+        self.run_in(args, None, &[])
     }
 
     /// [`JitModule::run`], with the parallel loops split across `pool`'s threads (results are
     /// the same with any number of threads: each output is computed by one thread, in the same
-    /// order).
+    /// order) and `devices` in the run context's device table, for the routines that take a
+    /// device slot (at least [`JitModule::device_slots`] of them; the handles are passed on,
+    /// never dereferenced by generated code).
     pub fn run_in<'a>(
         &self,
         args: impl IntoIterator<Item = JitArg<'a>>,
         pool: Option<&ThreadPool>,
+        devices: &[DeviceHandle],
     ) -> Result<(), JitRunError> {
+        if devices.len() < self.device_slots {
+            return Err(JitRunError::MissingDevices { needed: self.device_slots, got: devices.len() });
+        }
         const MAX_INLINE: usize = 64;
         let mut inline = [std::ptr::null_mut::<u8>(); MAX_INLINE];
         let mut spilled = Vec::new();
@@ -191,7 +207,7 @@ impl JitModule {
         };
         // Atomic: the threads of a parallel loop share the status word.
         let status = std::sync::atomic::AtomicI32::new(0);
-        let context = RunContext::new(pool, &self.routine_table);
+        let context = RunContext::new(pool, &self.routine_table, devices);
         // The pointers stay valid for the call: they come from borrows that live for 'a, the
         // pool and the routine table outlive it, and the pool's workers are done when the
         // entry returns.

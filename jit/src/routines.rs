@@ -15,6 +15,11 @@ pub enum RoutineParam {
     I64,
     F32,
     F64,
+    /// The device handle in this slot of the run context's device table ([`DeviceHandle`]):
+    /// supplied by the run, not by the call site, whose arguments skip it.
+    ///
+    /// [`DeviceHandle`]: crate::threads::DeviceHandle
+    Device(u32),
 }
 
 /// A routine's name and C signature (`void name(params...)`), as code generation sees it.
@@ -22,6 +27,15 @@ pub enum RoutineParam {
 pub struct RoutineSignature {
     pub name: String,
     pub params: Vec<RoutineParam>,
+}
+
+/// How many device slots a run must provide for code that may call `routines`.
+pub fn device_slots(routines: &[RoutineSignature]) -> usize {
+    let slots = routines.iter().flat_map(|r| &r.params).filter_map(|p| match p {
+        RoutineParam::Device(slot) => Some(*slot as usize + 1),
+        _ => None,
+    });
+    slots.max().unwrap_or(0)
 }
 
 /// A routine ready to be called: signature, required CPU features and address.

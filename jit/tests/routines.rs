@@ -6,8 +6,8 @@
 
 use heron_ir::loop_ir::parse::parse_module;
 use heron_jit::routines::{Routine, RoutineParam, RoutineSignature};
-use heron_jit::threads::ThreadPool;
-use heron_jit::{CodegenError, JitArg, JitModule, JitOptions};
+use heron_jit::threads::{DeviceHandle, ThreadPool};
+use heron_jit::{CodegenError, JitArg, JitModule, JitOptions, JitRunError};
 
 /// y[i] = k * x[i] + 1 for i < n.
 extern "C" fn axpy_one(x: *const f32, y: *mut f32, n: i64, k: f32) {
@@ -78,7 +78,7 @@ func @main(%x: f32[64, 8], %y: f32[64, 8]) {
     for threads in [1, 2, 3] {
         let pool = ThreadPool::new(threads).expect("threads");
         let mut out = vec![0u8; 2048];
-        jit.run_in([JitArg::Read(&input), JitArg::Write(&mut out)], Some(&pool)).expect("run");
+        jit.run_in([JitArg::Read(&input), JitArg::Write(&mut out)], Some(&pool), &[]).expect("run");
         let want: Vec<f32> = (0..512).map(|i| 3.0 * i as f32 + 1.0).collect();
         assert_eq!(floats(&out), want, "{threads} threads");
     }
@@ -113,4 +113,52 @@ fn routines_needing_features_the_cpu_lacks_or_unknown_ones_are_refused() {
         let err = JitModule::compile(&module, &[true, false], options).err().expect("must fail");
         assert!(err.to_string().contains("needs avx512f, which this CPU lacks"), "{err}");
     }
+}
+
+/// A stand-in device: it counts the rows it was asked to process.
+struct CountingDevice {
+    rows: std::sync::atomic::AtomicI64,
+}
+
+/// y[row, i] = x[row, i] + device id, counting the call on the device.
+extern "C" fn device_row(device: DeviceHandle, x: *const f32, y: *mut f32, row: i64) {
+    // SAFETY: the test registers this routine with a `CountingDevice` in slot 1, which outlives
+    // the run; rows are below 16 and written by one iteration each.
+    let device = unsafe { &*device.cast::<CountingDevice>() };
+    device.rows.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (x, y) = unsafe { (x.add(row as usize * 4), y.add(row as usize * 4)) };
+    for i in 0..4 {
+        unsafe { *y.add(i) = *x.add(i) + 100.0 };
+    }
+}
+
+#[test]
+fn routines_receive_device_handles_from_the_run_context() {
+    let text = "func @main(%x: f32[16, 4], %y: f32[16, 4]) {
+  for %r: i64 in 0..16 serial {
+    call extern \"device_row\"(%x, %y, %r)
+  }
+}
+";
+    let module = parse_module(text).expect("valid loop IR");
+    use RoutineParam::{Buffer, Device, I64};
+    let routine = Routine {
+        signature: RoutineSignature { name: "device_row".into(), params: vec![Device(1), Buffer, Buffer, I64] },
+        features: Vec::new(),
+        address: device_row as *const u8,
+    };
+    let options = JitOptions { routines: vec![routine], ..JitOptions::default() };
+    let jit = JitModule::compile(&module, &[true, false], options).expect("compile");
+    assert_eq!(jit.device_slots(), 2);
+    let input: Vec<u8> = (0..64).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let mut out = vec![0u8; 256];
+    let err = jit.run([JitArg::Read(&input), JitArg::Write(&mut out)]).unwrap_err();
+    assert!(matches!(err, JitRunError::MissingDevices { needed: 2, got: 0 }), "{err}");
+    let unused = CountingDevice { rows: 0.into() };
+    let device = CountingDevice { rows: 0.into() };
+    let devices = [&unused as *const CountingDevice as DeviceHandle, &device as *const CountingDevice as DeviceHandle];
+    jit.run_in([JitArg::Read(&input), JitArg::Write(&mut out)], None, &devices).expect("run");
+    assert_eq!(floats(&out), (0..64).map(|i| i as f32 + 100.0).collect::<Vec<_>>());
+    assert_eq!(device.rows.load(std::sync::atomic::Ordering::Relaxed), 16);
+    assert_eq!(unused.rows.load(std::sync::atomic::Ordering::Relaxed), 0);
 }

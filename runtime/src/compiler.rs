@@ -521,7 +521,7 @@ impl CompiledModel {
                         (None, PoolMemory::Shared(c)) => JitArg::Read(c.bytes()),
                         (None, _) => JitArg::Read(&[]),
                     }));
-                code.run_in(args, ws.threads.as_ref())?;
+                code.run_in(args, ws.threads.as_ref(), &[])?;
             }
             Code::Aot(library) => {
                 let parameters = exe

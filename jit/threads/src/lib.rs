@@ -27,8 +27,13 @@ pub type TaskFn = extern "C" fn(*const *mut u8, *mut i32, *const RunContext, i64
 /// across the pool's threads, and returns when every slice is done.
 pub type ParallelForFn = extern "C" fn(*const RunContext, TaskFn, *const *mut u8, *mut i32, i64);
 
+/// An opaque handle of a device (an accelerator's runtime object) that precompiled routines
+/// receive from the run context.
+pub type DeviceHandle = *mut std::ffi::c_void;
+
 /// What generated code reaches at run time. `#[repr(C)]`: generated code loads
-/// `parallel_for` from offset 0 and the routine table from [`RunContext::ROUTINES_OFFSET`].
+/// `parallel_for` from offset 0, the routine table from [`RunContext::ROUTINES_OFFSET`] and
+/// the device table from [`RunContext::DEVICES_OFFSET`].
 #[repr(C)]
 pub struct RunContext {
     pub parallel_for: ParallelForFn,
@@ -37,20 +42,27 @@ pub struct RunContext {
     /// Entry points of the precompiled routines, in the order the module was compiled with.
     routines: *const *const u8,
     routine_count: usize,
+    /// Device handles by slot, handed to routines that take one.
+    devices: *const DeviceHandle,
+    device_count: usize,
 }
 
 impl RunContext {
     /// Byte offset of the routine table pointer.
     pub const ROUTINES_OFFSET: i32 = std::mem::offset_of!(RunContext, routines) as i32;
+    /// Byte offset of the device table pointer.
+    pub const DEVICES_OFFSET: i32 = std::mem::offset_of!(RunContext, devices) as i32;
 
-    /// A context running parallel loops on `pool` (or on the calling thread), with `routines`,
-    /// which must outlive every run given this context.
-    pub fn new(pool: Option<&ThreadPool>, routines: &[*const u8]) -> RunContext {
+    /// A context running parallel loops on `pool` (or on the calling thread), with `routines`
+    /// and `devices`, which must outlive every run given this context.
+    pub fn new(pool: Option<&ThreadPool>, routines: &[*const u8], devices: &[DeviceHandle]) -> RunContext {
         RunContext {
             parallel_for,
             shared: pool.map_or(std::ptr::null(), |p| Arc::as_ptr(&p.shared)),
             routines: routines.as_ptr(),
             routine_count: routines.len(),
+            devices: devices.as_ptr(),
+            device_count: devices.len(),
         }
     }
 }
@@ -147,6 +159,8 @@ impl ThreadPool {
             shared: Arc::as_ptr(&shared),
             routines: std::ptr::null(),
             routine_count: 0,
+            devices: std::ptr::null(),
+            device_count: 0,
         });
         Ok(ThreadPool { shared, joins, context })
     }
