@@ -340,12 +340,14 @@ fn check_zero_point(op: &Op, name: &str, operand: &TensorType, zp: &TensorType, 
 }
 
 fn check_quant_params(axis: QuantAxis, x: &[usize], scale: &TensorType, zp: &TensorType) -> Result<(), String> {
-    if scale.shape != zp.shape {
+    // Per-tensor parameters may be 0-d or 1-element 1-d each (exporters mix the two).
+    let single = |t: &TensorType| t.num_elements() == 1 && t.rank() <= 1;
+    if scale.shape != zp.shape && !(axis == QuantAxis::PerTensor && single(scale) && single(zp)) {
         return Err(format!("scale {:?} and zero point {:?} shapes differ", scale.shape, zp.shape));
     }
     match axis {
         QuantAxis::PerTensor => {
-            if scale.num_elements() != 1 || scale.rank() > 1 {
+            if !single(scale) {
                 return Err(format!("per-tensor scale must be a scalar, got {:?}", scale.shape));
             }
         }

@@ -855,18 +855,15 @@ fn quant_param_index(axis: QuantAxis, param: &Operand, o: &[Expr]) -> Vec<Expr> 
 
 fn quantize(ins: &[Operand], axis: QuantAxis, out_dtype: DType, o: &[Expr]) -> Expr {
     let (x, scale, zp) = (&ins[0], &ins[1], &ins[2]);
-    let pi = quant_param_index(axis, scale, o);
+    let (si, zi) = (quant_param_index(axis, scale, o), quant_param_index(axis, zp, o));
     // The division happens in the input's precision, as the ONNX reference does.
     let t = if x.dtype == DType::I32 { DType::F64 } else { DType::F32 };
-    let mut q = Expr::binary(
-        BinOp::Div,
-        cast_to(t, x.load(o.to_vec()), x.dtype),
-        cast_to(t, scale.load(pi.clone()), scale.dtype),
-    );
+    let mut q =
+        Expr::binary(BinOp::Div, cast_to(t, x.load(o.to_vec()), x.dtype), cast_to(t, scale.load(si), scale.dtype));
     if x.dtype == DType::F16 {
         q = Expr::cast(DType::F32, Expr::cast(DType::F16, q));
     }
-    let q = add(Expr::math(MathOp::Round, q), Expr::cast(t, zp.load(pi)));
+    let q = add(Expr::math(MathOp::Round, q), Expr::cast(t, zp.load(zi)));
     let lo = lit(t, Tensor::scalar_from_f64(out_dtype, f64::NEG_INFINITY).to_f64_vec()[0]);
     let hi = lit(t, Tensor::scalar_from_f64(out_dtype, f64::INFINITY).to_f64_vec()[0]);
     Expr::cast(out_dtype, min(max(q, lo), hi))
@@ -874,7 +871,7 @@ fn quantize(ins: &[Operand], axis: QuantAxis, out_dtype: DType, o: &[Expr]) -> E
 
 fn dequantize(ins: &[Operand], axis: QuantAxis, o: &[Expr]) -> Expr {
     let (x, scale, zp) = (&ins[0], &ins[1], &ins[2]);
-    let pi = quant_param_index(axis, scale, o);
-    let diff = sub(Expr::cast(DType::I64, x.load(o.to_vec())), Expr::cast(DType::I64, zp.load(pi.clone())));
-    mul(Expr::cast(scale.dtype, diff), scale.load(pi))
+    let (si, zi) = (quant_param_index(axis, scale, o), quant_param_index(axis, zp, o));
+    let diff = sub(Expr::cast(DType::I64, x.load(o.to_vec())), Expr::cast(DType::I64, zp.load(zi)));
+    mul(Expr::cast(scale.dtype, diff), scale.load(si))
 }
