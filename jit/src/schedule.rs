@@ -15,13 +15,13 @@
 //! Only loops whose variable indexes every global store of the body are moved or jammed: their
 //! iterations write disjoint outputs, so reordering them cannot change results.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use heron_ir::loop_ir::analysis::{
-    affine_terms, mentions_any, reads, reads_none_of_its_outputs, reads_only_own_outputs,
+    affine_terms, mentions_any, reads, reads_none_of_its_outputs, reads_only_own_outputs, substitute,
 };
 use heron_ir::loop_ir::{
-    Arg, BinOp, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarId, VectorShape,
+    Arg, BinOp, BufferId, Callee, Expr, ForKind, IndexMap, Module, PrimFunc, Scope, Stmt, VarDecl, VarId, VectorShape,
     VectorTail,
 };
 
@@ -305,7 +305,7 @@ pub fn choose_layouts(module: &mut Module) {
         }
     });
     // A constant qualifies when every call that receives it wants it transposed.
-    let mut verdict: std::collections::HashMap<BufferId, bool> = std::collections::HashMap::new();
+    let mut verdict: HashMap<BufferId, bool> = HashMap::new();
     main.body.walk(&mut |s| {
         if let Stmt::Evaluate(call) = s
             && let Callee::Func(name) = &call.callee
@@ -469,6 +469,8 @@ const MIN_PARALLEL_WORK: u64 = 1 << 16;
 /// outermost serial loop of the chain with constant extent >= 2 whose variable is a whole index
 /// of every global store inside it (so iterations write disjoint elements), whose body reads
 /// no other iteration's output, and whose nest does at least [`MIN_PARALLEL_WORK`] iterations.
+/// When only loops of one iteration sit above the vectorized output loop (a matrix-vector
+/// product), that loop is split into a parallel loop over chunks around a vector loop.
 pub fn mark_parallel(module: &mut Module) {
     for f in module.funcs.iter_mut().filter(|f| f.target.is_none() && f.name != heron_ir::loop_ir::MAIN) {
         let Stmt::Seq(items) = &f.body else { continue };
@@ -479,25 +481,79 @@ pub fn mark_parallel(module: &mut Module) {
         }
         let mut path = Vec::new();
         let mut cur = top;
+        // Whether every loop above `cur` runs once.
+        let mut single_iterations = true;
         let chosen = loop {
             let Stmt::For { var, extent, kind, body } = cur else { break None };
-            if *kind == ForKind::Serial && extent.as_int().is_some_and(|n| n >= 2) && splits_safely(*var, body, f) {
-                break Some(path);
+            let safe = || extent.as_int().is_some_and(|n| n >= 2) && splits_safely(*var, body, f);
+            match kind {
+                ForKind::Serial if safe() => break Some((path, None)),
+                // No loop above to split (a GEMM with one row): the vector loop itself, in chunks.
+                ForKind::Vectorized(_) if single_iterations && safe() => {
+                    match extent.as_int().and_then(parallel_chunks) {
+                        Some(chunks) => break Some((path, Some((chunks, reads_none_of_its_outputs(body, f))))),
+                        None => break None,
+                    }
+                }
+                _ => {}
             }
+            single_iterations &= extent.as_int() == Some(1);
             path.push(());
             cur = body;
         };
-        let Some(path) = chosen else { continue };
+        let Some((path, split)) = chosen else { continue };
+        let mut vars = std::mem::take(&mut f.vars);
         let Stmt::Seq(items) = &mut f.body else { continue };
         let mut target = &mut items[index];
         for () in path {
             let Stmt::For { body, .. } = target else { break };
             target = body;
         }
-        if let Stmt::For { kind, .. } = target {
-            *kind = ForKind::Parallel;
+        match split {
+            None => {
+                if let Stmt::For { kind, .. } = target {
+                    *kind = ForKind::Parallel;
+                }
+            }
+            Some((chunks, repeats_ok)) => {
+                let inner = std::mem::replace(target, Stmt::Seq(vec![]));
+                *target = split_vector_loop(inner, chunks, repeats_ok, &mut vars);
+            }
         }
+        f.vars = vars;
     }
+}
+
+/// Most chunks a vector loop is split into for threads (a fixed number, so the code does not
+/// depend on the thread count; threads take contiguous runs of chunks).
+const MAX_PARALLEL_CHUNKS: i64 = 16;
+
+/// The number of equal chunks of at least one vector each to split a vector loop of `n`
+/// iterations into: the largest divisor of `n` up to [`MAX_PARALLEL_CHUNKS`] (`None`: below 2).
+fn parallel_chunks(n: i64) -> Option<i64> {
+    (2..=MAX_PARALLEL_CHUNKS).rev().find(|&d| n % d == 0 && n / d >= LANES)
+}
+
+/// `for v in 0..n vectorized { body }` as `for v_chunk in 0..chunks parallel { for v_in in
+/// 0..n/chunks vectorized { body[v := v_chunk * (n/chunks) + v_in] } }`, the inner loop's
+/// register block chosen for its own extent. Each chunk writes its own outputs with the same
+/// per-element arithmetic, so results do not change.
+fn split_vector_loop(s: Stmt, chunks: i64, repeats_ok: bool, vars: &mut Vec<VarDecl>) -> Stmt {
+    let Stmt::For { var, extent, body, .. } = s else { return s };
+    let n = extent.as_int().expect("constant extent, checked by the caller");
+    let chunk = n / chunks;
+    let decl = vars[var.0 as usize].clone();
+    let outer = VarId(vars.len() as u32);
+    vars.push(VarDecl { name: format!("{}_chunk", decl.name), dtype: decl.dtype.clone() });
+    let inner = VarId(vars.len() as u32);
+    vars.push(VarDecl { name: format!("{}_in", decl.name), dtype: decl.dtype });
+    let at = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(outer), Expr::index(chunk)), Expr::Var(inner));
+    let with: HashMap<VarId, Expr> = [(var, at)].into_iter().collect();
+    let body = body.map_exprs(&mut |e| substitute(&e, &with));
+    let (shape, _) = register_block(chunk, false, repeats_ok);
+    let vector =
+        Stmt::For { var: inner, extent: Expr::index(chunk), kind: ForKind::Vectorized(shape), body: Box::new(body) };
+    Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body: Box::new(vector) }
 }
 
 fn is_local_allocation(s: &Stmt, f: &PrimFunc) -> bool {

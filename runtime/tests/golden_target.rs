@@ -76,6 +76,19 @@ fn golden_target_gemm() {
     golden("target_gemm", g, &[f32s(1, &[16, 64])]);
 }
 
+/// One row: no loop above the vector loop to split across threads, so the vector loop is
+/// split into a parallel loop over chunks.
+#[test]
+fn golden_target_gemv() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 256]));
+    let w = g.add_constant("w", f32s(2, &[400, 256]));
+    let b = g.add_constant("b", f32s(3, &[400]));
+    let y = g.add_op("dense", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true }, &[x, w, b]).unwrap();
+    g.set_outputs(vec![y]);
+    golden("target_gemv", g, &[f32s(1, &[1, 256])]);
+}
+
 #[test]
 fn golden_target_pooling() {
     let mut g = Graph::new();
