@@ -544,7 +544,7 @@ fn split_vector_loop(s: Stmt, chunks: i64, repeats_ok: bool, vars: &mut Vec<VarD
     let chunk = n / chunks;
     let decl = vars[var.0 as usize].clone();
     let outer = VarId(vars.len() as u32);
-    vars.push(VarDecl { name: format!("{}_chunk", decl.name), dtype: decl.dtype.clone() });
+    vars.push(VarDecl { name: format!("{}_chunk", decl.name), dtype: decl.dtype });
     let inner = VarId(vars.len() as u32);
     vars.push(VarDecl { name: format!("{}_in", decl.name), dtype: decl.dtype });
     let at = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(outer), Expr::index(chunk)), Expr::Var(inner));

@@ -325,7 +325,7 @@ impl<'m> Frame<'m> {
                 // A vectorized loop runs in the vector code's order, its tail's repeats included.
                 let order = match kind {
                     ForKind::Vectorized(shape) => shape.visit_order(n),
-                    _ => vec![0..n],
+                    _ => std::iter::once(0..n).collect(),
                 };
                 for i in order.into_iter().flatten() {
                     self.vars[var.0 as usize] = Some(Val::I(i));

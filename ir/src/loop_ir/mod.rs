@@ -141,10 +141,10 @@ impl VectorShape {
             VectorTail::Clamp => {
                 (0..i64::from(self.vectors)).map(|k| (k * lanes).min(n - lanes)).map(|s| s..s + lanes).collect()
             }
-            VectorTail::Scalar => vec![0..n],
+            VectorTail::Scalar => std::iter::once(0..n).collect(),
             VectorTail::Overlap => {
                 let main_end = n - n % block;
-                let mut out = vec![0..main_end];
+                let mut out: Vec<_> = std::iter::once(0..main_end).collect();
                 out.extend((main_end..n).step_by(lanes as usize).map(|s| s.min(n - lanes)).map(|s| s..s + lanes));
                 out
             }
