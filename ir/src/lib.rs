@@ -29,6 +29,7 @@ pub mod npy;
 pub mod onnx;
 pub mod op;
 pub mod passes;
+pub mod quantize;
 pub mod stats;
 pub mod tensor;
 pub mod testing;

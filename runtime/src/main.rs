@@ -13,6 +13,7 @@ use heron_ir::loop_ir::workspace::module_workspace;
 use heron_ir::loop_ir::{IndexMap, Module};
 use heron_ir::npy::{read_npy, write_npy};
 use heron_ir::onnx::ImportOptions;
+use heron_ir::quantize::{Calibration, QuantizeOptions, ScaleKind, quantize_model};
 use heron_ir::stats::graph_stats;
 use heron_runtime::builtin::builtin_input;
 use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage as PipelineStage};
@@ -52,6 +53,15 @@ impl Stage {
             Stage::Planned => PipelineStage::Planned,
         }
     }
+}
+
+/// How `heron quantize` rounds scales.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Scales {
+    /// Powers of two: every requantization is add-round, shift and clip (VTA-ready).
+    Pow2,
+    /// Exactly range / 127 (CPU only).
+    Float,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -214,6 +224,33 @@ enum Command {
         #[command(flatten)]
         limits: LimitFlags,
     },
+    /// Quantize a float model to a standard int8 QDQ ONNX model (QuantizeLinear /
+    /// DequantizeLinear, symmetric, power-of-two scales by default) that ONNX Runtime and Heron
+    /// load.
+    Quantize {
+        model: PathBuf,
+        #[arg(short, long, value_name = "OUT.onnx")]
+        output: PathBuf,
+        /// Calibration data: FILE.npy per model input, in input order (groups of that many
+        /// files for several samples); a file whose leading axis is N times the input's holds
+        /// N samples.
+        #[arg(long = "calibration", value_name = "FILE.npy")]
+        calibration: Vec<PathBuf>,
+        /// Weight scales per output channel (opset 13+).
+        #[arg(long)]
+        per_channel: bool,
+        /// Leave this node in float; repeatable.
+        #[arg(long = "skip", value_name = "NODE")]
+        skip: Vec<String>,
+        /// No calibration: every activation's step is S/128 (TVM's global scale).
+        #[arg(long, value_name = "S")]
+        global_scale: Option<f32>,
+        /// Activation ranges from this percentile of |x| (default: the largest |x|).
+        #[arg(long, value_name = "P")]
+        percentile: Option<f64>,
+        #[arg(long, value_enum, default_value = "pow2")]
+        scales: Scales,
+    },
     /// Plan memory: a model's buffers (memory map), or a JSON planning problem (--buffers).
     Plan {
         /// ONNX model whose lowered program to plan.
@@ -343,6 +380,19 @@ fn main() -> ExitCode {
         } => {
             let opts = CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, time_limit_ms, limits };
             compile(&model, &output, &opts)
+        }
+        Command::Quantize { model, output, calibration, per_channel, skip, global_scale, percentile, scales } => {
+            let options = QuantizeOptions {
+                calibration: percentile.map_or(Calibration::MaxAbs, Calibration::Percentile),
+                per_channel,
+                skip,
+                global_scale,
+                scales: match scales {
+                    Scales::Pow2 => ScaleKind::Pow2,
+                    Scales::Float => ScaleKind::Float,
+                },
+            };
+            quantize(&model, &output, &calibration, &options)
         }
         Command::Plan { model, buffers, pools, svg, algorithm, time_limit_ms, limits } => match (model, buffers) {
             (_, Some(buffers)) => plan_buffers(&buffers, &algorithm, time_limit_ms),
@@ -635,6 +685,68 @@ fn layout(shape: &[usize], map: &str, index: Option<&[i64]>) -> Result<()> {
     json.push('}');
     println!("{json}");
     Ok(())
+}
+
+fn quantize(path: &Path, output: &Path, files: &[PathBuf], options: &QuantizeOptions) -> Result<()> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let graph = heron_ir::onnx::import_model(&bytes, &ImportOptions::default())?;
+    let inputs: Vec<_> = graph.inputs.iter().map(|&i| graph.value(i).ty.clone()).collect();
+    if !files.is_empty() && !files.len().is_multiple_of(inputs.len().max(1)) {
+        anyhow::bail!("{} calibration files for a model with {} inputs: give one per input", files.len(), inputs.len());
+    }
+    let mut samples: Vec<Vec<Tensor>> = Vec::new();
+    for group in files.chunks(inputs.len().max(1)) {
+        let mut split: Vec<Vec<Tensor>> = Vec::new();
+        for (file, ty) in group.iter().zip(&inputs) {
+            let t = read_npy(file).with_context(|| format!("reading {}", file.display()))?;
+            let parts = split_samples(t, ty).with_context(|| format!("calibration file {}", file.display()))?;
+            if split.is_empty() {
+                split = vec![Vec::new(); parts.len()];
+            }
+            if parts.len() != split.len() {
+                anyhow::bail!("calibration files of one group hold different numbers of samples");
+            }
+            for (sample, part) in split.iter_mut().zip(parts) {
+                sample.push(part);
+            }
+        }
+        samples.extend(split);
+    }
+    let (quantized, report) = quantize_model(&bytes, &samples, options)?;
+    std::fs::write(output, quantized).with_context(|| format!("writing {}", output.display()))?;
+    println!(
+        "quantized {} Conv/Gemm/MatMul and {} activations ({} calibration samples) -> {}",
+        report.anchors.len(),
+        report.activations.len(),
+        samples.len(),
+        output.display()
+    );
+    for (node, why) in &report.left_float {
+        println!("left in float: {node} ({why})");
+    }
+    Ok(())
+}
+
+/// A calibration tensor as samples of the input type `ty`: itself, or, when its leading axis
+/// is a multiple of the input's, that many slices along it.
+fn split_samples(t: Tensor, ty: &heron_ir::TensorType) -> Result<Vec<Tensor>> {
+    if t.tensor_type() == *ty {
+        return Ok(vec![t]);
+    }
+    let (shape, want) = (t.shape().to_vec(), &ty.shape);
+    let fits = t.dtype() == ty.dtype
+        && shape.len() == want.len()
+        && !want.is_empty()
+        && shape[1..] == want[1..]
+        && want[0] > 0
+        && shape[0].is_multiple_of(want[0]);
+    if !fits {
+        anyhow::bail!("holds {}{:?}, the input is {ty}", t.dtype(), shape);
+    }
+    let per = t.len() / (shape[0] / want[0]);
+    let bytes = t.to_le_bytes();
+    let width = t.dtype().size_bytes();
+    bytes.chunks(per * width).map(|c| Tensor::from_le_bytes(ty, c).map_err(|e| anyhow::anyhow!(e))).collect()
 }
 
 fn inspect(path: &Path, workspace: bool, limits: &LimitFlags) -> Result<()> {

@@ -228,3 +228,44 @@ fn lower_prints_the_target_stage() {
     assert!(out.contains("  target \"cpu\"\n"), "{out}");
     assert!(out.contains(" parallel {") && out.contains(" vectorized(lanes=4, vectors="), "{out}");
 }
+
+#[test]
+fn quantize_writes_a_qdq_model_that_runs() {
+    let reference = heron_ir::testing::shared_dir().join("reference");
+    let dir = std::env::temp_dir().join(format!("heron-quantize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // Two samples in one file: the input's batch of 1, twice along the leading axis.
+    let x = read_npy(&reference.join("lenet.input.npy")).expect("input");
+    let mut both = x.to_le_bytes();
+    both.extend(x.to_le_bytes());
+    let mut shape = x.shape().to_vec();
+    shape[0] = 2;
+    let twice = heron_ir::Tensor::from_le_bytes(&heron_ir::TensorType::new(x.dtype(), shape), &both).expect("tensor");
+    let samples = dir.join("samples.npy");
+    heron_ir::npy::write_npy(&samples, &twice).expect("write samples");
+    let out = dir.join("lenet_q.onnx");
+    let model = reference.join("lenet.onnx");
+    let text = heron(&[
+        "quantize",
+        model.to_str().expect("utf-8"),
+        "--calibration",
+        samples.to_str().expect("utf-8"),
+        "-o",
+        out.to_str().expect("utf-8"),
+    ]);
+    assert!(text.contains("(2 calibration samples)") && text.contains("quantized 5 Conv/Gemm/MatMul"), "{text}");
+    let run = heron(&[
+        "run",
+        out.to_str().expect("utf-8"),
+        "--input",
+        reference.join("lenet.input.npy").to_str().expect("utf-8"),
+    ]);
+    assert!(run.contains("top-5"), "{run}");
+    let failed = Command::new(env!("CARGO_BIN_EXE_heron"))
+        .args(["quantize", model.to_str().expect("utf-8"), "-o", out.to_str().expect("utf-8")])
+        .output()
+        .expect("run heron");
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("no calibration data"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -14,7 +14,7 @@ pub use elementwise::erf;
 
 use std::sync::Arc;
 
-use crate::graph::Graph;
+use crate::graph::{Graph, ValueId};
 use crate::op::Op;
 use crate::tensor::Tensor;
 
@@ -159,6 +159,16 @@ impl Slot<'_> {
 /// Inputs are checked for count, dtype and shape before anything runs. Intermediate values are
 /// dropped after their last use.
 pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError> {
+    run_observed(graph, inputs, &mut |_, _| {})
+}
+
+/// [`run`], showing `observe` every input and every value a node computes, as it is computed
+/// (calibration collects activation statistics this way).
+pub fn run_observed(
+    graph: &Graph,
+    inputs: &[Tensor],
+    observe: &mut dyn FnMut(ValueId, &Tensor),
+) -> Result<Vec<Tensor>, InterpError> {
     if inputs.len() != graph.inputs.len() {
         return Err(InterpError::InputCount { expected: graph.inputs.len(), got: inputs.len() });
     }
@@ -173,6 +183,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
             });
         }
         env[id.0] = Some(Slot::Input(t));
+        observe(id, t);
     }
     let mut remaining = graph.use_counts();
     for node in &graph.nodes {
@@ -190,6 +201,7 @@ pub fn run(graph: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>, InterpError>
         drop(refs);
         drop(args);
         for (&o, t) in node.outputs.iter().zip(outs) {
+            observe(o, &t);
             env[o.0] = Some(Slot::Held(Arc::new(t)));
         }
         for i in &node.inputs {
