@@ -65,28 +65,28 @@ fn golden_target_depthwise_conv() {
     golden("target_depthwise_conv", g, &[f32s(1, &[1, 32, 32, 32])]);
 }
 
-#[test]
-fn golden_target_gemm() {
+/// A dense layer `[rows, inputs] x [outputs, inputs]^T + bias`, its target stage checked
+/// against the golden file `name`.
+fn golden_dense(name: &str, rows: usize, inputs: usize, outputs: usize) {
     let mut g = Graph::new();
-    let x = g.add_input("x", TensorType::new(DType::F32, vec![16, 64]));
-    let w = g.add_constant("w", f32s(2, &[128, 64]));
-    let b = g.add_constant("b", f32s(3, &[128]));
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![rows, inputs]));
+    let w = g.add_constant("w", f32s(2, &[outputs, inputs]));
+    let b = g.add_constant("b", f32s(3, &[outputs]));
     let y = g.add_op("dense", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true }, &[x, w, b]).unwrap();
     g.set_outputs(vec![y]);
-    golden("target_gemm", g, &[f32s(1, &[16, 64])]);
+    golden(name, g, &[f32s(1, &[rows, inputs])]);
+}
+
+#[test]
+fn golden_target_gemm() {
+    golden_dense("target_gemm", 16, 64, 128);
 }
 
 /// One row: no loop above the vector loop to split across threads, so the vector loop is
 /// split into a parallel loop over chunks.
 #[test]
 fn golden_target_gemv() {
-    let mut g = Graph::new();
-    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 256]));
-    let w = g.add_constant("w", f32s(2, &[400, 256]));
-    let b = g.add_constant("b", f32s(3, &[400]));
-    let y = g.add_op("dense", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true }, &[x, w, b]).unwrap();
-    g.set_outputs(vec![y]);
-    golden("target_gemv", g, &[f32s(1, &[1, 256])]);
+    golden_dense("target_gemv", 1, 256, 400);
 }
 
 #[test]
