@@ -258,6 +258,15 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             check_quant_params(*axis, &x.shape, scale, zp)?;
             one(TensorType::new(scale.dtype, x.shape.clone()))
         }
+        Op::Requantize { shift, min, max } => {
+            if x.dtype != DType::I32 {
+                return Err(unsupported_dtype(op, x.dtype));
+            }
+            if !((-31..=31).contains(shift) && -128 <= *min && min <= max && *max <= 127) {
+                return Err(format!("shift {shift} (-31..=31) or bounds {min}..={max} (within -128..=127)"));
+            }
+            one(TensorType::new(DType::I8, x.shape.clone()))
+        }
         Op::BitShift { .. } => {
             if !x.dtype.is_int() {
                 return Err(unsupported_dtype(op, x.dtype));

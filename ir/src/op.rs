@@ -186,6 +186,17 @@ pub enum Op {
     BitShift {
         left: bool,
     },
+    /// Not an ONNX op: the integer requantization of a quantized model's accumulators
+    /// (see [`crate::passes::integer_form`]). `[x: i32]` -> `[y: i8]`,
+    /// `y = clamp(round_shift(x, shift), min, max)` where `round_shift(x, k)` is
+    /// `floor((x + 2^(k-1)) / 2^k)` for `k > 0` (rounding half up, as an add and an arithmetic
+    /// shift: what VTA's ALU runs), `x` for `k = 0` and `x * 2^-k` for `k < 0`; `shift` in
+    /// `-31..=31`, `-128 <= min <= max <= 127`.
+    Requantize {
+        shift: i32,
+        min: i32,
+        max: i32,
+    },
 }
 
 impl Op {
@@ -233,6 +244,7 @@ impl Op {
             Op::QuantizeLinear { .. } => "QuantizeLinear",
             Op::DequantizeLinear { .. } => "DequantizeLinear",
             Op::BitShift { .. } => "BitShift",
+            Op::Requantize { .. } => "Requantize",
         }
     }
 

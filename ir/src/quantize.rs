@@ -154,19 +154,31 @@ pub fn quantize_model(
     let mut dequantized: HashMap<String, String> = HashMap::new();
     let mut after: HashMap<String, Vec<NodeProto>> = HashMap::new();
     let mut new_inits: Vec<TensorProto> = Vec::new();
+    // A graph output keeps its name on the DequantizeLinear; its producer writes `<name>_float`.
+    let graph_outputs: HashSet<String> = g.output.iter().map(|v| v.name.clone()).collect();
+    let mut float_name: HashMap<String, String> = HashMap::new();
     for name in &plan.activations {
         let s = scales[name];
         report.activations.push((name.clone(), s));
         let (scale, zero) = (fresh(format!("{name}_scale")), fresh(format!("{name}_zero_point")));
         new_inits.push(tensor_to_proto(&scale, &Tensor::from_vec::<f32>(&[], vec![s]).expect("scalar")));
         new_inits.push(tensor_to_proto(&zero, &Tensor::from_vec::<i8>(&[], vec![0]).expect("scalar")));
-        let (q, dq) = (fresh(format!("{name}_quantized")), fresh(format!("{name}_dequantized")));
+        let (input, dq) = if graph_outputs.contains(name) {
+            let float = fresh(format!("{name}_float"));
+            float_name.insert(name.clone(), float.clone());
+            (float, name.clone())
+        } else {
+            (name.clone(), fresh(format!("{name}_dequantized")))
+        };
+        let q = fresh(format!("{name}_quantized"));
         let nodes = vec![
-            node("QuantizeLinear", fresh(format!("{name}_QuantizeLinear")), &[name, &scale, &zero], &q, vec![]),
+            node("QuantizeLinear", fresh(format!("{name}_QuantizeLinear")), &[&input, &scale, &zero], &q, vec![]),
             node("DequantizeLinear", fresh(format!("{name}_DequantizeLinear")), &[&q, &scale, &zero], &dq, vec![]),
         ];
         after.entry(name.clone()).or_default().extend(nodes);
-        dequantized.insert(name.clone(), dq);
+        if dq != *name {
+            dequantized.insert(name.clone(), dq);
+        }
     }
     let initializers: HashMap<String, usize> =
         g.initializer.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
@@ -229,6 +241,11 @@ pub fn quantize_model(
             }
         }
         let outputs = n.output.clone();
+        for o in n.output.iter_mut() {
+            if let Some(f) = float_name.get(o) {
+                *o = f.clone();
+            }
+        }
         nodes_out.push(n);
         for o in outputs {
             if let Some(pair) = after.remove(&o) {

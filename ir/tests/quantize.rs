@@ -8,38 +8,13 @@ use heron_ir::onnx::{ImportOptions, import_model, tensor_from_proto};
 use heron_ir::quantize::{Calibration, QuantizeOptions, ScaleKind, quantize_model};
 use heron_ir::tensor::Tensor;
 use heron_ir::testing::data;
-use heron_ir::testing::onnx::{OnnxModel, attr_int, attr_ints};
+use heron_ir::testing::onnx::{OnnxModel, small_cnn};
 use heron_ir::{DType, interp};
 use prost::Message;
 
 fn f32s(seed: u64, shape: &[usize], scale: f32) -> Tensor {
     let n = shape.iter().product();
     Tensor::from_vec(shape, data(seed, n).into_iter().map(|v| v * scale).collect()).unwrap()
-}
-
-/// x[1,3,8,8] -> conv1(3->8, 3x3) -> relu -> conv2(8->8, 3x3) -> add(relu1) -> relu -> maxpool
-/// -> global average pool -> flatten -> dense(8->4).
-fn cnn() -> Vec<u8> {
-    let mut m = OnnxModel::new(13);
-    let conv = || vec![attr_ints("kernel_shape", &[3, 3]), attr_ints("pads", &[1, 1, 1, 1])];
-    m.input("x", DType::F32, &[1, 3, 8, 8])
-        .initializer("w1", &f32s(1, &[8, 3, 3, 3], 0.5))
-        .initializer("b1", &f32s(2, &[8], 0.1))
-        .initializer("w2", &f32s(3, &[8, 8, 3, 3], 0.3))
-        .initializer("b2", &f32s(4, &[8], 0.1))
-        .initializer("wd", &f32s(5, &[4, 8], 0.7))
-        .initializer("bd", &f32s(6, &[4], 0.2))
-        .node("Conv", &["x", "w1", "b1"], &["c1"], conv())
-        .node("Relu", &["c1"], &["r1"], vec![])
-        .node("Conv", &["r1", "w2", "b2"], &["c2"], conv())
-        .node("Add", &["c2", "r1"], &["s"], vec![])
-        .node("Relu", &["s"], &["r2"], vec![])
-        .node("MaxPool", &["r2"], &["p"], vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("strides", &[2, 2])])
-        .node("GlobalAveragePool", &["p"], &["g"], vec![])
-        .node("Flatten", &["g"], &["f"], vec![attr_int("axis", 1)])
-        .node("Gemm", &["f", "wd", "bd"], &["y"], vec![attr_int("transB", 1)])
-        .output("y");
-    m.to_bytes()
 }
 
 fn calibration() -> Vec<Vec<Tensor>> {
@@ -64,7 +39,7 @@ fn run(bytes: &[u8], x: &Tensor) -> Tensor {
 
 #[test]
 fn a_cnn_becomes_qdq_with_power_of_two_scales_int8_weights_and_int32_biases() {
-    let (bytes, report) = quantize_model(&cnn(), &calibration(), &QuantizeOptions::default()).unwrap();
+    let (bytes, report) = quantize_model(&small_cnn(), &calibration(), &QuantizeOptions::default()).unwrap();
     assert_eq!(report.anchors, ["conv_0", "conv_2", "gemm_8"]);
     // x, conv1's relu output, conv2's output (an add follows, not a relu), the relu after the
     // add, the max pool, the pooled mean, the dense layer's input and output.
@@ -100,17 +75,17 @@ fn a_cnn_becomes_qdq_with_power_of_two_scales_int8_weights_and_int32_biases() {
     );
     // Close to the float model, and the same bytes every time.
     let x = f32s(20, &[1, 3, 8, 8], 2.0);
-    let (want, got) = (run(&cnn(), &x).to_f64_vec(), run(&bytes, &x).to_f64_vec());
+    let (want, got) = (run(&small_cnn(), &x).to_f64_vec(), run(&bytes, &x).to_f64_vec());
     let range = want.iter().fold(0f64, |m, v| m.max(v.abs()));
     let err = want.iter().zip(&got).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
     assert!(err <= 0.1 * range, "quantization error {err} against output range {range}");
-    assert_eq!(quantize_model(&cnn(), &calibration(), &QuantizeOptions::default()).unwrap().0, bytes);
+    assert_eq!(quantize_model(&small_cnn(), &calibration(), &QuantizeOptions::default()).unwrap().0, bytes);
 }
 
 #[test]
 fn per_channel_scales_skipped_nodes_and_percentiles() {
     let options = QuantizeOptions { per_channel: true, skip: vec!["conv_2".into()], ..QuantizeOptions::default() };
-    let (bytes, report) = quantize_model(&cnn(), &calibration(), &options).unwrap();
+    let (bytes, report) = quantize_model(&small_cnn(), &calibration(), &options).unwrap();
     assert_eq!(report.anchors, ["conv_0", "gemm_8"]);
     assert!(report.left_float.contains(&("conv_2".into(), "--skip".into())));
     let (nodes, inits) = nodes(&bytes);
@@ -121,8 +96,8 @@ fn per_channel_scales_skipped_nodes_and_percentiles() {
     assert!(init(&inits, "w2").dtype() == DType::F32, "the skipped conv keeps its float weight");
     run(&bytes, &f32s(20, &[1, 3, 8, 8], 2.0));
     let pct = QuantizeOptions { calibration: Calibration::Percentile(99.0), ..QuantizeOptions::default() };
-    let (_, low) = quantize_model(&cnn(), &calibration(), &pct).unwrap();
-    let (_, max) = quantize_model(&cnn(), &calibration(), &QuantizeOptions::default()).unwrap();
+    let (_, low) = quantize_model(&small_cnn(), &calibration(), &pct).unwrap();
+    let (_, max) = quantize_model(&small_cnn(), &calibration(), &QuantizeOptions::default()).unwrap();
     assert!(low.activations.iter().zip(&max.activations).all(|(a, b)| a.1 <= b.1), "{low:?}\n{max:?}");
     assert!(low.activations.iter().zip(&max.activations).any(|(a, b)| a.1 < b.1));
 }
@@ -130,16 +105,16 @@ fn per_channel_scales_skipped_nodes_and_percentiles() {
 #[test]
 fn global_scale_needs_no_calibration_and_errors_are_clear() {
     let global = QuantizeOptions { global_scale: Some(8.0), ..QuantizeOptions::default() };
-    let (_, report) = quantize_model(&cnn(), &[], &global).unwrap();
+    let (_, report) = quantize_model(&small_cnn(), &[], &global).unwrap();
     assert!(report.activations.iter().all(|(_, s)| *s == 1.0 / 16.0));
     let err = |options: &QuantizeOptions, calibration: &[Vec<Tensor>]| {
-        quantize_model(&cnn(), calibration, options).unwrap_err().to_string()
+        quantize_model(&small_cnn(), calibration, options).unwrap_err().to_string()
     };
     assert!(err(&QuantizeOptions::default(), &[]).contains("no calibration data"));
     let odd = QuantizeOptions { global_scale: Some(6.0), ..QuantizeOptions::default() };
     assert!(err(&odd, &[]).contains("not a power of two"));
     let float = QuantizeOptions { global_scale: Some(6.0), scales: ScaleKind::Float, ..QuantizeOptions::default() };
-    quantize_model(&cnn(), &[], &float).unwrap();
+    quantize_model(&small_cnn(), &[], &float).unwrap();
     let pct = QuantizeOptions { calibration: Calibration::Percentile(0.0), ..QuantizeOptions::default() };
     assert!(err(&pct, &calibration()).contains("percentile"));
     let wrong = vec![vec![f32s(1, &[1, 3, 4, 4], 1.0)]];
@@ -148,4 +123,20 @@ fn global_scale_needs_no_calibration_and_errors_are_clear() {
     old.input("x", DType::F32, &[1, 4]).node("Relu", &["x"], &["y"], vec![]).output("y");
     let e = quantize_model(&old.to_bytes(), &[], &global).unwrap_err().to_string();
     assert!(e.contains("opset 9"), "{e}");
+}
+
+#[test]
+fn requantize_rounds_half_up_and_clips() {
+    use heron_ir::Op;
+    let x = Tensor::from_vec::<i32>(&[8], vec![5, 6, -6, -2, 1000, -1000, 7, -7]).unwrap();
+    let run = |op: &Op| interp::eval_op(op, &[&x]).unwrap().remove(0).to_i64_vec().unwrap();
+    // 1.25 -> 1, 1.5 -> 2, -1.5 -> -1, -0.5 -> 0, 250 -> 127, -250 -> -128, 1.75 -> 2, -1.75 -> -2.
+    assert_eq!(run(&Op::Requantize { shift: 2, min: -128, max: 127 }), [1, 2, -1, 0, 127, -128, 2, -2]);
+    assert_eq!(run(&Op::Requantize { shift: 2, min: 0, max: 127 }), [1, 2, 0, 0, 127, 0, 2, 0]);
+    assert_eq!(run(&Op::Requantize { shift: -1, min: -128, max: 127 }), [10, 12, -12, -4, 127, -128, 14, -14]);
+    let mut g = heron_ir::Graph::new();
+    let v = g.add_input("x", heron_ir::TensorType::new(DType::I32, vec![8]));
+    for bad in [Op::Requantize { shift: 32, min: 0, max: 1 }, Op::Requantize { shift: 1, min: -129, max: 1 }] {
+        assert!(g.add_op("r", bad, &[v]).is_err());
+    }
 }

@@ -37,3 +37,42 @@ fn per_tensor_parameters_of_either_rank_and_an_omitted_bias_zero_point_load_and_
         assert_eq!(got.to_f64_vec(), want, "{got:?}");
     }
 }
+
+/// A CNN quantized by `heron quantize` (power-of-two scales) in its integer form: every
+/// Conv/Gemm becomes int8 products summed in int32, an int32 bias and one rounding shift; the
+/// JIT (dot-product kernels) equals the interpreter bit for bit, and both stay within a few
+/// quantization steps of the same QDQ model run in float (ONNX's reference semantics).
+#[test]
+fn the_integer_form_runs_bit_exact_on_the_jit_and_close_to_the_float_qdq_model() {
+    use heron_ir::interp;
+    use heron_ir::passes::{integer_form, optimize};
+    use heron_ir::quantize::{QuantizeOptions, quantize_model};
+    use heron_ir::testing::data;
+    use heron_ir::testing::onnx::small_cnn;
+
+    let sample =
+        |seed: u64| Tensor::from_vec(&[1, 3, 8, 8], data(seed, 192).iter().map(|v| v * 2.0).collect()).unwrap();
+    let calibration: Vec<Vec<Tensor>> = (0..3).map(|k| vec![sample(10 + k)]).collect();
+    let (bytes, quantized) = quantize_model(&small_cnn(), &calibration, &QuantizeOptions::default()).unwrap();
+    let qdq = import_model(&bytes, &ImportOptions::default()).unwrap();
+    let mut integer = qdq.clone();
+    let report = integer_form(&mut integer).unwrap();
+    assert_eq!(report.converted, quantized.anchors, "left: {:?}", report.left);
+    optimize(&mut integer);
+    let ops: Vec<&str> = integer.nodes.iter().map(|n| n.op.name()).collect();
+    assert_eq!(ops.iter().filter(|o| ["Conv", "Gemm"].contains(o)).count(), 0, "{ops:?}");
+    assert_eq!(ops.iter().filter(|o| **o == "Requantize").count(), 3, "{ops:?}");
+    let step = quantized.activations.iter().find(|(n, _)| n == "y").unwrap().1 as f64;
+    let model = Model::from_graph("cnn_int8", integer.clone()).unwrap();
+    let compiled = Compiler::new(CompileOptions::default()).compile(&model).unwrap();
+    for seed in 20..25 {
+        let x = sample(seed);
+        let want = interp::run(&integer, std::slice::from_ref(&x)).unwrap();
+        let got = compiled.run(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(got[0].to_f64_vec(), want[0].to_f64_vec(), "JIT vs interpreter, input {seed}");
+        let float = interp::run(&qdq, std::slice::from_ref(&x)).unwrap();
+        let worst = float[0].to_f64_vec().iter().zip(want[0].to_f64_vec()).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+        println!("input {seed}: integer form vs float QDQ run: max abs {worst} (output step {step})");
+        assert!(worst <= 4.0 * step, "input {seed}: integer form {worst} from the float QDQ run (step {step})");
+    }
+}

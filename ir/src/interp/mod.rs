@@ -127,6 +127,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
         Op::QuantizeLinear { axis } => one(quant::quantize(x, inputs[1], inputs[2], *axis)?),
         Op::DequantizeLinear { axis } => one(quant::dequantize(x, inputs[1], inputs[2], *axis)?),
         Op::BitShift { left } => one(elementwise::bit_shift(x, inputs[1], *left)?),
+        Op::Requantize { shift, min, max } => one(quant::requantize(x, *shift, *min, *max)?),
     }
 }
 

@@ -64,3 +64,16 @@ pub(crate) fn dequantize(x: &Tensor, scale: &Tensor, zp: &Tensor, axis: QuantAxi
     let t = Tensor::from_vec::<f64>(x.shape(), vals)?;
     Ok(t.cast(scale.dtype()))
 }
+
+/// [`crate::Op::Requantize`]: int32 accumulators to int8, rounding half up.
+pub(crate) fn requantize(x: &Tensor, shift: i32, min: i32, max: i32) -> Result<Tensor, KernelError> {
+    let xs = x.to_i64_vec().ok_or("Requantize input must be an integer tensor")?;
+    let y: Vec<i8> = xs.iter().map(|&v| round_shift(v, shift).clamp(i64::from(min), i64::from(max)) as i8).collect();
+    Ok(Tensor::from_vec(x.shape(), y)?)
+}
+
+/// `floor((v + 2^(k-1)) / 2^k)` for `k > 0`, `v * 2^-k` otherwise (`|v| < 2^32`, `|k| <= 31`,
+/// so nothing overflows i64).
+pub fn round_shift(v: i64, k: i32) -> i64 {
+    if k > 0 { (v + (1 << (k - 1))) >> k } else { v << -k }
+}

@@ -211,6 +211,9 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
             elementwise(&mut fb, &out0(), &epi, |_, o| clip_expr(ins[0].load(o.to_vec()), min.as_ref(), max.as_ref()))
         }
         Op::BitShift { left } => elementwise(&mut fb, &out0(), &epi, |_, o| bit_shift(&ins[0], &ins[1], *left, o)),
+        Op::Requantize { shift, min, max } => {
+            elementwise(&mut fb, &out0(), &epi, |_, o| requantize(&ins[0], *shift, *min, *max, o))
+        }
         Op::Cast { to } => elementwise(&mut fb, &out0(), &epi, |_, o| Expr::cast(*to, ins[0].load(o.to_vec()))),
         Op::BatchNormalization { epsilon } => elementwise(&mut fb, &out0(), &epi, |_, o| batch_norm(&ins, *epsilon, o)),
         Op::QuantizeLinear { axis } => elementwise(&mut fb, &out0(), &epi, |_, o| quantize(&ins, *axis, out_dtype, o)),
@@ -867,6 +870,17 @@ fn quantize(ins: &[Operand], axis: QuantAxis, out_dtype: DType, o: &[Expr]) -> E
     let lo = lit(t, Tensor::scalar_from_f64(out_dtype, f64::NEG_INFINITY).to_f64_vec()[0]);
     let hi = lit(t, Tensor::scalar_from_f64(out_dtype, f64::INFINITY).to_f64_vec()[0]);
     Expr::cast(out_dtype, min(max(q, lo), hi))
+}
+
+/// [`Op::Requantize`] in i64: add half, arithmetic shift (or multiply), clamp, narrow.
+fn requantize(x: &Operand, shift: i32, lo: i32, hi: i32, o: &[Expr]) -> Expr {
+    let v = Expr::cast(DType::I64, x.load(o.to_vec()));
+    let shifted = if shift > 0 {
+        Expr::binary(BinOp::Shr, add(v, Expr::index(1 << (shift - 1))), Expr::index(i64::from(shift)))
+    } else {
+        mul(v, Expr::index(1 << -shift))
+    };
+    Expr::cast(DType::I8, min(max(shifted, Expr::index(i64::from(lo))), Expr::index(i64::from(hi))))
 }
 
 fn dequantize(ins: &[Operand], axis: QuantAxis, o: &[Expr]) -> Expr {

@@ -2,6 +2,7 @@
 //! tested against the reference interpreter on the unoptimised graph.
 
 mod fold_bn;
+mod integer_form;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use crate::graph::{Graph, ValueId};
 use crate::interp::eval_op;
 
 pub use fold_bn::fold_batch_norm;
+pub use integer_form::{IntegerFormReport, integer_form};
 
 /// What [`optimize`] changed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

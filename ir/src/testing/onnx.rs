@@ -118,3 +118,34 @@ impl OnnxModel {
         self.model.encode_to_vec()
     }
 }
+
+/// A small float CNN (opset 13) for quantization tests: x[1,3,8,8] -> conv1(3->8, 3x3) -> relu -> conv2(8->8, 3x3) -> add(relu1) -> relu -> maxpool
+/// -> global average pool -> flatten -> dense(8->4).
+pub fn small_cnn() -> Vec<u8> {
+    let mut m = OnnxModel::new(13);
+    let conv = || vec![attr_ints("kernel_shape", &[3, 3]), attr_ints("pads", &[1, 1, 1, 1])];
+    m.input("x", DType::F32, &[1, 3, 8, 8])
+        .initializer("w1", &scaled(1, &[8, 3, 3, 3], 0.5))
+        .initializer("b1", &scaled(2, &[8], 0.1))
+        .initializer("w2", &scaled(3, &[8, 8, 3, 3], 0.3))
+        .initializer("b2", &scaled(4, &[8], 0.1))
+        .initializer("wd", &scaled(5, &[4, 8], 0.7))
+        .initializer("bd", &scaled(6, &[4], 0.2))
+        .node("Conv", &["x", "w1", "b1"], &["c1"], conv())
+        .node("Relu", &["c1"], &["r1"], vec![])
+        .node("Conv", &["r1", "w2", "b2"], &["c2"], conv())
+        .node("Add", &["c2", "r1"], &["s"], vec![])
+        .node("Relu", &["s"], &["r2"], vec![])
+        .node("MaxPool", &["r2"], &["p"], vec![attr_ints("kernel_shape", &[2, 2]), attr_ints("strides", &[2, 2])])
+        .node("GlobalAveragePool", &["p"], &["g"], vec![])
+        .node("Flatten", &["g"], &["f"], vec![attr_int("axis", 1)])
+        .node("Gemm", &["f", "wd", "bd"], &["y"], vec![attr_int("transB", 1)])
+        .output("y");
+    m.to_bytes()
+}
+
+/// `data(seed, n)` times `scale`, shaped.
+fn scaled(seed: u64, shape: &[usize], scale: f32) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::from_vec(shape, super::data(seed, n).into_iter().map(|v| v * scale).collect()).expect("shape")
+}

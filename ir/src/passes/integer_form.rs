@@ -1,0 +1,235 @@
+//! The integer form of a quantized (QDQ) model: the patterns a QDQ export writes around an
+//! operator become integer arithmetic, which the CPU's dot-product kernels run and which is the
+//! oracle an accelerator's result must equal bit for bit.
+//!
+//! `DequantizeLinear(x_q, s_x) -> Conv/Gemm/MatMul(., DequantizeLinear(w_q, s_w),
+//! DequantizeLinear(b_q, s_x * s_w)) -> [Relu] -> QuantizeLinear(., s_y)` becomes
+//! `ConvInteger/MatMulInteger(x_q, w_q) + b_q -> Requantize(shift = log2(s_y / (s_x * s_w)))`:
+//! int8 x int8 products accumulated exactly in int32, the bias added in int32, then one
+//! rounding shift and a clip (to 0..=127 when a Relu was fused, else -128..=127).
+//!
+//! Rounding rule: `Requantize` rounds half up (`floor((acc + 2^(k-1)) / 2^k)`), which an add and
+//! an arithmetic shift compute (VTA's ALU). ONNX Runtime executes the same QDQ model in float
+//! and rounds half to even, and sums in float, so its result may differ by one quantization step
+//! on some elements.
+//!
+//! Only per-tensor scales whose requantization ratio is a power of two (what `heron quantize`
+//! writes by default), zero points of 0 and int8 data are converted; every other pattern stays
+//! as it was (run in float, exactly as ONNX's QDQ semantics say), and the report says why.
+
+use std::collections::HashMap;
+
+use crate::graph::{Graph, Node, ValueId};
+use crate::op::{Op, QuantAxis, UnaryOp};
+use crate::tensor::Tensor;
+use crate::{DType, GraphError};
+
+/// What [`integer_form`] converted and what it left alone.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IntegerFormReport {
+    /// Operator nodes now running on integers.
+    pub converted: Vec<String>,
+    /// Conv/Gemm/MatMul nodes with quantized inputs left in float, and why.
+    pub left: Vec<(String, String)>,
+}
+
+/// A matched pattern: everything needed to write its integer replacement.
+struct Pattern {
+    /// The QuantizeLinear node that ends the pattern (the replacement goes where it was).
+    end: usize,
+    /// The Conv/Gemm/MatMul node's name and op.
+    name: String,
+    op: Op,
+    x_q: ValueId,
+    w_q: Tensor,
+    bias: Option<Tensor>,
+    shift: i32,
+    relu: bool,
+}
+
+/// Rewrites every convertible QDQ pattern of `graph` into integer operations (the old nodes
+/// become dead; run dead-node elimination after).
+pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> {
+    let mut report = IntegerFormReport::default();
+    let producers = graph.producers();
+    let uses = graph.use_counts();
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); graph.values.len()];
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for v in &n.inputs {
+            consumers[v.0].push(i);
+        }
+    }
+    let mut patterns: HashMap<usize, Pattern> = HashMap::new();
+    for n in &graph.nodes {
+        if !matches!(n.op, Op::Conv(_) | Op::Gemm { .. } | Op::MatMul) {
+            continue;
+        }
+        let dq = |v: ValueId| {
+            producers[v.0].map(|p| &graph.nodes[p]).filter(|p| matches!(p.op, Op::DequantizeLinear { .. }))
+        };
+        if n.inputs.iter().any(|&v| dq(v).is_none()) {
+            continue;
+        }
+        match match_pattern(graph, n, &producers, &uses, &consumers) {
+            Ok(p) => {
+                patterns.insert(p.end, p);
+            }
+            Err(why) => report.left.push((n.name.clone(), why)),
+        }
+    }
+    let old = std::mem::take(&mut graph.nodes);
+    let mut renamed: HashMap<ValueId, ValueId> = HashMap::new();
+    for (i, mut node) in old.into_iter().enumerate() {
+        for v in node.inputs.iter_mut() {
+            if let Some(&r) = renamed.get(v) {
+                *v = r;
+            }
+        }
+        let end_output = node.outputs[0];
+        graph.nodes.push(node);
+        if let Some(mut p) = patterns.remove(&i) {
+            // The input may itself be the output of a pattern rewritten above.
+            p.x_q = renamed.get(&p.x_q).copied().unwrap_or(p.x_q);
+            let y = write_integer(graph, &p)?;
+            renamed.insert(end_output, y);
+            report.converted.push(p.name);
+        }
+    }
+    for o in graph.outputs.iter_mut() {
+        if let Some(&r) = renamed.get(o) {
+            *o = r;
+        }
+    }
+    Ok(report)
+}
+
+/// Per-tensor `(scale, zero point)` of a Quantize/DequantizeLinear node whose parameters are
+/// constants, when the zero point is 0.
+fn params(graph: &Graph, node: &Node) -> Result<f32, String> {
+    if !matches!(
+        node.op,
+        Op::QuantizeLinear { axis: QuantAxis::PerTensor } | Op::DequantizeLinear { axis: QuantAxis::PerTensor }
+    ) {
+        return Err(format!("'{}' is not per-tensor", node.name));
+    }
+    let (Some(scale), Some(zero)) = (graph.constant(node.inputs[1]), graph.constant(node.inputs[2])) else {
+        return Err(format!("'{}' has scales computed at run time", node.name));
+    };
+    if zero.to_i64_vec().is_none_or(|z| z.iter().any(|&v| v != 0)) {
+        return Err(format!("'{}' has a zero point other than 0", node.name));
+    }
+    let s = scale.to_f64_vec()[0] as f32;
+    if !(s.is_finite() && s > 0.0) {
+        return Err(format!("'{}' has scale {s}", node.name));
+    }
+    Ok(s)
+}
+
+fn match_pattern(
+    graph: &Graph,
+    n: &Node,
+    producers: &[Option<usize>],
+    uses: &[usize],
+    consumers: &[Vec<usize>],
+) -> Result<Pattern, String> {
+    let dq = |k: usize| &graph.nodes[producers[n.inputs[k].0].expect("checked by the caller")];
+    let (dq_x, dq_w) = (dq(0), dq(1));
+    let (s_x, s_w) = (params(graph, dq_x)?, params(graph, dq_w)?);
+    let x_q = dq_x.inputs[0];
+    let Some(w_q) = graph.constant(dq_w.inputs[0]).cloned() else { return Err("the weight is not a constant".into()) };
+    if graph.ty(x_q).dtype != DType::I8 || w_q.dtype() != DType::I8 {
+        return Err("data is not int8".into());
+    }
+    if let Op::Gemm { alpha, beta, trans_a, .. } = n.op
+        && (alpha != 1.0 || beta != 1.0 || trans_a)
+    {
+        return Err("Gemm with alpha, beta or transA".into());
+    }
+    let (w_q, channels) = match &n.op {
+        Op::Conv(_) if w_q.shape().len() == 4 => (w_q.clone(), w_q.shape()[0]),
+        Op::Gemm { trans_b: true, .. } if w_q.shape().len() == 2 => {
+            (transpose_2d(&w_q).ok_or("weight transpose")?, w_q.shape()[0])
+        }
+        Op::Gemm { trans_b: false, .. } | Op::MatMul if w_q.shape().len() == 2 && graph.ty(x_q).shape.len() == 2 => {
+            (w_q.clone(), w_q.shape()[1])
+        }
+        _ => return Err("operand ranks the integer form does not cover".into()),
+    };
+    let bias = match n.inputs.get(2) {
+        None => None,
+        Some(_) => {
+            let dq_b = dq(2);
+            let s_b = params(graph, dq_b)?;
+            if s_b != s_x * s_w {
+                return Err(format!("bias scale {s_b} is not input scale x weight scale {}", s_x * s_w));
+            }
+            match graph.constant(dq_b.inputs[0]) {
+                Some(b) if b.dtype() == DType::I32 && b.shape() == [channels] => Some(b.clone()),
+                _ => return Err("the bias is not an int32 constant with one value per output channel".into()),
+            }
+        }
+    };
+    // The single consumer chain: [Relu ->] QuantizeLinear.
+    let only = |v: ValueId| -> Option<usize> {
+        (uses[v.0] == 1 && !graph.outputs.contains(&v)).then(|| consumers[v.0].first().copied()).flatten()
+    };
+    let mut cur = only(n.outputs[0]).ok_or("its output is used more than once")?;
+    let relu = matches!(graph.nodes[cur].op, Op::Unary(UnaryOp::Relu));
+    if relu {
+        cur = only(graph.nodes[cur].outputs[0]).ok_or("its Relu's output is used more than once")?;
+    }
+    let q = &graph.nodes[cur];
+    if !matches!(q.op, Op::QuantizeLinear { .. }) {
+        return Err(format!("its output goes to {} rather than QuantizeLinear", q.op.name()));
+    }
+    let s_y = params(graph, q)?;
+    if graph.ty(q.outputs[0]).dtype != DType::I8 {
+        return Err("the output is not quantized to int8".into());
+    }
+    let ratio = f64::from(s_y) / (f64::from(s_x) * f64::from(s_w));
+    let shift = ratio.log2();
+    if shift.fract() != 0.0 || !(-31.0..=31.0).contains(&shift) {
+        return Err(format!("requantization ratio {ratio} is not a power of two within 2^-31..2^31"));
+    }
+    Ok(Pattern { end: cur, name: n.name.clone(), op: n.op.clone(), x_q, w_q, bias, shift: shift as i32, relu })
+}
+
+fn transpose_2d(t: &Tensor) -> Option<Tensor> {
+    let a = t.as_array::<i8>()?;
+    let (r, c) = (t.shape()[0], t.shape()[1]);
+    let data: Vec<i8> = (0..c * r).map(|k| a[[k % r, k / r].as_slice()]).collect();
+    Tensor::from_vec(&[c, r], data).ok()
+}
+
+/// Appends the integer nodes of `p` and returns the int8 value that replaces the pattern's
+/// QuantizeLinear output.
+fn write_integer(graph: &mut Graph, p: &Pattern) -> Result<ValueId, GraphError> {
+    let name = p.name.as_str();
+    let zero = |g: &mut Graph| {
+        let n = g.fresh_name(&format!("{name}_zero_point"));
+        g.add_constant(n, Tensor::from_vec::<i8>(&[], vec![0]).expect("scalar"))
+    };
+    let (zx, zw) = (zero(graph), zero(graph));
+    let w_name = graph.fresh_name(&format!("{name}_weight_int8"));
+    let w = graph.add_constant(w_name, p.w_q.clone());
+    let (op, bias_shape) = match &p.op {
+        Op::Conv(attrs) => (Op::ConvInteger(attrs.clone()), vec![p.w_q.shape()[0], 1, 1]),
+        _ => (Op::MatMulInteger, vec![p.w_q.shape()[1]]),
+    };
+    let acc_name = graph.fresh_name(&format!("{name}_acc"));
+    let mut acc = graph.add_op(acc_name, op, &[p.x_q, w, zx, zw])?;
+    if let Some(b) = &p.bias {
+        let b = b.reshape(&bias_shape).map_err(|message| GraphError::Shape {
+            node: name.to_string(),
+            op: "Requantize".into(),
+            message,
+        })?;
+        let b_name = graph.fresh_name(&format!("{name}_bias_int32"));
+        let b = graph.add_constant(b_name, b);
+        let sum_name = graph.fresh_name(&format!("{name}_acc_bias"));
+        acc = graph.add_op(sum_name, Op::Binary(crate::op::BinaryOp::Add), &[acc, b])?;
+    }
+    let min = if p.relu { 0 } else { -128 };
+    let y_name = graph.fresh_name(&format!("{name}_int8"));
+    graph.add_op(y_name, Op::Requantize { shift: p.shift, min, max: 127 }, &[acc])
+}
