@@ -20,7 +20,7 @@ use prost::Message;
 
 use crate::graph::ValueId;
 use crate::interp::{InterpError, run_observed};
-use crate::onnx::proto::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_type};
+use crate::onnx::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, attribute_type};
 use crate::onnx::{ImportError, ImportOptions, import_model, tensor_from_proto, tensor_to_proto};
 use crate::tensor::Tensor;
 use crate::{DType, Graph};
@@ -115,6 +115,7 @@ pub fn quantize_model(
     }
     let graph = import_model(bytes, &ImportOptions::default())?;
     let Some(g) = model.graph.as_mut() else { return Err(QuantizeError::Decode("the model has no graph".into())) };
+    bypass_identities_of_initializers(g);
     let plan = Plan::of(&g.node, &g.initializer, &graph, options);
     let step = match options.global_scale {
         Some(s) => Some(global_step(s, options.scales)?),
@@ -260,6 +261,34 @@ pub fn quantize_model(
     g.initializer.extend(new_inits);
     g.node = nodes_out;
     Ok((model.encode_to_vec(), report))
+}
+
+/// Exporters share weights through `Identity` nodes (torchvision's biases): readers of such an
+/// Identity read its initializer directly, and the Identity (unless a graph output) goes.
+fn bypass_identities_of_initializers(g: &mut GraphProto) {
+    let mut alias: HashMap<String, String> = HashMap::new();
+    let initializers: HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let outputs: HashSet<&str> = g.output.iter().map(|v| v.name.as_str()).collect();
+    for n in &g.node {
+        if n.op_type == "Identity"
+            && n.input.len() == 1
+            && n.output.len() == 1
+            && !outputs.contains(n.output[0].as_str())
+        {
+            let source = alias.get(&n.input[0]).cloned().unwrap_or_else(|| n.input[0].clone());
+            if initializers.contains(source.as_str()) {
+                alias.insert(n.output[0].clone(), source);
+            }
+        }
+    }
+    g.node.retain(|n| !(n.op_type == "Identity" && n.output.len() == 1 && alias.contains_key(&n.output[0])));
+    for n in &mut g.node {
+        for i in n.input.iter_mut() {
+            if let Some(a) = alias.get(i) {
+                *i = a.clone();
+            }
+        }
+    }
 }
 
 /// A Conv/Gemm/MatMul to quantize.

@@ -140,3 +140,26 @@ fn requantize_rounds_half_up_and_clips() {
         assert!(g.add_op("r", bad, &[v]).is_err());
     }
 }
+
+#[test]
+fn weights_shared_through_identity_nodes_are_quantized() {
+    // torchvision exports route shared biases through Identity nodes.
+    let mut m = OnnxModel::new(13);
+    m.input("x", DType::F32, &[1, 2, 4, 4])
+        .initializer("w", &f32s(1, &[4, 2, 1, 1], 0.5))
+        .initializer("b", &f32s(2, &[4], 0.1))
+        .node("Identity", &["b"], &["b_shared"], vec![])
+        .node("Conv", &["x", "w", "b_shared"], &["y"], vec![])
+        .output("y");
+    let calibration = vec![vec![f32s(3, &[1, 2, 4, 4], 1.0)]];
+    let (bytes, report) = quantize_model(&m.to_bytes(), &calibration, &QuantizeOptions::default()).unwrap();
+    assert_eq!(report.anchors, ["conv_1"]);
+    let (nodes, inits) = nodes(&bytes);
+    let conv = nodes.iter().find(|n| n.op_type == "Conv").unwrap();
+    assert_eq!(conv.input[2], "b_dequantized");
+    assert_eq!(init(&inits, "b_quantized").dtype(), DType::I32);
+    assert!(nodes.iter().all(|n| n.op_type != "Identity"));
+    // The graph output keeps its name, now on the DequantizeLinear.
+    assert_eq!(nodes.last().map(|n| (n.op_type.as_str(), n.output[0].as_str())), Some(("DequantizeLinear", "y")));
+    run(&bytes, &f32s(4, &[1, 2, 4, 4], 1.0));
+}

@@ -67,7 +67,11 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
         let dq = |v: ValueId| {
             producers[v.0].map(|p| &graph.nodes[p]).filter(|p| matches!(p.op, Op::DequantizeLinear { .. }))
         };
+        if dq(n.inputs[0]).is_none() {
+            continue;
+        }
         if n.inputs.iter().any(|&v| dq(v).is_none()) {
+            report.left.push((n.name.clone(), "an input that is not a DequantizeLinear output".into()));
             continue;
         }
         match match_pattern(graph, n, &producers, &uses, &consumers) {
