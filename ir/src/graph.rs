@@ -178,6 +178,17 @@ impl Graph {
         p
     }
 
+    /// For every value, the indices of the nodes that read it (once per input slot).
+    pub fn consumers(&self) -> Vec<Vec<usize>> {
+        let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); self.values.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for v in &n.inputs {
+                consumers[v.0].push(i);
+            }
+        }
+        consumers
+    }
+
     /// For each value, how many node inputs and graph outputs read it.
     pub fn use_counts(&self) -> Vec<usize> {
         let mut c = vec![0; self.values.len()];

@@ -51,12 +51,7 @@ pub const MAX_EPILOGUE: usize = 32;
 pub fn fuse(graph: &Graph) -> Vec<Group> {
     let producers = graph.producers();
     let uses = graph.use_counts();
-    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); graph.values.len()];
-    for (i, n) in graph.nodes.iter().enumerate() {
-        for v in &n.inputs {
-            consumers[v.0].push(i);
-        }
-    }
+    let consumers = graph.consumers();
     let mut is_output = vec![false; graph.values.len()];
     graph.outputs.iter().for_each(|o| is_output[o.0] = true);
     let mut absorbed = vec![false; graph.nodes.len()];

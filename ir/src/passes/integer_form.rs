@@ -53,12 +53,7 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
     let mut report = IntegerFormReport::default();
     let producers = graph.producers();
     let uses = graph.use_counts();
-    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); graph.values.len()];
-    for (i, n) in graph.nodes.iter().enumerate() {
-        for v in &n.inputs {
-            consumers[v.0].push(i);
-        }
-    }
+    let consumers = graph.consumers();
     let mut patterns: HashMap<usize, Pattern> = HashMap::new();
     for n in &graph.nodes {
         if !matches!(n.op, Op::Conv(_) | Op::Gemm { .. } | Op::MatMul) {
