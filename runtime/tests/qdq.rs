@@ -39,7 +39,8 @@ fn per_tensor_parameters_of_either_rank_and_an_omitted_bias_zero_point_load_and_
 }
 
 /// A CNN quantized by `heron quantize` (power-of-two scales) in its integer form: every
-/// Conv/Gemm becomes int8 products summed in int32, an int32 bias and one rounding shift; the
+/// Conv/Gemm becomes int8 products summed in int32, an int32 bias and one rounding shift, the
+/// residual add an int32 sum at the finer scale, the max pool a pool of int8 values; the
 /// JIT (dot-product kernels) equals the interpreter bit for bit, and both stay within a few
 /// quantization steps of the same QDQ model run in float (ONNX's reference semantics).
 #[test]
@@ -57,11 +58,15 @@ fn the_integer_form_runs_bit_exact_on_the_jit_and_close_to_the_float_qdq_model()
     let qdq = import_model(&bytes, &ImportOptions::default()).unwrap();
     let mut integer = qdq.clone();
     let report = integer_form(&mut integer).unwrap();
-    assert_eq!(report.converted, quantized.anchors, "left: {:?}", report.left);
+    assert_eq!(quantized.anchors, ["conv_0", "conv_2", "gemm_8"]);
+    assert_eq!(report.converted, ["conv_0", "conv_2", "add_3", "maxpool_5", "gemm_8"], "left: {:?}", report.left);
     optimize(&mut integer);
     let ops: Vec<&str> = integer.nodes.iter().map(|n| n.op.name()).collect();
     assert_eq!(ops.iter().filter(|o| ["Conv", "Gemm"].contains(o)).count(), 0, "{ops:?}");
-    assert_eq!(ops.iter().filter(|o| **o == "Requantize").count(), 3, "{ops:?}");
+    assert_eq!(ops.iter().filter(|o| **o == "Requantize").count(), 4, "{ops:?}");
+    // Dequantized only where float runs: into the global average pool, into the Flatten
+    // (quantized again for the dense layer) and the output.
+    assert_eq!(ops.iter().filter(|o| **o == "DequantizeLinear").count(), 3, "{ops:?}");
     let step = quantized.activations.iter().find(|(n, _)| n == "y").unwrap().1 as f64;
     let model = Model::from_graph("cnn_int8", integer.clone()).unwrap();
     let compiled = Compiler::new(CompileOptions::default()).compile(&model).unwrap();
@@ -74,5 +79,44 @@ fn the_integer_form_runs_bit_exact_on_the_jit_and_close_to_the_float_qdq_model()
         let worst = float[0].to_f64_vec().iter().zip(want[0].to_f64_vec()).fold(0f64, |m, (a, b)| m.max((a - b).abs()));
         println!("input {seed}: integer form vs float QDQ run: max abs {worst} (output step {step})");
         assert!(worst <= 4.0 * step, "input {seed}: integer form {worst} from the float QDQ run (step {step})");
+    }
+}
+
+/// A residual add of tensors at different scales: aligned by a left shift to the finer one,
+/// summed in int32, requantized; the JIT equals the interpreter, and the float QDQ run differs
+/// at most where a value falls exactly half-way (rounded half up here, half to even there).
+#[test]
+fn an_add_of_two_scales_aligns_them_exactly() {
+    use heron_ir::passes::{integer_form, optimize};
+    let mut m = OnnxModel::new(13);
+    let scalar = |v: f32| Tensor::from_vec::<f32>(&[], vec![v]).unwrap();
+    m.input("a", DType::F32, &[64])
+        .input("b", DType::F32, &[64])
+        .initializer("sa", &scalar(0.25))
+        .initializer("sb", &scalar(0.0625))
+        .initializer("sy", &scalar(0.5))
+        .initializer("z", &Tensor::from_vec::<i8>(&[], vec![0]).unwrap())
+        .node("QuantizeLinear", &["a", "sa", "z"], &["aq"], vec![])
+        .node("DequantizeLinear", &["aq", "sa", "z"], &["ad"], vec![])
+        .node("QuantizeLinear", &["b", "sb", "z"], &["bq"], vec![])
+        .node("DequantizeLinear", &["bq", "sb", "z"], &["bd"], vec![])
+        .node("Add", &["ad", "bd"], &["s"], vec![])
+        .node("QuantizeLinear", &["s", "sy", "z"], &["sq"], vec![])
+        .node("DequantizeLinear", &["sq", "sy", "z"], &["y"], vec![])
+        .output("y");
+    let qdq = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let mut integer = qdq.clone();
+    assert_eq!(integer_form(&mut integer).unwrap().converted, ["add_4"]);
+    optimize(&mut integer);
+    let a = Tensor::from_vec(&[64], (0..64).map(|i| (i as f32 - 32.0) * 0.3).collect()).unwrap();
+    let b = Tensor::from_vec(&[64], (0..64).map(|i| (i as f32 * 7.0 % 13.0 - 6.0) * 0.11).collect()).unwrap();
+    let inputs = [a, b];
+    let float = heron_ir::interp::run(&qdq, &inputs).unwrap()[0].to_f64_vec();
+    let want = heron_ir::interp::run(&integer, &inputs).unwrap()[0].to_f64_vec();
+    let model = Model::from_graph("add", integer).unwrap();
+    let got = Compiler::new(CompileOptions::default()).compile(&model).unwrap().run(&inputs).unwrap()[0].to_f64_vec();
+    assert_eq!(got, want);
+    for (f, w) in float.iter().zip(&want) {
+        assert!((f - w).abs() <= 0.5, "{f} vs {w}: more than one step apart");
     }
 }

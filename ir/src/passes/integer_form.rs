@@ -6,7 +6,10 @@
 //! DequantizeLinear(b_q, s_x * s_w)) -> [Relu] -> QuantizeLinear(., s_y)` becomes
 //! `ConvInteger/MatMulInteger(x_q, w_q) + b_q -> Requantize(shift = log2(s_y / (s_x * s_w)))`:
 //! int8 x int8 products accumulated exactly in int32, the bias added in int32, then one
-//! rounding shift and a clip (to 0..=127 when a Relu was fused, else -128..=127).
+//! rounding shift and a clip (to 0..=127 when a Relu was fused, else -128..=127). A residual
+//! `Add` of two dequantized tensors (then `[Relu ->] QuantizeLinear`) adds them in int32 at the
+//! finer of their scales and requantizes; a `MaxPool` between quantizations of one scale runs
+//! on the int8 values.
 //!
 //! Rounding rule: `Requantize` rounds half up (`floor((acc + 2^(k-1)) / 2^k)`), which an add and
 //! an arithmetic shift compute (VTA's ALU). ONNX Runtime executes the same QDQ model in float
@@ -20,7 +23,7 @@
 use std::collections::HashMap;
 
 use crate::graph::{Graph, Node, ValueId};
-use crate::op::{Op, QuantAxis, UnaryOp};
+use crate::op::{BinaryOp, Op, QuantAxis, UnaryOp};
 use crate::tensor::Tensor;
 use crate::{DType, GraphError};
 
@@ -37,14 +40,23 @@ pub struct IntegerFormReport {
 struct Pattern {
     /// The QuantizeLinear node that ends the pattern (the replacement goes where it was).
     end: usize,
-    /// The Conv/Gemm/MatMul node's name and op.
+    /// The operator node's name.
     name: String,
-    op: Op,
-    x_q: ValueId,
-    w_q: Tensor,
-    bias: Option<Tensor>,
+    /// The int8 values the pattern dequantized.
+    inputs: Vec<ValueId>,
+    kind: Kind,
+    /// The requantization shift and whether a Relu was fused.
     shift: i32,
     relu: bool,
+}
+
+enum Kind {
+    /// Conv/Gemm/MatMul of `inputs[0]` with this weight (and bias).
+    Dot { op: Op, w_q: Box<Tensor>, bias: Option<Box<Tensor>> },
+    /// `inputs[0] * 2^shifts[0] + inputs[1] * 2^shifts[1]` in int32 (both at the finer scale).
+    Add { shifts: [u32; 2] },
+    /// MaxPool of `inputs[0]`, whose scale the output keeps.
+    MaxPool { op: Op },
 }
 
 /// Rewrites every convertible QDQ pattern of `graph` into integer operations (the old nodes
@@ -56,7 +68,8 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
     let consumers = graph.consumers();
     let mut patterns: HashMap<usize, Pattern> = HashMap::new();
     for n in &graph.nodes {
-        if !matches!(n.op, Op::Conv(_) | Op::Gemm { .. } | Op::MatMul) {
+        if !matches!(n.op, Op::Conv(_) | Op::Gemm { .. } | Op::MatMul | Op::Binary(BinaryOp::Add) | Op::MaxPool { .. })
+        {
             continue;
         }
         let dq = |v: ValueId| {
@@ -69,7 +82,12 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
             report.left.push((n.name.clone(), "an input that is not a DequantizeLinear output".into()));
             continue;
         }
-        match match_pattern(graph, n, &producers, &uses, &consumers) {
+        let matched = match n.op {
+            Op::Binary(_) => match_add(graph, n, &producers, &uses, &consumers),
+            Op::MaxPool { .. } => match_max_pool(graph, n, &producers, &uses, &consumers),
+            _ => match_pattern(graph, n, &producers, &uses, &consumers),
+        };
+        match matched {
             Ok(p) => {
                 patterns.insert(p.end, p);
             }
@@ -87,8 +105,10 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
         let end_output = node.outputs[0];
         graph.nodes.push(node);
         if let Some(mut p) = patterns.remove(&i) {
-            // The input may itself be the output of a pattern rewritten above.
-            p.x_q = renamed.get(&p.x_q).copied().unwrap_or(p.x_q);
+            // An input may itself be the output of a pattern rewritten above.
+            for v in p.inputs.iter_mut() {
+                *v = renamed.get(v).copied().unwrap_or(*v);
+            }
             let y = write_integer(graph, &p)?;
             renamed.insert(end_output, y);
             report.converted.push(p.name);
@@ -132,12 +152,12 @@ fn match_pattern(
     consumers: &[Vec<usize>],
 ) -> Result<Pattern, String> {
     let dq = |k: usize| &graph.nodes[producers[n.inputs[k].0].expect("checked by the caller")];
-    let (dq_x, dq_w) = (dq(0), dq(1));
-    let (s_x, s_w) = (params(graph, dq_x)?, params(graph, dq_w)?);
-    let x_q = dq_x.inputs[0];
+    let (x_q, s_x) = dequantized_input(graph, n, 0, producers)?;
+    let dq_w = dq(1);
+    let s_w = params(graph, dq_w)?;
     let Some(w_q) = graph.constant(dq_w.inputs[0]).cloned() else { return Err("the weight is not a constant".into()) };
-    if graph.ty(x_q).dtype != DType::I8 || w_q.dtype() != DType::I8 {
-        return Err("data is not int8".into());
+    if w_q.dtype() != DType::I8 {
+        return Err("the weight is not int8".into());
     }
     if let Op::Gemm { alpha, beta, trans_a, .. } = n.op
         && (alpha != 1.0 || beta != 1.0 || trans_a)
@@ -168,7 +188,20 @@ fn match_pattern(
             }
         }
     };
-    // The single consumer chain: [Relu ->] QuantizeLinear.
+    let (end, relu, s_y) = quantized_output(graph, n, uses, consumers)?;
+    let shift = power_of_two(f64::from(s_y) / (f64::from(s_x) * f64::from(s_w)), 31)?;
+    let kind = Kind::Dot { op: n.op.clone(), w_q: Box::new(w_q), bias: bias.map(Box::new) };
+    Ok(Pattern { end, name: n.name.clone(), inputs: vec![x_q], kind, shift, relu })
+}
+
+/// The chain after `n`: `[Relu ->] QuantizeLinear` to int8, each output used once: the
+/// QuantizeLinear node, whether a Relu is fused, the output scale.
+fn quantized_output(
+    graph: &Graph,
+    n: &Node,
+    uses: &[usize],
+    consumers: &[Vec<usize>],
+) -> Result<(usize, bool, f32), String> {
     let only = |v: ValueId| -> Option<usize> {
         (uses[v.0] == 1 && !graph.outputs.contains(&v)).then(|| consumers[v.0].first().copied()).flatten()
     };
@@ -185,12 +218,66 @@ fn match_pattern(
     if graph.ty(q.outputs[0]).dtype != DType::I8 {
         return Err("the output is not quantized to int8".into());
     }
-    let ratio = f64::from(s_y) / (f64::from(s_x) * f64::from(s_w));
-    let shift = ratio.log2();
-    if shift.fract() != 0.0 || !(-31.0..=31.0).contains(&shift) {
-        return Err(format!("requantization ratio {ratio} is not a power of two within 2^-31..2^31"));
+    Ok((cur, relu, s_y))
+}
+
+/// `log2(ratio)` when it is an integer within `-limit..=limit`.
+fn power_of_two(ratio: f64, limit: i32) -> Result<i32, String> {
+    let k = ratio.log2();
+    if k.fract() != 0.0 || k.abs() > f64::from(limit) {
+        return Err(format!("scale ratio {ratio} is not a power of two within 2^-{limit}..2^{limit}"));
     }
-    Ok(Pattern { end: cur, name: n.name.clone(), op: n.op.clone(), x_q, w_q, bias, shift: shift as i32, relu })
+    Ok(k as i32)
+}
+
+/// The int8 input and scale of the DequantizeLinear feeding input `k` of `n`.
+fn dequantized_input(graph: &Graph, n: &Node, k: usize, producers: &[Option<usize>]) -> Result<(ValueId, f32), String> {
+    let dq = &graph.nodes[producers[n.inputs[k].0].expect("checked by the caller")];
+    let s = params(graph, dq)?;
+    if graph.ty(dq.inputs[0]).dtype != DType::I8 {
+        return Err("data is not int8".into());
+    }
+    Ok((dq.inputs[0], s))
+}
+
+/// A residual add of two quantized tensors: both brought to the finer scale by left shifts
+/// (exact in int32), added, requantized.
+fn match_add(
+    graph: &Graph,
+    n: &Node,
+    producers: &[Option<usize>],
+    uses: &[usize],
+    consumers: &[Vec<usize>],
+) -> Result<Pattern, String> {
+    let (a, s_a) = dequantized_input(graph, n, 0, producers)?;
+    let (b, s_b) = dequantized_input(graph, n, 1, producers)?;
+    let fine = s_a.min(s_b);
+    // int8 values shifted left by up to 23 bits, summed: within int32.
+    let shifts = [power_of_two(f64::from(s_a / fine), 23)?, power_of_two(f64::from(s_b / fine), 23)?];
+    let (end, relu, s_y) = quantized_output(graph, n, uses, consumers)?;
+    let shift = power_of_two(f64::from(s_y) / f64::from(fine), 31)?;
+    let kind = Kind::Add { shifts: shifts.map(|k| k as u32) };
+    Ok(Pattern { end, name: n.name.clone(), inputs: vec![a, b], kind, shift, relu })
+}
+
+/// A max pool between quantizations of the same scale runs on the int8 values (the maximum
+/// commutes with a positive scale).
+fn match_max_pool(
+    graph: &Graph,
+    n: &Node,
+    producers: &[Option<usize>],
+    uses: &[usize],
+    consumers: &[Vec<usize>],
+) -> Result<Pattern, String> {
+    let (x, s_x) = dequantized_input(graph, n, 0, producers)?;
+    if n.outputs.get(1).is_some_and(|i| uses[i.0] > 0) {
+        return Err("its indices are used".into());
+    }
+    let (end, relu, s_y) = quantized_output(graph, n, uses, consumers)?;
+    if relu || s_y != s_x {
+        return Err("a Relu or a different output scale after it".into());
+    }
+    Ok(Pattern { end, name: n.name.clone(), inputs: vec![x], kind: Kind::MaxPool { op: n.op.clone() }, shift: 0, relu })
 }
 
 fn transpose_2d(t: &Tensor) -> Option<Tensor> {
@@ -204,30 +291,55 @@ fn transpose_2d(t: &Tensor) -> Option<Tensor> {
 /// QuantizeLinear output.
 fn write_integer(graph: &mut Graph, p: &Pattern) -> Result<ValueId, GraphError> {
     let name = p.name.as_str();
-    let zero = |g: &mut Graph| {
-        let n = g.fresh_name(&format!("{name}_zero_point"));
-        g.add_constant(n, Tensor::from_vec::<i8>(&[], vec![0]).expect("scalar"))
+    let acc = match &p.kind {
+        Kind::MaxPool { op } => {
+            let y_name = graph.fresh_name(&format!("{name}_int8"));
+            return graph.add_op(y_name, op.clone(), &[p.inputs[0]]);
+        }
+        Kind::Dot { op, w_q, bias } => {
+            let zero = |g: &mut Graph| {
+                let n = g.fresh_name(&format!("{name}_zero_point"));
+                g.add_constant(n, Tensor::from_vec::<i8>(&[], vec![0]).expect("scalar"))
+            };
+            let (zx, zw) = (zero(graph), zero(graph));
+            let w_name = graph.fresh_name(&format!("{name}_weight_int8"));
+            let w = graph.add_constant(w_name, (**w_q).clone());
+            let (op, bias_shape) = match op {
+                Op::Conv(attrs) => (Op::ConvInteger(attrs.clone()), vec![w_q.shape()[0], 1, 1]),
+                _ => (Op::MatMulInteger, vec![w_q.shape()[1]]),
+            };
+            let acc_name = graph.fresh_name(&format!("{name}_acc"));
+            let mut acc = graph.add_op(acc_name, op, &[p.inputs[0], w, zx, zw])?;
+            if let Some(b) = bias {
+                let b = b.reshape(&bias_shape).map_err(|message| GraphError::Shape {
+                    node: name.to_string(),
+                    op: "Requantize".into(),
+                    message,
+                })?;
+                let b_name = graph.fresh_name(&format!("{name}_bias_int32"));
+                let b = graph.add_constant(b_name, b);
+                let sum_name = graph.fresh_name(&format!("{name}_acc_bias"));
+                acc = graph.add_op(sum_name, Op::Binary(BinaryOp::Add), &[acc, b])?;
+            }
+            acc
+        }
+        Kind::Add { shifts } => {
+            let mut terms = Vec::with_capacity(2);
+            for (&v, &k) in p.inputs.iter().zip(shifts) {
+                let wide_name = graph.fresh_name(&format!("{name}_int32"));
+                let mut t = graph.add_op(wide_name, Op::Cast { to: DType::I32 }, &[v])?;
+                if k > 0 {
+                    let f_name = graph.fresh_name(&format!("{name}_align"));
+                    let f = graph.add_constant(f_name, Tensor::from_vec::<i32>(&[], vec![1 << k]).expect("scalar"));
+                    let s_name = graph.fresh_name(&format!("{name}_aligned"));
+                    t = graph.add_op(s_name, Op::Binary(BinaryOp::Mul), &[t, f])?;
+                }
+                terms.push(t);
+            }
+            let sum_name = graph.fresh_name(&format!("{name}_sum"));
+            graph.add_op(sum_name, Op::Binary(BinaryOp::Add), &terms)?
+        }
     };
-    let (zx, zw) = (zero(graph), zero(graph));
-    let w_name = graph.fresh_name(&format!("{name}_weight_int8"));
-    let w = graph.add_constant(w_name, p.w_q.clone());
-    let (op, bias_shape) = match &p.op {
-        Op::Conv(attrs) => (Op::ConvInteger(attrs.clone()), vec![p.w_q.shape()[0], 1, 1]),
-        _ => (Op::MatMulInteger, vec![p.w_q.shape()[1]]),
-    };
-    let acc_name = graph.fresh_name(&format!("{name}_acc"));
-    let mut acc = graph.add_op(acc_name, op, &[p.x_q, w, zx, zw])?;
-    if let Some(b) = &p.bias {
-        let b = b.reshape(&bias_shape).map_err(|message| GraphError::Shape {
-            node: name.to_string(),
-            op: "Requantize".into(),
-            message,
-        })?;
-        let b_name = graph.fresh_name(&format!("{name}_bias_int32"));
-        let b = graph.add_constant(b_name, b);
-        let sum_name = graph.fresh_name(&format!("{name}_acc_bias"));
-        acc = graph.add_op(sum_name, Op::Binary(crate::op::BinaryOp::Add), &[acc, b])?;
-    }
     let min = if p.relu { 0 } else { -128 };
     let y_name = graph.fresh_name(&format!("{name}_int8"));
     graph.add_op(y_name, Op::Requantize { shift: p.shift, min, max: 127 }, &[acc])
