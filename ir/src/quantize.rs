@@ -190,8 +190,9 @@ pub fn quantize_model(
             nodes_out.extend(pair);
         }
     }
+    let anchors: HashMap<&str, &Anchor> = plan.anchors.iter().map(|a| (a.name.as_str(), a)).collect();
     for mut n in std::mem::take(&mut g.node) {
-        if let Some(anchor) = plan.anchors.iter().find(|a| a.name == n.name) {
+        if let Some(anchor) = anchors.get(n.name.as_str()) {
             let s_x = scales[&n.input[0]];
             let weight = tensor_from_proto(&g.initializer[initializers[&n.input[1]]])?;
             let (wq, w_scales) = quantize_weight(&weight, anchor.channel_axis, options)?;
@@ -422,11 +423,12 @@ fn calibrate(
     wanted: &[String],
     method: Calibration,
 ) -> Result<HashMap<String, f32>, QuantizeError> {
+    let wanted_set: HashSet<&str> = wanted.iter().map(String::as_str).collect();
     let ids: HashMap<ValueId, &str> = graph
         .values
         .iter()
         .enumerate()
-        .filter(|(_, v)| wanted.contains(&v.name))
+        .filter(|(_, v)| wanted_set.contains(v.name.as_str()))
         .map(|(i, v)| (ValueId(i), v.name.as_str()))
         .collect();
     let mut seen: HashMap<&str, Vec<f32>> = HashMap::new();

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use crate::graph::{Graph, Node, ValueId};
 use crate::op::{BinaryOp, Op, QuantAxis, UnaryOp};
 use crate::tensor::Tensor;
-use crate::{DType, GraphError};
+use crate::{DType, GraphError, NameTable};
 
 /// What [`integer_form`] converted and what it left alone.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -59,13 +59,29 @@ enum Kind {
     MaxPool { op: Op },
 }
 
+/// The graph with its producer, use-count and consumer tables, which the matchers read.
+struct Lookup<'g> {
+    graph: &'g Graph,
+    producers: Vec<Option<usize>>,
+    uses: Vec<usize>,
+    consumers: Vec<Vec<usize>>,
+    is_output: Vec<bool>,
+}
+
 /// Rewrites every convertible QDQ pattern of `graph` into integer operations (the old nodes
 /// become dead; run dead-node elimination after).
 pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> {
     let mut report = IntegerFormReport::default();
-    let producers = graph.producers();
-    let uses = graph.use_counts();
-    let consumers = graph.consumers();
+    let mut is_output = vec![false; graph.values.len()];
+    graph.outputs.iter().for_each(|o| is_output[o.0] = true);
+    let lookup = Lookup {
+        graph,
+        producers: graph.producers(),
+        uses: graph.use_counts(),
+        consumers: graph.consumers(),
+        is_output,
+    };
+    let producers = &lookup.producers;
     let mut patterns: HashMap<usize, Pattern> = HashMap::new();
     for n in &graph.nodes {
         if !matches!(n.op, Op::Conv(_) | Op::Gemm { .. } | Op::MatMul | Op::Binary(BinaryOp::Add) | Op::MaxPool { .. })
@@ -83,9 +99,9 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
             continue;
         }
         let matched = match n.op {
-            Op::Binary(_) => match_add(graph, n, &producers, &uses, &consumers),
-            Op::MaxPool { .. } => match_max_pool(graph, n, &producers, &uses, &consumers),
-            _ => match_pattern(graph, n, &producers, &uses, &consumers),
+            Op::Binary(_) => lookup.match_add(n),
+            Op::MaxPool { .. } => lookup.match_max_pool(n),
+            _ => lookup.match_dot(n),
         };
         match matched {
             Ok(p) => {
@@ -94,6 +110,8 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
             Err(why) => report.left.push((n.name.clone(), why)),
         }
     }
+    // One table for every made-up name (building one per name would be quadratic).
+    let mut names = NameTable::new(graph);
     let old = std::mem::take(&mut graph.nodes);
     let mut renamed: HashMap<ValueId, ValueId> = HashMap::new();
     for (i, mut node) in old.into_iter().enumerate() {
@@ -109,7 +127,7 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
             for v in p.inputs.iter_mut() {
                 *v = renamed.get(v).copied().unwrap_or(*v);
             }
-            let y = write_integer(graph, &p)?;
+            let y = write_integer(graph, &mut names, &p)?;
             renamed.insert(end_output, y);
             report.converted.push(p.name);
         }
@@ -144,81 +162,124 @@ fn params(graph: &Graph, node: &Node) -> Result<f32, String> {
     Ok(s)
 }
 
-fn match_pattern(
-    graph: &Graph,
-    n: &Node,
-    producers: &[Option<usize>],
-    uses: &[usize],
-    consumers: &[Vec<usize>],
-) -> Result<Pattern, String> {
-    let dq = |k: usize| &graph.nodes[producers[n.inputs[k].0].expect("checked by the caller")];
-    let (x_q, s_x) = dequantized_input(graph, n, 0, producers)?;
-    let dq_w = dq(1);
-    let s_w = params(graph, dq_w)?;
-    let Some(w_q) = graph.constant(dq_w.inputs[0]).cloned() else { return Err("the weight is not a constant".into()) };
-    if w_q.dtype() != DType::I8 {
-        return Err("the weight is not int8".into());
-    }
-    if let Op::Gemm { alpha, beta, trans_a, .. } = n.op
-        && (alpha != 1.0 || beta != 1.0 || trans_a)
-    {
-        return Err("Gemm with alpha, beta or transA".into());
-    }
-    let (w_q, channels) = match &n.op {
-        Op::Conv(_) if w_q.shape().len() == 4 => (w_q.clone(), w_q.shape()[0]),
-        Op::Gemm { trans_b: true, .. } if w_q.shape().len() == 2 => {
-            (transpose_2d(&w_q).ok_or("weight transpose")?, w_q.shape()[0])
+impl Lookup<'_> {
+    fn match_dot(&self, n: &Node) -> Result<Pattern, String> {
+        let graph = self.graph;
+        let dq = |k: usize| &graph.nodes[self.producers[n.inputs[k].0].expect("checked by the caller")];
+        let (x_q, s_x) = self.dequantized_input(n, 0)?;
+        let dq_w = dq(1);
+        let s_w = params(graph, dq_w)?;
+        let Some(w_q) = graph.constant(dq_w.inputs[0]).cloned() else {
+            return Err("the weight is not a constant".into());
+        };
+        if w_q.dtype() != DType::I8 {
+            return Err("the weight is not int8".into());
         }
-        Op::Gemm { trans_b: false, .. } | Op::MatMul if w_q.shape().len() == 2 && graph.ty(x_q).shape.len() == 2 => {
-            (w_q.clone(), w_q.shape()[1])
+        if let Op::Gemm { alpha, beta, trans_a, .. } = n.op
+            && (alpha != 1.0 || beta != 1.0 || trans_a)
+        {
+            return Err("Gemm with alpha, beta or transA".into());
         }
-        _ => return Err("operand ranks the integer form does not cover".into()),
-    };
-    let bias = match n.inputs.get(2) {
-        None => None,
-        Some(_) => {
-            let dq_b = dq(2);
-            let s_b = params(graph, dq_b)?;
-            if s_b != s_x * s_w {
-                return Err(format!("bias scale {s_b} is not input scale x weight scale {}", s_x * s_w));
+        let (w_q, channels) = match &n.op {
+            Op::Conv(_) if w_q.shape().len() == 4 => (w_q.clone(), w_q.shape()[0]),
+            Op::Gemm { trans_b: true, .. } if w_q.shape().len() == 2 => {
+                (transpose_2d(&w_q).ok_or("weight transpose")?, w_q.shape()[0])
             }
-            match graph.constant(dq_b.inputs[0]) {
-                Some(b) if b.dtype() == DType::I32 && b.shape() == [channels] => Some(b.clone()),
-                _ => return Err("the bias is not an int32 constant with one value per output channel".into()),
+            Op::Gemm { trans_b: false, .. } | Op::MatMul
+                if w_q.shape().len() == 2 && graph.ty(x_q).shape.len() == 2 =>
+            {
+                (w_q.clone(), w_q.shape()[1])
             }
-        }
-    };
-    let (end, relu, s_y) = quantized_output(graph, n, uses, consumers)?;
-    let shift = power_of_two(f64::from(s_y) / (f64::from(s_x) * f64::from(s_w)), 31)?;
-    let kind = Kind::Dot { op: n.op.clone(), w_q: Box::new(w_q), bias: bias.map(Box::new) };
-    Ok(Pattern { end, name: n.name.clone(), inputs: vec![x_q], kind, shift, relu })
-}
+            _ => return Err("operand ranks the integer form does not cover".into()),
+        };
+        let bias = match n.inputs.get(2) {
+            None => None,
+            Some(_) => {
+                let dq_b = dq(2);
+                let s_b = params(graph, dq_b)?;
+                if s_b != s_x * s_w {
+                    return Err(format!("bias scale {s_b} is not input scale x weight scale {}", s_x * s_w));
+                }
+                match graph.constant(dq_b.inputs[0]) {
+                    Some(b) if b.dtype() == DType::I32 && b.shape() == [channels] => Some(b.clone()),
+                    _ => return Err("the bias is not an int32 constant with one value per output channel".into()),
+                }
+            }
+        };
+        let (end, relu, s_y) = self.quantized_output(n)?;
+        let shift = power_of_two(f64::from(s_y) / (f64::from(s_x) * f64::from(s_w)), 31)?;
+        let kind = Kind::Dot { op: n.op.clone(), w_q: Box::new(w_q), bias: bias.map(Box::new) };
+        Ok(Pattern { end, name: n.name.clone(), inputs: vec![x_q], kind, shift, relu })
+    }
 
-/// The chain after `n`: `[Relu ->] QuantizeLinear` to int8, each output used once: the
-/// QuantizeLinear node, whether a Relu is fused, the output scale.
-fn quantized_output(
-    graph: &Graph,
-    n: &Node,
-    uses: &[usize],
-    consumers: &[Vec<usize>],
-) -> Result<(usize, bool, f32), String> {
-    let only = |v: ValueId| -> Option<usize> {
-        (uses[v.0] == 1 && !graph.outputs.contains(&v)).then(|| consumers[v.0].first().copied()).flatten()
-    };
-    let mut cur = only(n.outputs[0]).ok_or("its output is used more than once")?;
-    let relu = matches!(graph.nodes[cur].op, Op::Unary(UnaryOp::Relu));
-    if relu {
-        cur = only(graph.nodes[cur].outputs[0]).ok_or("its Relu's output is used more than once")?;
+    /// The chain after `n`: `[Relu ->] QuantizeLinear` to int8, each output used once: the
+    /// QuantizeLinear node, whether a Relu is fused, the output scale.
+    fn quantized_output(&self, n: &Node) -> Result<(usize, bool, f32), String> {
+        let graph = self.graph;
+        let only = |v: ValueId| -> Option<usize> {
+            (self.uses[v.0] == 1 && !self.is_output[v.0]).then(|| self.consumers[v.0].first().copied()).flatten()
+        };
+        let mut cur = only(n.outputs[0]).ok_or("its output is used more than once")?;
+        let relu = matches!(graph.nodes[cur].op, Op::Unary(UnaryOp::Relu));
+        if relu {
+            cur = only(graph.nodes[cur].outputs[0]).ok_or("its Relu's output is used more than once")?;
+        }
+        let q = &graph.nodes[cur];
+        if !matches!(q.op, Op::QuantizeLinear { .. }) {
+            return Err(format!("its output goes to {} rather than QuantizeLinear", q.op.name()));
+        }
+        let s_y = params(graph, q)?;
+        if graph.ty(q.outputs[0]).dtype != DType::I8 {
+            return Err("the output is not quantized to int8".into());
+        }
+        Ok((cur, relu, s_y))
     }
-    let q = &graph.nodes[cur];
-    if !matches!(q.op, Op::QuantizeLinear { .. }) {
-        return Err(format!("its output goes to {} rather than QuantizeLinear", q.op.name()));
+
+    /// The int8 input and scale of the DequantizeLinear feeding input `k` of `n`.
+    fn dequantized_input(&self, n: &Node, k: usize) -> Result<(ValueId, f32), String> {
+        let graph = self.graph;
+        let dq = &graph.nodes[self.producers[n.inputs[k].0].expect("checked by the caller")];
+        let s = params(graph, dq)?;
+        if graph.ty(dq.inputs[0]).dtype != DType::I8 {
+            return Err("data is not int8".into());
+        }
+        Ok((dq.inputs[0], s))
     }
-    let s_y = params(graph, q)?;
-    if graph.ty(q.outputs[0]).dtype != DType::I8 {
-        return Err("the output is not quantized to int8".into());
+
+    /// A residual add of two quantized tensors: both brought to the finer scale by left shifts
+    /// (exact in int32), added, requantized.
+    fn match_add(&self, n: &Node) -> Result<Pattern, String> {
+        let (a, s_a) = self.dequantized_input(n, 0)?;
+        let (b, s_b) = self.dequantized_input(n, 1)?;
+        let fine = s_a.min(s_b);
+        // int8 values shifted left by up to 23 bits, summed: within int32.
+        let shifts = [power_of_two(f64::from(s_a / fine), 23)?, power_of_two(f64::from(s_b / fine), 23)?];
+        let (end, relu, s_y) = self.quantized_output(n)?;
+        let shift = power_of_two(f64::from(s_y) / f64::from(fine), 31)?;
+        let kind = Kind::Add { shifts: shifts.map(|k| k as u32) };
+        Ok(Pattern { end, name: n.name.clone(), inputs: vec![a, b], kind, shift, relu })
     }
-    Ok((cur, relu, s_y))
+
+    /// A max pool between quantizations of the same scale runs on the int8 values (the maximum
+    /// commutes with a positive scale).
+    fn match_max_pool(&self, n: &Node) -> Result<Pattern, String> {
+        let (x, s_x) = self.dequantized_input(n, 0)?;
+        if n.outputs.get(1).is_some_and(|i| self.uses[i.0] > 0) {
+            return Err("its indices are used".into());
+        }
+        let (end, relu, s_y) = self.quantized_output(n)?;
+        if relu || s_y != s_x {
+            return Err("a Relu or a different output scale after it".into());
+        }
+        Ok(Pattern {
+            end,
+            name: n.name.clone(),
+            inputs: vec![x],
+            kind: Kind::MaxPool { op: n.op.clone() },
+            shift: 0,
+            relu,
+        })
+    }
 }
 
 /// `log2(ratio)` when it is an integer within `-limit..=limit`.
@@ -230,56 +291,6 @@ fn power_of_two(ratio: f64, limit: i32) -> Result<i32, String> {
     Ok(k as i32)
 }
 
-/// The int8 input and scale of the DequantizeLinear feeding input `k` of `n`.
-fn dequantized_input(graph: &Graph, n: &Node, k: usize, producers: &[Option<usize>]) -> Result<(ValueId, f32), String> {
-    let dq = &graph.nodes[producers[n.inputs[k].0].expect("checked by the caller")];
-    let s = params(graph, dq)?;
-    if graph.ty(dq.inputs[0]).dtype != DType::I8 {
-        return Err("data is not int8".into());
-    }
-    Ok((dq.inputs[0], s))
-}
-
-/// A residual add of two quantized tensors: both brought to the finer scale by left shifts
-/// (exact in int32), added, requantized.
-fn match_add(
-    graph: &Graph,
-    n: &Node,
-    producers: &[Option<usize>],
-    uses: &[usize],
-    consumers: &[Vec<usize>],
-) -> Result<Pattern, String> {
-    let (a, s_a) = dequantized_input(graph, n, 0, producers)?;
-    let (b, s_b) = dequantized_input(graph, n, 1, producers)?;
-    let fine = s_a.min(s_b);
-    // int8 values shifted left by up to 23 bits, summed: within int32.
-    let shifts = [power_of_two(f64::from(s_a / fine), 23)?, power_of_two(f64::from(s_b / fine), 23)?];
-    let (end, relu, s_y) = quantized_output(graph, n, uses, consumers)?;
-    let shift = power_of_two(f64::from(s_y) / f64::from(fine), 31)?;
-    let kind = Kind::Add { shifts: shifts.map(|k| k as u32) };
-    Ok(Pattern { end, name: n.name.clone(), inputs: vec![a, b], kind, shift, relu })
-}
-
-/// A max pool between quantizations of the same scale runs on the int8 values (the maximum
-/// commutes with a positive scale).
-fn match_max_pool(
-    graph: &Graph,
-    n: &Node,
-    producers: &[Option<usize>],
-    uses: &[usize],
-    consumers: &[Vec<usize>],
-) -> Result<Pattern, String> {
-    let (x, s_x) = dequantized_input(graph, n, 0, producers)?;
-    if n.outputs.get(1).is_some_and(|i| uses[i.0] > 0) {
-        return Err("its indices are used".into());
-    }
-    let (end, relu, s_y) = quantized_output(graph, n, uses, consumers)?;
-    if relu || s_y != s_x {
-        return Err("a Relu or a different output scale after it".into());
-    }
-    Ok(Pattern { end, name: n.name.clone(), inputs: vec![x], kind: Kind::MaxPool { op: n.op.clone() }, shift: 0, relu })
-}
-
 fn transpose_2d(t: &Tensor) -> Option<Tensor> {
     let a = t.as_array::<i8>()?;
     let (r, c) = (t.shape()[0], t.shape()[1]);
@@ -289,26 +300,26 @@ fn transpose_2d(t: &Tensor) -> Option<Tensor> {
 
 /// Appends the integer nodes of `p` and returns the int8 value that replaces the pattern's
 /// QuantizeLinear output.
-fn write_integer(graph: &mut Graph, p: &Pattern) -> Result<ValueId, GraphError> {
+fn write_integer(graph: &mut Graph, names: &mut NameTable, p: &Pattern) -> Result<ValueId, GraphError> {
     let name = p.name.as_str();
     let acc = match &p.kind {
         Kind::MaxPool { op } => {
-            let y_name = graph.fresh_name(&format!("{name}_int8"));
+            let y_name = names.fresh(&format!("{name}_int8"));
             return graph.add_op(y_name, op.clone(), &[p.inputs[0]]);
         }
         Kind::Dot { op, w_q, bias } => {
-            let zero = |g: &mut Graph| {
-                let n = g.fresh_name(&format!("{name}_zero_point"));
+            let mut zero = |g: &mut Graph| {
+                let n = names.fresh(&format!("{name}_zero_point"));
                 g.add_constant(n, Tensor::from_vec::<i8>(&[], vec![0]).expect("scalar"))
             };
             let (zx, zw) = (zero(graph), zero(graph));
-            let w_name = graph.fresh_name(&format!("{name}_weight_int8"));
+            let w_name = names.fresh(&format!("{name}_weight_int8"));
             let w = graph.add_constant(w_name, (**w_q).clone());
             let (op, bias_shape) = match op {
                 Op::Conv(attrs) => (Op::ConvInteger(attrs.clone()), vec![w_q.shape()[0], 1, 1]),
                 _ => (Op::MatMulInteger, vec![w_q.shape()[1]]),
             };
-            let acc_name = graph.fresh_name(&format!("{name}_acc"));
+            let acc_name = names.fresh(&format!("{name}_acc"));
             let mut acc = graph.add_op(acc_name, op, &[p.inputs[0], w, zx, zw])?;
             if let Some(b) = bias {
                 let b = b.reshape(&bias_shape).map_err(|message| GraphError::Shape {
@@ -316,9 +327,9 @@ fn write_integer(graph: &mut Graph, p: &Pattern) -> Result<ValueId, GraphError> 
                     op: "Requantize".into(),
                     message,
                 })?;
-                let b_name = graph.fresh_name(&format!("{name}_bias_int32"));
+                let b_name = names.fresh(&format!("{name}_bias_int32"));
                 let b = graph.add_constant(b_name, b);
-                let sum_name = graph.fresh_name(&format!("{name}_acc_bias"));
+                let sum_name = names.fresh(&format!("{name}_acc_bias"));
                 acc = graph.add_op(sum_name, Op::Binary(BinaryOp::Add), &[acc, b])?;
             }
             acc
@@ -326,21 +337,21 @@ fn write_integer(graph: &mut Graph, p: &Pattern) -> Result<ValueId, GraphError> 
         Kind::Add { shifts } => {
             let mut terms = Vec::with_capacity(2);
             for (&v, &k) in p.inputs.iter().zip(shifts) {
-                let wide_name = graph.fresh_name(&format!("{name}_int32"));
+                let wide_name = names.fresh(&format!("{name}_int32"));
                 let mut t = graph.add_op(wide_name, Op::Cast { to: DType::I32 }, &[v])?;
                 if k > 0 {
-                    let f_name = graph.fresh_name(&format!("{name}_align"));
+                    let f_name = names.fresh(&format!("{name}_align"));
                     let f = graph.add_constant(f_name, Tensor::from_vec::<i32>(&[], vec![1 << k]).expect("scalar"));
-                    let s_name = graph.fresh_name(&format!("{name}_aligned"));
+                    let s_name = names.fresh(&format!("{name}_aligned"));
                     t = graph.add_op(s_name, Op::Binary(BinaryOp::Mul), &[t, f])?;
                 }
                 terms.push(t);
             }
-            let sum_name = graph.fresh_name(&format!("{name}_sum"));
+            let sum_name = names.fresh(&format!("{name}_sum"));
             graph.add_op(sum_name, Op::Binary(BinaryOp::Add), &terms)?
         }
     };
     let min = if p.relu { 0 } else { -128 };
-    let y_name = graph.fresh_name(&format!("{name}_int8"));
+    let y_name = names.fresh(&format!("{name}_int8"));
     graph.add_op(y_name, Op::Requantize { shift: p.shift, min, max: 127 }, &[acc])
 }
