@@ -323,6 +323,10 @@ pub fn extract_for_pools(module: &Module, pools: &[PoolInfo]) -> Result<Extracte
             }
             b.pool_candidates = kept;
         }
+        // A pool's alignment holds for the buffers in it too (an accelerator addresses its
+        // memory in elements of its own size).
+        let pool_alignment = b.pool_candidates.iter().filter_map(|c| pools.iter().find(|p| &p.name == c));
+        b.alignment = pool_alignment.map(|p| p.alignment).fold(b.alignment, u64::max);
     }
     Ok(problem)
 }

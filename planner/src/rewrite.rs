@@ -111,7 +111,9 @@ pub fn rewrite(module: &Module, problem: &Extracted, pools: &[PoolInfo], plan: &
                 }
                 Stmt::DeclPoolBuffer { buffer, pool: pool_params[a.pool], byte_offset: a.offset }
             }
-            Stmt::Evaluate(mut call) => {
+            // Callees in the module take the pools too; routines outside it keep their
+            // signatures.
+            Stmt::Evaluate(mut call) if matches!(call.callee, heron_ir::loop_ir::Callee::Func(_)) => {
                 call.args.extend(pool_params.iter().map(|&p| Arg::Buffer(p)));
                 Stmt::Evaluate(call)
             }

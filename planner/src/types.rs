@@ -45,7 +45,7 @@ pub struct PoolInfo {
     pub name: String,
     /// Hard size limit; `None` is unbounded.
     pub size_hint_bytes: Option<u64>,
-    /// Alignment of the pool's base address.
+    /// Alignment of the pool's base address and of every buffer placed in it.
     pub alignment: u64,
     pub kind: PoolKind,
     /// Which targets (e.g. "cpu", "vta") access the pool, and how.

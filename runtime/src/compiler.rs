@@ -14,9 +14,13 @@ use heron_aot::{AotOptions, Artifacts, TensorSpec};
 use heron_ir::loop_ir::workspace::{WorkspaceSize, module_workspace};
 use heron_ir::{Limits, Tensor};
 use heron_jit::isa::OptLevel;
+use heron_jit::routines::{Routine, RoutineParam, RoutineSignature};
 use heron_jit::threads::ThreadPool;
 use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
 use heron_planner::{Budget, PlannedModule, PoolInfo, PoolKind};
+use heron_vta::HwConfig;
+use heron_vta::region::{RegionCall, Session};
+use heron_vta::sim::Profile;
 
 use crate::memory::{Block, GuardPages};
 use crate::model::{Model, RuntimeError, TensorInfo, check_inputs};
@@ -57,6 +61,11 @@ pub struct CompileOptions {
     /// for the loops the target marked parallel; results are bit-identical for any count.
     /// Default: the number of physical cores. JIT only (AOT libraries run single-threaded).
     pub threads: usize,
+    /// Offload the int8 regions of a quantized model to VTA with this hardware configuration
+    /// (`None`: everything on the CPU). Each [`Workspace`] then owns a device session: its own
+    /// device (the simulator, or the driver `HERON_VTA_DRIVER` names) holding the workspace's
+    /// VTA pools, so threads with their own workspaces run independently.
+    pub vta: Option<HwConfig>,
 }
 
 impl Default for CompileOptions {
@@ -71,6 +80,7 @@ impl Default for CompileOptions {
             limits: Limits::DEFAULT,
             guard_pages: GuardPages::from_env(),
             threads: physical_cores(),
+            vta: None,
         }
     }
 }
@@ -107,6 +117,8 @@ pub struct PoolLayout {
     pub name: String,
     pub kind: PoolKind,
     pub size_bytes: u64,
+    /// Device memory (a VTA pool), allocated by each workspace's session.
+    pub device: bool,
 }
 
 /// What compiling took.
@@ -126,6 +138,8 @@ enum PoolMemory {
     Shared(Block),
     /// Inside the compiled code (an AOT object's embedded pools).
     Internal,
+    /// Device memory of each workspace's VTA session, holding `image` (constants) if any.
+    Device(Option<std::sync::Arc<[u8]>>),
 }
 
 enum Code {
@@ -140,6 +154,8 @@ struct Executable {
     memory: Vec<PoolMemory>,
     guard_pages: GuardPages,
     threads: usize,
+    /// The VTA configuration its regions were compiled for.
+    vta: Option<HwConfig>,
 }
 
 enum Backend {
@@ -166,6 +182,17 @@ pub struct Workspace {
     pools: Vec<Option<Block>>,
     /// Workers for parallel loops (`None`: single-threaded).
     threads: Option<ThreadPool>,
+    /// The VTA session and, per pool, its block there (models with VTA regions).
+    vta: Option<(Box<Session>, Vec<Option<usize>>)>,
+}
+
+/// What the VTA regions of the runs since the last [`Workspace::take_vta_stats`] did.
+#[derive(Clone, Debug)]
+pub struct VtaStats {
+    /// Each region call, in order.
+    pub calls: Vec<RegionCall>,
+    /// The device's profiling counters (simulators only).
+    pub profile: Option<Profile>,
 }
 
 impl Workspace {
@@ -177,6 +204,15 @@ impl Workspace {
     /// Threads a run in this workspace uses (the caller and its pool's workers).
     pub fn threads(&self) -> usize {
         self.threads.as_ref().map_or(1, ThreadPool::threads)
+    }
+
+    /// The VTA region calls and counters since the last call (`None` without VTA regions),
+    /// and starts counting anew.
+    pub fn take_vta_stats(&mut self) -> Option<VtaStats> {
+        let (session, _) = self.vta.as_mut()?;
+        let stats = VtaStats { calls: session.take_calls(), profile: session.profile() };
+        session.clear_profile();
+        Some(stats)
     }
 }
 
@@ -196,7 +232,19 @@ impl CompileOptions {
             pools: self.pools.clone(),
             planner: self.planner.clone(),
             planner_time_limit_ms: self.planner_time_limit_ms,
+            vta: self.vta,
         }
+    }
+}
+
+/// The routine VTA region functions call (see `heron_vta::region`).
+fn vta_routine() -> Routine {
+    let mut params = vec![RoutineParam::Device(0), RoutineParam::Buffer];
+    params.extend([RoutineParam::Buffer; heron_vta::region::SLOTS]);
+    Routine {
+        signature: RoutineSignature { name: heron_vta_compiler::target::ROUTINE.into(), params },
+        features: Vec::new(),
+        address: heron_vta::region::heron_vta_region as *const u8,
     }
 }
 
@@ -270,7 +318,7 @@ impl Compiler {
         let options = JitOptions {
             opt_level: self.options.opt_level,
             codegen: CodegenOptions { vectorize: self.options.vectorize, fma: true },
-            routines: Vec::new(),
+            routines: self.options.vta.map(|_| vta_routine()).into_iter().collect(),
         };
         let code = JitModule::compile(&rewritten.module, &read_only, options)?;
         let codegen = codegen_start.elapsed();
@@ -278,7 +326,12 @@ impl Compiler {
             .pools
             .iter()
             .zip(&rewritten.pool_sizes)
-            .map(|(p, &size)| PoolLayout { name: p.name.clone(), kind: p.kind, size_bytes: size })
+            .map(|(p, &size)| PoolLayout {
+                name: p.name.clone(),
+                kind: p.kind,
+                size_bytes: size,
+                device: pipeline::is_device_pool(p),
+            })
             .collect();
         let guard = self.options.guard_pages;
         let memory = rewritten
@@ -286,14 +339,21 @@ impl Compiler {
             .iter()
             .zip(&rewritten.pools)
             .map(|(img, pool)| match img.as_deref() {
+                _ if pipeline::is_device_pool(pool) => Ok(PoolMemory::Device(img.as_deref().map(Into::into))),
                 None => Ok(PoolMemory::PerWorkspace),
                 Some(b) => {
                     Ok(PoolMemory::Shared(Block::read_only_copy(b, ALIGN, guard, &format!("pool '{}'", pool.name))?))
                 }
             })
             .collect::<Result<_, RuntimeError>>()?;
-        let exe =
-            Executable { code: Code::Jit(code), pools, memory, guard_pages: guard, threads: self.options.threads };
+        let exe = Executable {
+            code: Code::Jit(code),
+            pools,
+            memory,
+            guard_pages: guard,
+            threads: self.options.threads,
+            vta: self.options.vta,
+        };
         Ok((exe, planning, codegen))
     }
 
@@ -346,6 +406,7 @@ fn aot_executable(library: AotLibrary, guard: GuardPages) -> Result<Executable, 
             name: p.name.clone(),
             kind: if p.kind == PoolRole::Parameter { PoolKind::Constant } else { PoolKind::Workspace },
             size_bytes: p.size_bytes,
+            device: false,
         })
         .collect();
     let memory = meta
@@ -362,7 +423,7 @@ fn aot_executable(library: AotLibrary, guard: GuardPages) -> Result<Executable, 
             })
         })
         .collect::<Result<_, RuntimeError>>()?;
-    Ok(Executable { code: Code::Aot(library), pools, memory, guard_pages: guard, threads: 1 })
+    Ok(Executable { code: Code::Aot(library), pools, memory, guard_pages: guard, threads: 1, vta: None })
 }
 
 impl Model {
@@ -425,7 +486,13 @@ impl CompiledModel {
     /// error, not an abort, when the machine does not have it).
     pub fn workspace(&self) -> Result<Workspace, RuntimeError> {
         let Backend::Compiled(exe) = &self.backend else {
-            return Ok(Workspace { inputs: Vec::new(), outputs: Vec::new(), pools: Vec::new(), threads: None });
+            return Ok(Workspace {
+                inputs: Vec::new(),
+                outputs: Vec::new(),
+                pools: Vec::new(),
+                threads: None,
+                vta: None,
+            });
         };
         let guard = exe.guard_pages;
         let staging = |infos: &[TensorInfo], kind: &str| {
@@ -454,11 +521,29 @@ impl CompiledModel {
             }
             _ => None,
         };
+        let vta = match exe.vta {
+            None => None,
+            Some(config) => {
+                let mut session = Box::new(Session::new(config)?);
+                let mut blocks = Vec::with_capacity(exe.pools.len());
+                for (p, m) in exe.pools.iter().zip(&exe.memory) {
+                    blocks.push(match m {
+                        PoolMemory::Device(image) => {
+                            let size = usize::try_from(p.size_bytes).unwrap_or(usize::MAX);
+                            Some(session.alloc(size, image.as_deref().unwrap_or(&[]))?)
+                        }
+                        _ => None,
+                    });
+                }
+                Some((session, blocks))
+            }
+        };
         Ok(Workspace {
             inputs: staging(&self.inputs, "input")?,
             outputs: staging(&self.outputs, "output")?,
             pools,
             threads,
+            vta,
         })
     }
 
@@ -490,6 +575,7 @@ impl CompiledModel {
             && ws.pools.iter().zip(&exe.pools).zip(&exe.memory).all(|((b, p), m)| match (b, m) {
                 (Some(b), PoolMemory::PerWorkspace) => b.len() as u64 == p.size_bytes,
                 (None, PoolMemory::PerWorkspace) | (Some(_), _) => false,
+                (None, PoolMemory::Device(_)) => ws.vta.is_some(),
                 (None, _) => true,
             });
         if !fits {
@@ -511,17 +597,36 @@ impl CompiledModel {
         }
         match &exe.code {
             Code::Jit(code) => {
+                // The session is the device handle of slot 0; its blocks back the VTA pools.
+                let (devices, mut device_memory) = match ws.vta.as_mut() {
+                    Some((session, blocks)) => {
+                        let handle = &mut **session as *mut Session as heron_jit::threads::DeviceHandle;
+                        let mut memory: Vec<Option<&mut [u8]>> = session.memory().into_iter().map(Some).collect();
+                        let per_pool: Vec<Option<&mut [u8]>> =
+                            blocks.iter().map(|b| b.and_then(|k| memory.get_mut(k).and_then(Option::take))).collect();
+                        (vec![handle], per_pool)
+                    }
+                    None => (Vec::new(), Vec::new()),
+                };
                 let args = ws
                     .inputs
                     .iter()
                     .map(|b| JitArg::Read(b.bytes()))
                     .chain(ws.outputs.iter_mut().map(|b| JitArg::Write(b.bytes_mut())))
-                    .chain(ws.pools.iter_mut().zip(&exe.memory).map(|(w, m)| match (w, m) {
+                    .chain(ws.pools.iter_mut().zip(&exe.memory).enumerate().map(|(k, (w, m))| match (w, m) {
                         (Some(w), _) => JitArg::Write(w.bytes_mut()),
                         (None, PoolMemory::Shared(c)) => JitArg::Read(c.bytes()),
+                        (None, PoolMemory::Device(_)) => {
+                            JitArg::Write(device_memory.get_mut(k).and_then(Option::take).unwrap_or_default())
+                        }
                         (None, _) => JitArg::Read(&[]),
                     }));
-                code.run_in(args, ws.threads.as_ref(), &[])?;
+                code.run_in(args, ws.threads.as_ref(), &devices)?;
+                if let Some((session, _)) = ws.vta.as_mut()
+                    && let Some(e) = session.take_error()
+                {
+                    return Err(RuntimeError::Vta(e));
+                }
             }
             Code::Aot(library) => {
                 let parameters = exe

@@ -28,11 +28,13 @@ mod compiler;
 pub mod memory;
 mod model;
 pub mod pipeline;
+pub mod vta;
 
 pub use compiler::{
-    CompileOptions, CompileStats, CompiledModel, Compiler, Engine, PoolLayout, Workspace, physical_cores,
+    CompileOptions, CompileStats, CompiledModel, Compiler, Engine, PoolLayout, VtaStats, Workspace, physical_cores,
 };
 pub use heron_ir::Limits;
 pub use heron_jit::isa::OptLevel;
+pub use heron_vta::HwConfig;
 pub use memory::GuardPages;
 pub use model::{Model, RuntimeError, TensorInfo};

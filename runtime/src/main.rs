@@ -92,6 +92,39 @@ impl Engine {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TargetKind {
+    /// Everything on the CPU (a quantized model runs its integer form with the JIT's kernels).
+    Cpu,
+    /// Offload int8 regions to VTA (the built-in simulator, or `HERON_VTA_DRIVER`).
+    Vta,
+}
+
+/// Where a model runs: the CPU alone, or VTA for its int8 regions.
+#[derive(clap::Args)]
+struct TargetFlags {
+    #[arg(long, value_enum, default_value = "cpu")]
+    target: TargetKind,
+    /// VTA hardware configuration in TVM's `vta_config.json` format (default: fsim_sample).
+    #[arg(long, value_name = "FILE.json")]
+    vta_config: Option<PathBuf>,
+}
+
+impl TargetFlags {
+    /// The VTA configuration to offload to, if the target is VTA.
+    fn vta(&self) -> Result<Option<heron_runtime::HwConfig>> {
+        if self.target == TargetKind::Cpu {
+            if self.vta_config.is_some() {
+                anyhow::bail!("--vta-config needs --target vta");
+            }
+            return Ok(None);
+        }
+        let Some(path) = &self.vta_config else { return Ok(Some(heron_runtime::HwConfig::default())) };
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Ok(Some(heron_runtime::vta::hw_config_from_json(&text).with_context(|| format!("{}", path.display()))?))
+    }
+}
+
 /// Size limits (and, for commands that run models, guard pages), as every command taking a
 /// model accepts them.
 #[derive(clap::Args)]
@@ -157,6 +190,11 @@ enum Command {
         #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
         #[command(flatten)]
+        target: TargetFlags,
+        /// Write the run's regions (target, time) and VTA counters as JSON.
+        #[arg(long, value_name = "FILE.json")]
+        stats: Option<PathBuf>,
+        #[command(flatten)]
         limits: LimitFlags,
     },
     /// Compile a model and time its runs: compile time, median / p90 / min latency and the
@@ -174,6 +212,8 @@ enum Command {
         /// Threads for the loops marked parallel (default: the physical cores; JIT only).
         #[arg(long, value_name = "N", value_parser = parse_threads)]
         threads: Option<usize>,
+        #[command(flatten)]
+        target: TargetFlags,
         #[command(flatten)]
         limits: LimitFlags,
     },
@@ -210,6 +250,10 @@ enum Command {
         /// Also print every lowered function's workspace (scratch) size.
         #[arg(long)]
         workspace: bool,
+        /// With `--target vta`, print the partition: each region, its ops, and why every
+        /// operator left on the CPU stays there.
+        #[command(flatten)]
+        target: TargetFlags,
         #[command(flatten)]
         limits: LimitFlags,
     },
@@ -221,6 +265,8 @@ enum Command {
         /// Print constant data in full (hex), so the output parses back.
         #[arg(long)]
         full_constants: bool,
+        #[command(flatten)]
+        target: TargetFlags,
         #[command(flatten)]
         limits: LimitFlags,
     },
@@ -357,14 +403,21 @@ fn main() -> ExitCode {
     install_panic_hook();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { model, inputs, output_dir, engine, threads, limits } => {
-            run(model.as_deref(), &inputs, output_dir.as_deref(), (engine, threads), &limits)
+        Command::Run { model, inputs, output_dir, engine, threads, target, stats, limits } => run(
+            model.as_deref(),
+            &inputs,
+            (output_dir.as_deref(), stats.as_deref()),
+            (engine, threads, &target),
+            &limits,
+        ),
+        Command::Bench { model, runs, warmup, engine, threads, target, limits } => target.vta().and_then(|vta| {
+            let options = CompileOptions { vta, ..engine.compile_options(&limits, threads) };
+            bench(&model, runs, warmup, options, &limits)
+        }),
+        Command::Inspect { model, workspace, target, limits } => inspect(&model, workspace, &target, &limits),
+        Command::Lower { model, stage, full_constants, target, limits } => {
+            lower(&model, stage, full_constants, &target, &limits)
         }
-        Command::Bench { model, runs, warmup, engine, threads, limits } => {
-            bench(&model, runs, warmup, engine.compile_options(&limits, threads), &limits)
-        }
-        Command::Inspect { model, workspace, limits } => inspect(&model, workspace, &limits),
-        Command::Lower { model, stage, full_constants, limits } => lower(&model, stage, full_constants, &limits),
         Command::Vta { command: VtaCommand::Disasm { file } } => vta_disasm(&file),
         Command::Layout { shape, map, index } => layout(&shape, &map, index.as_deref()),
         Command::Compile {
@@ -424,8 +477,8 @@ fn parse_input(arg: &str) -> Result<(Option<String>, Tensor)> {
 fn run(
     model_path: Option<&Path>,
     inputs: &[String],
-    output_dir: Option<&Path>,
-    (engine, threads): (Engine, Option<usize>),
+    (output_dir, stats_file): (Option<&Path>, Option<&Path>),
+    (engine, threads, target): (Engine, Option<usize>, &TargetFlags),
     limits: &LimitFlags,
 ) -> Result<()> {
     let t0 = Instant::now();
@@ -441,15 +494,54 @@ fn run(
     };
     let bound = model.bind_inputs(given)?;
     println!("model {} loaded in {load_ms:.2} ms", model.name());
-    let compiled = Compiler::new(engine.compile_options(limits, threads)).compile(&model)?;
+    let vta = target.vta()?;
+    if vta.is_some() && !matches!(engine, Engine::Jit) {
+        anyhow::bail!("--target vta runs on the JIT engine");
+    }
+    let options = CompileOptions { vta, ..engine.compile_options(limits, threads) };
+    let compiled = Compiler::new(options).compile(&model)?;
     if !matches!(engine, Engine::Interp) {
         print_compile_stats(&compiled);
     }
     let mut ws = compiled.workspace()?;
+    ws.take_vta_stats();
     let t1 = Instant::now();
     let outputs = compiled.run_with(&mut ws, &bound)?;
-    let run_ms = t1.elapsed().as_secs_f64() * 1e3;
-    println!("ran on engine {engine:?} in {run_ms:.3} ms");
+    let t2 = Instant::now();
+    let run_ms = (t2 - t1).as_secs_f64() * 1e3;
+    println!("ran on engine {engine:?} (target {:?}) in {run_ms:.3} ms", target.target);
+    let vta_stats = ws.take_vta_stats();
+    if let Some(stats) = &vta_stats {
+        let regions = heron_runtime::vta::region_times(stats, t1, t2);
+        let json = heron_runtime::vta::stats_json(&regions, stats);
+        let summary = &json["summary"];
+        println!(
+            "regions: {} on VTA ({:.3} ms, {:.3} ms in the device, {} simulated cycles), {:.3} ms on the CPU",
+            regions.iter().filter(|r| r.target == "vta").count(),
+            summary["vta_ms"].as_f64().unwrap_or(0.0),
+            summary["device_ms"].as_f64().unwrap_or(0.0),
+            summary["simulated_cycles"],
+            summary["cpu_ms"].as_f64().unwrap_or(0.0)
+        );
+        println!("vta counters: {}", json["vta"]);
+        if let Some(file) = stats_file {
+            let text = serde_json::to_string_pretty(&json)?;
+            std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))?;
+            println!("wrote {}", file.display());
+        }
+    } else if let Some(file) = stats_file {
+        let regions = [heron_runtime::vta::RegionTime {
+            name: "cpu_0".into(),
+            target: "cpu",
+            time_ms: run_ms,
+            device_ms: 0.0,
+            cycles: None,
+        }];
+        let empty = heron_runtime::VtaStats { calls: Vec::new(), profile: None };
+        let text = serde_json::to_string_pretty(&heron_runtime::vta::stats_json(&regions, &empty))?;
+        std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))?;
+        println!("wrote {}", file.display());
+    }
     for (info, t) in model.outputs().iter().zip(&outputs) {
         print_output(&info.name, t);
     }
@@ -535,9 +627,9 @@ fn print_output(name: &str, t: &Tensor) {
     }
 }
 
-fn lowered(path: &Path, stage: Stage, limits: &LimitFlags) -> Result<Module> {
+fn lowered(path: &Path, stage: Stage, vta: Option<heron_runtime::HwConfig>, limits: &LimitFlags) -> Result<Module> {
     let model = limits.load(path)?;
-    let pipeline = limits.pipeline(Vec::new());
+    let pipeline = Pipeline::new(PipelineOptions { vta, ..limits.pipeline(Vec::new()).options().clone() });
     let module = match stage.pipeline_stage() {
         PipelineStage::Planned => {
             let flat = pipeline.module(&model, PipelineStage::Flat)?;
@@ -549,8 +641,8 @@ fn lowered(path: &Path, stage: Stage, limits: &LimitFlags) -> Result<Module> {
     Ok(module)
 }
 
-fn lower(path: &Path, stage: Stage, full_constants: bool, limits: &LimitFlags) -> Result<()> {
-    let module = lowered(path, stage, limits)?;
+fn lower(path: &Path, stage: Stage, full_constants: bool, target: &TargetFlags, limits: &LimitFlags) -> Result<()> {
+    let module = lowered(path, stage, target.vta()?, limits)?;
     let data = if full_constants { ConstData::Full } else { ConstData::Elided };
     print!("{}", print_module(&module, data));
     Ok(())
@@ -572,7 +664,7 @@ struct PlanOptions {
 }
 
 fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
-    let module = lowered(path, Stage::Flat, &opts.limits)?;
+    let module = lowered(path, Stage::Flat, None, &opts.limits)?;
     let pools = opts.pools.pools()?;
     let problem = heron_planner::extract::extract_for_pools(&module, &pools)?;
     let alg = heron_planner::algorithm(&opts.algorithm)?;
@@ -749,7 +841,7 @@ fn split_samples(t: Tensor, ty: &heron_ir::TensorType) -> Result<Vec<Tensor>> {
     bytes.chunks(per * width).map(|c| Tensor::from_le_bytes(ty, c).map_err(|e| anyhow::anyhow!(e))).collect()
 }
 
-fn inspect(path: &Path, workspace: bool, limits: &LimitFlags) -> Result<()> {
+fn inspect(path: &Path, workspace: bool, target: &TargetFlags, limits: &LimitFlags) -> Result<()> {
     let model = limits.load(path)?;
     let stats = graph_stats(model.graph());
     println!("model {}", model.name());
@@ -767,8 +859,15 @@ fn inspect(path: &Path, workspace: bool, limits: &LimitFlags) -> Result<()> {
     println!("parameter bytes: {}", stats.parameter_bytes);
     println!("activation bytes: {} (peak live in node order: {})", stats.activation_bytes, stats.peak_activation_bytes);
     println!("FLOPs: {} ({:.4} GFLOP, 2 x MACs of Conv/Gemm/MatMul)", stats.flops, stats.flops as f64 / 1e9);
+    if let Some(vta) = target.vta()? {
+        let pipeline =
+            Pipeline::new(PipelineOptions { limits: limits.limits(), vta: Some(vta), ..PipelineOptions::default() });
+        if let Some((graph, partition)) = pipeline.partition(&model) {
+            print!("{}", heron_vta_compiler::partition::Display { partition: &partition, graph: &graph });
+        }
+    }
     if workspace {
-        let module = lowered(path, Stage::Flat, limits)?;
+        let module = lowered(path, Stage::Flat, None, limits)?;
         println!("workspace per function (bytes; unshared / shared by liveness):");
         for w in module_workspace(&module) {
             println!("  {:<32} {:>10} {:>10}", w.func, w.unshared_bytes, w.shared_bytes);

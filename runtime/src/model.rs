@@ -41,6 +41,8 @@ pub enum RuntimeError {
     Aot(#[from] heron_aot::AotError),
     #[error(transparent)]
     Memory(#[from] crate::memory::AllocError),
+    #[error("VTA: {0}")]
+    Vta(#[from] heron_vta::VtaError),
 }
 
 /// A named tensor slot of a model: an input or an output.

@@ -5,7 +5,8 @@
 //! 1. import (`Model::load`, before the pipeline)
 //! 2. graph passes
 //! 3. lowering to loop IR
-//! 4. the target layer ([`Target`]: layouts chosen, loops scheduled, functions claimed)
+//! 4. the target layer ([`Target`]: with VTA, its regions first (`heron_vta_compiler`), then
+//!    the CPU: layouts chosen, loops scheduled, functions claimed)
 //! 5. layouts applied
 //! 6. flattening
 //! 7. memory planning
@@ -19,7 +20,9 @@ use heron_ir::loop_ir::layout::apply_layout_transforms;
 use heron_ir::loop_ir::target::Target;
 use heron_ir::{Graph, Limits, passes};
 use heron_jit::target::CpuTarget;
-use heron_planner::{Budget, PlannedModule, PoolInfo, PoolKind};
+use heron_planner::{Access, Budget, PlannedModule, PoolInfo, PoolKind};
+use heron_vta::HwConfig;
+use heron_vta_compiler::{Partition, VtaTarget};
 
 use crate::model::{Model, RuntimeError};
 
@@ -51,6 +54,8 @@ pub struct PipelineOptions {
     /// Planning algorithm (see `heron_planner::registry`).
     pub planner: String,
     pub planner_time_limit_ms: u64,
+    /// Offload int8 regions to VTA with this hardware configuration (`None`: CPU only).
+    pub vta: Option<HwConfig>,
 }
 
 impl Default for PipelineOptions {
@@ -60,8 +65,36 @@ impl Default for PipelineOptions {
             pools: Vec::new(),
             planner: "auto".into(),
             planner_time_limit_ms: Budget::DEFAULT_MILLIS,
+            vta: None,
         }
     }
+}
+
+/// The pools VTA regions use: activations they touch and their constants (weights, biases,
+/// programs) live in memory both the CPU and the device reach, aligned to VTA's largest element.
+pub const VTA_WORKSPACE_POOL: &str = "vta_workspace";
+pub const VTA_CONSTANT_POOL: &str = "vta_constants";
+
+/// Whether `pool` is device memory (the executor allocates it through the VTA session).
+pub fn is_device_pool(pool: &PoolInfo) -> bool {
+    pool.targets.iter().any(|(t, _)| t == heron_vta_compiler::target::TARGET)
+}
+
+fn vta_pools(config: &HwConfig) -> [PoolInfo; 2] {
+    use heron_vta::MemId;
+    let largest = [MemId::Inp, MemId::Wgt, MemId::Acc, MemId::Out].iter().map(|&m| config.elem_bytes(m)).max();
+    let alignment = (largest.unwrap_or(64) as u64).next_power_of_two().max(64);
+    let vta = |name: &str, kind: PoolKind, access: Access| PoolInfo {
+        name: name.into(),
+        size_hint_bytes: None,
+        alignment,
+        kind,
+        targets: vec![("cpu".into(), access), (heron_vta_compiler::target::TARGET.into(), access)],
+    };
+    [
+        vta(VTA_WORKSPACE_POOL, PoolKind::Workspace, Access::ReadWrite),
+        vta(VTA_CONSTANT_POOL, PoolKind::Constant, Access::ReadOnly),
+    ]
 }
 
 /// A planned module and what planning took.
@@ -83,13 +116,29 @@ impl Pipeline {
         Pipeline { options, targets: vec![Box::new(CpuTarget)] }
     }
 
-    /// The pools planning places buffers in.
+    pub fn options(&self) -> &PipelineOptions {
+        &self.options
+    }
+
+    /// The pools planning places buffers in (with VTA, its two pools after the CPU's).
     pub fn pools(&self) -> Vec<PoolInfo> {
-        if self.options.pools.is_empty() {
+        let mut pools = if self.options.pools.is_empty() {
             vec![PoolInfo::workspace("workspace", None), PoolInfo::constant("constants", None)]
         } else {
             self.options.pools.clone()
+        };
+        if let Some(config) = &self.options.vta {
+            pools.extend(vta_pools(config));
         }
+        pools
+    }
+
+    /// The VTA partition of the model's optimised graph (`None` without VTA).
+    pub fn partition(&self, model: &Model) -> Option<(Graph, Partition)> {
+        let config = self.options.vta.as_ref()?;
+        let graph = self.optimized_graph(model);
+        let partition = heron_vta_compiler::partition(&graph, config);
+        Some((graph, partition))
     }
 
     /// Stage 2: the model's graph after the graph passes, under the pipeline's limits.
@@ -104,8 +153,14 @@ impl Pipeline {
     /// [`Pipeline::plan`] of the flat module).
     pub fn module(&self, model: &Model, stage: Stage) -> Result<Module, RuntimeError> {
         let compile = |e: &dyn std::fmt::Display| RuntimeError::Compile(e.to_string());
-        let mut module = heron_ir::lower::lower(&self.optimized_graph(model))?;
+        let graph = self.optimized_graph(model);
+        let mut module = heron_ir::lower::lower(&graph)?;
         if stage >= Stage::Target {
+            if let Some(config) = &self.options.vta {
+                let partition = heron_vta_compiler::partition(&graph, config);
+                let vta = VtaTarget::new(&graph, &partition, config).map_err(|e| compile(&e))?;
+                vta.apply(&mut module).map_err(|e| compile(&e))?;
+            }
             for target in &self.targets {
                 target.apply(&mut module).map_err(|e| compile(&e))?;
             }

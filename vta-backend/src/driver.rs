@@ -63,6 +63,10 @@ pub trait Driver: Send {
         None
     }
     fn clear_profile(&mut self) {}
+    /// Simulated cycles of the last successful run, for drivers that count them.
+    fn last_run_cycles(&self) -> Option<u64> {
+        None
+    }
     /// Simulator debug mode (bit 0: skip execution, counters still advance).
     fn set_sim_debug(&mut self, _flags: u32) {}
 }
@@ -144,6 +148,10 @@ impl Driver for SimDriver {
 
     fn set_work_limit(&mut self, limit: Option<u64>) {
         self.work_limit = limit;
+    }
+
+    fn last_run_cycles(&self) -> Option<u64> {
+        Some(self.last_cycles)
     }
 
     fn mem_alloc(&mut self, size: usize, _cached: bool) -> Result<DramBlock, VtaError> {

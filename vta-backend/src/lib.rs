@@ -8,7 +8,8 @@
 //! HAL-style device/memory/run trait, implemented by the simulator and by drivers loaded from
 //! other shared libraries; [`runtime`] builds instruction streams exactly like VTA's runtime
 //! (command queue, uop kernels, dependency flags, synchronize); [`capi`] exports both APIs with
-//! VTA's C names (`include/heron_vta.h`).
+//! VTA's C names (`include/heron_vta.h`). [`region`] runs the compiler's offloaded regions: a
+//! program format and the session generated code calls through its run context.
 
 pub mod capi;
 pub mod config;
@@ -17,6 +18,7 @@ mod handles;
 pub mod isa;
 pub mod memory;
 pub mod program;
+pub mod region;
 pub mod runtime;
 pub mod sim;
 

@@ -174,7 +174,9 @@ impl IndexMap {
     }
 
     /// Checks rank and affinity, and returns the transformed shape: per final index, one past
-    /// its largest value over `shape` (splits that do not divide pad the buffer).
+    /// its largest value over `shape`, except that a final index `e % k` always spans the `k`
+    /// positions of a split (as TVM's layouts do): splits that do not divide pad the buffer to
+    /// whole tiles, even when the axis is shorter than one tile.
     pub fn transformed_shape(&self, shape: &[usize]) -> Result<Vec<usize>, IndexMapError> {
         if self.vars.len() != shape.len() {
             return Err(IndexMapError::RankMismatch { vars: self.vars.len(), rank: shape.len() });
@@ -188,7 +190,14 @@ impl IndexMap {
             .enumerate()
             .map(|(axis, e)| {
                 let (lo, hi) = e.range(shape);
-                if lo < 0 { Err(IndexMapError::Negative { axis, min: lo }) } else { Ok(hi as usize + 1) }
+                let tile = match e {
+                    MapExpr::FloorMod(_, k) => match **k {
+                        MapExpr::Const(k) if k > 0 => k as usize,
+                        _ => 0,
+                    },
+                    _ => 0,
+                };
+                if lo < 0 { Err(IndexMapError::Negative { axis, min: lo }) } else { Ok((hi as usize + 1).max(tile)) }
             })
             .collect()
     }

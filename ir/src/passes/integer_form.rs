@@ -82,6 +82,7 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
         is_output,
     };
     let producers = &lookup.producers;
+    let lookup_is_output = lookup.is_output.clone();
     let mut patterns: HashMap<usize, Pattern> = HashMap::new();
     for n in &graph.nodes {
         if !matches!(n.op, Op::Conv(_) | Op::Gemm { .. } | Op::MatMul | Op::Binary(BinaryOp::Add) | Op::MaxPool { .. })
@@ -128,6 +129,12 @@ pub fn integer_form(graph: &mut Graph) -> Result<IntegerFormReport, GraphError> 
                 *v = renamed.get(v).copied().unwrap_or(*v);
             }
             let y = write_integer(graph, &mut names, &p)?;
+            if lookup_is_output[end_output.0] {
+                // Graph outputs keep their names: the replacement takes it over.
+                let fresh = names.fresh(&format!("{}_qdq", graph.values[end_output.0].name));
+                let name = std::mem::replace(&mut graph.values[end_output.0].name, fresh);
+                graph.values[y.0].name = name;
+            }
             renamed.insert(end_output, y);
             report.converted.push(p.name);
         }

@@ -20,18 +20,29 @@ pub struct PassStats {
     pub folded_batch_norms: usize,
     pub removed_identities: usize,
     pub removed_dead_nodes: usize,
+    /// Quantized (QDQ) patterns rewritten into the integer form.
+    pub integer_patterns: usize,
 }
 
-/// Runs every pass: identity removal, constant folding, BatchNormalization folding, dead-node
-/// elimination.
+/// Runs every pass: identity removal, the integer form of quantized patterns (before constant
+/// folding, which would turn the dequantized weights it matches into float constants),
+/// constant folding, BatchNormalization folding, dead-node elimination.
 pub fn optimize(graph: &mut Graph) -> PassStats {
-    let mut stats = PassStats {
-        removed_identities: remove_identities(graph),
-        folded_constants: fold_constants(graph),
-        ..PassStats::default()
-    };
+    let mut stats = PassStats { removed_identities: remove_identities(graph), ..PassStats::default() };
+    if graph.nodes.iter().any(|n| matches!(n.op, crate::Op::DequantizeLinear { .. })) {
+        // A failed rewrite leaves the graph as it was: the float QDQ semantics still hold.
+        let before = graph.clone();
+        match integer_form(graph) {
+            Ok(report) => {
+                stats.integer_patterns = report.converted.len();
+                stats.removed_dead_nodes = eliminate_dead_nodes(graph);
+            }
+            Err(_) => *graph = before,
+        }
+    }
+    stats.folded_constants = fold_constants(graph);
     stats.folded_batch_norms = fold_batch_norm(graph);
-    stats.removed_dead_nodes = eliminate_dead_nodes(graph);
+    stats.removed_dead_nodes += eliminate_dead_nodes(graph);
     stats
 }
 
