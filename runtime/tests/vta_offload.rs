@@ -66,6 +66,11 @@ impl Conv {
     }
 }
 
+fn zero_points(g: &mut Graph) -> (heron_ir::ValueId, heron_ir::ValueId) {
+    let zero = || Tensor::from_vec::<i8>(&[], vec![0]).unwrap();
+    (g.add_constant("x_zero_point", zero()), g.add_constant("w_zero_point", zero()))
+}
+
 /// `ConvInteger(x, w) + bias -> Requantize(shift, 0..=127)` with random int8 data and an
 /// int8 graph input and output, and its input.
 fn conv_model(s: &Conv, shift: i32, seed: u64) -> (Model, Tensor) {
@@ -79,7 +84,8 @@ fn conv_model(s: &Conv, shift: i32, seed: u64) -> (Model, Tensor) {
     window.dilations = vec![s.dilation; 2];
     window.pads_begin = vec![s.pad; 2];
     window.pads_end = vec![s.pad; 2];
-    let acc = g.add_op("conv", Op::ConvInteger(ConvAttrs { window, group: s.groups }), &[x, w]).unwrap();
+    let (zx, zw) = zero_points(&mut g);
+    let acc = g.add_op("conv", Op::ConvInteger(ConvAttrs { window, group: s.groups }), &[x, w, zx, zw]).unwrap();
     let biased = g.add_op("bias", Op::Binary(heron_ir::BinaryOp::Add), &[acc, b]).unwrap();
     let y = g.add_op("y", Op::Requantize { shift, min: 0, max: 127 }, &[biased]).unwrap();
     g.set_outputs(vec![y]);
@@ -163,7 +169,8 @@ fn dense_layer_equals_the_cpu() {
     let w = g.add_constant("w", i8s(3, &[k, n]));
     let bias: Vec<i32> = ints(4, n, -5000, 5000).into_iter().map(|v| v as i32).collect();
     let b = g.add_constant("b", Tensor::from_vec(&[n], bias).unwrap());
-    let acc = g.add_op("dense", Op::MatMulInteger, &[x, w]).unwrap();
+    let (zx, zw) = zero_points(&mut g);
+    let acc = g.add_op("dense", Op::MatMulInteger, &[x, w, zx, zw]).unwrap();
     let biased = g.add_op("bias", Op::Binary(heron_ir::BinaryOp::Add), &[acc, b]).unwrap();
     let y = g.add_op("y", Op::Requantize { shift: 9, min: -128, max: 127 }, &[biased]).unwrap();
     g.set_outputs(vec![y]);
