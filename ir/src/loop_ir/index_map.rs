@@ -64,6 +64,22 @@ impl MapExpr {
     }
 
     /// Inclusive value range when every variable `i` ranges over `0..extents[i]`.
+    /// The variables this expression reads (with repeats).
+    pub fn mentions(&self, out: &mut Vec<usize>) {
+        match self {
+            MapExpr::Var(i) => out.push(*i),
+            MapExpr::Const(_) => {}
+            MapExpr::Add(a, b)
+            | MapExpr::Sub(a, b)
+            | MapExpr::Mul(a, b)
+            | MapExpr::FloorDiv(a, b)
+            | MapExpr::FloorMod(a, b) => {
+                a.mentions(out);
+                b.mentions(out);
+            }
+        }
+    }
+
     fn range(&self, extents: &[usize]) -> (i64, i64) {
         match self {
             MapExpr::Var(i) => (0, extents[*i] as i64 - 1),
@@ -202,6 +218,33 @@ impl IndexMap {
             .collect()
     }
 
+    /// Whether every variable reaches the result either alone (`v`) or split (`v // k` and
+    /// `v % k`, one each, the same `k`), and each result mentions at most one variable: splits
+    /// and reorders, injective by construction (packed layouts), so no element needs visiting.
+    fn is_split_permutation(&self) -> bool {
+        let mut uses: Vec<Vec<&MapExpr>> = vec![Vec::new(); self.vars.len()];
+        for e in &self.exprs {
+            match e {
+                MapExpr::Const(_) => {}
+                MapExpr::Var(i) => uses[*i].push(e),
+                MapExpr::FloorDiv(a, k) | MapExpr::FloorMod(a, k) => match (&**a, &**k) {
+                    (MapExpr::Var(i), MapExpr::Const(k)) if *k > 0 => uses[*i].push(e),
+                    _ => return false,
+                },
+                _ => return false,
+            }
+        }
+        uses.iter().all(|u| match u.as_slice() {
+            [MapExpr::Var(_)] => true,
+            [a, b] => match (a, b) {
+                (MapExpr::FloorDiv(_, k1), MapExpr::FloorMod(_, k2))
+                | (MapExpr::FloorMod(_, k2), MapExpr::FloorDiv(_, k1)) => k1 == k2,
+                _ => false,
+            },
+            _ => false,
+        })
+    }
+
     /// Verifies that no two logical indices of `shape` share a physical index.
     pub fn check_injective(&self, shape: &[usize]) -> Result<(), IndexMapError> {
         let out = self.transformed_shape(shape)?;
@@ -211,6 +254,9 @@ impl IndexMap {
         axes.sort_unstable();
         if self.exprs.len() == shape.len() && axes.len() == shape.len() && axes.iter().enumerate().all(|(k, &a)| k == a)
         {
+            return Ok(());
+        }
+        if self.is_split_permutation() {
             return Ok(());
         }
         let n: usize = shape.iter().product();

@@ -90,23 +90,50 @@ pub fn apply_func(f: &mut PrimFunc) -> Result<(), LayoutError> {
 }
 
 /// `data` (logical layout) rearranged into the physical layout `map` gives it; padding is 0.
-/// Walks the logical indices row-major with an odometer and scratch buffers: weights of a few
-/// million elements relayout in milliseconds.
+/// When every final index reads at most one logical index (splits, reorders: every packed
+/// layout), the physical offset is a sum of one table lookup per logical axis; otherwise the
+/// map is evaluated per element. Either way the logical indices are walked row-major with an
+/// odometer: weights of millions of elements relayout in milliseconds.
 fn relayout(data: &Tensor, map: &IndexMap, new_shape: &[usize]) -> Tensor {
     fn go<T: Element>(a: &ArrayD<T>, map: &IndexMap, new_shape: &[usize]) -> Tensor {
         let mut strides = vec![1usize; new_shape.len()];
         for d in (0..new_shape.len().saturating_sub(1)).rev() {
             strides[d] = strides[d + 1] * new_shape[d + 1];
         }
-        let mut out = vec![T::default(); new_shape.iter().product()];
         let shape = a.shape().to_vec();
+        // Per logical axis, the offset each of its values contributes (separable maps only).
+        let mut separable = true;
+        let mut tables: Vec<Vec<usize>> = shape.iter().map(|&n| vec![0; n]).collect();
+        let mut base = 0usize;
+        let mut idx = vec![0i64; shape.len()];
+        for (e, &stride) in map.exprs.iter().zip(&strides) {
+            let mut vars = Vec::new();
+            e.mentions(&mut vars);
+            vars.dedup();
+            match vars.as_slice() {
+                [] => base += e.eval(&idx) as usize * stride,
+                [v] if vars.iter().all(|x| x == v) => {
+                    for i in 0..shape[*v] {
+                        idx[*v] = i as i64;
+                        tables[*v][i] += e.eval(&idx) as usize * stride;
+                    }
+                    idx[*v] = 0;
+                }
+                _ => separable = false,
+            }
+        }
+        let mut out = vec![T::default(); new_shape.iter().product()];
         let mut logical = vec![0i64; shape.len()];
         let mut physical = Vec::with_capacity(new_shape.len());
         // `iter` visits a standard-layout array's elements in row-major order, as the odometer.
         for v in a.iter() {
-            physical.clear();
-            physical.extend(map.exprs.iter().map(|e| e.eval(&logical)));
-            let at: usize = physical.iter().zip(&strides).map(|(&p, &st)| p as usize * st).sum();
+            let at: usize = if separable {
+                base + logical.iter().enumerate().map(|(d, &i)| tables[d][i as usize]).sum::<usize>()
+            } else {
+                physical.clear();
+                physical.extend(map.exprs.iter().map(|e| e.eval(&logical)));
+                physical.iter().zip(&strides).map(|(&p, &st)| p as usize * st).sum()
+            };
             out[at] = *v;
             for d in (0..shape.len()).rev() {
                 logical[d] += 1;
