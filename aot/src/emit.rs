@@ -37,22 +37,17 @@ enum ParamSource {
 }
 
 /// Compiles `rewritten` into an ELF object whose only exported symbol is `meta.entry`.
-pub fn emit_object(
-    rewritten: &Rewritten,
-    meta: &Metadata,
-    cpu: heron_jit::isa::TargetCpu,
-    opt: heron_jit::isa::OptLevel,
-) -> Result<Vec<u8>, AotError> {
-    let isa = heron_jit::isa::build_isa(cpu, opt, true)?;
+pub fn emit_object(rewritten: &Rewritten, meta: &Metadata, options: &crate::AotOptions) -> Result<Vec<u8>, AotError> {
+    let isa = heron_jit::isa::build_isa(options.target_cpu, options.opt_level, true)?;
     let fma = heron_jit::isa::has_fma(&*isa);
     let builder = ObjectBuilder::new(isa, meta.c_name.as_bytes(), default_libcall_names())
         .map_err(|e| AotError::Object(e.to_string()))?;
     let mut module = ObjectModule::new(builder);
     let inner = format!("heron_{}_main", meta.c_name);
-    let emitted =
-        // No precompiled routines: an object must not need more than libc and libm, so a call
-        // of one is an error here.
-        emit_module(&mut module, &rewritten.module, &inner, Linkage::Local, CodegenOptions { vectorize: true, fma }, &[])?;
+    // Routines are reached through the run context's table, never linked: the object needs
+    // libc and libm only.
+    let codegen = CodegenOptions { vectorize: true, fma };
+    let emitted = emit_module(&mut module, &rewritten.module, &inner, Linkage::Local, codegen, &options.routines)?;
     let mut sources = Vec::new();
     for (k, t) in meta.inputs.iter().enumerate() {
         sources.push(ParamSource::Tensor {
@@ -226,6 +221,9 @@ fn define_entry(
         let failed = b.ins().icmp_imm_s(IntCC::NotEqual, code, 0);
         let index_error = b.ins().iconst(I32, 2);
         let result = b.ins().select(failed, index_error, zero);
+        let missing = b.ins().icmp_imm_s(IntCC::Equal, code, i64::from(heron_jit::codegen::MISSING_ROUTINE));
+        let context_error = b.ins().iconst(I32, 4);
+        let result = b.ins().select(missing, context_error, result);
         b.ins().return_(&[result]);
         b.switch_to_block(fail);
         let argument_error = b.ins().iconst(I32, 1);

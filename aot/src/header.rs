@@ -40,6 +40,11 @@ const STATUS_CODES: &str = "#ifndef HERON_STATUS_CODES
    the sizes struct). Nothing was written. */
 #define HERON_ERROR_SIZE 3
 #endif
+#ifndef HERON_ERROR_CONTEXT
+/* The model calls routines (e.g. its VTA regions) that need a run context providing them:
+   call heron_<name>_run_ctx with one (for VTA: heron_vta_context). */
+#define HERON_ERROR_CONTEXT 4
+#endif
 ";
 
 pub fn header(meta: &Metadata) -> String {

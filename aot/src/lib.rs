@@ -77,6 +77,10 @@ pub struct AotOptions {
     pub embed_workspace: bool,
     /// Constant pools go to `.rodata` (no user-provided parameter pool).
     pub embed_parameters: bool,
+    /// Precompiled routines the module may call, in the order of the routine table the run
+    /// context must provide (`heron_<name>_run_ctx`); e.g. VTA's `heron_vta_region`, whose
+    /// context `heron_vta_context` makes. Without routines the object needs libc and libm only.
+    pub routines: Vec<heron_jit::routines::RoutineSignature>,
 }
 
 impl AotOptions {
@@ -87,6 +91,7 @@ impl AotOptions {
             opt_level: OptLevel::default(),
             embed_workspace: false,
             embed_parameters: true,
+            routines: Vec::new(),
         }
     }
 }
@@ -157,6 +162,7 @@ pub fn compile(
         f.body.walk(&mut |s| {
             if let heron_ir::loop_ir::Stmt::Evaluate(call) = s
                 && let heron_ir::loop_ir::Callee::Extern(name) = &call.callee
+                && !options.routines.iter().any(|r| &r.name == name)
             {
                 routine.get_or_insert(name.clone());
             }
@@ -166,7 +172,7 @@ pub fn compile(
         return Err(AotError::Routine(name));
     }
     let metadata = metadata_of(planned, workspace, inputs, outputs, options, &c_name);
-    let object = emit::emit_object(&planned.rewritten, &metadata, options.target_cpu, options.opt_level)?;
+    let object = emit::emit_object(&planned.rewritten, &metadata, options)?;
     let params = planned
         .rewritten
         .pools
@@ -209,7 +215,9 @@ fn metadata_of(
         .zip(&pool_ids)
         .map(|((p, &size), c)| {
             let parameters = p.kind == PoolKind::Constant;
-            let embedded = if parameters { options.embed_parameters } else { options.embed_workspace };
+            // An accelerator's pool is the caller's device memory, never a static of the object.
+            let device = p.targets.iter().any(|(t, _)| t != heron_planner::types::DEFAULT_TARGET);
+            let embedded = !device && if parameters { options.embed_parameters } else { options.embed_workspace };
             PoolMeta {
                 name: p.name.clone(),
                 c_name: c.clone(),
@@ -264,6 +272,8 @@ fn metadata_of(
         entry: format!("heron_{c_name}_run"),
         entry_checked: format!("heron_{c_name}_run_checked"),
         entry_ctx: format!("heron_{c_name}_run_ctx"),
+        routines: options.routines.iter().map(|r| r.name.clone()).collect(),
+        device_slots: heron_jit::routines::device_slots(&options.routines),
         target_cpu: format!("{:?}", options.target_cpu),
         inputs: inputs.iter().zip(in_ids).map(tensor).collect(),
         outputs: outputs.iter().zip(out_ids).map(tensor).collect(),

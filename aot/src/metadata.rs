@@ -116,6 +116,12 @@ pub struct Metadata {
     /// The exported function that takes a run context (threads), `heron_<c_name>_run_ctx`.
     #[serde(default)]
     pub entry_ctx: String,
+    /// Routines the run context of `entry_ctx` must provide, in table order.
+    #[serde(default)]
+    pub routines: Vec<String>,
+    /// Device slots the run context must provide.
+    #[serde(default)]
+    pub device_slots: usize,
     pub target_cpu: String,
     pub inputs: Vec<TensorMeta>,
     pub outputs: Vec<TensorMeta>,

@@ -15,6 +15,10 @@
 
 use std::collections::HashMap;
 
+/// The status a run ends with when code calls a routine its run context does not provide (no
+/// context, or tables without the routine or a device slot it takes).
+pub const MISSING_ROUTINE: i32 = -1;
+
 use cranelift_codegen::Context;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, F64, I8, I16, I32, I64};
@@ -853,7 +857,9 @@ impl<'a> FuncTranslator<'a> {
 
     /// Calls precompiled routine `name` through the run context's routine table. Its
     /// registered signature decides the call: the arguments must match it. Routines are trusted
-    /// to stay inside the buffers they are given.
+    /// to stay inside the buffers they are given. Without a context, or with one whose tables
+    /// lack the routine or a device slot it takes, the call is skipped and the status word gets
+    /// [`MISSING_ROUTINE`].
     fn routine_call(&mut self, name: &str, call_args: &[Arg]) -> Result<(), CodegenError> {
         let routines = self.callees.routines;
         let Some(k) = routines.iter().position(|r| r.name == name) else {
@@ -867,19 +873,34 @@ impl<'a> FuncTranslator<'a> {
         if call_args.len() != supplied {
             return Err(self.unsupported(mismatch()));
         }
+        let slots = params.iter().filter_map(|p| if let RoutineParam::Device(s) = p { Some(*s) } else { None });
+        let needed_devices = slots.map(|s| i64::from(s) + 1).max().unwrap_or(0);
+        let (call, fail, done) = (self.b.create_block(), self.b.create_block(), self.b.create_block());
+        let checks = self.b.create_block();
+        self.b.ins().brif(self.context, checks, &[], fail, &[]);
+        self.b.switch_to_block(checks);
+        let flags = MemFlagsData::trusted();
+        let routine_count =
+            self.b.ins().load(self.ptr, flags, self.context, crate::threads::RunContext::ROUTINE_COUNT_OFFSET);
+        let device_count =
+            self.b.ins().load(self.ptr, flags, self.context, crate::threads::RunContext::DEVICE_COUNT_OFFSET);
+        let has_routine = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, routine_count, k as i64);
+        let has_devices = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, device_count, needed_devices);
+        let ok = self.b.ins().band(has_routine, has_devices);
+        self.b.ins().brif(ok, call, &[], fail, &[]);
+        self.b.switch_to_block(fail);
+        let code = self.b.ins().iconst(I32, i64::from(MISSING_ROUTINE));
+        self.record_status(code);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(call);
         let mut call_args = call_args.iter();
         for &p in params {
             if let RoutineParam::Device(slot) = p {
-                // The run checked that its device table has this slot.
-                let table = self.b.ins().load(
-                    self.ptr,
-                    MemFlagsData::trusted(),
-                    self.context,
-                    crate::threads::RunContext::DEVICES_OFFSET,
-                );
+                let table =
+                    self.b.ins().load(self.ptr, flags, self.context, crate::threads::RunContext::DEVICES_OFFSET);
                 let offset = i32::try_from(u64::from(slot) * u64::from(self.ptr.bytes()))
                     .map_err(|_| self.unsupported(format!("device slot {slot}")))?;
-                let handle = self.b.ins().load(self.ptr, MemFlagsData::trusted(), table, offset);
+                let handle = self.b.ins().load(self.ptr, flags, table, offset);
                 sig.params.push(AbiParam::new(self.ptr));
                 args.push(handle);
                 continue;
@@ -906,17 +927,14 @@ impl<'a> FuncTranslator<'a> {
             sig.params.push(AbiParam::new(ty));
             args.push(value);
         }
-        let table = self.b.ins().load(
-            self.ptr,
-            MemFlagsData::trusted(),
-            self.context,
-            crate::threads::RunContext::ROUTINES_OFFSET,
-        );
+        let table = self.b.ins().load(self.ptr, flags, self.context, crate::threads::RunContext::ROUTINES_OFFSET);
         let offset =
             i32::try_from(k * self.ptr.bytes() as usize).map_err(|_| self.unsupported("routine table size"))?;
-        let address = self.b.ins().load(self.ptr, MemFlagsData::trusted(), table, offset);
+        let address = self.b.ins().load(self.ptr, flags, table, offset);
         let sig = self.b.import_signature(sig);
         self.b.ins().call_indirect(sig, address, &args);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(done);
         Ok(())
     }
 

@@ -29,6 +29,8 @@ pub enum JitRunError {
     IndexOutOfRange { func: String },
     #[error("the module's routines use {needed} device slots, the run provided {got}")]
     MissingDevices { needed: usize, got: usize },
+    #[error("the code called a routine or device its run context does not provide")]
+    MissingRoutine,
 }
 
 type EntryFn = extern "C" fn(*const *mut u8, *mut i32, *const RunContext);
@@ -213,6 +215,9 @@ impl JitModule {
         // entry returns.
         (self.entry)(table, status.as_ptr(), &context);
         let status = status.into_inner();
+        if status == crate::codegen::MISSING_ROUTINE {
+            return Err(JitRunError::MissingRoutine);
+        }
         if status != 0 {
             let func = self.func_names.get(status as usize - 1).cloned().unwrap_or_default();
             return Err(JitRunError::IndexOutOfRange { func });

@@ -367,12 +367,22 @@ impl Compiler {
         };
         let mut aot = aot.clone();
         aot.opt_level = self.options.opt_level;
+        if self.options.vta.is_some() {
+            aot.routines = vec![vta_routine().signature];
+        }
         Ok(heron_aot::compile(&planned, &workspace, &spec(model.inputs()), &spec(model.outputs()), &aot)?)
     }
 
     /// [`Engine::Aot`]: compile for this machine, link a shared library in a scratch directory
     /// and load it (the directory is removed once the library is mapped).
     fn compile_aot_in_process(&self, model: &Model) -> Result<(Executable, Duration, Duration), RuntimeError> {
+        if self.options.vta.is_some() {
+            return Err(RuntimeError::Compile(
+                "the in-process AOT engine runs without VTA; use the JIT, or `heron compile --target vta` and a C \
+                 program linking libheron_vta.a"
+                    .into(),
+            ));
+        }
         static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let start = Instant::now();
         let mut aot = AotOptions::new("model");

@@ -241,6 +241,10 @@ enum Command {
         /// Time budget for planning.
         #[arg(long, default_value_t = heron_planner::Budget::DEFAULT_MILLIS)]
         time_limit_ms: u64,
+        /// `--target vta`: the object runs its int8 regions through libheron_vta.a's sessions
+        /// (see include/heron_vta.h); its VTA pools are always provided by the caller.
+        #[command(flatten)]
+        target: TargetFlags,
         #[command(flatten)]
         limits: LimitFlags,
     },
@@ -429,9 +433,11 @@ fn main() -> ExitCode {
             target_cpu,
             algorithm,
             time_limit_ms,
+            target,
             limits,
         } => {
-            let opts = CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, time_limit_ms, limits };
+            let opts =
+                CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, time_limit_ms, target, limits };
             compile(&model, &output, &opts)
         }
         Command::Quantize { model, output, calibration, per_channel, skip, global_scale, percentile, scales } => {
@@ -710,6 +716,7 @@ struct CompileFlags {
     target_cpu: heron_jit::isa::TargetCpu,
     algorithm: String,
     time_limit_ms: u64,
+    target: TargetFlags,
     limits: LimitFlags,
 }
 
@@ -721,6 +728,7 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
         planner_time_limit_ms: flags.time_limit_ms,
         pools: flags.pools.pools()?,
         limits: flags.limits.limits(),
+        vta: flags.target.vta()?,
         ..CompileOptions::default()
     };
     let mut aot = heron_aot::AotOptions::new(flags.name.clone());
@@ -747,6 +755,13 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
         );
     }
     println!("imports: {}", meta.undefined_symbols.join(" "));
+    if !meta.routines.is_empty() {
+        println!(
+            "routines from the run context: {} (run with heron_{}_run_ctx and heron_vta_context; link libheron_vta.a)",
+            meta.routines.join(" "),
+            meta.c_name
+        );
+    }
     Ok(())
 }
 

@@ -291,3 +291,79 @@ proptest! {
         prop_assert_eq!(stats.profile.unwrap().gemm_counter, s.gemm_ops(&HwConfig::default()));
     }
 }
+
+/// `libheron_vta.a`, built by cargo next to this test (heron-vta is a staticlib too).
+fn vta_library() -> std::path::PathBuf {
+    let deps = std::env::current_exe().expect("test path").parent().expect("deps dir").to_path_buf();
+    std::fs::read_dir(&deps)
+        .expect("deps dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            name.starts_with("libheron_vta") && name.ends_with(".a")
+        })
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .expect("libheron_vta.a in the deps directory")
+}
+
+/// The C example `aot/examples/vta_offload` runs the quantized ResNet-18 compiled with
+/// `--target vta` from plain C (libheron_vta.a's session and context) and matches the JIT's
+/// VTA run bit for bit, counters included.
+#[test]
+fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
+    use heron_ir::npy::read_npy;
+    use heron_ir::quantize::{QuantizeOptions, quantize_model};
+    use std::process::Command;
+    let dir = std::env::temp_dir().join(format!("heron-vta-aot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let reference = heron_ir::testing::shared_dir().join("reference");
+    let input = read_npy(&reference.join("resnet18.input.npy")).unwrap();
+    let float = std::fs::read(reference.join("resnet18.onnx")).unwrap();
+    let (bytes, _) = quantize_model(&float, &[vec![input.clone()]], &QuantizeOptions::default()).unwrap();
+    std::fs::write(dir.join("r18q.onnx"), bytes).unwrap();
+    let model = Model::load(&dir.join("r18q.onnx")).unwrap();
+
+    let options = CompileOptions { threads: 1, vta: Some(HwConfig::default()), ..CompileOptions::default() };
+    let compiler = Compiler::new(options);
+    let jit = compiler.compile(&model).unwrap();
+    let mut ws = jit.workspace().unwrap();
+    ws.take_vta_stats();
+    let want = jit.run_with(&mut ws, std::slice::from_ref(&input)).unwrap().remove(0);
+    let counters = ws.take_vta_stats().unwrap().profile.unwrap().to_json();
+
+    let artifacts = compiler.compile_aot(&model, &heron_aot::AotOptions::new("r18")).unwrap();
+    assert_eq!(artifacts.metadata.routines, ["heron_vta_region"]);
+    artifacts.write(&dir).unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::fs::copy(root.join("vta-backend/include/heron_vta.h"), dir.join("heron_vta.h")).unwrap();
+    let exe = dir.join("vta_offload");
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let out = Command::new(cc)
+        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(&dir)
+        .arg("-o")
+        .arg(&exe)
+        .arg(root.join("aot/examples/vta_offload/main.c"))
+        .arg(dir.join("r18.o"))
+        .arg(vta_library())
+        .args(["-lpthread", "-ldl", "-lm"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mut raw = vec![0u8; input.tensor_type().size_bytes()];
+    input.write_le_bytes(&mut raw);
+    std::fs::write(dir.join("in.bin"), raw).unwrap();
+    let run = Command::new(&exe)
+        .arg(dir.join("r18.vta_constants.params"))
+        .arg(dir.join("in.bin"))
+        .arg(dir.join("out.bin"))
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "the C program failed: {}", String::from_utf8_lossy(&run.stderr));
+    let got = Tensor::from_le_bytes(&want.tensor_type(), &std::fs::read(dir.join("out.bin")).unwrap()).unwrap();
+    assert_eq!(got, want, "the C program's output differs from the JIT's VTA run");
+    let printed = String::from_utf8_lossy(&run.stdout);
+    assert!(printed.contains(&counters), "counters: C printed {printed}, the JIT run had {counters}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -176,6 +176,47 @@ int heron_vta_load_driver(const char* path);
 #define HERON_VTA_DEFAULT_WORK_LIMIT (1ull << 28)
 void heron_vta_set_work_limit(uint64_t cycles);
 
+/* ---- Running Heron's AOT objects with VTA regions ----
+   An object compiled by `heron compile --target vta` runs its int8 regions through a session:
+   a device of the simulator (or of the driver HERON_VTA_DRIVER names) with the device memory of
+   the object's VTA pools. Its entry heron_<name>_run_ctx takes the context of
+   heron_vta_context_new; heron_<name>_run (no context) returns HERON_ERROR_CONTEXT.
+
+     HeronVtaSession* s = heron_vta_session_new(NULL);              // default configuration
+     void* vws = heron_vta_session_alloc(s, HERON_NET_VTA_WORKSPACE_WORKSPACE_BUFFER_SIZE, NULL, 0);
+     void* vcs = heron_vta_session_alloc(s, size, params, size);    // NAME.vta_constants.params
+     HeronVtaContext* ctx = heron_vta_context_new(s, NULL);         // or a HeronThreads pool
+     rc = heron_net_run_ctx(&in, &out, &workspaces, &parameters, heron_vta_context(ctx));
+     if (rc != HERON_OK) ... heron_vta_session_take_error(s) says why a region failed ...
+     heron_vta_context_free(ctx); heron_vta_session_free(s);
+
+   Link: cc prog.c net.o libheron_vta.a -lpthread -ldl -lm (libheron_vta.a also holds
+   heron_threads_*; do not link libheron_threads.a besides). A session serves one run at a time. */
+typedef struct HeronVtaSession HeronVtaSession;
+typedef struct HeronVtaContext HeronVtaContext;
+struct HeronRunContext;
+struct HeronThreads;
+/* A hardware configuration (vta_config.json's LOG_ fields; LOG_BLOCK gives both blocks). */
+typedef struct HeronVtaConfig {
+  uint32_t log_inp_width, log_wgt_width, log_acc_width, log_batch, log_block_in, log_block_out;
+  uint32_t log_uop_buff_size, log_inp_buff_size, log_wgt_buff_size, log_acc_buff_size;
+} HeronVtaConfig;
+/* NULL on error (heron_vta_session_last_error); config NULL: the default (fsim_sample). The
+   objects must be compiled for the same configuration (else their regions fail). */
+HeronVtaSession* heron_vta_session_new(const HeronVtaConfig* config);
+void heron_vta_session_free(HeronVtaSession* session);
+/* size bytes of device memory holding init_len bytes from init, then zeros; NULL on error. */
+void* heron_vta_session_alloc(HeronVtaSession* session, size_t size, const void* init, size_t init_len);
+/* Why the last run's regions stopped (then cleared), or NULL. */
+const char* heron_vta_session_take_error(HeronVtaSession* session);
+const char* heron_vta_session_last_error(void);
+/* The session's counters since the last call (JSON, as heron_vta_profiler_status), then cleared;
+   NULL for drivers without counters. */
+const char* heron_vta_session_counters(HeronVtaSession* session);
+HeronVtaContext* heron_vta_context_new(HeronVtaSession* session, const struct HeronThreads* threads);
+const struct HeronRunContext* heron_vta_context(const HeronVtaContext* ctx);
+void heron_vta_context_free(HeronVtaContext* ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,14 +18,26 @@ struct Block {
     /// First page-table slot.
     slot: usize,
     pages: usize,
-    data: Box<[u8]>,
+    /// The host memory: a page more than the block, so the block can start on a page boundary
+    /// (C callers check pool alignment on the host address too).
+    raw: Box<[u8]>,
+    start: usize,
+    len: usize,
 }
 
 impl Block {
+    fn data(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+
+    fn data_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + self.len]
+    }
+
     /// Offset of `[phys, phys + len)` in this block starting at `start`, if it lies inside.
     fn offset(&self, start: u64, phys: u64, len: usize) -> Option<usize> {
         let offset = usize::try_from(phys.checked_sub(start)?).ok()?;
-        (offset.checked_add(len)? <= self.data.len()).then_some(offset)
+        (offset.checked_add(len)? <= self.len).then_some(offset)
     }
 }
 
@@ -80,15 +92,18 @@ impl SimMemory {
             }
         };
         let phys = slot_phys(slot).ok_or_else(oom)?;
-        let data = zeroed(pages.checked_mul(PAGE_BYTES).ok_or_else(oom)?)?;
+        let len = pages.checked_mul(PAGE_BYTES).ok_or_else(oom)?;
+        let raw = zeroed(len.checked_add(PAGE_BYTES).ok_or_else(oom)?)?;
+        let start = (raw.as_ptr() as usize).next_multiple_of(PAGE_BYTES) - raw.as_ptr() as usize;
         match reused {
             Some(k) => {
                 self.free.swap_remove(k);
             }
             None => self.next_slot += pages,
         }
-        let virt = data.as_ptr() as usize;
-        self.blocks.insert(phys, Block { slot, pages, data });
+        let block = Block { slot, pages, raw, start, len };
+        let virt = block.data().as_ptr() as usize;
+        self.blocks.insert(phys, block);
         self.by_virt.insert(virt, phys);
         Ok(DramBlock { virt, phys, size })
     }
@@ -109,7 +124,7 @@ impl SimMemory {
         let (&start, &base) = self.by_virt.range(..=virt).next_back().ok_or_else(unknown)?;
         let block = self.blocks.get(&base).ok_or_else(unknown)?;
         let offset = virt - start;
-        if offset >= block.data.len() {
+        if offset >= block.len {
             return Err(unknown());
         }
         let phys = base + offset as u64;
@@ -124,8 +139,8 @@ impl SimMemory {
     /// Host address of a physical address inside a live block.
     pub fn virt_of(&self, phys: u64) -> Option<usize> {
         let (&start, block) = self.blocks.range(..=phys).next_back()?;
-        let offset = block.offset(start, phys, 0).filter(|&o| o < block.data.len())?;
-        Some(block.data.as_ptr() as usize + offset)
+        let offset = block.offset(start, phys, 0).filter(|&o| o < block.len)?;
+        Some(block.data().as_ptr() as usize + offset)
     }
 
     /// The block holding `[phys, phys + len)` and the offset of `phys` in it.
@@ -138,7 +153,7 @@ impl SimMemory {
     /// `len` bytes at physical address `phys`, which must lie inside one block.
     pub fn read(&self, phys: u64, len: usize) -> Result<&[u8], VtaError> {
         let (start, offset) = self.locate(phys, len)?;
-        let data = &self.blocks.get(&start).ok_or(VtaError::DramOutOfRange { phys, len })?.data;
+        let data = self.blocks.get(&start).ok_or(VtaError::DramOutOfRange { phys, len })?.data();
         data.get(offset..offset + len).ok_or(VtaError::DramOutOfRange { phys, len })
     }
 
@@ -147,7 +162,7 @@ impl SimMemory {
         let (start, offset) = self.locate(phys, len)?;
         let out = VtaError::DramOutOfRange { phys, len };
         let block = self.blocks.get_mut(&start).ok_or(out.clone())?;
-        block.data.get_mut(offset..offset + len).ok_or(out)?.copy_from_slice(bytes);
+        block.data_mut().get_mut(offset..offset + len).ok_or(out)?.copy_from_slice(bytes);
         Ok(())
     }
 }

@@ -446,3 +446,221 @@ pub unsafe extern "C" fn heron_vta_region(
         Err(_) => session.error = Some(VtaError::Runtime("a region run panicked".into())),
     }
 }
+
+/// The 10 `log2` fields of a hardware configuration, for C (`HeronVtaConfig`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CConfig {
+    pub log_inp_width: u32,
+    pub log_wgt_width: u32,
+    pub log_acc_width: u32,
+    pub log_batch: u32,
+    pub log_block_in: u32,
+    pub log_block_out: u32,
+    pub log_uop_buff_size: u32,
+    pub log_inp_buff_size: u32,
+    pub log_wgt_buff_size: u32,
+    pub log_acc_buff_size: u32,
+}
+
+/// Sessions handed to C, so a forged or freed handle is an error rather than a dereference.
+static LIVE_SESSIONS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+thread_local! {
+    /// The message of the last failed `heron_vta_session_*` call on this thread.
+    static LAST_ERROR: std::cell::RefCell<std::ffi::CString> = std::cell::RefCell::new(std::ffi::CString::default());
+}
+
+fn set_error(message: String) {
+    let c = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+fn live(session: *mut Session) -> Option<&'static mut Session> {
+    let sessions = LIVE_SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if session.is_null() || !sessions.contains(&(session as usize)) {
+        set_error("not a live session from heron_vta_session_new".into());
+        return None;
+    }
+    // SAFETY: the address is a live session created by heron_vta_session_new and not freed;
+    // the caller uses a session from one thread at a time (the header's contract).
+    Some(unsafe { &mut *session })
+}
+
+/// A session on the simulator (or `HERON_VTA_DRIVER`) for `config` (NULL: the default
+/// configuration); NULL on error (see [`heron_vta_session_last_error`]).
+///
+/// # Safety
+/// `config` is NULL or points at a `HeronVtaConfig`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_vta_session_new(config: *const CConfig) -> *mut Session {
+    let config = if config.is_null() {
+        HwConfig::default()
+    } else {
+        // SAFETY: the caller passes a HeronVtaConfig (the contract).
+        let c = unsafe { *config };
+        HwConfig {
+            log_inp_width: c.log_inp_width,
+            log_wgt_width: c.log_wgt_width,
+            log_acc_width: c.log_acc_width,
+            log_batch: c.log_batch,
+            log_block_in: c.log_block_in,
+            log_block_out: c.log_block_out,
+            log_uop_buff_size: c.log_uop_buff_size,
+            log_inp_buff_size: c.log_inp_buff_size,
+            log_wgt_buff_size: c.log_wgt_buff_size,
+            log_acc_buff_size: c.log_acc_buff_size,
+        }
+    };
+    match std::panic::catch_unwind(|| Session::new(config)) {
+        Ok(Ok(s)) => {
+            let p = Box::into_raw(Box::new(s));
+            LIVE_SESSIONS.lock().unwrap_or_else(|e| e.into_inner()).push(p as usize);
+            p
+        }
+        Ok(Err(e)) => {
+            set_error(e.to_string());
+            std::ptr::null_mut()
+        }
+        Err(_) => {
+            set_error("creating the session panicked".into());
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Frees a session and its device memory; NULL is a no-op.
+///
+/// # Safety
+/// No run may be using the session.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_vta_session_free(session: *mut Session) {
+    let mut sessions = LIVE_SESSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = sessions.iter().position(|&s| s == session as usize) {
+        sessions.swap_remove(k);
+        // SAFETY: the address came from Box::into_raw in heron_vta_session_new and was live.
+        drop(unsafe { Box::from_raw(session) });
+    }
+}
+
+/// Device memory of `size` bytes for a VTA pool, holding the `init_len` bytes at `init` (may be
+/// NULL when `init_len` is 0) and zeros after; NULL on error. Freed with the session.
+///
+/// # Safety
+/// `init` points at `init_len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_vta_session_alloc(
+    session: *mut Session,
+    size: usize,
+    init: *const u8,
+    init_len: usize,
+) -> *mut u8 {
+    let Some(s) = live(session) else { return std::ptr::null_mut() };
+    if init_len > size || (init.is_null() && init_len > 0) {
+        set_error(format!("{init_len} initial bytes for {size} bytes of memory"));
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `init` holds `init_len` bytes (the contract).
+    let bytes = if init_len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(init, init_len) } };
+    match s.alloc(size, bytes) {
+        Ok(k) => s.blocks[k].virt as *mut u8,
+        Err(e) => {
+            set_error(e.to_string());
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// The error that stopped the session's regions in the last run (then clears it), or NULL.
+/// The string stays valid until the next call on this thread.
+///
+/// # Safety
+/// `session` is NULL or a pointer from heron_vta_session_new.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_vta_session_take_error(session: *mut Session) -> *const std::ffi::c_char {
+    let Some(s) = live(session) else { return std::ptr::null() };
+    match s.take_error() {
+        Some(e) => {
+            set_error(e.to_string());
+            LAST_ERROR.with(|e| e.borrow().as_ptr())
+        }
+        None => std::ptr::null(),
+    }
+}
+
+/// The message of the last failed `heron_vta_session_*` call on this thread, or NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn heron_vta_session_last_error() -> *const std::ffi::c_char {
+    LAST_ERROR.with(|e| if e.borrow().is_empty() { std::ptr::null() } else { e.borrow().as_ptr() })
+}
+
+/// A run context for `heron_<name>_run_ctx` of an object with VTA regions: the routine table
+/// `[heron_vta_region]`, the session in device slot 0, and parallel loops on `threads` (NULL:
+/// the calling thread).
+pub struct VtaContext {
+    routines: [*const u8; 1],
+    devices: [heron_threads::DeviceHandle; 1],
+    context: heron_threads::RunContext,
+}
+
+/// A context running `session`'s regions (and parallel loops on `threads`, or NULL); NULL on
+/// error. It must not outlive the session or the thread pool.
+///
+/// # Safety
+/// `threads` is NULL or a live pool from heron_threads_new.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_vta_context_new(
+    session: *mut Session,
+    threads: *const heron_threads::ThreadPool,
+) -> *mut VtaContext {
+    if live(session).is_none() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `threads` is NULL or a live pool (the contract).
+    let pool = unsafe { threads.as_ref() };
+    let mut ctx = Box::new(VtaContext {
+        routines: [heron_vta_region as *const u8],
+        devices: [session as heron_threads::DeviceHandle],
+        context: heron_threads::RunContext::new(None, &[], &[]),
+    });
+    // The tables live in the same box, which never moves.
+    ctx.context = heron_threads::RunContext::new(pool, &ctx.routines, &ctx.devices);
+    Box::into_raw(ctx)
+}
+
+/// The run context to pass to `heron_<name>_run_ctx`; NULL for NULL.
+///
+/// # Safety
+/// `ctx` is NULL or a live context from heron_vta_context_new.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_vta_context(ctx: *const VtaContext) -> *const heron_threads::RunContext {
+    // SAFETY: as the contract says.
+    unsafe { ctx.as_ref() }.map_or(std::ptr::null(), |c| &c.context as *const _)
+}
+
+/// Frees a context; NULL is a no-op.
+///
+/// # Safety
+/// `ctx` is NULL or a context from heron_vta_context_new, used by no run.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_vta_context_free(ctx: *mut VtaContext) {
+    if !ctx.is_null() {
+        // SAFETY: from Box::into_raw in heron_vta_context_new (the contract).
+        drop(unsafe { Box::from_raw(ctx) });
+    }
+}
+
+/// The session's seven profiling counters since the last call, as VTA's simulator prints them
+/// (`{"inp_load_nbytes": .., ..., "alu_counter": ..}`), then cleared; NULL for drivers without
+/// counters. Valid until the next call on this thread.
+///
+/// # Safety
+/// `session` is NULL or a pointer from heron_vta_session_new.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn heron_vta_session_counters(session: *mut Session) -> *const std::ffi::c_char {
+    let Some(s) = live(session) else { return std::ptr::null() };
+    let Some(p) = s.profile() else { return std::ptr::null() };
+    s.clear_profile();
+    set_error(p.to_json());
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}

@@ -113,9 +113,9 @@ fn relayout(data: &Tensor, map: &IndexMap, new_shape: &[usize]) -> Tensor {
             match vars.as_slice() {
                 [] => base += e.eval(&idx) as usize * stride,
                 [v] if vars.iter().all(|x| x == v) => {
-                    for i in 0..shape[*v] {
+                    for (i, slot) in tables[*v].iter_mut().enumerate() {
                         idx[*v] = i as i64;
-                        tables[*v][i] += e.eval(&idx) as usize * stride;
+                        *slot += e.eval(&idx) as usize * stride;
                     }
                     idx[*v] = 0;
                 }

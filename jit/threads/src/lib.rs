@@ -52,6 +52,9 @@ impl RunContext {
     pub const ROUTINES_OFFSET: i32 = std::mem::offset_of!(RunContext, routines) as i32;
     /// Byte offset of the device table pointer.
     pub const DEVICES_OFFSET: i32 = std::mem::offset_of!(RunContext, devices) as i32;
+    /// Byte offsets of the two tables' lengths (generated code checks them before a call).
+    pub const ROUTINE_COUNT_OFFSET: i32 = std::mem::offset_of!(RunContext, routine_count) as i32;
+    pub const DEVICE_COUNT_OFFSET: i32 = std::mem::offset_of!(RunContext, device_count) as i32;
 
     /// A context running parallel loops on `pool` (or on the calling thread), with `routines`
     /// and `devices`, which must outlive every run given this context.

@@ -110,10 +110,10 @@ impl ConvShape {
         if c.block_in() != c.block_out() {
             return Err("BLOCK_IN != BLOCK_OUT: one packed layout cannot serve as input and output".into());
         }
-        if self.groups == 0 || self.c % self.groups != 0 || self.o % self.groups != 0 {
+        if self.groups == 0 || !self.c.is_multiple_of(self.groups) || !self.o.is_multiple_of(self.groups) {
             return Err("channels do not split into the groups".into());
         }
-        if self.groups > 1 && (self.cg() % c.block_in() != 0 || self.og() % c.block_out() != 0) {
+        if self.groups > 1 && (!self.cg().is_multiple_of(c.block_in()) || !self.og().is_multiple_of(c.block_out())) {
             if self.cg() == 1 {
                 return Err(format!(
                     "depthwise convolution: padding each channel to a {}-lane block would multiply its work by {}",
@@ -165,7 +165,7 @@ fn tile_candidates(x: usize) -> Vec<usize> {
 
 /// Sizes of the edge tiles next to `tile`: the full tile and the remainder, if any.
 fn variants(total: usize, tile: usize) -> Vec<usize> {
-    if total % tile == 0 { vec![tile] } else { vec![tile, total % tile] }
+    if total.is_multiple_of(tile) { vec![tile] } else { vec![tile, total % tile] }
 }
 
 const ITER_LIMIT: usize = (1 << heron_vta::config::LOOP_ITER_BITS) - 1;
