@@ -134,19 +134,31 @@ impl Pipeline {
     }
 
     /// The VTA partition of the model's optimised graph (`None` without VTA).
+    /// Float operators whose QDQ pattern did not reach the integer form say why.
     pub fn partition(&self, model: &Model) -> Option<(Graph, Partition)> {
         let config = self.options.vta.as_ref()?;
-        let graph = self.optimized_graph(model);
-        let partition = heron_vta_compiler::partition(&graph, config);
+        let (graph, stats) = self.optimized_graph_with_stats(model);
+        let mut partition = heron_vta_compiler::partition(&graph, config);
+        for op in partition.cpu.iter_mut() {
+            let name = &graph.nodes[op.node].name;
+            if let Some((_, why)) = stats.integer_form.left.iter().find(|(n, _)| n == name) {
+                op.reason = format!("its QDQ pattern stays in float (VTA cannot run it exactly): {why}");
+            }
+        }
         Some((graph, partition))
     }
 
     /// Stage 2: the model's graph after the graph passes, under the pipeline's limits.
     pub fn optimized_graph(&self, model: &Model) -> Graph {
+        self.optimized_graph_with_stats(model).0
+    }
+
+    /// [`Pipeline::optimized_graph`] and what the passes did.
+    pub fn optimized_graph_with_stats(&self, model: &Model) -> (Graph, passes::PassStats) {
         let mut graph = model.graph().clone();
         graph.limits = self.options.limits;
-        passes::optimize(&mut graph);
-        graph
+        let stats = passes::optimize(&mut graph);
+        (graph, stats)
     }
 
     /// The loop-IR module after `stage` (up to [`Stage::Flat`]; [`Stage::Planned`] is

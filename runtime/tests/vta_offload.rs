@@ -367,3 +367,62 @@ fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
     assert!(printed.contains(&counters), "counters: C printed {printed}, the JIT run had {counters}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A quantized model as `heron quantize` writes it (power-of-two scales) and the same with float
+/// scales (as ONNX Runtime's `quantize_static` writes them): the first offloads its layers, the
+/// second stays on the CPU with the reason; each gives the same bits on both targets.
+#[test]
+fn quantized_models_offload_what_vta_runs_exactly() {
+    use heron_ir::quantize::{QuantizeOptions, ScaleKind, quantize_model};
+    let x = |seed| {
+        let v: Vec<f32> = ints(seed, 192, -300, 300).into_iter().map(|v| v as f32 / 100.0).collect();
+        Tensor::from_vec(&[1, 3, 8, 8], v).unwrap()
+    };
+    let dir = std::env::temp_dir().join(format!("heron-vta-qdq-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (scales, regions) in [(ScaleKind::Pow2, 4), (ScaleKind::Float, 0)] {
+        let options = QuantizeOptions { scales, ..QuantizeOptions::default() };
+        let (bytes, _) = quantize_model(&heron_ir::testing::onnx::small_cnn(), &[vec![x(1)]], &options).unwrap();
+        let path = dir.join("q.onnx");
+        std::fs::write(&path, bytes).unwrap();
+        let model = Model::load(&path).unwrap();
+        let pipeline = heron_runtime::pipeline::Pipeline::new(heron_runtime::pipeline::PipelineOptions {
+            vta: Some(HwConfig::default()),
+            ..Default::default()
+        });
+        let (graph, partition) = pipeline.partition(&model).unwrap();
+        let text = heron_vta_compiler::partition::Display { partition: &partition, graph: &graph }.to_string();
+        assert_eq!(partition.regions.len(), regions, "{text}");
+        if regions == 0 {
+            assert!(text.contains("stays in float (VTA cannot run it exactly)"), "{text}");
+        }
+        for seed in 2..4 {
+            let (want, got, stats) = cpu_and_vta(&model, &x(seed), HwConfig::default());
+            assert_eq!(got, want, "{text}");
+            assert_eq!(stats.calls.len(), regions);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One compiled model, workspaces on several threads: each runs on its own device session and
+/// gets the CPU's bits.
+#[test]
+fn workspaces_on_several_threads_run_on_their_own_devices() {
+    let s = Conv::square(14, 32, 48, 3, 1, 1);
+    let (model, x) = conv_model(&s, 7, 5);
+    let cpu = Compiler::new(CompileOptions { threads: 1, ..CompileOptions::default() }).compile(&model).unwrap();
+    let want = cpu.run(std::slice::from_ref(&x)).unwrap();
+    let options = CompileOptions { threads: 1, vta: Some(HwConfig::default()), ..CompileOptions::default() };
+    let vta = Compiler::new(options).compile(&model).unwrap();
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| {
+                let mut ws = vta.workspace().unwrap();
+                for _ in 0..3 {
+                    assert_eq!(vta.run_with(&mut ws, std::slice::from_ref(&x)).unwrap(), want);
+                }
+            });
+        }
+    });
+}

@@ -14,14 +14,15 @@ pub use fold_bn::fold_batch_norm;
 pub use integer_form::{IntegerFormReport, integer_form};
 
 /// What [`optimize`] changed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PassStats {
     pub folded_constants: usize,
     pub folded_batch_norms: usize,
     pub removed_identities: usize,
     pub removed_dead_nodes: usize,
-    /// Quantized (QDQ) patterns rewritten into the integer form.
-    pub integer_patterns: usize,
+    /// The quantized (QDQ) patterns rewritten into the integer form, and those left in float
+    /// with the reason.
+    pub integer_form: IntegerFormReport,
 }
 
 /// Runs every pass: identity removal, the integer form of quantized patterns (before constant
@@ -34,7 +35,7 @@ pub fn optimize(graph: &mut Graph) -> PassStats {
         let before = graph.clone();
         match integer_form(graph) {
             Ok(report) => {
-                stats.integer_patterns = report.converted.len();
+                stats.integer_form = report;
                 stats.removed_dead_nodes = eliminate_dead_nodes(graph);
             }
             Err(_) => *graph = before,
