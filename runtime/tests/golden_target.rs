@@ -2,7 +2,8 @@
 //! choices, loop kinds, operators split per loop nest, parallel loops; constants elided) must
 //! equal `runtime/tests/golden/<name>.heron`. `HERON_BLESS=1` rewrites the expected files after
 //! an intended change; review the diff. Each program also runs on the loop-IR interpreter and
-//! matches the graph interpreter.
+//! matches the graph interpreter (the VTA target's region calls excepted: the VTA tests run
+//! those against the CPU).
 
 use std::path::PathBuf;
 
@@ -22,7 +23,12 @@ fn golden(name: &str, graph: Graph, inputs: &[Tensor]) {
         let r = if w.dtype().is_float() { assert_float_rule(&g, w) } else { assert_close(&g, w, 0.0, 0.0) };
         r.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
-    let text = print_module(&module, ConstData::Elided);
+    check_golden(name, &module);
+}
+
+/// The module's text (constants elided) must equal `tests/golden/<name>.heron`.
+fn check_golden(name: &str, module: &heron_ir::loop_ir::Module) {
+    let text = print_module(module, ConstData::Elided);
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.heron"));
     if std::env::var_os("HERON_BLESS").is_some() {
         std::fs::write(&path, &text).expect("writable golden file");
@@ -129,4 +135,33 @@ fn golden_target_residual_block() {
     let y = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[r]).unwrap();
     g.set_outputs(vec![y]);
     golden("target_residual_block", g, &[f32s(1, &[1, 16, 16, 16])]);
+}
+
+/// The VTA target on an int8 convolution whose 3 input channels are padded to a block, its
+/// graph input and output staged through copies: the region function, its program and packed
+/// bias as constants, the packed layouts of the activations and weights in `main`.
+#[test]
+fn golden_target_vta_conv() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::I8, vec![1, 3, 10, 10]));
+    let i8s = |shape: &[usize]| {
+        let n = shape.iter().product();
+        Tensor::from_vec(shape, data(5, n).iter().map(|v| (v * 100.0) as i8).collect::<Vec<i8>>()).unwrap()
+    };
+    let w = g.add_constant("w", i8s(&[20, 3, 5, 5]));
+    let zero = || Tensor::from_vec::<i8>(&[], vec![0]).unwrap();
+    let (zx, zw) = (g.add_constant("zx", zero()), g.add_constant("zw", zero()));
+    let b = g.add_constant("b", Tensor::from_vec(&[20, 1, 1], (0..20).collect::<Vec<i32>>()).unwrap());
+    let ConvAttrs { window, .. } = match conv(5, 1, 1) {
+        Op::Conv(a) => a,
+        _ => unreachable!(),
+    };
+    let acc = g.add_op("conv", Op::ConvInteger(ConvAttrs { window, group: 1 }), &[x, w, zx, zw]).unwrap();
+    let biased = g.add_op("bias", Op::Binary(BinaryOp::Add), &[acc, b]).unwrap();
+    let y = g.add_op("y", Op::Requantize { shift: 6, min: 0, max: 127 }, &[biased]).unwrap();
+    g.set_outputs(vec![y]);
+    let model = Model::from_graph("vta_conv", g).expect("valid graph");
+    let options = PipelineOptions { vta: Some(heron_runtime::HwConfig::default()), ..PipelineOptions::default() };
+    let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
+    check_golden("target_vta_conv", &module);
 }

@@ -150,6 +150,7 @@ impl Target for VtaTarget {
             removed.extend(callees);
             added.extend(funcs);
         }
+        drop_unused(main);
         module.funcs.retain(|f| !removed.contains(&f.name));
         // Region functions go before main, as the operator functions do.
         let at = module.funcs.iter().position(|f| f.name == MAIN).unwrap_or(module.funcs.len());
@@ -296,6 +297,21 @@ fn rewrite_region(
     main.body = Stmt::Seq(out);
     new_funcs.insert(0, func);
     Ok((new_funcs, callees))
+}
+
+/// Removes `main`'s allocations and constants nothing uses any more (the float-side operands
+/// of the replaced calls: zero points, unpacked biases).
+fn drop_unused(main: &mut PrimFunc) {
+    let stmts = main.take_body();
+    let declares = |s: &Stmt| match s {
+        Stmt::Allocate { buffer, .. } | Stmt::AllocateConst { buffer, .. } => Some(*buffer),
+        _ => None,
+    };
+    let mut used: HashSet<BufferId> = main.params.iter().copied().collect();
+    for s in stmts.iter().filter(|s| declares(s).is_none()) {
+        used.extend(s.buffers_used());
+    }
+    main.body = Stmt::Seq(stmts.into_iter().filter(|s| declares(s).is_none_or(|b| used.contains(&b))).collect());
 }
 
 fn new_buffer(f: &mut PrimFunc, name: &str, dtype: DType, shape: Vec<usize>) -> BufferId {
