@@ -266,21 +266,6 @@ fn int8_convolutions_use_vnni_dot_products() {
     assert!(text.contains("vpdpbusd"), "no vpdpbusd in the int8 convolution:\n{text}");
 }
 
-/// `libheron_threads.a`, built by cargo next to this test as a dependency of heron-jit (the
-/// newest, should several builds have left one).
-fn threads_library() -> PathBuf {
-    let deps = std::env::current_exe().expect("test path").parent().expect("deps dir").to_path_buf();
-    std::fs::read_dir(&deps)
-        .expect("deps dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            name.starts_with("libheron_threads") && name.ends_with(".a")
-        })
-        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .expect("libheron_threads.a in the deps directory")
-}
-
 #[test]
 fn run_ctx_splits_parallel_loops_across_a_c_thread_pool() {
     let dir = scratch("ctx");
@@ -336,7 +321,7 @@ int main(int argc, char** argv) {
         .arg(&exe)
         .arg(dir.join("main.c"))
         .arg(dir.join("net.o"))
-        .arg(threads_library())
+        .arg(heron_ir::testing::static_library("heron_threads"))
         .args(["-lpthread", "-ldl", "-lm"])
         .output()
         .expect("run cc");

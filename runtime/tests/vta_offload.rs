@@ -292,23 +292,9 @@ proptest! {
     }
 }
 
-/// `libheron_vta.a`, built by cargo next to this test (heron-vta is a staticlib too).
-fn vta_library() -> std::path::PathBuf {
-    let deps = std::env::current_exe().expect("test path").parent().expect("deps dir").to_path_buf();
-    std::fs::read_dir(&deps)
-        .expect("deps dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            name.starts_with("libheron_vta") && name.ends_with(".a")
-        })
-        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .expect("libheron_vta.a in the deps directory")
-}
-
-/// The C example `aot/examples/vta_offload` runs the quantized ResNet-18 compiled with
-/// `--target vta` from plain C (libheron_vta.a's session and context) and matches the JIT's
-/// VTA run bit for bit, counters included.
+/// The quantized ResNet-18: the JIT's VTA run equals the CPU's bit for bit, and the C example
+/// `aot/examples/vta_offload` runs it compiled with `--target vta` from plain C (libheron_vta.a's
+/// session and context) with the same bits and counters.
 #[test]
 fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
     use heron_ir::npy::read_npy;
@@ -332,6 +318,9 @@ fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
     let want = jit.run_with(&mut ws, std::slice::from_ref(&input)).unwrap().remove(0);
     let counters = ws.take_vta_stats().unwrap().profile.unwrap().to_json();
 
+    let cpu = Compiler::new(CompileOptions { threads: 1, ..CompileOptions::default() }).compile(&model).unwrap();
+    assert_eq!(cpu.run(std::slice::from_ref(&input)).unwrap()[0], want, "VTA differs from the CPU");
+
     let artifacts = compiler.compile_aot(&model, &heron_aot::AotOptions::new("r18")).unwrap();
     assert_eq!(artifacts.metadata.routines, ["heron_vta_region"]);
     artifacts.write(&dir).unwrap();
@@ -346,7 +335,7 @@ fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
         .arg(&exe)
         .arg(root.join("aot/examples/vta_offload/main.c"))
         .arg(dir.join("r18.o"))
-        .arg(vta_library())
+        .arg(heron_ir::testing::static_library("heron_vta"))
         .args(["-lpthread", "-ldl", "-lm"])
         .output()
         .unwrap();
@@ -425,4 +414,23 @@ fn workspaces_on_several_threads_run_on_their_own_devices() {
             });
         }
     });
+}
+
+/// The quantized mobilenet_ish end to end (depthwise convolutions on the CPU between VTA
+/// regions, reading and writing packed tensors): VTA == CPU.
+#[test]
+fn quantized_mobilenet_ish_equals_the_cpu() {
+    use heron_ir::npy::read_npy;
+    use heron_ir::quantize::{QuantizeOptions, quantize_model};
+    let reference = heron_ir::testing::shared_dir().join("reference");
+    let input = read_npy(&reference.join("mobilenet_ish.input.npy")).unwrap();
+    let float = std::fs::read(reference.join("mobilenet_ish.onnx")).unwrap();
+    let (bytes, _) = quantize_model(&float, &[vec![input.clone()]], &QuantizeOptions::default()).unwrap();
+    let path = std::env::temp_dir().join(format!("heron-vta-mobilenet-{}.onnx", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let model = Model::load(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let (want, got, stats) = cpu_and_vta(&model, &input, HwConfig::default());
+    assert_eq!(got, want);
+    assert!(stats.calls.len() >= 8, "{} regions", stats.calls.len());
 }

@@ -42,7 +42,9 @@ impl MemId {
 
 /// A VTA hardware configuration. The simulator supports 8-bit inputs and weights with 32-bit
 /// accumulators (the arithmetic VTA's functional simulator defines); batch, block and buffer
-/// sizes are free within the ISA's field widths.
+/// sizes are free within the ISA's field widths. `#[repr(C)]`: C programs pass it as
+/// `HeronVtaConfig` (`heron_vta_session_new`).
+#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HwConfig {
     pub log_inp_width: u32,

@@ -447,22 +447,6 @@ pub unsafe extern "C" fn heron_vta_region(
     }
 }
 
-/// The 10 `log2` fields of a hardware configuration, for C (`HeronVtaConfig`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct CConfig {
-    pub log_inp_width: u32,
-    pub log_wgt_width: u32,
-    pub log_acc_width: u32,
-    pub log_batch: u32,
-    pub log_block_in: u32,
-    pub log_block_out: u32,
-    pub log_uop_buff_size: u32,
-    pub log_inp_buff_size: u32,
-    pub log_wgt_buff_size: u32,
-    pub log_acc_buff_size: u32,
-}
-
 /// Sessions handed to C, so a forged or freed handle is an error rather than a dereference.
 static LIVE_SESSIONS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
 
@@ -493,25 +477,9 @@ fn live(session: *mut Session) -> Option<&'static mut Session> {
 /// # Safety
 /// `config` is NULL or points at a `HeronVtaConfig`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn heron_vta_session_new(config: *const CConfig) -> *mut Session {
-    let config = if config.is_null() {
-        HwConfig::default()
-    } else {
-        // SAFETY: the caller passes a HeronVtaConfig (the contract).
-        let c = unsafe { *config };
-        HwConfig {
-            log_inp_width: c.log_inp_width,
-            log_wgt_width: c.log_wgt_width,
-            log_acc_width: c.log_acc_width,
-            log_batch: c.log_batch,
-            log_block_in: c.log_block_in,
-            log_block_out: c.log_block_out,
-            log_uop_buff_size: c.log_uop_buff_size,
-            log_inp_buff_size: c.log_inp_buff_size,
-            log_wgt_buff_size: c.log_wgt_buff_size,
-            log_acc_buff_size: c.log_acc_buff_size,
-        }
-    };
+pub unsafe extern "C" fn heron_vta_session_new(config: *const HwConfig) -> *mut Session {
+    // SAFETY: the caller passes NULL or a HeronVtaConfig, which is HwConfig's C layout.
+    let config = unsafe { config.as_ref() }.copied().unwrap_or_default();
     match std::panic::catch_unwind(|| Session::new(config)) {
         Ok(Ok(s)) => {
             let p = Box::into_raw(Box::new(s));

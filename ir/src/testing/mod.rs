@@ -257,3 +257,19 @@ pub fn run_conformance(
     assert!(new.is_empty(), "{engine}: newly skipped (not in {}): {new:?}", skips.display());
     assert!(gone.is_empty(), "{engine}: listed in {} but no longer skipped (remove them): {gone:?}", skips.display());
 }
+
+/// The static library `lib<name>*.a` cargo built into the deps directory next to the running
+/// test (the newest, should several builds have left one): for C programs the tests link.
+pub fn static_library(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().expect("test path").parent().expect("deps dir").to_path_buf();
+    let prefix = format!("lib{name}");
+    std::fs::read_dir(&deps)
+        .expect("deps dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let file = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            file.starts_with(&prefix) && file.ends_with(".a")
+        })
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .unwrap_or_else(|| panic!("{prefix}*.a in {}", deps.display()))
+}

@@ -163,7 +163,14 @@ pub fn partition(graph: &Graph, config: &HwConfig) -> Partition {
                 regions.push(region);
             }
             Some(Ok(_)) => reasons[i] = Some("its tail is part of another region".into()),
-            Some(Err(why)) => reasons[i] = Some(why),
+            Some(Err(why)) => {
+                if matches!(node.op, Op::ConvInteger(_) | Op::MatMulInteger) {
+                    for t in lookup.tail_nodes(i) {
+                        reasons[t].get_or_insert_with(|| format!("tail of '{}', which stays on the CPU", node.name));
+                    }
+                }
+                reasons[i].get_or_insert(why);
+            }
             None => {}
         }
     }
@@ -233,6 +240,25 @@ impl Lookup<'_> {
             }
             _ => None,
         }
+    }
+
+    /// The bias add and requantization following node `i`'s output, as far as they are its
+    /// sole consumers.
+    fn tail_nodes(&self, i: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut cur = self.graph.nodes[i].outputs[0];
+        while let Some(c) = self.only_consumer(cur) {
+            let n = &self.graph.nodes[c];
+            if !matches!(n.op, Op::Binary(BinaryOp::Add) | Op::Requantize { .. }) {
+                break;
+            }
+            out.push(c);
+            if matches!(n.op, Op::Requantize { .. }) {
+                break;
+            }
+            cur = n.outputs[0];
+        }
+        out
     }
 
     /// `value -> [Add(bias)] -> Requantize`: the bias value, the tail's nodes and the
