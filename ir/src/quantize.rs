@@ -5,8 +5,11 @@
 //! What is quantized: every Conv, Gemm and MatMul whose weight is an initializer (its input
 //! activation, its weight — per tensor or per output channel — and its bias as int32 with scale
 //! `s_input * s_weight`), and the activations of Add, MaxPool and GlobalAveragePool whose inputs
-//! are all quantized. An anchor's output is quantized after the Relu that is its only consumer,
+//! are all quantized. An anchor's output is quantized after the Relu or Clip that is its only consumer,
 //! so `conv -> relu -> requantize` stays one integer pattern. `--skip NODE` leaves a node float.
+//!
+//! Batch normalizations right after a Conv are folded into it first (as TVM's quantization
+//! does), so their scale is quantized with the weights.
 //!
 //! Scales: activation ranges come from running the float model on calibration inputs (the
 //! largest |x|, or a percentile of |x|), or from one global scale (TVM's scheme: every
@@ -76,6 +79,8 @@ pub struct QuantizeReport {
     pub activations: Vec<(String, f32)>,
     /// Nodes left in float, with the reason.
     pub left_float: Vec<(String, String)>,
+    /// BatchNormalizations folded into the Conv before them.
+    pub folded_batch_norms: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,9 +118,12 @@ pub fn quantize_model(
     {
         return Err(QuantizeError::Calibration(format!("percentile {p} is not in (0, 100]")));
     }
-    let graph = import_model(bytes, &ImportOptions::default())?;
     let Some(g) = model.graph.as_mut() else { return Err(QuantizeError::Decode("the model has no graph".into())) };
     bypass_identities_of_initializers(g);
+    let folded_batch_norms = fold_batch_norms(g)?;
+    // Calibration runs the model as it will be quantized (batch norms folded).
+    let graph = import_model(&model.encode_to_vec(), &ImportOptions::default())?;
+    let Some(g) = model.graph.as_mut() else { return Err(QuantizeError::Decode("the model has no graph".into())) };
     let plan = Plan::of(&g.node, &g.initializer, &graph, options);
     let step = match options.global_scale {
         Some(s) => Some(global_step(s, options.scales)?),
@@ -150,7 +158,8 @@ pub fn quantize_model(
         }
         name
     };
-    let mut report = QuantizeReport { left_float: plan.left_float.clone(), ..QuantizeReport::default() };
+    let mut report =
+        QuantizeReport { left_float: plan.left_float.clone(), folded_batch_norms, ..QuantizeReport::default() };
     // Activation pairs: X -> QuantizeLinear -> DequantizeLinear -> X_dequantized.
     let mut dequantized: HashMap<String, String> = HashMap::new();
     let mut after: HashMap<String, Vec<NodeProto>> = HashMap::new();
@@ -292,6 +301,87 @@ fn bypass_identities_of_initializers(g: &mut GraphProto) {
     }
 }
 
+/// Folds every BatchNormalization (inference form, initializer parameters) that alone consumes
+/// a Conv's output into that Conv, as TVM's quantization does first: the batch norm's scale
+/// lands in the int8 weights and its shift in the int32 bias, so `Conv -> BN -> Relu/Clip`
+/// quantizes as one pattern. New initializers are written (shared ones stay as they were).
+/// Returns how many were folded.
+fn fold_batch_norms(g: &mut GraphProto) -> Result<usize, QuantizeError> {
+    let mut uses: HashMap<String, usize> = HashMap::new();
+    for name in g.node.iter().flat_map(|n| n.input.iter()).chain(g.output.iter().map(|v| &v.name)) {
+        *uses.entry(name.clone()).or_default() += 1;
+    }
+    let producer: HashMap<String, usize> =
+        g.node.iter().enumerate().flat_map(|(k, n)| n.output.iter().map(move |o| (o.clone(), k))).collect();
+    let init: HashMap<String, usize> = g.initializer.iter().enumerate().map(|(k, t)| (t.name.clone(), k)).collect();
+    let floats = |name: &str| -> Option<Vec<f32>> {
+        let t = tensor_from_proto(&g.initializer[*init.get(name)?]).ok()?;
+        (t.dtype() == DType::F32).then(|| t.to_f64_vec().into_iter().map(|v| v as f32).collect())
+    };
+    let mut folds = Vec::new();
+    for (b, bn) in g.node.iter().enumerate() {
+        let single_output = bn.output.iter().skip(1).all(|o| o.is_empty() || !uses.contains_key(o));
+        if bn.op_type != "BatchNormalization" || bn.input.len() != 5 || !single_output {
+            continue;
+        }
+        let Some(&c) = producer.get(&bn.input[0]) else { continue };
+        let conv = &g.node[c];
+        if conv.op_type != "Conv" || uses.get(&bn.input[0]) != Some(&1) || conv.input.len() < 2 {
+            continue;
+        }
+        let Some(w) = init.get(&conv.input[1]).map(|&k| &g.initializer[k]) else { continue };
+        let Some(weight) = floats(&conv.input[1]) else { continue };
+        let params: Option<Vec<Vec<f32>>> = bn.input[1..].iter().map(|n| floats(n)).collect();
+        let channels = w.dims.first().copied().unwrap_or(0) as usize;
+        let Some(params) = params.filter(|p| channels > 0 && p.iter().all(|v| v.len() == channels)) else { continue };
+        let bias = match conv.input.get(2).filter(|b| !b.is_empty()) {
+            Some(b) => match floats(b) {
+                Some(v) if v.len() == channels => v,
+                _ => continue,
+            },
+            None => vec![0.0; channels],
+        };
+        let eps = bn.attribute.iter().find(|a| a.name == "epsilon").map_or(1e-5, |a| a.f);
+        let (scale, shift, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
+        let k: Vec<f32> = (0..channels).map(|o| scale[o] / (var[o] + eps).sqrt()).collect();
+        let per = weight.len() / channels;
+        let new_w: Vec<f32> = weight.iter().enumerate().map(|(i, &v)| v * k[i / per]).collect();
+        let new_b: Vec<f32> = (0..channels).map(|o| (bias[o] - mean[o]) * k[o] + shift[o]).collect();
+        let dims: Vec<usize> = w.dims.iter().map(|&d| d as usize).collect();
+        let weight = Tensor::from_vec(&dims, new_w).map_err(QuantizeError::Unsupported)?;
+        let bias = Tensor::from_vec(&[channels], new_b).map_err(QuantizeError::Unsupported)?;
+        folds.push((c, b, weight, bias));
+    }
+    let names: HashSet<String> = g.initializer.iter().map(|t| t.name.clone()).chain(uses.keys().cloned()).collect();
+    let mut removed = HashSet::new();
+    for (c, b, weight, bias) in &folds {
+        let base = if g.node[*c].name.is_empty() { g.node[*c].output[0].clone() } else { g.node[*c].name.clone() };
+        let fresh = |suffix: &str| {
+            let mut name = format!("{base}_{suffix}");
+            while names.contains(&name) {
+                name.push('_');
+            }
+            name
+        };
+        let (w_name, b_name) = (fresh("bn_folded_weight"), fresh("bn_folded_bias"));
+        g.initializer.push(tensor_to_proto(&w_name, weight));
+        g.initializer.push(tensor_to_proto(&b_name, bias));
+        let out = g.node[*b].output[0].clone();
+        let conv = &mut g.node[*c];
+        conv.input[1] = w_name;
+        conv.input.truncate(2);
+        conv.input.push(b_name);
+        conv.output[0] = out;
+        removed.insert(*b);
+    }
+    let mut k = 0;
+    g.node.retain(|_| {
+        k += 1;
+        !removed.contains(&(k - 1))
+    });
+    Ok(folds.len())
+}
+
 /// A Conv/Gemm/MatMul to quantize.
 struct Anchor {
     name: String,
@@ -331,11 +421,16 @@ impl Plan {
                 plan.activations.push(name.to_string());
             }
         };
-        // An anchor's or an Add's output, after the Relu that is its only consumer.
+        // An anchor's or an Add's output, after the Relu or Clip (ReLU6) that is its only
+        // consumer.
         let activation_out = |n: &NodeProto| -> String {
             let out = &n.output[0];
             match consumers.get(out.as_str()).map(Vec::as_slice) {
-                Some([relu]) if relu.op_type == "Relu" && !options.skip.contains(&relu.name) => relu.output[0].clone(),
+                Some([act])
+                    if ["Relu", "Clip"].contains(&act.op_type.as_str()) && !options.skip.contains(&act.name) =>
+                {
+                    act.output[0].clone()
+                }
                 _ => out.clone(),
             }
         };

@@ -828,6 +828,9 @@ fn quantize(path: &Path, output: &Path, files: &[PathBuf], options: &QuantizeOpt
         samples.len(),
         output.display()
     );
+    if report.folded_batch_norms > 0 {
+        println!("folded {} BatchNormalization into the Conv before them", report.folded_batch_norms);
+    }
     for (node, why) in &report.left_float {
         println!("left in float: {node} ({why})");
     }

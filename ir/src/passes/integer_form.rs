@@ -45,9 +45,10 @@ struct Pattern {
     /// The int8 values the pattern dequantized.
     inputs: Vec<ValueId>,
     kind: Kind,
-    /// The requantization shift and whether a Relu was fused.
+    /// The requantization shift and the int8 range its output is clipped to (narrower than
+    /// -128..=127 when a Relu or Clip was fused).
     shift: i32,
-    relu: bool,
+    bounds: (i32, i32),
 }
 
 enum Kind {
@@ -213,23 +214,40 @@ impl Lookup<'_> {
                 }
             }
         };
-        let (end, relu, s_y) = self.quantized_output(n)?;
+        let (end, bounds, s_y) = self.quantized_output(n)?;
         let shift = power_of_two(f64::from(s_y) / (f64::from(s_x) * f64::from(s_w)), 31)?;
         let kind = Kind::Dot { op: n.op.clone(), w_q: Box::new(w_q), bias: bias.map(Box::new) };
-        Ok(Pattern { end, name: n.name.clone(), inputs: vec![x_q], kind, shift, relu })
+        Ok(Pattern { end, name: n.name.clone(), inputs: vec![x_q], kind, shift, bounds })
     }
 
-    /// The chain after `n`: `[Relu ->] QuantizeLinear` to int8, each output used once: the
-    /// QuantizeLinear node, whether a Relu is fused, the output scale.
-    fn quantized_output(&self, n: &Node) -> Result<(usize, bool, f32), String> {
+    /// The chain after `n`: `[Relu | Clip ->] QuantizeLinear` to int8, each output used once:
+    /// the QuantizeLinear node, the int8 range the output is clipped to, the output scale. A
+    /// Clip is exact in the integer form when its bounds are whole quantization steps (then
+    /// clipping commutes with rounding).
+    fn quantized_output(&self, n: &Node) -> Result<(usize, (i32, i32), f32), String> {
         let graph = self.graph;
         let only = |v: ValueId| -> Option<usize> {
             (self.uses[v.0] == 1 && !self.is_output[v.0]).then(|| self.consumers[v.0].first().copied()).flatten()
         };
         let mut cur = only(n.outputs[0]).ok_or("its output is used more than once")?;
-        let relu = matches!(graph.nodes[cur].op, Op::Unary(UnaryOp::Relu));
-        if relu {
-            cur = only(graph.nodes[cur].outputs[0]).ok_or("its Relu's output is used more than once")?;
+        let (mut lo, mut hi) = (f64::NEG_INFINITY, f64::INFINITY);
+        let activation = match &graph.nodes[cur].op {
+            Op::Unary(UnaryOp::Relu) => {
+                lo = 0.0;
+                true
+            }
+            Op::Clip { min, max } => {
+                let scalar =
+                    |t: &Option<Tensor>| t.as_ref().map(|t| t.to_f64_vec().first().copied().unwrap_or(f64::NAN));
+                lo = scalar(min).unwrap_or(lo);
+                hi = scalar(max).unwrap_or(hi);
+                true
+            }
+            _ => false,
+        };
+        if activation {
+            let name = graph.nodes[cur].op.name();
+            cur = only(graph.nodes[cur].outputs[0]).ok_or(format!("its {name}'s output is used more than once"))?;
         }
         let q = &graph.nodes[cur];
         if !matches!(q.op, Op::QuantizeLinear { .. }) {
@@ -239,7 +257,21 @@ impl Lookup<'_> {
         if graph.ty(q.outputs[0]).dtype != DType::I8 {
             return Err("the output is not quantized to int8".into());
         }
-        Ok((cur, relu, s_y))
+        let step = |bound: f64, default: i32| -> Result<i32, String> {
+            if bound.is_infinite() {
+                return Ok(default);
+            }
+            let steps = bound / f64::from(s_y);
+            if steps.is_nan() || steps.fract() != 0.0 {
+                return Err(format!("its clip bound {bound} is not a whole number of steps of {s_y}"));
+            }
+            Ok(steps.clamp(-128.0, 127.0) as i32)
+        };
+        let bounds = (step(lo, -128)?, step(hi, 127)?);
+        if bounds.0 > bounds.1 {
+            return Err("its clip bounds are empty".into());
+        }
+        Ok((cur, bounds, s_y))
     }
 
     /// The int8 input and scale of the DequantizeLinear feeding input `k` of `n`.
@@ -261,10 +293,10 @@ impl Lookup<'_> {
         let fine = s_a.min(s_b);
         // int8 values shifted left by up to 23 bits, summed: within int32.
         let shifts = [power_of_two(f64::from(s_a / fine), 23)?, power_of_two(f64::from(s_b / fine), 23)?];
-        let (end, relu, s_y) = self.quantized_output(n)?;
+        let (end, bounds, s_y) = self.quantized_output(n)?;
         let shift = power_of_two(f64::from(s_y) / f64::from(fine), 31)?;
         let kind = Kind::Add { shifts: shifts.map(|k| k as u32) };
-        Ok(Pattern { end, name: n.name.clone(), inputs: vec![a, b], kind, shift, relu })
+        Ok(Pattern { end, name: n.name.clone(), inputs: vec![a, b], kind, shift, bounds })
     }
 
     /// A max pool between quantizations of the same scale runs on the int8 values (the maximum
@@ -274,9 +306,9 @@ impl Lookup<'_> {
         if n.outputs.get(1).is_some_and(|i| self.uses[i.0] > 0) {
             return Err("its indices are used".into());
         }
-        let (end, relu, s_y) = self.quantized_output(n)?;
-        if relu || s_y != s_x {
-            return Err("a Relu or a different output scale after it".into());
+        let (end, bounds, s_y) = self.quantized_output(n)?;
+        if bounds != (-128, 127) || s_y != s_x {
+            return Err("a Relu, a Clip or a different output scale after it".into());
         }
         Ok(Pattern {
             end,
@@ -284,7 +316,7 @@ impl Lookup<'_> {
             inputs: vec![x],
             kind: Kind::MaxPool { op: n.op.clone() },
             shift: 0,
-            relu,
+            bounds,
         })
     }
 }
@@ -358,7 +390,7 @@ fn write_integer(graph: &mut Graph, names: &mut NameTable, p: &Pattern) -> Resul
             graph.add_op(sum_name, Op::Binary(BinaryOp::Add), &terms)?
         }
     };
-    let min = if p.relu { 0 } else { -128 };
+    let (min, max) = p.bounds;
     let y_name = names.fresh(&format!("{name}_int8"));
-    graph.add_op(y_name, Op::Requantize { shift: p.shift, min, max: 127 }, &[acc])
+    graph.add_op(y_name, Op::Requantize { shift: p.shift, min, max }, &[acc])
 }
