@@ -41,8 +41,15 @@ pub enum RuntimeError {
     Aot(#[from] heron_aot::AotError),
     #[error(transparent)]
     Memory(#[from] crate::memory::AllocError),
+    /// (Not a `source`: the message holds the VTA error already.)
     #[error("VTA: {0}")]
-    Vta(#[from] heron_vta::VtaError),
+    Vta(heron_vta::VtaError),
+}
+
+impl From<heron_vta::VtaError> for RuntimeError {
+    fn from(e: heron_vta::VtaError) -> Self {
+        RuntimeError::Vta(e)
+    }
 }
 
 /// A named tensor slot of a model: an input or an output.

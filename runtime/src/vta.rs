@@ -97,7 +97,7 @@ pub fn stats_json(regions: &[RegionTime], stats: &VtaStats) -> serde_json::Value
     use serde_json::json;
     let p = stats.profile.unwrap_or_default();
     let sum = |f: &dyn Fn(&RegionTime) -> f64, target: &str| -> f64 {
-        regions.iter().filter(|r| r.target == target).map(f).sum()
+        regions.iter().filter(|r| r.target == target).map(f).sum::<f64>() + 0.0
     };
     let vta_ms = sum(&|r| r.time_ms, "vta");
     let device_ms = sum(&|r| r.device_ms, "vta");
