@@ -163,3 +163,51 @@ fn weights_shared_through_identity_nodes_are_quantized() {
     assert_eq!(nodes.last().map(|n| (n.op_type.as_str(), n.output[0].as_str())), Some(("DequantizeLinear", "y")));
     run(&bytes, &f32s(4, &[1, 2, 4, 4], 1.0));
 }
+
+/// `Conv -> BatchNormalization -> Clip(0, 6)`: the batch norm is folded into the convolution
+/// before quantizing (the float function unchanged), the activation is quantized after the
+/// Clip, and the integer form fuses the Clip into the requantization's range.
+#[test]
+fn batch_norms_fold_and_clips_fuse() {
+    let mut m = OnnxModel::new(13);
+    let positive =
+        |seed, n| Tensor::from_vec(&[n], data(seed, n).into_iter().map(|v| v.abs() + 0.5).collect()).unwrap();
+    m.input("x", DType::F32, &[1, 3, 8, 8])
+        .initializer("w", &f32s(1, &[8, 3, 3, 3], 0.5))
+        .initializer("gamma", &positive(2, 8))
+        .initializer("beta", &f32s(3, &[8], 0.2))
+        .initializer("mean", &f32s(4, &[8], 0.1))
+        .initializer("var", &positive(5, 8))
+        .initializer("lo", &Tensor::from_vec::<f32>(&[], vec![0.0]).unwrap())
+        .initializer("hi", &Tensor::from_vec::<f32>(&[], vec![6.0]).unwrap())
+        .node("Conv", &["x", "w"], &["c"], vec![heron_ir::testing::onnx::attr_ints("pads", &[1, 1, 1, 1])])
+        .node("BatchNormalization", &["c", "gamma", "beta", "mean", "var"], &["n"], vec![])
+        .node("Clip", &["n", "lo", "hi"], &["y"], vec![])
+        .output("y");
+    let float = m.to_bytes();
+    let (bytes, report) = quantize_model(&float, &calibration(), &QuantizeOptions::default()).unwrap();
+    assert_eq!(report.folded_batch_norms, 1);
+    let (nodes, _) = nodes(&bytes);
+    assert!(nodes.iter().all(|n| n.op_type != "BatchNormalization"));
+    let names: Vec<&str> = report.activations.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["x", "y"], "quantized after the Clip");
+    let mut g = import_model(&bytes, &ImportOptions::default()).unwrap();
+    heron_ir::passes::optimize(&mut g);
+    let requant: Vec<_> = g
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            heron_ir::Op::Requantize { min, max, .. } => Some((min, max)),
+            _ => None,
+        })
+        .collect();
+    let step = report.activations[1].1;
+    assert_eq!(requant, [(0, (6.0 / step) as i32)], "the Clip is the requantization's range");
+    for seed in 20..23 {
+        let x = f32s(seed, &[1, 3, 8, 8], 2.0);
+        let (want, got) =
+            (run(&float, &x).to_f64_vec(), interp::run(&g, std::slice::from_ref(&x)).unwrap()[0].to_f64_vec());
+        let worst = want.iter().zip(&got).map(|(w, g)| (w - g).abs()).fold(0.0, f64::max);
+        assert!(worst <= 0.5, "integer form off by {worst} (step {step})");
+    }
+}
