@@ -34,6 +34,19 @@ pub fn link_shared(objects: &[&Path], out: &Path) -> Result<(), AotError> {
 
 /// Compiles and links a C program: `cc -O2 -std=c11 -I<include> sources... objects... -lm`.
 pub fn build_c_program(sources: &[&Path], objects: &[&Path], include: &Path, out: &Path) -> Result<(), AotError> {
+    build_c_program_with_runtime(sources, objects, None, include, out)
+}
+
+/// [`build_c_program`], also linking a Rust static library of Heron's runtime (e.g.
+/// `libheron_threads.a` or `libheron_vta.a`) and the system libraries it needs
+/// (`-lpthread -ldl`).
+pub fn build_c_program_with_runtime(
+    sources: &[&Path],
+    objects: &[&Path],
+    runtime: Option<&Path>,
+    include: &Path,
+    out: &Path,
+) -> Result<(), AotError> {
     let mut cc = Command::new(c_compiler());
     cc.args(["-O2", "-std=c11", "-Wall", "-Werror"])
         .arg("-I")
@@ -41,8 +54,11 @@ pub fn build_c_program(sources: &[&Path], objects: &[&Path], include: &Path, out
         .arg("-o")
         .arg(out)
         .args(sources)
-        .args(objects)
-        .arg("-lm");
+        .args(objects);
+    if let Some(lib) = runtime {
+        cc.arg(lib).args(["-lpthread", "-ldl"]);
+    }
+    cc.arg("-lm");
     run(cc)
 }
 

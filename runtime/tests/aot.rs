@@ -313,19 +313,15 @@ int main(int argc, char** argv) {
     )
     .expect("write main.c");
     let exe = dir.join("ctx");
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let out = Command::new(cc)
-        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-I"])
-        .arg(&dir)
-        .arg("-o")
-        .arg(&exe)
-        .arg(dir.join("main.c"))
-        .arg(dir.join("net.o"))
-        .arg(heron_ir::testing::static_library("heron_threads"))
-        .args(["-lpthread", "-ldl", "-lm"])
-        .output()
-        .expect("run cc");
-    assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+    let threads = heron_ir::testing::static_library("heron_threads");
+    heron_aot::link::build_c_program_with_runtime(
+        &[&dir.join("main.c")],
+        &[&dir.join("net.o")],
+        Some(&threads),
+        &dir,
+        &exe,
+    )
+    .expect("cc");
     write_raw(&input, &dir.join("in.bin"));
     run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
     assert_float_rule(&read_raw(&dir.join("out.bin"), &want), &want).expect("equals ONNX Runtime");

@@ -327,19 +327,10 @@ fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     std::fs::copy(root.join("vta-backend/include/heron_vta.h"), dir.join("heron_vta.h")).unwrap();
     let exe = dir.join("vta_offload");
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let out = Command::new(cc)
-        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-I"])
-        .arg(&dir)
-        .arg("-o")
-        .arg(&exe)
-        .arg(root.join("aot/examples/vta_offload/main.c"))
-        .arg(dir.join("r18.o"))
-        .arg(heron_ir::testing::static_library("heron_vta"))
-        .args(["-lpthread", "-ldl", "-lm"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+    let vta = heron_ir::testing::static_library("heron_vta");
+    let example = root.join("aot/examples/vta_offload/main.c");
+    heron_aot::link::build_c_program_with_runtime(&[&example], &[&dir.join("r18.o")], Some(&vta), &dir, &exe)
+        .expect("cc");
     let mut raw = vec![0u8; input.tensor_type().size_bytes()];
     input.write_le_bytes(&mut raw);
     std::fs::write(dir.join("in.bin"), raw).unwrap();
