@@ -29,8 +29,34 @@ use crate::metadata::{
 };
 
 /// Every symbol an object may import: libc memory routines (Cranelift libcalls) and libm.
-pub const ALLOWED_IMPORTS: [&str; 12] =
-    ["memcpy", "memset", "exp", "tanh", "erf", "fma", "fmaf", "nearbyint", "nearbyintf", "floorf", "ceilf", "truncf"];
+pub const ALLOWED_IMPORTS: [&str; 26] = [
+    "memcpy",
+    "memset",
+    "exp",
+    "tanh",
+    "erf",
+    "log",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "fma",
+    "fmaf",
+    "nearbyint",
+    "nearbyintf",
+    "floor",
+    "floorf",
+    "ceil",
+    "ceilf",
+    "truncf",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum AotError {

@@ -5,7 +5,7 @@
 
 use crate::dtype::{DType, TensorType};
 use crate::limits::checked_elements;
-use crate::op::{ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
+use crate::op::{ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, Window};
 
 /// Output types of every output `op` can produce (optional outputs included, in order).
 pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, String> {
@@ -82,7 +82,7 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &b.shape)?))
         }
         Op::Unary(kind) => {
-            let ok = x.dtype.is_float() || (*kind == UnaryOp::Relu && x.dtype.is_signed_int());
+            let ok = x.dtype.is_float() || (kind.takes_integers() && x.dtype.is_int() && x.dtype != DType::Bool);
             if !ok {
                 return Err(unsupported_dtype(op, x.dtype));
             }

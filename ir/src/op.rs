@@ -64,6 +64,40 @@ pub enum UnaryOp {
     Exp,
     Sqrt,
     Erf,
+    Abs,
+    Neg,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+    Reciprocal,
+    Log,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+    Softplus,
+    Softsign,
+    HardSwish,
+    Mish,
+    /// `0.5 x (1 + erf(x / sqrt 2))`.
+    Gelu,
+    /// Gelu's tanh approximation (`approximate="tanh"`).
+    GeluTanh,
+}
+
+impl UnaryOp {
+    /// Whether the op takes integer tensors too (as ONNX defines it).
+    pub fn takes_integers(self) -> bool {
+        matches!(self, UnaryOp::Relu | UnaryOp::Abs | UnaryOp::Neg | UnaryOp::Sign)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -223,6 +257,30 @@ impl Op {
                 UnaryOp::Erf => "Erf",
                 UnaryOp::Exp => "Exp",
                 UnaryOp::Sqrt => "Sqrt",
+                UnaryOp::Abs => "Abs",
+                UnaryOp::Neg => "Neg",
+                UnaryOp::Floor => "Floor",
+                UnaryOp::Ceil => "Ceil",
+                UnaryOp::Round => "Round",
+                UnaryOp::Sign => "Sign",
+                UnaryOp::Reciprocal => "Reciprocal",
+                UnaryOp::Log => "Log",
+                UnaryOp::Sin => "Sin",
+                UnaryOp::Cos => "Cos",
+                UnaryOp::Tan => "Tan",
+                UnaryOp::Asin => "Asin",
+                UnaryOp::Acos => "Acos",
+                UnaryOp::Atan => "Atan",
+                UnaryOp::Sinh => "Sinh",
+                UnaryOp::Cosh => "Cosh",
+                UnaryOp::Asinh => "Asinh",
+                UnaryOp::Acosh => "Acosh",
+                UnaryOp::Atanh => "Atanh",
+                UnaryOp::Softplus => "Softplus",
+                UnaryOp::Softsign => "Softsign",
+                UnaryOp::HardSwish => "HardSwish",
+                UnaryOp::Mish => "Mish",
+                UnaryOp::Gelu | UnaryOp::GeluTanh => "Gelu",
             },
             Op::LeakyRelu { .. } => "LeakyRelu",
             Op::Clip { .. } => "Clip",

@@ -72,7 +72,9 @@ pub struct EmittedModule {
 
 /// Host functions generated code may call (f64 math only; f32 math is inline). The JIT binds
 /// them to Rust; objects import them from libm.
-pub const LIBM_IMPORTS: [&str; 3] = ["exp", "tanh", "erf"];
+pub const LIBM_IMPORTS: [&str; 15] = [
+    "exp", "tanh", "erf", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+];
 
 /// Emits every function of `ir` (a flat, planned module with a `main`) into `module`, plus the
 /// entry `entry_name` with `entry_linkage`.
@@ -1323,10 +1325,18 @@ impl<'a> FuncTranslator<'a> {
                 other => Err(self.unsupported(format!("{other:?} on {dtype}"))),
             };
         }
+        if let Some(name) = op.libm_name() {
+            // In f64 and rounded once, as the interpreters compute it.
+            let wide = if ty == F32 { self.b.ins().fpromote(F64, v) } else { v };
+            let r = self.libm(name, wide);
+            return Ok(if ty == F32 { self.b.ins().fdemote(F32, r) } else { r });
+        }
         Ok(match op {
             MathOp::Sqrt => self.b.ins().sqrt(v),
             MathOp::Abs => self.b.ins().fabs(v),
             MathOp::Round => self.b.ins().nearest(v),
+            MathOp::Floor => self.b.ins().floor(v),
+            MathOp::Ceil => self.b.ins().ceil(v),
             MathOp::Exp | MathOp::Tanh | MathOp::Sigmoid | MathOp::Erf if ty == F32 => match op {
                 MathOp::Exp => math::exp(&mut self.b, F32, v),
                 MathOp::Tanh => math::tanh(&mut self.b, F32, v),
@@ -1343,10 +1353,11 @@ impl<'a> FuncTranslator<'a> {
                 let d = self.b.ins().fadd(e, one);
                 self.b.ins().fdiv(one, d)
             }
+            other => return Err(self.unsupported(format!("{other:?}"))),
         })
     }
 
-    fn libm(&mut self, name: &str, v: Value) -> Value {
+    pub(crate) fn libm(&mut self, name: &str, v: Value) -> Value {
         let call = self.b.ins().call(self.callees.libm[name], &[v]);
         self.b.inst_results(call)[0]
     }

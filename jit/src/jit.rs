@@ -245,6 +245,42 @@ extern "C" fn host_tanh(x: f64) -> f64 {
 extern "C" fn host_erf(x: f64) -> f64 {
     heron_ir::interp::erf(x)
 }
+extern "C" fn host_log(x: f64) -> f64 {
+    x.ln()
+}
+extern "C" fn host_sin(x: f64) -> f64 {
+    x.sin()
+}
+extern "C" fn host_cos(x: f64) -> f64 {
+    x.cos()
+}
+extern "C" fn host_tan(x: f64) -> f64 {
+    x.tan()
+}
+extern "C" fn host_asin(x: f64) -> f64 {
+    x.asin()
+}
+extern "C" fn host_acos(x: f64) -> f64 {
+    x.acos()
+}
+extern "C" fn host_atan(x: f64) -> f64 {
+    x.atan()
+}
+extern "C" fn host_sinh(x: f64) -> f64 {
+    x.sinh()
+}
+extern "C" fn host_cosh(x: f64) -> f64 {
+    x.cosh()
+}
+extern "C" fn host_asinh(x: f64) -> f64 {
+    x.asinh()
+}
+extern "C" fn host_acosh(x: f64) -> f64 {
+    x.acosh()
+}
+extern "C" fn host_atanh(x: f64) -> f64 {
+    x.atanh()
+}
 extern "C" fn host_fmaf(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
@@ -267,11 +303,24 @@ extern "C" fn host_truncf(x: f32) -> f32 {
     x.trunc()
 }
 
-/// Host implementations of the math the generated code may import: f64 exp/tanh/erf, and the
+/// Host implementations of the math the generated code may import: f64 exp/tanh/erf, log and
+/// the trigonometric and hyperbolic functions, and the
 /// libcalls Cranelift falls back to on CPUs without the matching instructions. Bound
 /// explicitly, since a dlsym lookup fails when the host binary does not link libm.
-fn host_math() -> [(&'static str, *const u8); 10] {
+fn host_math() -> [(&'static str, *const u8); 22] {
     [
+        ("log", host_log as *const u8),
+        ("sin", host_sin as *const u8),
+        ("cos", host_cos as *const u8),
+        ("tan", host_tan as *const u8),
+        ("asin", host_asin as *const u8),
+        ("acos", host_acos as *const u8),
+        ("atan", host_atan as *const u8),
+        ("sinh", host_sinh as *const u8),
+        ("cosh", host_cosh as *const u8),
+        ("asinh", host_asinh as *const u8),
+        ("acosh", host_acosh as *const u8),
+        ("atanh", host_atanh as *const u8),
         ("exp", host_exp as *const u8),
         ("tanh", host_tanh as *const u8),
         ("erf", host_erf as *const u8),

@@ -31,7 +31,7 @@
 use std::collections::{HashMap, HashSet};
 
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::types::{F32, F32X4, I8, I8X16, I16, I16X8, I32, I32X4, I64, I64X2};
+use cranelift_codegen::ir::types::{F32, F32X4, F64, I8, I8X16, I16, I16X8, I32, I32X4, I64, I64X2};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::Variable;
 use heron_ir::DType;
@@ -1350,6 +1350,11 @@ impl VecCtx {
             }
             Expr::Math { op, arg } => {
                 let a = self.value(t, arg, jb)?;
+                if let Some(name) = op.libm_name() {
+                    // No vector libm: each lane through the f64 function, as the scalar code.
+                    let vals = a.vals.iter().map(|&v| lanewise_libm(t, name, v)).collect();
+                    return Ok(Tile { vals, ..a });
+                }
                 let vals = a
                     .vals
                     .iter()
@@ -1360,7 +1365,10 @@ impl VecCtx {
                         MathOp::Sigmoid => math::sigmoid(&mut t.b, F32X4, v),
                         MathOp::Sqrt => t.b.ins().sqrt(v),
                         MathOp::Abs => t.b.ins().fabs(v),
-                        MathOp::Round => t.b.ins().nearest(v),
+                        MathOp::Floor => t.b.ins().floor(v),
+                        MathOp::Ceil => t.b.ins().ceil(v),
+                        // Round (the libm ones returned above).
+                        _ => t.b.ins().nearest(v),
                     })
                     .collect();
                 Tile { vals, ..a }
@@ -1444,4 +1452,17 @@ impl VecCtx {
         let m = t.b.ins().ineg(wide);
         t.b.ins().splat(I32X4, m)
     }
+}
+
+/// `name` (an f64 libm function) applied to each f32 lane of `v`.
+fn lanewise_libm(t: &mut FuncTranslator<'_>, name: &str, v: Value) -> Value {
+    let mut out = v;
+    for lane in 0..4u8 {
+        let x = t.b.ins().extractlane(v, lane);
+        let wide = t.b.ins().fpromote(F64, x);
+        let r = t.libm(name, wide);
+        let r = t.b.ins().fdemote(F32, r);
+        out = t.b.ins().insertlane(out, r, lane);
+    }
+    out
 }

@@ -101,12 +101,27 @@ pub(crate) fn map_float(t: &Tensor, f: impl Fn(f64) -> f64) -> Result<Tensor, Ke
 }
 
 pub(crate) fn unary(kind: UnaryOp, t: &Tensor) -> Result<Tensor, KernelError> {
-    if kind == UnaryOp::Relu && !t.dtype().is_float() {
-        fn relu<T: Element>(a: &ArrayD<T>) -> Tensor {
-            T::into_tensor(a.mapv(|v| if v < T::default() { T::default() } else { v }))
+    if !t.dtype().is_float() {
+        // Relu, Abs, Neg and Sign of integers: Neg wraps, Abs saturates (|MIN| is MAX), as the
+        // compiled code computes them.
+        fn int<T: Element>(a: &ArrayD<T>, kind: UnaryOp) -> Tensor {
+            T::into_tensor(a.mapv(|v| {
+                let x = to_i128(v);
+                match kind {
+                    UnaryOp::Relu => from_i128(x.max(0)),
+                    UnaryOp::Abs => T::from_f64(v.to_f64().abs()),
+                    UnaryOp::Neg => from_i128(-x),
+                    UnaryOp::Sign => from_i128(x.signum()),
+                    _ => v,
+                }
+            }))
         }
-        return dispatch_tensor!(t, a, T => Ok(relu::<T>(a)));
+        if !kind.takes_integers() {
+            return Err(format!("{kind:?} of {} (float only)", t.dtype()).into());
+        }
+        return dispatch_tensor!(t, a, T => Ok(int::<T>(a, kind)));
     }
+    let softplus = |x: f64| (x.exp() + 1.0).ln();
     map_float(t, |x| match kind {
         UnaryOp::Relu => {
             if x < 0.0 {
@@ -120,6 +135,41 @@ pub(crate) fn unary(kind: UnaryOp, t: &Tensor) -> Result<Tensor, KernelError> {
         UnaryOp::Exp => x.exp(),
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Erf => erf(x),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Neg => -x,
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Reciprocal => 1.0 / x,
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tan => x.tan(),
+        UnaryOp::Asin => x.asin(),
+        UnaryOp::Acos => x.acos(),
+        UnaryOp::Atan => x.atan(),
+        UnaryOp::Sinh => x.sinh(),
+        UnaryOp::Cosh => x.cosh(),
+        UnaryOp::Asinh => x.asinh(),
+        UnaryOp::Acosh => x.acosh(),
+        UnaryOp::Atanh => x.atanh(),
+        UnaryOp::Softplus => softplus(x),
+        UnaryOp::Softsign => x / (1.0 + x.abs()),
+        UnaryOp::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+        UnaryOp::Mish => x * softplus(x).tanh(),
+        UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        UnaryOp::GeluTanh => {
+            0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        }
     })
 }
 

@@ -161,6 +161,20 @@ fn math(op: MathOp, v: f64) -> f64 {
         MathOp::Sqrt => v.sqrt(),
         MathOp::Round => v.round_ties_even(),
         MathOp::Abs => v.abs(),
+        MathOp::Floor => v.floor(),
+        MathOp::Ceil => v.ceil(),
+        MathOp::Log => v.ln(),
+        MathOp::Sin => v.sin(),
+        MathOp::Cos => v.cos(),
+        MathOp::Tan => v.tan(),
+        MathOp::Asin => v.asin(),
+        MathOp::Acos => v.acos(),
+        MathOp::Atan => v.atan(),
+        MathOp::Sinh => v.sinh(),
+        MathOp::Cosh => v.cosh(),
+        MathOp::Asinh => v.asinh(),
+        MathOp::Acosh => v.acosh(),
+        MathOp::Atanh => v.atanh(),
     }
 }
 

@@ -192,6 +192,41 @@ pub enum MathOp {
     /// Round to nearest, ties to even.
     Round,
     Abs,
+    Floor,
+    Ceil,
+    Log,
+    Sin,
+    Cos,
+    Tan,
+    Asin,
+    Acos,
+    Atan,
+    Sinh,
+    Cosh,
+    Asinh,
+    Acosh,
+    Atanh,
+}
+
+impl MathOp {
+    /// The libm function computing it in f64, for those code generation calls.
+    pub fn libm_name(self) -> Option<&'static str> {
+        Some(match self {
+            MathOp::Log => "log",
+            MathOp::Sin => "sin",
+            MathOp::Cos => "cos",
+            MathOp::Tan => "tan",
+            MathOp::Asin => "asin",
+            MathOp::Acos => "acos",
+            MathOp::Atan => "atan",
+            MathOp::Sinh => "sinh",
+            MathOp::Cosh => "cosh",
+            MathOp::Asinh => "asinh",
+            MathOp::Acosh => "acosh",
+            MathOp::Atanh => "atanh",
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -685,6 +685,21 @@ impl Parser<'_> {
                             "sqrt" => MathOp::Sqrt,
                             "round" => MathOp::Round,
                             "abs" => MathOp::Abs,
+                            "floor" => MathOp::Floor,
+                            "ceil" => MathOp::Ceil,
+                            "log" => MathOp::Log,
+                            "sin" => MathOp::Sin,
+                            "cos" => MathOp::Cos,
+                            "tan" => MathOp::Tan,
+                            "asin" => MathOp::Asin,
+                            "acos" => MathOp::Acos,
+                            "atan" => MathOp::Atan,
+                            "sinh" => MathOp::Sinh,
+                            "cosh" => MathOp::Cosh,
+                            "asinh" => MathOp::Asinh,
+                            "acosh" => MathOp::Acosh,
+                            "atanh" => MathOp::Atanh,
+
                             _ => {
                                 self.i -= 1;
                                 return Err(self.err(format!("unknown function `{word}`")));

@@ -99,6 +99,20 @@ pub(crate) fn math_text(op: MathOp) -> &'static str {
         MathOp::Sqrt => "sqrt",
         MathOp::Round => "round",
         MathOp::Abs => "abs",
+        MathOp::Floor => "floor",
+        MathOp::Ceil => "ceil",
+        MathOp::Log => "log",
+        MathOp::Sin => "sin",
+        MathOp::Cos => "cos",
+        MathOp::Tan => "tan",
+        MathOp::Asin => "asin",
+        MathOp::Acos => "acos",
+        MathOp::Atan => "atan",
+        MathOp::Sinh => "sinh",
+        MathOp::Cosh => "cosh",
+        MathOp::Asinh => "asinh",
+        MathOp::Acosh => "acosh",
+        MathOp::Atanh => "atanh",
     }
 }
 

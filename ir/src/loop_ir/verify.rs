@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::analysis::{reads_none_of_its_outputs, reads_only_own_outputs, stores_move_with};
 use super::{
-    Arg, BinOp, BufferId, Callee, Expr, ForKind, MAIN, MAX_NESTING, Module, PrimFunc, Stmt, VarId, VectorShape,
+    Arg, BinOp, BufferId, Callee, Expr, ForKind, MAIN, MAX_NESTING, MathOp, Module, PrimFunc, Stmt, VarId, VectorShape,
     VectorTail,
 };
 use crate::dtype::DType;
@@ -333,7 +333,9 @@ impl Verifier<'_> {
             }
             Expr::Math { op, arg } => {
                 let t = self.expr(arg)?;
-                if !t.is_float() {
+                // Abs and Round are defined on integers too (Round is the identity there).
+                let on_integers = matches!(op, MathOp::Abs | MathOp::Round) && t.is_int() && t != DType::Bool;
+                if !t.is_float() && !on_integers {
                     self.err(format!("{op:?} of non-float {t}"));
                 }
                 Some(t)

@@ -82,13 +82,52 @@ fn binary_expr(op: BinaryOp, a: Expr, b: Expr) -> Expr {
 }
 
 fn unary_expr(u: UnaryOp, v: Expr, dtype: DType) -> Expr {
+    let c = |x: f64| lit(dtype, x);
+    let div = |a: Expr, b: Expr| Expr::binary(BinOp::Div, a, b);
+    let math = Expr::math;
+    let softplus = |v: Expr| math(MathOp::Log, add(math(MathOp::Exp, v), c(1.0)));
     match u {
-        UnaryOp::Relu => max(v, lit(dtype, 0.0)),
-        UnaryOp::Sigmoid => Expr::math(MathOp::Sigmoid, v),
-        UnaryOp::Tanh => Expr::math(MathOp::Tanh, v),
-        UnaryOp::Erf => Expr::math(MathOp::Erf, v),
-        UnaryOp::Exp => Expr::math(MathOp::Exp, v),
-        UnaryOp::Sqrt => Expr::math(MathOp::Sqrt, v),
+        UnaryOp::Relu => max(v, c(0.0)),
+        UnaryOp::Sigmoid => math(MathOp::Sigmoid, v),
+        UnaryOp::Tanh => math(MathOp::Tanh, v),
+        UnaryOp::Erf => math(MathOp::Erf, v),
+        UnaryOp::Exp => math(MathOp::Exp, v),
+        UnaryOp::Sqrt => math(MathOp::Sqrt, v),
+        UnaryOp::Abs => math(MathOp::Abs, v),
+        UnaryOp::Neg => mul(v, c(-1.0)),
+        UnaryOp::Floor => math(MathOp::Floor, v),
+        UnaryOp::Ceil => math(MathOp::Ceil, v),
+        UnaryOp::Round => math(MathOp::Round, v),
+        UnaryOp::Sign => {
+            let negative = Expr::select(Expr::cmp(CmpOp::Lt, v.clone(), c(0.0)), c(-1.0), c(0.0));
+            Expr::select(Expr::cmp(CmpOp::Gt, v, c(0.0)), c(1.0), negative)
+        }
+        UnaryOp::Reciprocal => div(c(1.0), v),
+        UnaryOp::Log => math(MathOp::Log, v),
+        UnaryOp::Sin => math(MathOp::Sin, v),
+        UnaryOp::Cos => math(MathOp::Cos, v),
+        UnaryOp::Tan => math(MathOp::Tan, v),
+        UnaryOp::Asin => math(MathOp::Asin, v),
+        UnaryOp::Acos => math(MathOp::Acos, v),
+        UnaryOp::Atan => math(MathOp::Atan, v),
+        UnaryOp::Sinh => math(MathOp::Sinh, v),
+        UnaryOp::Cosh => math(MathOp::Cosh, v),
+        UnaryOp::Asinh => math(MathOp::Asinh, v),
+        UnaryOp::Acosh => math(MathOp::Acosh, v),
+        UnaryOp::Atanh => math(MathOp::Atanh, v),
+        UnaryOp::Softplus => softplus(v),
+        UnaryOp::Softsign => div(v.clone(), add(c(1.0), math(MathOp::Abs, v))),
+        UnaryOp::HardSwish => mul(v.clone(), min(max(add(div(v, c(6.0)), c(0.5)), c(0.0)), c(1.0))),
+        UnaryOp::Mish => mul(v.clone(), math(MathOp::Tanh, softplus(v))),
+        UnaryOp::Gelu => {
+            let inner = math(MathOp::Erf, mul(v.clone(), c(std::f64::consts::FRAC_1_SQRT_2)));
+            mul(mul(c(0.5), v), add(c(1.0), inner))
+        }
+        UnaryOp::GeluTanh => {
+            let cube = mul(mul(v.clone(), v.clone()), v.clone());
+            let inner = mul(c((2.0 / std::f64::consts::PI).sqrt()), add(v.clone(), mul(c(0.044715), cube)));
+            mul(mul(c(0.5), v), add(c(1.0), math(MathOp::Tanh, inner)))
+        }
     }
 }
 
