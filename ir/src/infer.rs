@@ -81,6 +81,35 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             }
             one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &b.shape)?))
         }
+        Op::Compare(c) => {
+            let b = inputs[1];
+            same_dtype(op, x, b)?;
+            if x.dtype == DType::Bool && *c != crate::op::CompareOp::Equal {
+                return Err(unsupported_dtype(op, x.dtype));
+            }
+            one(TensorType::new(DType::Bool, broadcast_shapes(&x.shape, &b.shape)?))
+        }
+        Op::Logical(_) | Op::Not => {
+            for t in inputs {
+                if t.dtype != DType::Bool {
+                    return Err(unsupported_dtype(op, t.dtype));
+                }
+            }
+            let shape = match inputs.get(1) {
+                Some(b) => broadcast_shapes(&x.shape, &b.shape)?,
+                None => x.shape.clone(),
+            };
+            one(TensorType::new(DType::Bool, shape))
+        }
+        Op::Where => {
+            let (a, b) = (inputs[1], inputs[2]);
+            if x.dtype != DType::Bool {
+                return Err(format!("Where's condition must be bool, got {}", x.dtype));
+            }
+            same_dtype(op, a, b)?;
+            let shape = broadcast_shapes(&broadcast_shapes(&x.shape, &a.shape)?, &b.shape)?;
+            one(TensorType::new(a.dtype, shape))
+        }
         Op::Unary(kind) => {
             let ok = x.dtype.is_float() || (kind.takes_integers() && x.dtype.is_int() && x.dtype != DType::Bool);
             if !ok {
@@ -282,7 +311,8 @@ pub fn arity(op: &Op) -> (usize, usize) {
     match op {
         Op::Conv(_) | Op::Gemm { .. } => (2, 3),
         Op::ConvInteger(_) | Op::MatMulInteger => (4, 4),
-        Op::MatMul | Op::Binary(_) | Op::BitShift { .. } => (2, 2),
+        Op::MatMul | Op::Binary(_) | Op::BitShift { .. } | Op::Compare(_) | Op::Logical(_) => (2, 2),
+        Op::Where => (3, 3),
         Op::BatchNormalization { .. } => (5, 5),
         Op::QuantizeLinear { .. } | Op::DequantizeLinear { .. } => (3, 3),
         Op::Concat { .. } => (1, usize::MAX),

@@ -56,6 +56,24 @@ pub enum BinaryOp {
     Min,
 }
 
+/// Elementwise comparisons (numpy broadcasting; the output is bool).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CompareOp {
+    Equal,
+    Less,
+    LessOrEqual,
+    Greater,
+    GreaterOrEqual,
+}
+
+/// Elementwise logic on bool tensors (numpy broadcasting).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LogicalOp {
+    And,
+    Or,
+    Xor,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnaryOp {
     Relu,
@@ -145,6 +163,12 @@ pub enum Op {
     /// `[a, b]` -> elementwise with multidirectional broadcasting.
     Binary(BinaryOp),
     Unary(UnaryOp),
+    Compare(CompareOp),
+    Logical(LogicalOp),
+    /// Logical negation of a bool tensor.
+    Not,
+    /// `condition ? x : y`, the three broadcast together.
+    Where,
     LeakyRelu {
         alpha: f32,
     },
@@ -303,6 +327,20 @@ impl Op {
             Op::DequantizeLinear { .. } => "DequantizeLinear",
             Op::BitShift { .. } => "BitShift",
             Op::Requantize { .. } => "Requantize",
+            Op::Compare(c) => match c {
+                CompareOp::Equal => "Equal",
+                CompareOp::Less => "Less",
+                CompareOp::LessOrEqual => "LessOrEqual",
+                CompareOp::Greater => "Greater",
+                CompareOp::GreaterOrEqual => "GreaterOrEqual",
+            },
+            Op::Logical(l) => match l {
+                LogicalOp::And => "And",
+                LogicalOp::Or => "Or",
+                LogicalOp::Xor => "Xor",
+            },
+            Op::Not => "Not",
+            Op::Where => "Where",
         }
     }
 

@@ -7,7 +7,7 @@
 use ndarray::{ArrayD, IxDyn, Zip};
 
 use crate::infer::broadcast_shapes;
-use crate::op::{BinaryOp, UnaryOp};
+use crate::op::{BinaryOp, CompareOp, LogicalOp, UnaryOp};
 use crate::tensor::{Element, Tensor, Wide};
 
 use super::KernelError;
@@ -85,6 +85,60 @@ pub(crate) fn binary(kind: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, K
         Ok(T::into_tensor(out))
     }
     dispatch_tensor!(a, x, T => go::<T>(kind, x, b))
+}
+
+/// Elementwise comparison (through f64 for floats, i128 for integers: exact either way).
+pub(crate) fn compare(kind: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(kind: CompareOp, a: &ArrayD<T>, b: &Tensor) -> Result<Tensor, KernelError> {
+        let b = T::array(b).ok_or("operand element types differ")?;
+        let float = T::DTYPE.is_float();
+        let out = zip_broadcast(a, b, |x, y| {
+            let ord = if float { x.to_f64().partial_cmp(&y.to_f64()) } else { Some(to_i128(x).cmp(&to_i128(y))) };
+            use std::cmp::Ordering::*;
+            match (kind, ord) {
+                // NaN compares false.
+                (_, None) => false,
+                (CompareOp::Equal, Some(o)) => o == Equal,
+                (CompareOp::Less, Some(o)) => o == Less,
+                (CompareOp::LessOrEqual, Some(o)) => o != Greater,
+                (CompareOp::Greater, Some(o)) => o == Greater,
+                (CompareOp::GreaterOrEqual, Some(o)) => o != Less,
+            }
+        })?;
+        Ok(Tensor::Bool(out))
+    }
+    dispatch_tensor!(a, x, T => go::<T>(kind, x, b))
+}
+
+pub(crate) fn logical(kind: LogicalOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
+    let (Tensor::Bool(a), Tensor::Bool(b)) = (a, b) else { return Err("logical ops take bool tensors".into()) };
+    Ok(Tensor::Bool(zip_broadcast(a, b, |x, y| match kind {
+        LogicalOp::And => x && y,
+        LogicalOp::Or => x || y,
+        LogicalOp::Xor => x != y,
+    })?))
+}
+
+pub(crate) fn not(a: &Tensor) -> Result<Tensor, KernelError> {
+    let Tensor::Bool(a) = a else { return Err("Not takes a bool tensor".into()) };
+    Ok(Tensor::Bool(a.mapv(|v| !v)))
+}
+
+/// `cond ? x : y`, broadcast together.
+pub(crate) fn where_(cond: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(c: &ArrayD<bool>, x: &ArrayD<T>, y: &Tensor) -> Result<Tensor, KernelError> {
+        let y = T::array(y).ok_or("operand element types differ")?;
+        let shape = broadcast_shapes(&broadcast_shapes(c.shape(), x.shape())?, y.shape())?;
+        let view = |s: &[usize]| IxDyn(s);
+        let (c, x, y) = (
+            c.broadcast(view(&shape)).ok_or("broadcast failed")?,
+            x.broadcast(view(&shape)).ok_or("broadcast failed")?,
+            y.broadcast(view(&shape)).ok_or("broadcast failed")?,
+        );
+        Ok(T::into_tensor(Zip::from(&c).and(&x).and(&y).map_collect(|&c, &x, &y| if c { x } else { y })))
+    }
+    let Tensor::Bool(c) = cond else { return Err("Where's condition must be bool".into()) };
+    dispatch_tensor!(x, a, T => go::<T>(c, a, y))
 }
 
 /// Maps every element of a float tensor through `f` computed in f64.

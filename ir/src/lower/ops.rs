@@ -12,7 +12,7 @@ use crate::dtype::{DType, TensorType};
 use crate::graph::{Graph, ValueId};
 use crate::loop_ir::build::{FuncBuilder, add, and, flat_index, floordiv, ge, idx, in_range, lt, max, min, mul, sub};
 use crate::loop_ir::{BinOp, BufferId, CmpOp, Expr, ForKind, MathOp, PrimFunc, Scope, Stmt};
-use crate::op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
+use crate::op::{BinaryOp, CompareOp, ConvAttrs, LogicalOp, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 use crate::tensor::Tensor;
 
 /// A tensor as seen inside an operator function.
@@ -243,6 +243,28 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
         Op::Unary(u) => {
             elementwise(&mut fb, &out0(), &epi, |_, o| unary_expr(*u, ins[0].load(o.to_vec()), ins[0].dtype))
         }
+        Op::Compare(c) => elementwise(&mut fb, &out0(), &epi, |_, o| {
+            let op = match c {
+                CompareOp::Equal => CmpOp::Eq,
+                CompareOp::Less => CmpOp::Lt,
+                CompareOp::LessOrEqual => CmpOp::Le,
+                CompareOp::Greater => CmpOp::Gt,
+                CompareOp::GreaterOrEqual => CmpOp::Ge,
+            };
+            Expr::cmp(op, ins[0].load_broadcast(o), ins[1].load_broadcast(o))
+        }),
+        Op::Logical(l) => elementwise(&mut fb, &out0(), &epi, |_, o| {
+            let (a, b) = (ins[0].load_broadcast(o), ins[1].load_broadcast(o));
+            match l {
+                LogicalOp::And => Expr::binary(BinOp::And, a, b),
+                LogicalOp::Or => Expr::binary(BinOp::Or, a, b),
+                LogicalOp::Xor => Expr::cmp(CmpOp::Ne, a, b),
+            }
+        }),
+        Op::Not => elementwise(&mut fb, &out0(), &epi, |_, o| Expr::Not(Box::new(ins[0].load(o.to_vec())))),
+        Op::Where => elementwise(&mut fb, &out0(), &epi, |_, o| {
+            Expr::select(ins[0].load_broadcast(o), ins[1].load_broadcast(o), ins[2].load_broadcast(o))
+        }),
         Op::LeakyRelu { alpha } => {
             elementwise(&mut fb, &out0(), &epi, |_, o| leaky_expr(ins[0].load(o.to_vec()), *alpha, ins[0].dtype))
         }

@@ -23,7 +23,7 @@ pub use tensor::{tensor_from_proto, tensor_from_proto_within, tensor_to_proto};
 use proto::{GraphProto, ModelProto, NodeProto, ValueInfoProto, type_proto};
 
 /// The oldest default-domain opset Heron imports.
-pub const MIN_OPSET: i64 = 10;
+pub const MIN_OPSET: i64 = 7;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ImportError {

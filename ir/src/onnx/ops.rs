@@ -7,7 +7,7 @@
 use crate::dtype::{DType, TensorType};
 use crate::infer::window_span;
 use crate::limits::checked_elements;
-use crate::op::{BinaryOp, ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
+use crate::op::{BinaryOp, CompareOp, ConvAttrs, LogicalOp, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
 use crate::tensor::Tensor;
 
 use super::proto::{AttributeProto, NodeProto, attribute_type as at};
@@ -77,6 +77,16 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("HardSwish", &[14, 22]),
     ("Mish", &[18, 22]),
     ("Gelu", &[20]),
+    ("Equal", &[1, 7, 11, 13, 19]),
+    ("Less", &[1, 7, 9, 13]),
+    ("LessOrEqual", &[12, 16]),
+    ("Greater", &[1, 7, 9, 13]),
+    ("GreaterOrEqual", &[12, 16]),
+    ("And", &[1, 7]),
+    ("Or", &[1, 7]),
+    ("Xor", &[1, 7]),
+    ("Not", &[1]),
+    ("Where", &[9, 16]),
 ];
 
 /// The schema version of `op_type` that a model importing `opset` uses, if Heron supports the op.
@@ -326,6 +336,16 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "Softsign" => unary(UnaryOp::Softsign),
         "HardSwish" => unary(UnaryOp::HardSwish),
         "Mish" => unary(UnaryOp::Mish),
+        "Equal" => Ok((Op::Compare(CompareOp::Equal), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "Less" => Ok((Op::Compare(CompareOp::Less), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "LessOrEqual" => Ok((Op::Compare(CompareOp::LessOrEqual), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "Greater" => Ok((Op::Compare(CompareOp::Greater), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "GreaterOrEqual" => Ok((Op::Compare(CompareOp::GreaterOrEqual), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "And" => Ok((Op::Logical(LogicalOp::And), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "Or" => Ok((Op::Logical(LogicalOp::Or), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "Xor" => Ok((Op::Logical(LogicalOp::Xor), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "Not" => Ok((Op::Not, vec![named(ctx, 0)?])),
+        "Where" => Ok((Op::Where, vec![named(ctx, 0)?, named(ctx, 1)?, named(ctx, 2)?])),
         "Gelu" => match ctx.string("approximate", "none")?.as_str() {
             "none" => unary(UnaryOp::Gelu),
             "tanh" => unary(UnaryOp::GeluTanh),
@@ -391,6 +411,10 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             let training = if v >= 14 { ctx.flag("training_mode", false)? } else { ctx.num_outputs() > 1 };
             if training {
                 return Err(ImportError::TrainingMode { node: ctx.name.to_string(), op: ctx.op() });
+            }
+            // Before version 9, `spatial = 0` kept per-element statistics.
+            if v < 9 && ctx.int("spatial", 1)? == 0 {
+                return Err(ctx.bad_attr("spatial", "0 (per-element statistics) is not supported"));
             }
             let epsilon = ctx.float("epsilon", 1e-5)?;
             Ok((Op::BatchNormalization { epsilon }, (0..5).map(|i| named(ctx, i)).collect::<Result<_, _>>()?))
