@@ -5,7 +5,7 @@
 
 use crate::dtype::{DType, TensorType};
 use crate::limits::checked_elements;
-use crate::op::{ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, Window};
+use crate::op::{ConvAttrs, Op, PadMode, PoolAttrs, QuantAxis, ReduceOp, Window};
 
 /// Output types of every output `op` can produce (optional outputs included, in order).
 pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, String> {
@@ -100,6 +100,28 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                 None => x.shape.clone(),
             };
             one(TensorType::new(DType::Bool, shape))
+        }
+        Op::Reduce { op: r, axes, keepdims } => {
+            expect_numeric(op, x)?;
+            let float_only = !matches!(
+                r,
+                ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod | ReduceOp::SumSquare | ReduceOp::L1
+            );
+            if float_only && !x.dtype.is_float() {
+                return Err(unsupported_dtype(op, x.dtype));
+            }
+            for &a in axes {
+                check_axis(a, x.rank())?;
+            }
+            one(TensorType::new(x.dtype, reduced_shape(&x.shape, axes, *keepdims)))
+        }
+        Op::ArgReduce { axis, keepdims, .. } => {
+            expect_numeric(op, x)?;
+            check_axis(*axis, x.rank())?;
+            if x.shape[*axis] == 0 {
+                return Err("ArgMax/ArgMin over an empty axis".into());
+            }
+            one(TensorType::new(DType::I64, reduced_shape(&x.shape, &[*axis], *keepdims)))
         }
         Op::Where => {
             let (a, b) = (inputs[1], inputs[2]);
@@ -304,6 +326,19 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &inputs[1].shape)?))
         }
     }
+}
+
+/// The shape of a reduction of `shape` over `axes`: those axes dropped, or kept with extent 1.
+pub fn reduced_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .enumerate()
+        .filter_map(|(d, &n)| match (axes.contains(&d), keepdims) {
+            (true, true) => Some(1),
+            (true, false) => None,
+            (false, _) => Some(n),
+        })
+        .collect()
 }
 
 /// Allowed input counts of `op` (inclusive range).

@@ -39,6 +39,6 @@ pub use dtype::{DType, TensorType};
 pub use graph::{Graph, GraphError, NameTable, Node, Value, ValueId};
 pub use half::f16;
 pub use limits::{Limits, SizeError};
-pub use op::{BinaryOp, CompareOp, ConvAttrs, LogicalOp, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
+pub use op::{BinaryOp, CompareOp, ConvAttrs, LogicalOp, Op, PadMode, PoolAttrs, QuantAxis, ReduceOp, UnaryOp, Window};
 pub use tensor::{Element, Tensor};
 pub use verify::{VerifyErrors, verify};

@@ -66,6 +66,25 @@ pub enum CompareOp {
     GreaterOrEqual,
 }
 
+/// Reductions over axes (ONNX's ReduceX).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    /// Sum of absolute values.
+    L1,
+    /// Square root of the sum of squares.
+    L2,
+    SumSquare,
+    /// `log(sum(x))`.
+    LogSum,
+    /// `log(sum(exp(x)))`.
+    LogSumExp,
+}
+
 /// Elementwise logic on bool tensors (numpy broadcasting).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LogicalOp {
@@ -167,6 +186,21 @@ pub enum Op {
     Logical(LogicalOp),
     /// Logical negation of a bool tensor.
     Not,
+    /// A reduction over `axes` (sorted, distinct; empty: the identity), kept as extent-1 axes
+    /// with `keepdims`.
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        keepdims: bool,
+    },
+    /// The index (i64) of the largest (`max`) or smallest element along `axis`, the first one
+    /// or with `last` the last one among equals.
+    ArgReduce {
+        max: bool,
+        axis: usize,
+        keepdims: bool,
+        last: bool,
+    },
     /// `condition ? x : y`, the three broadcast together.
     Where,
     LeakyRelu {
@@ -178,10 +212,12 @@ pub enum Op {
         max: Option<Tensor>,
     },
     /// Softmax over `axis`; with `coerce_2d` (ONNX opset < 13) over all axes from `axis` on,
-    /// as if the input were flattened to 2-d there.
+    /// as if the input were flattened to 2-d there; with `log`, LogSoftmax
+    /// (`x - max - log(sum(exp(x - max)))`).
     Softmax {
         axis: usize,
         coerce_2d: bool,
+        log: bool,
     },
     /// `[x]` -> `[y, (indices: i64)]`. Indices flatten (n, c, spatial) in row-major order, or
     /// with the spatial axes in column-major order when `storage_order_col_major`.
@@ -308,7 +344,8 @@ impl Op {
             },
             Op::LeakyRelu { .. } => "LeakyRelu",
             Op::Clip { .. } => "Clip",
-            Op::Softmax { .. } => "Softmax",
+            Op::Softmax { log: false, .. } => "Softmax",
+            Op::Softmax { log: true, .. } => "LogSoftmax",
             Op::MaxPool { .. } => "MaxPool",
             Op::AveragePool { .. } => "AveragePool",
             Op::GlobalAveragePool => "GlobalAveragePool",
@@ -340,6 +377,20 @@ impl Op {
                 LogicalOp::Xor => "Xor",
             },
             Op::Not => "Not",
+            Op::Reduce { op, .. } => match op {
+                ReduceOp::Sum => "ReduceSum",
+                ReduceOp::Mean => "ReduceMean",
+                ReduceOp::Max => "ReduceMax",
+                ReduceOp::Min => "ReduceMin",
+                ReduceOp::Prod => "ReduceProd",
+                ReduceOp::L1 => "ReduceL1",
+                ReduceOp::L2 => "ReduceL2",
+                ReduceOp::SumSquare => "ReduceSumSquare",
+                ReduceOp::LogSum => "ReduceLogSum",
+                ReduceOp::LogSumExp => "ReduceLogSumExp",
+            },
+            Op::ArgReduce { max: true, .. } => "ArgMax",
+            Op::ArgReduce { max: false, .. } => "ArgMin",
             Op::Where => "Where",
         }
     }

@@ -89,7 +89,7 @@ pub fn builtin_model() -> Result<Graph, GraphError> {
     let wf = g.add_constant("fc.weight", w.tensor(&[10, 32], 0.4));
     let bf = g.add_constant("fc.bias", w.tensor(&[10], 0.1));
     let fc = g.add_op("fc", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true }, &[flat, wf, bf])?;
-    let probs = g.add_op("probabilities", Op::Softmax { axis: 1, coerce_2d: false }, &[fc])?;
+    let probs = g.add_op("probabilities", Op::Softmax { axis: 1, coerce_2d: false, log: false }, &[fc])?;
     g.set_outputs(vec![probs]);
     Ok(g)
 }

@@ -189,7 +189,7 @@ proptest! {
     fn wide_softmax_on_the_jit(seed in any::<u64>(), rows in 1usize..4, n in 4usize..60, scale in 1.0f32..30.0) {
         let mut g = Graph::new();
         let x = input(&mut g, "x", &[rows, n]);
-        let y = g.add_op("softmax", Op::Softmax { axis: 1, coerce_2d: false }, &[x]).unwrap();
+        let y = g.add_op("softmax", Op::Softmax { axis: 1, coerce_2d: false, log: false }, &[x]).unwrap();
         g.set_outputs(vec![y]);
         let data: Vec<f32> = data(seed, rows * n).into_iter().map(|v| v * scale).collect();
         let inputs = [Tensor::from_vec(&[rows, n], data).unwrap()];
@@ -273,7 +273,7 @@ proptest! {
         prop_assume!(axis < shape.len());
         let mut g = Graph::new();
         let x = input(&mut g, "x", &shape);
-        let y = g.add_op("softmax", Op::Softmax { axis, coerce_2d: coerce }, &[x]).unwrap();
+        let y = g.add_op("softmax", Op::Softmax { axis, coerce_2d: coerce, log: seed % 2 == 1 }, &[x]).unwrap();
         g.set_outputs(vec![y]);
         check_stages(&g, &[f32s(seed, &shape)]);
     }

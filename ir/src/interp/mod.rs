@@ -102,10 +102,12 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
         Op::Compare(c) => one(elementwise::compare(*c, x, inputs[1])?),
         Op::Logical(l) => one(elementwise::logical(*l, x, inputs[1])?),
         Op::Not => one(elementwise::not(x)?),
+        Op::Reduce { op, axes, keepdims } => one(norm::reduce(*op, x, axes, *keepdims)?),
+        Op::ArgReduce { max, axis, keepdims, last } => one(norm::arg_reduce(x, *max, *axis, *keepdims, *last)?),
         Op::Where => one(elementwise::where_(x, inputs[1], inputs[2])?),
         Op::LeakyRelu { alpha } => one(elementwise::leaky_relu(x, *alpha)?),
         Op::Clip { min, max } => one(elementwise::clip(x, min.as_ref(), max.as_ref())?),
-        Op::Softmax { axis, coerce_2d } => one(norm::softmax(x, *axis, *coerce_2d)?),
+        Op::Softmax { axis, coerce_2d, log } => one(norm::softmax(x, *axis, *coerce_2d, *log)?),
         Op::MaxPool { pool, storage_order_col_major } => {
             let (v, i) = pool::max_pool(x, pool, *storage_order_col_major)?;
             Ok(vec![v, i])

@@ -1,14 +1,16 @@
-//! Normalisation kernels: Softmax and inference-mode BatchNormalization, computed in f64.
+//! Normalisation and reduction kernels: Softmax / LogSoftmax, inference-mode
+//! BatchNormalization, ReduceX and ArgMax/ArgMin, computed in f64 (integers in i128).
 
 use ndarray::{ArrayD, Axis, IxDyn};
 
+use crate::op::ReduceOp;
 use crate::tensor::{Element, Tensor};
 
 use super::KernelError;
 
 /// Softmax over `axis`, or over all axes from `axis` on when `coerce_2d` (opset < 13).
-pub(crate) fn softmax(x: &Tensor, axis: usize, coerce_2d: bool) -> Result<Tensor, KernelError> {
-    fn go<T: Element>(a: &ArrayD<T>, axis: usize, coerce_2d: bool) -> Result<Tensor, KernelError> {
+pub(crate) fn softmax(x: &Tensor, axis: usize, coerce_2d: bool, log: bool) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, axis: usize, coerce_2d: bool, log: bool) -> Result<Tensor, KernelError> {
         let shape = a.shape().to_vec();
         let mut w: ArrayD<f64> = a.mapv(|v| v.to_f64());
         let (mut w, lane_axis) = if coerce_2d {
@@ -21,6 +23,12 @@ pub(crate) fn softmax(x: &Tensor, axis: usize, coerce_2d: bool) -> Result<Tensor
         };
         for mut lane in w.lanes_mut(Axis(lane_axis)) {
             let m = lane.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if log {
+                let s: f64 = lane.iter().map(|v| (v - m).exp()).sum();
+                let ls = s.ln();
+                lane.mapv_inplace(|v| v - m - ls);
+                continue;
+            }
             lane.mapv_inplace(|v| (v - m).exp());
             let s: f64 = lane.sum();
             lane.mapv_inplace(|v| v / s);
@@ -28,7 +36,7 @@ pub(crate) fn softmax(x: &Tensor, axis: usize, coerce_2d: bool) -> Result<Tensor
         let w = w.into_shape_with_order(IxDyn(&shape)).map_err(|e| e.to_string())?;
         Ok(T::into_tensor(w.mapv(T::from_f64)))
     }
-    crate::dispatch_tensor!(x, a, T => go::<T>(a, axis, coerce_2d))
+    crate::dispatch_tensor!(x, a, T => go::<T>(a, axis, coerce_2d, log))
 }
 
 /// `y = scale * (x - mean) / sqrt(var + epsilon) + bias`, channels on axis 1.
@@ -45,4 +53,106 @@ pub(crate) fn batch_norm(x: &Tensor, params: [&Tensor; 4], epsilon: f32) -> Resu
     }
     let p = [&scale[..], &bias[..], &mean[..], &var[..]];
     Ok(crate::dispatch_tensor!(x, a, T => go::<T>(a, p, epsilon as f64)))
+}
+
+/// A reduction over `axes`, computed in f64 for floats and i128 (wrapping back) for integers.
+pub(crate) fn reduce(op: ReduceOp, x: &Tensor, axes: &[usize], keepdims: bool) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(op: ReduceOp, a: &ArrayD<T>, axes: &[usize], keepdims: bool) -> Result<Tensor, KernelError> {
+        let shape = a.shape().to_vec();
+        let out_shape = crate::infer::reduced_shape(&shape, axes, keepdims);
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+        let groups: usize = kept.iter().map(|&d| shape[d]).product();
+        let count: usize = axes.iter().map(|&d| shape[d]).product();
+        let float = T::DTYPE.is_float();
+        let mut acc: Vec<Vec<f64>> = vec![Vec::with_capacity(count); groups];
+        let mut ints: Vec<Vec<i128>> = vec![Vec::new(); groups];
+        for (idx, &v) in a.indexed_iter() {
+            let g = kept.iter().fold(0usize, |g, &d| g * shape[d] + idx[d]);
+            if float {
+                acc[g].push(v.to_f64());
+            } else {
+                ints[g].push(super::elementwise::to_i128(v));
+            }
+        }
+        let out: Vec<T> = (0..groups)
+            .map(|g| {
+                if !float {
+                    let xs = &ints[g];
+                    let r = match op {
+                        ReduceOp::Sum => xs.iter().fold(0i128, |s, &x| s.wrapping_add(x)),
+                        ReduceOp::Prod => xs.iter().fold(1i128, |s, &x| s.wrapping_mul(x)),
+                        ReduceOp::Max => xs.iter().copied().max().unwrap_or(i128::MIN),
+                        ReduceOp::Min => xs.iter().copied().min().unwrap_or(i128::MAX),
+                        ReduceOp::L1 => xs.iter().fold(0i128, |s, &x| s.wrapping_add(x.abs())),
+                        _ => xs.iter().fold(0i128, |s, &x| s.wrapping_add(x.wrapping_mul(x))),
+                    };
+                    // Empty max/min saturate to the type's extremes.
+                    return if xs.is_empty() && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+                        T::from_f64(if op == ReduceOp::Max { f64::NEG_INFINITY } else { f64::INFINITY })
+                    } else {
+                        super::elementwise::from_i128(r)
+                    };
+                }
+                let xs = &acc[g];
+                let sum = |f: &dyn Fn(f64) -> f64| xs.iter().map(|&x| f(x)).sum::<f64>();
+                T::from_f64(match op {
+                    ReduceOp::Sum => sum(&|x| x),
+                    ReduceOp::Mean => sum(&|x| x) / xs.len() as f64,
+                    ReduceOp::Max => xs
+                        .iter()
+                        .copied()
+                        .fold(f64::NEG_INFINITY, |m, x| if x.is_nan() || m.is_nan() { f64::NAN } else { m.max(x) }),
+                    ReduceOp::Min => xs
+                        .iter()
+                        .copied()
+                        .fold(f64::INFINITY, |m, x| if x.is_nan() || m.is_nan() { f64::NAN } else { m.min(x) }),
+                    ReduceOp::Prod => xs.iter().product(),
+                    ReduceOp::L1 => sum(&|x| x.abs()),
+                    ReduceOp::L2 => sum(&|x| x * x).sqrt(),
+                    ReduceOp::SumSquare => sum(&|x| x * x),
+                    ReduceOp::LogSum => sum(&|x| x).ln(),
+                    ReduceOp::LogSumExp => sum(&|x| x.exp()).ln(),
+                })
+            })
+            .collect();
+        Ok(T::into_tensor(ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())?))
+    }
+    crate::dispatch_tensor!(x, a, T => go::<T>(op, a, axes, keepdims))
+}
+
+/// ArgMax / ArgMin along `axis` (NaN is never selected unless every element is NaN).
+pub(crate) fn arg_reduce(
+    x: &Tensor,
+    max: bool,
+    axis: usize,
+    keepdims: bool,
+    last: bool,
+) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(
+        a: &ArrayD<T>,
+        max: bool,
+        axis: usize,
+        keepdims: bool,
+        last: bool,
+    ) -> Result<Tensor, KernelError> {
+        let shape = a.shape().to_vec();
+        let out_shape = crate::infer::reduced_shape(&shape, &[axis], keepdims);
+        let out: Vec<i64> = a
+            .lanes(Axis(axis))
+            .into_iter()
+            .map(|lane| {
+                let mut best = 0usize;
+                for (i, &v) in lane.iter().enumerate().skip(1) {
+                    let (v, b) = (v.to_f64(), lane[best].to_f64());
+                    let better = if max { v > b || (last && v == b) } else { v < b || (last && v == b) };
+                    if better {
+                        best = i;
+                    }
+                }
+                best as i64
+            })
+            .collect();
+        Ok(Tensor::I64(ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())?))
+    }
+    crate::dispatch_tensor!(x, a, T => go::<T>(a, max, axis, keepdims, last))
 }

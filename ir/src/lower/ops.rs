@@ -12,7 +12,9 @@ use crate::dtype::{DType, TensorType};
 use crate::graph::{Graph, ValueId};
 use crate::loop_ir::build::{FuncBuilder, add, and, flat_index, floordiv, ge, idx, in_range, lt, max, min, mul, sub};
 use crate::loop_ir::{BinOp, BufferId, CmpOp, Expr, ForKind, MathOp, PrimFunc, Scope, Stmt};
-use crate::op::{BinaryOp, CompareOp, ConvAttrs, LogicalOp, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
+use crate::op::{
+    BinaryOp, CompareOp, ConvAttrs, LogicalOp, Op, PadMode, PoolAttrs, QuantAxis, ReduceOp, UnaryOp, Window,
+};
 use crate::tensor::Tensor;
 
 /// A tensor as seen inside an operator function.
@@ -196,7 +198,7 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
     let view = |ty: &TensorType| -> Vec<usize> {
         match &node.op {
             op if op.is_reshape_like() || op.is_identity_like() => vec![ty.num_elements()],
-            Op::Softmax { axis, coerce_2d } => softmax_view(&ty.shape, *axis, *coerce_2d).to_vec(),
+            Op::Softmax { axis, coerce_2d, .. } => softmax_view(&ty.shape, *axis, *coerce_2d).to_vec(),
             _ => ty.shape.clone(),
         }
     };
@@ -262,6 +264,10 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
             }
         }),
         Op::Not => elementwise(&mut fb, &out0(), &epi, |_, o| Expr::Not(Box::new(ins[0].load(o.to_vec())))),
+        Op::Reduce { op, axes, keepdims } => reduce(&mut fb, &ins[0], *op, axes, *keepdims, &out0()),
+        Op::ArgReduce { max, axis, keepdims, last } => {
+            arg_reduce(&mut fb, &ins[0], (*max, *last), *axis, *keepdims, &out0())
+        }
         Op::Where => elementwise(&mut fb, &out0(), &epi, |_, o| {
             Expr::select(ins[0].load_broadcast(o), ins[1].load_broadcast(o), ins[2].load_broadcast(o))
         }),
@@ -286,7 +292,7 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
             average_pool(&mut fb, &ins[0], pool, *count_include_pad, &out0(), &epi)
         }
         Op::GlobalAveragePool => global_average_pool(&mut fb, &ins[0], &out0(), &epi),
-        Op::Softmax { .. } => softmax(&mut fb, &ins[0], &out0()),
+        Op::Softmax { log, .. } => softmax(&mut fb, &ins[0], &out0(), *log),
         Op::Transpose { perm } => elementwise(&mut fb, &out0(), &epi, |_, o| {
             let mut src = vec![idx(0); perm.len()];
             for (d, &p) in perm.iter().enumerate() {
@@ -813,7 +819,7 @@ fn softmax_view(shape: &[usize], axis: usize, coerce_2d: bool) -> [usize; 3] {
     }
 }
 
-fn softmax(fb: &mut FuncBuilder, x: &Operand, out: &Operand) -> Stmt {
+fn softmax(fb: &mut FuncBuilder, x: &Operand, out: &Operand, log: bool) -> Stmt {
     let acc_t = acc_dtype(x.dtype);
     let [outer, lane, inner] = [x.shape[0], x.shape[1], x.shape[2]];
     let (mx, a1) = local(fb, "max", acc_t);
@@ -825,10 +831,124 @@ fn softmax(fb: &mut FuncBuilder, x: &Operand, out: &Operand) -> Stmt {
         let exp_sum =
             loops(fb, "l", &[lane], |_, l| set(sum, add(get(sum), Expr::math(MathOp::Exp, sub(xv(&l[0]), get(mx))))));
         let write = loops(fb, "l", &[lane], |_, l| {
-            let v = Expr::binary(BinOp::Div, Expr::math(MathOp::Exp, sub(xv(&l[0]), get(mx))), get(sum));
+            let v = if log {
+                sub(sub(xv(&l[0]), get(mx)), Expr::math(MathOp::Log, get(sum)))
+            } else {
+                Expr::binary(BinOp::Div, Expr::math(MathOp::Exp, sub(xv(&l[0]), get(mx))), get(sum))
+            };
             Stmt::Store { buffer: out.buf, indices: at(&l[0]), value: cast_to(out.dtype, v, acc_t) }
         });
         Stmt::seq(vec![set(mx, lit(acc_t, f64::NEG_INFINITY)), find_max, set(sum, lit(acc_t, 0.0)), exp_sum, write])
+    });
+    Stmt::seq(vec![a1, a2, nest])
+}
+
+/// The smallest (`!max`) or largest value of `dtype` (infinities for floats).
+fn extreme(dtype: DType, max: bool) -> Expr {
+    if dtype.is_float() {
+        return lit(dtype, if max { f64::INFINITY } else { f64::NEG_INFINITY });
+    }
+    let bits = 8 * dtype.size_bytes() as u32;
+    let v = match (dtype.is_signed_int(), max) {
+        (true, true) => (1i128 << (bits - 1)) - 1,
+        (true, false) => -(1i128 << (bits - 1)),
+        (false, true) => (1i128 << bits) - 1,
+        (false, false) => 0,
+    };
+    Expr::int(v.clamp(i64::MIN as i128, i64::MAX as i128) as i64, dtype)
+}
+
+/// The input index of output position `o` and reduction position `r`: kept axes from `o` (all
+/// of `o`'s axes when `keepdims`, the reduced ones then being 0), reduced axes from `r`.
+fn reduction_index(rank: usize, axes: &[usize], keepdims: bool, o: &[Expr], r: &[Expr]) -> Vec<Expr> {
+    let (mut ko, mut kr) = (0, 0);
+    (0..rank)
+        .map(|d| {
+            if axes.contains(&d) {
+                kr += 1;
+                if keepdims {
+                    ko += 1;
+                }
+                r[kr - 1].clone()
+            } else {
+                ko += 1;
+                o[ko - 1].clone()
+            }
+        })
+        .collect()
+}
+
+fn reduce(fb: &mut FuncBuilder, x: &Operand, op: ReduceOp, axes: &[usize], keepdims: bool, out: &Operand) -> Stmt {
+    let acc_t = acc_dtype(x.dtype);
+    let rank = x.shape.len();
+    let red: Vec<usize> = axes.iter().map(|&d| x.shape[d]).collect();
+    let count: usize = red.iter().product();
+    let (acc, alloc) = local(fb, "acc", acc_t);
+    let init = match op {
+        ReduceOp::Max => extreme(acc_t, false),
+        ReduceOp::Min => extreme(acc_t, true),
+        ReduceOp::Prod => lit(acc_t, 1.0),
+        _ => lit(acc_t, 0.0),
+    };
+    let nest = loops(fb, "o", &out.shape.clone(), |fb, o| {
+        let o = o.to_vec();
+        let reduction = loops(fb, "r", &red, |_, r| {
+            let v = cast_to(acc_t, x.load(reduction_index(rank, axes, keepdims, &o, r)), x.dtype);
+            set(
+                acc,
+                match op {
+                    ReduceOp::Max => max(get(acc), v),
+                    ReduceOp::Min => min(get(acc), v),
+                    ReduceOp::Prod => mul(get(acc), v),
+                    ReduceOp::L1 => add(get(acc), Expr::math(MathOp::Abs, v)),
+                    ReduceOp::L2 | ReduceOp::SumSquare => add(get(acc), mul(v.clone(), v)),
+                    ReduceOp::LogSumExp => add(get(acc), Expr::math(MathOp::Exp, v)),
+                    ReduceOp::Sum | ReduceOp::Mean | ReduceOp::LogSum => add(get(acc), v),
+                },
+            )
+        });
+        let result = match op {
+            ReduceOp::Mean => Expr::binary(BinOp::Div, get(acc), lit(acc_t, count as f64)),
+            ReduceOp::L2 => Expr::math(MathOp::Sqrt, get(acc)),
+            ReduceOp::LogSum | ReduceOp::LogSumExp => Expr::math(MathOp::Log, get(acc)),
+            _ => get(acc),
+        };
+        let store = Stmt::Store { buffer: out.buf, indices: o.clone(), value: cast_to(out.dtype, result, acc_t) };
+        Stmt::seq(vec![set(acc, init.clone()), reduction, store])
+    });
+    Stmt::seq(vec![alloc, nest])
+}
+
+fn arg_reduce(
+    fb: &mut FuncBuilder,
+    x: &Operand,
+    (max_wins, last): (bool, bool),
+    axis: usize,
+    keepdims: bool,
+    out: &Operand,
+) -> Stmt {
+    let rank = x.shape.len();
+    let (best, a1) = local(fb, "best", x.dtype);
+    let (at, a2) = local(fb, "at", DType::I64);
+    let nest = loops(fb, "o", &out.shape.clone(), |fb, o| {
+        let o = o.to_vec();
+        let first = x.load(reduction_index(rank, &[axis], keepdims, &o, &[idx(0)]));
+        let scan = loops(fb, "r", &[x.shape[axis]], |_, r| {
+            let v = x.load(reduction_index(rank, &[axis], keepdims, &o, r));
+            let op = match (max_wins, last) {
+                (true, false) => CmpOp::Gt,
+                (true, true) => CmpOp::Ge,
+                (false, false) => CmpOp::Lt,
+                (false, true) => CmpOp::Le,
+            };
+            let better = Expr::cmp(op, v.clone(), get(best));
+            Stmt::seq(vec![
+                set(at, Expr::select(better.clone(), r[0].clone(), get(at))),
+                set(best, Expr::select(better, v, get(best))),
+            ])
+        });
+        let store = Stmt::Store { buffer: out.buf, indices: o, value: get(at) };
+        Stmt::seq(vec![set(best, first), set(at, idx(0)), scan, store])
     });
     Stmt::seq(vec![a1, a2, nest])
 }

@@ -7,7 +7,9 @@
 use crate::dtype::{DType, TensorType};
 use crate::infer::window_span;
 use crate::limits::checked_elements;
-use crate::op::{BinaryOp, CompareOp, ConvAttrs, LogicalOp, Op, PadMode, PoolAttrs, QuantAxis, UnaryOp, Window};
+use crate::op::{
+    BinaryOp, CompareOp, ConvAttrs, LogicalOp, Op, PadMode, PoolAttrs, QuantAxis, ReduceOp, UnaryOp, Window,
+};
 use crate::tensor::Tensor;
 
 use super::proto::{AttributeProto, NodeProto, attribute_type as at};
@@ -77,6 +79,19 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("HardSwish", &[14, 22]),
     ("Mish", &[18, 22]),
     ("Gelu", &[20]),
+    ("LogSoftmax", &[1, 11, 13]),
+    ("ReduceSum", &[1, 11, 13]),
+    ("ReduceMean", &[1, 11, 13, 18]),
+    ("ReduceMax", &[1, 11, 12, 13, 18, 20]),
+    ("ReduceMin", &[1, 11, 12, 13, 18, 20]),
+    ("ReduceProd", &[1, 11, 13, 18]),
+    ("ReduceL1", &[1, 11, 13, 18]),
+    ("ReduceL2", &[1, 11, 13, 18]),
+    ("ReduceSumSquare", &[1, 11, 13, 18]),
+    ("ReduceLogSum", &[1, 11, 13, 18]),
+    ("ReduceLogSumExp", &[1, 11, 13, 18]),
+    ("ArgMax", &[1, 11, 12, 13]),
+    ("ArgMin", &[1, 11, 12, 13]),
     ("Equal", &[1, 7, 11, 13, 19]),
     ("Less", &[1, 7, 9, 13]),
     ("LessOrEqual", &[12, 16]),
@@ -345,6 +360,16 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "Or" => Ok((Op::Logical(LogicalOp::Or), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Xor" => Ok((Op::Logical(LogicalOp::Xor), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Not" => Ok((Op::Not, vec![named(ctx, 0)?])),
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
+        | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => import_reduce(im, ctx),
+        "ArgMax" | "ArgMin" => {
+            let x = input_type(im, ctx, 0)?;
+            let axis = norm_axis(ctx, "axis", ctx.int("axis", 0)?, x.rank())?;
+            let keepdims = ctx.int("keepdims", 1)? != 0;
+            let last = v >= 12 && ctx.int("select_last_index", 0)? != 0;
+            let max = ctx.node.op_type == "ArgMax";
+            Ok((Op::ArgReduce { max, axis, keepdims, last }, vec![named(ctx, 0)?]))
+        }
         "Where" => Ok((Op::Where, vec![named(ctx, 0)?, named(ctx, 1)?, named(ctx, 2)?])),
         "Gelu" => match ctx.string("approximate", "none")?.as_str() {
             "none" => unary(UnaryOp::Gelu),
@@ -385,11 +410,12 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             let b_zp = zero_point(im, ctx, 3, "b_zero_point", b.dtype)?;
             Ok((Op::MatMulInteger, vec![named(ctx, 0)?, named(ctx, 1)?, a_zp, b_zp]))
         }
-        "Softmax" => {
+        "Softmax" | "LogSoftmax" => {
             let x = input_type(im, ctx, 0)?;
             let default = if v < 13 { 1 } else { -1 };
             let axis = norm_axis(ctx, "axis", ctx.int("axis", default)?, x.rank())?;
-            Ok((Op::Softmax { axis, coerce_2d: v < 13 }, vec![named(ctx, 0)?]))
+            let log = ctx.node.op_type == "LogSoftmax";
+            Ok((Op::Softmax { axis, coerce_2d: v < 13, log }, vec![named(ctx, 0)?]))
         }
         "MaxPool" => {
             let x = input_type(im, ctx, 0)?;
@@ -769,4 +795,36 @@ fn pool_attrs(ctx: &NodeCtx<'_>, x: &TensorType) -> Result<PoolAttrs, ImportErro
     let win = window(ctx, &x.shape[2..], kernel)?;
     let ceil_mode = ctx.version >= 10 && ctx.flag("ceil_mode", false)?;
     Ok(PoolAttrs { window: win, ceil_mode })
+}
+
+/// ReduceX: axes from the attribute (ReduceSum before 13, the others before 18) or the optional
+/// second input; no axes reduce everything, or nothing with `noop_with_empty_axes`.
+fn import_reduce(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operand>), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let op = match ctx.node.op_type.as_str() {
+        "ReduceSum" => ReduceOp::Sum,
+        "ReduceMean" => ReduceOp::Mean,
+        "ReduceMax" => ReduceOp::Max,
+        "ReduceMin" => ReduceOp::Min,
+        "ReduceProd" => ReduceOp::Prod,
+        "ReduceL1" => ReduceOp::L1,
+        "ReduceL2" => ReduceOp::L2,
+        "ReduceSumSquare" => ReduceOp::SumSquare,
+        "ReduceLogSum" => ReduceOp::LogSum,
+        _ => ReduceOp::LogSumExp,
+    };
+    let axes_from_input = ctx.version >= if op == ReduceOp::Sum { 13 } else { 18 };
+    let axes = if axes_from_input { const_ints(im, ctx, 1, "axes")? } else { ctx.ints("axes")? };
+    let noop = axes_from_input && ctx.int("noop_with_empty_axes", 0)? != 0;
+    let mut axes: Vec<usize> = match axes {
+        Some(a) if !a.is_empty() => a.iter().map(|&a| norm_axis(ctx, "axes", a, x.rank())).collect::<Result<_, _>>()?,
+        _ if noop => Vec::new(),
+        _ => (0..x.rank()).collect(),
+    };
+    axes.sort_unstable();
+    if axes.windows(2).any(|w| w[0] == w[1]) {
+        return Err(ctx.bad_attr("axes", "repeats an axis"));
+    }
+    let keepdims = ctx.int("keepdims", 1)? != 0;
+    Ok((Op::Reduce { op, axes, keepdims }, vec![named(ctx, 0)?]))
 }
