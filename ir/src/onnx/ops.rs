@@ -80,6 +80,10 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Mish", &[18, 22]),
     ("Gelu", &[20]),
     ("LogSoftmax", &[1, 11, 13]),
+    ("Shape", &[1, 13, 15, 19, 21, 23, 24, 25]),
+    ("Size", &[1, 13, 19, 21, 23, 24, 25]),
+    ("CastLike", &[15, 19, 21, 23, 24, 25]),
+    ("ConstantOfShape", &[9, 20, 21, 23, 24, 25]),
     ("ReduceSum", &[1, 11, 13]),
     ("ReduceMean", &[1, 11, 13, 18]),
     ("ReduceMax", &[1, 11, 12, 13, 18, 20]),
@@ -213,8 +217,10 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
         });
     };
     let ctx = NodeCtx { node, name, version };
-    if node.op_type == "Constant" {
-        return import_constant(im, &ctx);
+    match node.op_type.as_str() {
+        "Constant" => return import_constant(im, &ctx),
+        "Shape" | "Size" => return import_shape(im, &ctx),
+        _ => {}
     }
     let (op, operand_names) = translate(im, &ctx)?;
     let operands = operand_names
@@ -254,6 +260,7 @@ fn wire(
         out_names.push(if o.is_empty() { im.fresh_name(&format!("{}:unused{i}", ctx.name)) } else { o.clone() });
     }
     let ids = im.graph.add_node_named(ctx.name.to_string(), op, operands, out_names.clone())?;
+    fold_if_constant(im, &ids);
     for (o, id) in ctx.node.output[..n].iter().zip(ids) {
         if !o.is_empty() && im.names.insert(o.clone(), id).is_some() {
             return Err(ImportError::DuplicateValue(o.clone()));
@@ -360,6 +367,28 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "Or" => Ok((Op::Logical(LogicalOp::Or), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Xor" => Ok((Op::Logical(LogicalOp::Xor), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Not" => Ok((Op::Not, vec![named(ctx, 0)?])),
+        "CastLike" => {
+            let like = input_type(im, ctx, 1)?;
+            Ok((Op::Cast { to: like.dtype }, vec![named(ctx, 0)?]))
+        }
+        "ConstantOfShape" => {
+            let shape = const_ints(im, ctx, 0, "shape")?.ok_or_else(|| ctx.bad("input 0 is required"))?;
+            let shape = to_usizes(ctx, "shape", &shape, 0)?;
+            let value = match ctx.attr("value", at::TENSOR)? {
+                Some(a) => tensor_from_proto_within(
+                    a.t.as_ref().ok_or_else(|| ctx.bad_attr("value", "has no tensor"))?,
+                    &im.graph.limits,
+                )?,
+                None => Tensor::scalar_from_f64(DType::F32, 0.0),
+            };
+            let ty = TensorType::new(value.dtype(), shape);
+            im.graph.limits.check_shape(ty.dtype, &ty.shape).map_err(|e| ctx.bad(e.to_string()))?;
+            let fill = value.to_f64_vec().first().copied().unwrap_or(0.0);
+            let n = ty.shape.iter().product();
+            let filled = Tensor::from_vec::<f64>(&ty.shape, vec![fill; n]).map_err(|e| ctx.bad(e))?.cast(ty.dtype);
+            let name = im.fresh_name(&format!("{}:value", ctx.name));
+            Ok((Op::Identity, vec![Operand::Made(im.graph.add_constant(name, filled))]))
+        }
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
         | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => import_reduce(im, ctx),
         "ArgMax" | "ArgMin" => {
@@ -586,6 +615,54 @@ fn import_constant(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impor
         return Err(ImportError::DuplicateValue(out.clone()));
     }
     Ok(())
+}
+
+/// Shape and Size of a tensor: constants, since every shape is static once the inputs' shapes
+/// are known (Shape's `start`/`end` from version 15, clamped like a slice).
+fn import_shape(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let out = ctx.node.output.first().filter(|o| !o.is_empty()).ok_or_else(|| ctx.bad("has no output"))?;
+    let dims: Vec<i64> = x.shape.iter().map(|&d| d as i64).collect();
+    let tensor = if ctx.node.op_type == "Size" {
+        Tensor::from_vec::<i64>(&[], vec![dims.iter().product()])
+    } else {
+        let r = dims.len() as i64;
+        let clamp = |v: i64| if v < 0 { (v + r).max(0) } else { v.min(r) };
+        let start = clamp(if ctx.version >= 15 { ctx.int("start", 0)? } else { 0 });
+        let end = clamp(if ctx.version >= 15 { ctx.int("end", r)? } else { r }).max(start);
+        let part = dims[start as usize..end as usize].to_vec();
+        Tensor::from_vec::<i64>(&[part.len()], part)
+    }
+    .map_err(|e| ctx.bad(e))?;
+    let id = im.graph.add_constant(out.clone(), tensor);
+    if im.names.insert(out.clone(), id).is_some() {
+        return Err(ImportError::DuplicateValue(out.clone()));
+    }
+    Ok(())
+}
+
+/// Evaluates the node just added when every input is a constant and its outputs are small
+/// (shape arithmetic: Gather, Concat, Unsqueeze, Cast, ... on Shape's output): its outputs
+/// become constants, so Reshape targets and other shape inputs computed in the graph are known
+/// at import. Anything that fails to evaluate stays a node (and fails at run time as before).
+fn fold_if_constant(im: &mut Importer<'_>, outputs: &[crate::graph::ValueId]) {
+    /// Outputs up to this many elements are folded.
+    const MAX_FOLDED_ELEMENTS: usize = 1 << 16;
+    let Some(node) = im.graph.nodes.last() else { return };
+    let inputs: Option<Vec<&Tensor>> = node.inputs.iter().map(|&v| im.graph.constant(v)).collect();
+    let Some(inputs) = inputs else { return };
+    let small = outputs.iter().all(|&o| im.graph.ty(o).shape.iter().product::<usize>() <= MAX_FOLDED_ELEMENTS);
+    if !small {
+        return;
+    }
+    let Ok(results) = crate::interp::eval_op(&node.op, &inputs) else { return };
+    if results.len() != outputs.len() || results.iter().zip(outputs).any(|(t, &o)| t.tensor_type() != *im.graph.ty(o)) {
+        return;
+    }
+    im.graph.nodes.pop();
+    for (t, &o) in results.into_iter().zip(outputs) {
+        im.graph.values[o.0].constant = Some(std::sync::Arc::new(t));
+    }
 }
 
 fn import_clip(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operand>), ImportError> {
