@@ -649,6 +649,11 @@ fn fold_if_constant(im: &mut Importer<'_>, outputs: &[crate::graph::ValueId]) {
     /// Outputs up to this many elements are folded.
     const MAX_FOLDED_ELEMENTS: usize = 1 << 16;
     let Some(node) = im.graph.nodes.last() else { return };
+    // Quantization pairs stay: the integer form matches them (a dequantized weight folded to
+    // float would lose its int8 values).
+    if matches!(node.op, Op::QuantizeLinear { .. } | Op::DequantizeLinear { .. }) {
+        return;
+    }
     let inputs: Option<Vec<&Tensor>> = node.inputs.iter().map(|&v| im.graph.constant(v)).collect();
     let Some(inputs) = inputs else { return };
     let small = outputs.iter().all(|&o| im.graph.ty(o).shape.iter().product::<usize>() <= MAX_FOLDED_ELEMENTS);
