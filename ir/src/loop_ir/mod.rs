@@ -209,23 +209,12 @@ pub enum MathOp {
 }
 
 impl MathOp {
-    /// The libm function computing it in f64, for those code generation calls.
+    /// The libm function computing it in f64 (named as the op prints), for those code
+    /// generation calls.
     pub fn libm_name(self) -> Option<&'static str> {
-        Some(match self {
-            MathOp::Log => "log",
-            MathOp::Sin => "sin",
-            MathOp::Cos => "cos",
-            MathOp::Tan => "tan",
-            MathOp::Asin => "asin",
-            MathOp::Acos => "acos",
-            MathOp::Atan => "atan",
-            MathOp::Sinh => "sinh",
-            MathOp::Cosh => "cosh",
-            MathOp::Asinh => "asinh",
-            MathOp::Acosh => "acosh",
-            MathOp::Atanh => "atanh",
-            _ => return None,
-        })
+        use MathOp::*;
+        matches!(self, Log | Sin | Cos | Tan | Asin | Acos | Atan | Sinh | Cosh | Asinh | Acosh | Atanh)
+            .then(|| print::math_text(self))
     }
 }
 
