@@ -29,13 +29,15 @@ use crate::metadata::{
 };
 
 /// Every symbol an object may import: libc memory routines (Cranelift libcalls) and libm.
-pub const ALLOWED_IMPORTS: [&str; 26] = [
+pub const ALLOWED_IMPORTS: [&str; 28] = [
     "memcpy",
     "memset",
     "exp",
     "tanh",
     "erf",
     "log",
+    "pow",
+    "fmod",
     "sin",
     "cos",
     "tan",

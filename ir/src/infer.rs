@@ -76,7 +76,12 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
         Op::Binary(_) => {
             let b = inputs[1];
             same_dtype(op, x, b)?;
-            if x.dtype == DType::Bool {
+            let ok = match op {
+                Op::Binary(crate::op::BinaryOp::Pow) => x.dtype.is_float(),
+                Op::Binary(crate::op::BinaryOp::Mod) => x.dtype != DType::Bool,
+                _ => x.dtype != DType::Bool,
+            };
+            if !ok {
                 return Err(unsupported_dtype(op, x.dtype));
             }
             one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &b.shape)?))

@@ -54,6 +54,12 @@ pub enum BinaryOp {
     Div,
     Max,
     Min,
+    /// `x^y` (floats).
+    Pow,
+    /// Remainder with the divisor's sign (ONNX Mod with `fmod = 0`, numpy's mod).
+    Mod,
+    /// Remainder with the dividend's sign (C's fmod: ONNX Mod with `fmod = 1`).
+    Fmod,
 }
 
 /// Elementwise comparisons (numpy broadcasting; the output is bool).
@@ -309,6 +315,8 @@ impl Op {
                 BinaryOp::Div => "Div",
                 BinaryOp::Max => "Max",
                 BinaryOp::Min => "Min",
+                BinaryOp::Pow => "Pow",
+                BinaryOp::Mod | BinaryOp::Fmod => "Mod",
             },
             Op::Unary(u) => match u {
                 UnaryOp::Relu => "Relu",

@@ -72,6 +72,9 @@ pub struct EmittedModule {
 
 /// Host functions generated code may call (f64 math only; f32 math is inline). The JIT binds
 /// them to Rust; objects import them from libm.
+/// Two-argument f64 host functions (`f(x, y)`).
+pub const LIBM2_IMPORTS: [&str; 2] = ["pow", "fmod"];
+
 pub const LIBM_IMPORTS: [&str; 15] = [
     "exp", "tanh", "erf", "log", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
 ];
@@ -133,6 +136,13 @@ pub fn emit_module<M: Module>(
         sig.returns.push(AbiParam::new(F64));
         libm.insert(name, module.declare_function(name, Linkage::Import, &sig)?);
     }
+    let mut libm2 = HashMap::new();
+    for name in LIBM2_IMPORTS {
+        let mut sig = module.make_signature();
+        sig.params.extend([AbiParam::new(F64), AbiParam::new(F64)]);
+        sig.returns.push(AbiParam::new(F64));
+        libm2.insert(name, module.declare_function(name, Linkage::Import, &sig)?);
+    }
     let mut ctx = module.make_context();
     let mut fctx = FunctionBuilderContext::new();
     let mut scalar_vector_loops = Vec::new();
@@ -159,13 +169,14 @@ pub fn emit_module<M: Module>(
                 }
             }
             let libm = libm.iter().map(|(&n, &id)| (n, module.declare_func_in_func(id, b.func))).collect();
+            let libm2 = libm2.iter().map(|(&n, &id)| (n, module.declare_func_in_func(id, b.func))).collect();
             let entry = b.create_block();
             b.append_block_params_for_function_params(entry);
             b.switch_to_block(entry);
             let params = b.block_params(entry).to_vec();
             let (status, context) =
                 if table { (params[1], params[2]) } else { (params[f.params.len()], params[f.params.len() + 1]) };
-            let callees = Callees { funcs: refs, tasks: task_refs, libm, routines };
+            let callees = Callees { funcs: refs, tasks: task_refs, libm, libm2, routines };
             let mut t = FuncTranslator::new(b, f, ptr, index as i64 + 1, (status, context), callees, options);
             for (k, &p) in f.params.iter().enumerate() {
                 t.bufs[p.0 as usize] = if table { Buf::Arg(k) } else { Buf::Ptr(params[k]) };
@@ -392,6 +403,7 @@ struct Callees<'r> {
     /// Task trampolines and parallel extents of the callees with a parallel loop.
     tasks: HashMap<String, (FuncRef, i64)>,
     libm: HashMap<&'static str, FuncRef>,
+    libm2: HashMap<&'static str, FuncRef>,
 }
 
 impl<'a> FuncTranslator<'a> {
@@ -1135,6 +1147,16 @@ impl<'a> FuncTranslator<'a> {
                 BinOp::Div => self.b.ins().fdiv(a, c),
                 BinOp::Min => self.b.ins().fmin(a, c),
                 BinOp::Max => self.b.ins().fmax(a, c),
+                BinOp::Pow | BinOp::Fmod => {
+                    // In f64 and rounded once, as the interpreters compute it.
+                    let f32 = self.b.func.dfg.value_type(a) == F32;
+                    let (x, y) =
+                        if f32 { (self.b.ins().fpromote(F64, a), self.b.ins().fpromote(F64, c)) } else { (a, c) };
+                    let name = if op == BinOp::Pow { "pow" } else { "fmod" };
+                    let call = self.b.ins().call(self.callees.libm2[name], &[x, y]);
+                    let r = self.b.inst_results(call)[0];
+                    if f32 { self.b.ins().fdemote(F32, r) } else { r }
+                }
                 other => return Err(self.unsupported(format!("{other:?} on {dtype}"))),
             });
         }
@@ -1153,6 +1175,7 @@ impl<'a> FuncTranslator<'a> {
             BinOp::And => self.b.ins().band(a, c),
             BinOp::Or => self.b.ins().bor(a, c),
             BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod => self.division(op, a, c, signed),
+            BinOp::Pow | BinOp::Fmod => return Err(self.unsupported(format!("{op:?} on {dtype}"))),
         })
     }
 

@@ -281,6 +281,12 @@ extern "C" fn host_acosh(x: f64) -> f64 {
 extern "C" fn host_atanh(x: f64) -> f64 {
     x.atanh()
 }
+extern "C" fn host_pow(x: f64, y: f64) -> f64 {
+    x.powf(y)
+}
+extern "C" fn host_fmod(x: f64, y: f64) -> f64 {
+    x % y
+}
 extern "C" fn host_fmaf(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
@@ -307,8 +313,10 @@ extern "C" fn host_truncf(x: f32) -> f32 {
 /// the trigonometric and hyperbolic functions, and the
 /// libcalls Cranelift falls back to on CPUs without the matching instructions. Bound
 /// explicitly, since a dlsym lookup fails when the host binary does not link libm.
-fn host_math() -> [(&'static str, *const u8); 22] {
+fn host_math() -> [(&'static str, *const u8); 24] {
     [
+        ("pow", host_pow as *const u8),
+        ("fmod", host_fmod as *const u8),
         ("log", host_log as *const u8),
         ("sin", host_sin as *const u8),
         ("cos", host_cos as *const u8),

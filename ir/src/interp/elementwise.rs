@@ -48,6 +48,12 @@ fn float_binary(kind: BinaryOp, x: f64, y: f64) -> f64 {
         BinaryOp::Min if x.is_nan() || y.is_nan() => f64::NAN,
         BinaryOp::Max => x.max(y),
         BinaryOp::Min => x.min(y),
+        BinaryOp::Pow => x.powf(y),
+        BinaryOp::Fmod => x % y,
+        BinaryOp::Mod => {
+            let r = x % y;
+            if r != 0.0 && (r < 0.0) != (y < 0.0) { r + y } else { r }
+        }
     }
 }
 
@@ -60,6 +66,10 @@ fn int_binary(kind: BinaryOp, x: i128, y: i128) -> Option<i128> {
         BinaryOp::Div => x.checked_div(y)?,
         BinaryOp::Max => x.max(y),
         BinaryOp::Min => x.min(y),
+        // Integer powers are not defined (infer refuses them).
+        BinaryOp::Pow => return None,
+        BinaryOp::Mod => x.checked_rem_euclid(y).map(|r| if r != 0 && y < 0 { r + y } else { r })?,
+        BinaryOp::Fmod => x.checked_rem(y)?,
     })
 }
 

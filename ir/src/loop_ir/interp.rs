@@ -102,6 +102,8 @@ fn binary(op: BinOp, a: Val, b: Val, dtype: DType) -> Result<Val, String> {
             BinOp::Max if x.is_nan() || y.is_nan() => f64::NAN,
             BinOp::Min => x.min(y),
             BinOp::Max => x.max(y),
+            BinOp::Pow => x.powf(y),
+            BinOp::Fmod => x % y,
             other => return Err(format!("{other:?} is not defined on {dtype}")),
         };
         return Ok(convert(Val::F(r), dtype));
@@ -127,6 +129,7 @@ fn binary(op: BinOp, a: Val, b: Val, dtype: DType) -> Result<Val, String> {
         BinOp::Shr => x >> y,
         BinOp::And => (x != 0 && y != 0) as i128,
         BinOp::Or => (x != 0 || y != 0) as i128,
+        BinOp::Pow | BinOp::Fmod => return Err(format!("{op:?} is not defined on {dtype}")),
     };
     Ok(from_i128(r, dtype))
 }

@@ -169,6 +169,10 @@ pub enum BinOp {
     Shr,
     And,
     Or,
+    /// `x^y` (floats).
+    Pow,
+    /// The remainder of `x / y` truncated toward zero, with `x`'s sign (C's fmod; floats).
+    Fmod,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -661,9 +661,15 @@ impl Parser<'_> {
                     return self.literal(dtype);
                 }
                 match word.as_str() {
-                    "min" | "max" => {
+                    "min" | "max" | "pow" | "fmod" => {
                         let [a, b] = self.args::<2>()?;
-                        Ok(Expr::binary(if word == "min" { BinOp::Min } else { BinOp::Max }, a, b))
+                        let op = match word.as_str() {
+                            "min" => BinOp::Min,
+                            "max" => BinOp::Max,
+                            "pow" => BinOp::Pow,
+                            _ => BinOp::Fmod,
+                        };
+                        Ok(Expr::binary(op, a, b))
                     }
                     "select" => {
                         let [c, a, b] = self.args::<3>()?;

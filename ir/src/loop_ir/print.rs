@@ -76,6 +76,8 @@ pub(crate) fn binop_text(op: BinOp) -> &'static str {
         BinOp::Or => "||",
         BinOp::Min => "min",
         BinOp::Max => "max",
+        BinOp::Pow => "pow",
+        BinOp::Fmod => "fmod",
     }
 }
 
@@ -280,7 +282,7 @@ impl Printer<'_> {
             Expr::Int { value, dtype } => format!("{dtype}({value})"),
             Expr::Float { value, dtype } => format!("{dtype}({})", float_text(*value)),
             Expr::Var(v) => sigil_name('%', &self.f.var(*v).name),
-            Expr::Binary { op: op @ (BinOp::Min | BinOp::Max), lhs, rhs } => {
+            Expr::Binary { op: op @ (BinOp::Min | BinOp::Max | BinOp::Pow | BinOp::Fmod), lhs, rhs } => {
                 format!("{}({}, {})", binop_text(*op), self.expr(lhs), self.expr(rhs))
             }
             Expr::Binary { op, lhs, rhs } => format!("({} {} {})", self.expr(lhs), binop_text(*op), self.expr(rhs)),

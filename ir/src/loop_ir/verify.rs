@@ -296,6 +296,7 @@ impl Verifier<'_> {
                 let ok = match op {
                     BinOp::FloorDiv | BinOp::FloorMod | BinOp::Shl | BinOp::Shr => a.is_int(),
                     BinOp::And | BinOp::Or => a == DType::Bool,
+                    BinOp::Pow | BinOp::Fmod => a.is_float(),
                     _ => a != DType::Bool,
                 };
                 if !ok {

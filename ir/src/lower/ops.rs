@@ -71,7 +71,7 @@ fn cast_to(dtype: DType, e: Expr, from: DType) -> Expr {
     if dtype == from { e } else { Expr::cast(dtype, e) }
 }
 
-fn binary_expr(op: BinaryOp, a: Expr, b: Expr) -> Expr {
+fn binary_expr(op: BinaryOp, a: Expr, b: Expr, dtype: DType) -> Expr {
     let op = match op {
         BinaryOp::Add => BinOp::Add,
         BinaryOp::Sub => BinOp::Sub,
@@ -79,6 +79,25 @@ fn binary_expr(op: BinaryOp, a: Expr, b: Expr) -> Expr {
         BinaryOp::Div => BinOp::Div,
         BinaryOp::Max => BinOp::Max,
         BinaryOp::Min => BinOp::Min,
+        BinaryOp::Pow => BinOp::Pow,
+        BinaryOp::Mod if dtype.is_float() => {
+            // fmod, moved into the divisor's sign.
+            let r = Expr::binary(BinOp::Fmod, a, b.clone());
+            let zero = lit(dtype, 0.0);
+            let signs_differ = Expr::cmp(
+                CmpOp::Ne,
+                Expr::cmp(CmpOp::Lt, r.clone(), zero.clone()),
+                Expr::cmp(CmpOp::Lt, b.clone(), zero.clone()),
+            );
+            let adjust = Expr::binary(BinOp::And, Expr::cmp(CmpOp::Ne, r.clone(), zero), signs_differ);
+            return Expr::select(adjust, add(r.clone(), b), r);
+        }
+        BinaryOp::Mod => BinOp::FloorMod,
+        // Integers: the remainder of the truncating division; floats: C's fmod.
+        BinaryOp::Fmod if !dtype.is_float() => {
+            return sub(a.clone(), mul(Expr::binary(BinOp::Div, a, b.clone()), b));
+        }
+        BinaryOp::Fmod => BinOp::Fmod,
     };
     Expr::binary(op, a, b)
 }
@@ -180,7 +199,7 @@ impl Epi {
                 Epilogue::Clip { min, max } => clip_expr(v, min.as_ref(), max.as_ref()),
                 Epilogue::Binary { op, value_is_lhs, .. } => {
                     let o = operand.as_ref().expect("binary epilogue has an operand").load_broadcast(out_idx);
-                    if *value_is_lhs { binary_expr(*op, v, o) } else { binary_expr(*op, o, v) }
+                    if *value_is_lhs { binary_expr(*op, v, o, self.dtype) } else { binary_expr(*op, o, v, self.dtype) }
                 }
             };
         }
@@ -240,7 +259,7 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
         Op::MatMul => matmul(&mut fb, &ins[0], &ins[1], None, &out0(), &epi),
         Op::MatMulInteger => matmul(&mut fb, &ins[0], &ins[1], Some((&ins[2], &ins[3])), &out0(), &epi),
         Op::Binary(b) => elementwise(&mut fb, &out0(), &epi, |_, o| {
-            binary_expr(*b, ins[0].load_broadcast(o), ins[1].load_broadcast(o))
+            binary_expr(*b, ins[0].load_broadcast(o), ins[1].load_broadcast(o), ins[0].dtype)
         }),
         Op::Unary(u) => {
             elementwise(&mut fb, &out0(), &epi, |_, o| unary_expr(*u, ins[0].load(o.to_vec()), ins[0].dtype))

@@ -80,6 +80,8 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Mish", &[18, 22]),
     ("Gelu", &[20]),
     ("LogSoftmax", &[1, 11, 13]),
+    ("Pow", &[1, 7, 12, 13, 15]),
+    ("Mod", &[10, 13]),
     ("Shape", &[1, 13, 15, 19, 21, 23, 24, 25]),
     ("Size", &[1, 13, 19, 21, 23, 24, 25]),
     ("CastLike", &[15, 19, 21, 23, 24, 25]),
@@ -367,6 +369,22 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "Or" => Ok((Op::Logical(LogicalOp::Or), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Xor" => Ok((Op::Logical(LogicalOp::Xor), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Not" => Ok((Op::Not, vec![named(ctx, 0)?])),
+        "Pow" => {
+            // The exponent may have another type (version 12 on): it is cast to the base's.
+            let (base, exponent) = (input_type(im, ctx, 0)?, input_type(im, ctx, 1)?);
+            let e = if base.dtype == exponent.dtype {
+                named(ctx, 1)?
+            } else {
+                let id = im.value(ctx.name, ctx.input(1).unwrap_or_default())?;
+                let name = im.fresh_name(&format!("{}:exponent", ctx.name));
+                Operand::Made(im.graph.add_op(name, Op::Cast { to: base.dtype }, &[id])?)
+            };
+            Ok((Op::Binary(BinaryOp::Pow), vec![named(ctx, 0)?, e]))
+        }
+        "Mod" => {
+            let fmod = ctx.int("fmod", 0)? != 0;
+            binary(if fmod { BinaryOp::Fmod } else { BinaryOp::Mod })
+        }
         "CastLike" => {
             let like = input_type(im, ctx, 1)?;
             Ok((Op::Cast { to: like.dtype }, vec![named(ctx, 0)?]))
