@@ -186,7 +186,8 @@ pub struct Workspace {
     vta: Option<(Box<Session>, Vec<Option<usize>>)>,
 }
 
-/// What the VTA regions of the runs since the last [`Workspace::take_vta_stats`] did.
+/// What the VTA regions did: the last run's region calls, and the counters since the last
+/// [`Workspace::take_vta_stats`].
 #[derive(Clone, Debug)]
 pub struct VtaStats {
     /// Each region call, in order.
@@ -206,8 +207,8 @@ impl Workspace {
         self.threads.as_ref().map_or(1, ThreadPool::threads)
     }
 
-    /// The VTA region calls and counters since the last call (`None` without VTA regions),
-    /// and starts counting anew.
+    /// The last run's VTA region calls and the counters since the last call (`None` without
+    /// VTA regions); the counters start anew.
     pub fn take_vta_stats(&mut self) -> Option<VtaStats> {
         let (session, _) = self.vta.as_mut()?;
         let stats = VtaStats { calls: session.take_calls(), profile: session.profile() };
@@ -610,6 +611,7 @@ impl CompiledModel {
                 // The session is the device handle of slot 0; its blocks back the VTA pools.
                 let (devices, mut device_memory) = match ws.vta.as_mut() {
                     Some((session, blocks)) => {
+                        session.clear_calls();
                         let handle = &mut **session as *mut Session as heron_jit::threads::DeviceHandle;
                         let mut memory: Vec<Option<&mut [u8]>> = session.memory().into_iter().map(Some).collect();
                         let per_pool: Vec<Option<&mut [u8]>> =

@@ -79,7 +79,7 @@ pub fn region_times(stats: &VtaStats, start: Instant, end: Instant) -> Vec<Regio
     for c in &stats.calls {
         cpu_region(&mut out, at, c.start);
         out.push(RegionTime {
-            name: c.name.clone(),
+            name: c.name.to_string(),
             target: "vta",
             time_ms: ms(c.start, c.end),
             device_ms: c.device_time.as_secs_f64() * 1e3,

@@ -190,6 +190,7 @@ impl RegionProgram {
 /// A program uploaded to one session's device memory.
 struct Loaded {
     program: RegionProgram,
+    name: std::sync::Arc<str>,
     insn_block: DramBlock,
     uop_block: DramBlock,
     /// The argument addresses the uploaded stream is relocated to.
@@ -199,7 +200,8 @@ struct Loaded {
 /// One region call of a run, for the executor's report.
 #[derive(Clone, Debug)]
 pub struct RegionCall {
-    pub name: String,
+    /// The program's name, shared (recording a call allocates nothing once the log has room).
+    pub name: std::sync::Arc<str>,
     /// When the call began and ended.
     pub start: Instant,
     pub end: Instant,
@@ -291,9 +293,15 @@ impl Session {
         self.error.take()
     }
 
-    /// The region calls since the last take.
+    /// The region calls since the last take or clear.
     pub fn take_calls(&mut self) -> Vec<RegionCall> {
         std::mem::take(&mut self.calls)
+    }
+
+    /// Forgets the recorded calls, keeping the log's memory (the executor clears it before
+    /// every run, so the log holds one run's calls however many runs a workspace makes).
+    pub fn clear_calls(&mut self) {
+        self.calls.clear();
     }
 
     /// Runs the program whose bytes start at `program` on `buffers` (host addresses).
@@ -363,7 +371,7 @@ impl Session {
         let device_start = Instant::now();
         self.driver.device_run(self.device, block.phys, count, 0)?;
         let device_time = device_start.elapsed();
-        let name = p.name.clone();
+        let name = loaded.name.clone();
         self.calls.push(RegionCall {
             name,
             start,
@@ -393,7 +401,8 @@ impl Session {
         let uop_block = self.driver.mem_alloc(uop_bytes.len().max(1), true)?;
         self.driver.copy_from_host(uop_block.virt, &uop_bytes)?;
         self.driver.flush_cache(uop_block.virt, uop_block.phys, uop_block.size);
-        Ok(Loaded { program, insn_block, uop_block, relocated_for: None })
+        let name = program.name.as_str().into();
+        Ok(Loaded { program, name, insn_block, uop_block, relocated_for: None })
     }
 }
 
