@@ -137,6 +137,113 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             let shape = broadcast_shapes(&broadcast_shapes(&x.shape, &a.shape)?, &b.shape)?;
             one(TensorType::new(a.dtype, shape))
         }
+        Op::Activation(_) => {
+            expect_float(op, x)?;
+            one(x.clone())
+        }
+        Op::Gather { axis } => {
+            check_axis(*axis, x.rank())?;
+            let idx = expect_indices(op, inputs[1])?;
+            let mut out = x.shape[..*axis].to_vec();
+            out.extend_from_slice(&idx.shape);
+            out.extend_from_slice(&x.shape[axis + 1..]);
+            checked_elements(&out).ok_or_else(|| too_many(&out))?;
+            one(TensorType::new(x.dtype, out))
+        }
+        Op::GatherElements { axis } => {
+            check_axis(*axis, x.rank())?;
+            let idx = expect_indices(op, inputs[1])?;
+            if idx.rank() != x.rank() {
+                return Err(format!("indices {:?} must have the data's rank {}", idx.shape, x.rank()));
+            }
+            one(TensorType::new(x.dtype, idx.shape.clone()))
+        }
+        Op::GatherND { batch_dims } => {
+            let idx = expect_indices(op, inputs[1])?;
+            let out = gather_nd_shape(&x.shape, &idx.shape, *batch_dims)?;
+            one(TensorType::new(x.dtype, out))
+        }
+        Op::ScatterElements { axis, .. } => {
+            check_axis(*axis, x.rank())?;
+            let (idx, upd) = (expect_indices(op, inputs[1])?, inputs[2]);
+            same_dtype(op, x, upd)?;
+            if idx.shape != upd.shape || idx.rank() != x.rank() {
+                return Err(format!(
+                    "indices {:?} and updates {:?} must share a shape of the data's rank {}",
+                    idx.shape,
+                    upd.shape,
+                    x.rank()
+                ));
+            }
+            one(x.clone())
+        }
+        Op::ScatterND { .. } => {
+            let (idx, upd) = (expect_indices(op, inputs[1])?, inputs[2]);
+            same_dtype(op, x, upd)?;
+            let want = gather_nd_shape(&x.shape, &idx.shape, 0)?;
+            if upd.shape != want {
+                return Err(format!("updates {:?} must have shape {want:?}", upd.shape));
+            }
+            one(x.clone())
+        }
+        Op::Slice { axes } => {
+            if axes.len() != x.rank() {
+                return Err(format!("{} slice axes for rank {}", axes.len(), x.rank()));
+            }
+            for (d, a) in axes.iter().enumerate() {
+                let last = a.start as i128 + (a.len as i128 - 1) * a.step as i128;
+                let inside = |i: i128| (0..x.shape[d] as i128).contains(&i);
+                if a.step == 0 || (a.len > 0 && !(inside(a.start as i128) && inside(last))) {
+                    return Err(format!("slice {a:?} is out of range for axis {d} of size {}", x.shape[d]));
+                }
+            }
+            one(TensorType::new(x.dtype, axes.iter().map(|a| a.len).collect::<Vec<_>>()))
+        }
+        Op::Expand { shape } => {
+            let out = broadcast_shapes(&x.shape, shape)?;
+            checked_elements(&out).ok_or_else(|| too_many(&out))?;
+            one(TensorType::new(x.dtype, out))
+        }
+        Op::Tile { repeats } => {
+            if repeats.len() != x.rank() {
+                return Err(format!("{} repeats for rank {}", repeats.len(), x.rank()));
+            }
+            let out = x
+                .shape
+                .iter()
+                .zip(repeats)
+                .map(|(&n, &r)| n.checked_mul(r))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| too_many(&x.shape))?;
+            checked_elements(&out).ok_or_else(|| too_many(&out))?;
+            one(TensorType::new(x.dtype, out))
+        }
+        Op::Normalize { axis, .. } => {
+            expect_float(op, x)?;
+            check_axis(*axis, x.rank())?;
+            for p in &inputs[1..] {
+                same_dtype(op, x, p)?;
+                if p.shape != x.shape[*axis..] {
+                    return Err(format!("scale and bias must have shape {:?}, got {:?}", &x.shape[*axis..], p.shape));
+                }
+            }
+            one(x.clone())
+        }
+        Op::CumSum { axis, .. } => {
+            expect_numeric(op, x)?;
+            check_axis(*axis, x.rank())?;
+            one(x.clone())
+        }
+        Op::TopK { axis, k, .. } => {
+            expect_numeric(op, x)?;
+            check_axis(*axis, x.rank())?;
+            if *k > x.shape[*axis] {
+                return Err(format!("k = {k} exceeds axis {axis}'s size {}", x.shape[*axis]));
+            }
+            let mut out = x.shape.clone();
+            out[*axis] = *k;
+            Ok(vec![TensorType::new(x.dtype, out.clone()), TensorType::new(DType::I64, out)])
+        }
         Op::Unary(kind) => {
             let ok = x.dtype.is_float() || (kind.takes_integers() && x.dtype.is_int() && x.dtype != DType::Bool);
             if !ok {
@@ -352,7 +459,9 @@ pub fn arity(op: &Op) -> (usize, usize) {
         Op::Conv(_) | Op::Gemm { .. } => (2, 3),
         Op::ConvInteger(_) | Op::MatMulInteger => (4, 4),
         Op::MatMul | Op::Binary(_) | Op::BitShift { .. } | Op::Compare(_) | Op::Logical(_) => (2, 2),
-        Op::Where => (3, 3),
+        Op::Where | Op::ScatterElements { .. } | Op::ScatterND { .. } => (3, 3),
+        Op::Gather { .. } | Op::GatherElements { .. } | Op::GatherND { .. } => (2, 2),
+        Op::Normalize { .. } => (2, 3),
         Op::BatchNormalization { .. } => (5, 5),
         Op::QuantizeLinear { .. } | Op::DequantizeLinear { .. } => (3, 3),
         Op::Concat { .. } => (1, usize::MAX),
@@ -452,6 +561,30 @@ fn check_quant_params(axis: QuantAxis, x: &[usize], scale: &TensorType, zp: &Ten
         }
     }
     Ok(())
+}
+
+/// Gather-style index tensors are i32 or i64.
+fn expect_indices<'t>(op: &Op, t: &'t TensorType) -> Result<&'t TensorType, String> {
+    if matches!(t.dtype, DType::I32 | DType::I64) {
+        Ok(t)
+    } else {
+        Err(format!("{op} indices must be i32 or i64, got {}", t.dtype))
+    }
+}
+
+/// GatherND's output shape: `indices.shape[..-1] ++ data.shape[batch_dims + k..]` where `k` is
+/// the indices' last extent.
+pub fn gather_nd_shape(data: &[usize], indices: &[usize], batch_dims: usize) -> Result<Vec<usize>, String> {
+    let Some((&k, outer)) = indices.split_last() else {
+        return Err("indices must have rank >= 1".into());
+    };
+    if batch_dims >= indices.len() || batch_dims + k > data.len() || data[..batch_dims] != indices[..batch_dims] {
+        return Err(format!("indices {indices:?} do not index data {data:?} with batch_dims {batch_dims}"));
+    }
+    let mut out = outer.to_vec();
+    out.extend_from_slice(&data[batch_dims + k..]);
+    checked_elements(&out).ok_or_else(|| too_many(&out))?;
+    Ok(out)
 }
 
 /// Multidirectional (numpy) broadcasting of two shapes.

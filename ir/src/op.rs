@@ -163,6 +163,54 @@ pub enum QuantAxis {
     Blocked { axis: usize, block_size: usize },
 }
 
+/// One axis of a [`Op::Slice`]: output index `i` reads input index `start + i * step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SliceAxis {
+    pub start: usize,
+    pub step: i64,
+    pub len: usize,
+}
+
+/// How ScatterElements/ScatterND combine an update with the value already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScatterReduction {
+    None,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
+
+/// Elementwise activations with parameters (ONNX's defaults filled in by the importer).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    /// `x < 0 ? alpha * (exp(x) - 1) : x`.
+    Elu { alpha: f32 },
+    /// `gamma * (x <= 0 ? alpha * (exp(x) - 1) : x)`.
+    Selu { alpha: f32, gamma: f32 },
+    /// `max(0, x) + min(0, alpha * (exp(x / alpha) - 1))`.
+    Celu { alpha: f32 },
+    /// `max(0, min(1, alpha * x + beta))`.
+    HardSigmoid { alpha: f32, beta: f32 },
+    /// `x > alpha ? x : 0`.
+    ThresholdedRelu { alpha: f32 },
+    /// `x * sigmoid(alpha * x)`.
+    Swish { alpha: f32 },
+}
+
+impl Activation {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Activation::Elu { .. } => "Elu",
+            Activation::Selu { .. } => "Selu",
+            Activation::Celu { .. } => "Celu",
+            Activation::HardSigmoid { .. } => "HardSigmoid",
+            Activation::ThresholdedRelu { .. } => "ThresholdedRelu",
+            Activation::Swish { .. } => "Swish",
+        }
+    }
+}
+
 /// A graph operator. Inputs are listed per variant as `[a, b, (optional c)]`; a missing optional
 /// input is simply absent from the node's input list (only trailing inputs can be missing).
 #[derive(Clone, Debug, PartialEq)]
@@ -209,6 +257,69 @@ pub enum Op {
     },
     /// `condition ? x : y`, the three broadcast together.
     Where,
+    /// A parametric elementwise activation (floats).
+    Activation(Activation),
+    /// `[data, indices]` -> numpy `take` along `axis`: the output shape is
+    /// `data.shape[..axis] ++ indices.shape ++ data.shape[axis + 1..]`. Indices (i32 or i64)
+    /// count from the end when negative; one outside `-n..n` is an error when it is read.
+    Gather {
+        axis: usize,
+    },
+    /// `[data, indices]` -> `out[i] = data[i with axis `axis` replaced by indices[i]]` (indices as
+    /// in Gather; the output has the indices' shape).
+    GatherElements {
+        axis: usize,
+    },
+    /// `[data, indices]` -> ONNX GatherND: the last axis of `indices` (length k) indexes
+    /// `data`'s axes `batch_dims..batch_dims + k`; the first `batch_dims` axes are shared.
+    GatherND {
+        batch_dims: usize,
+    },
+    /// `[data, indices, updates]` -> `data` with `updates[i]` written (or combined) at `i` with
+    /// axis `axis` replaced by `indices[i]`.
+    ScatterElements {
+        axis: usize,
+        reduction: ScatterReduction,
+    },
+    /// `[data, indices, updates]` -> `data` with the slices `updates[j...]` written (or
+    /// combined) at `data[indices[j...]]`.
+    ScatterND {
+        reduction: ScatterReduction,
+    },
+    /// A strided slice, one entry per axis.
+    Slice {
+        axes: Vec<SliceAxis>,
+    },
+    /// Broadcasts the input to `broadcast(x.shape, shape)`.
+    Expand {
+        shape: Vec<usize>,
+    },
+    /// The input repeated `repeats[d]` times along each axis.
+    Tile {
+        repeats: Vec<usize>,
+    },
+    /// `[x, scale, (bias)]` -> normalization over the axes `axis..` (floats): with `rms`,
+    /// `x / sqrt(mean(x^2) + epsilon)`, else `(x - mean) / sqrt(var + epsilon)`; then times
+    /// `scale` plus `bias`, both shaped like the normalized axes.
+    Normalize {
+        axis: usize,
+        epsilon: f32,
+        rms: bool,
+    },
+    /// Running sum along `axis`; `exclusive` leaves the current element out, `reverse` runs from
+    /// the end.
+    CumSum {
+        axis: usize,
+        exclusive: bool,
+        reverse: bool,
+    },
+    /// `[x]` -> `[values, indices: i64]`, the `k` largest (or smallest) along `axis`, in order
+    /// (ties: the lower index first).
+    TopK {
+        axis: usize,
+        k: usize,
+        largest: bool,
+    },
     LeakyRelu {
         alpha: f32,
     },
@@ -400,6 +511,19 @@ impl Op {
             Op::ArgReduce { max: true, .. } => "ArgMax",
             Op::ArgReduce { max: false, .. } => "ArgMin",
             Op::Where => "Where",
+            Op::Activation(a) => a.name(),
+            Op::Gather { .. } => "Gather",
+            Op::GatherElements { .. } => "GatherElements",
+            Op::GatherND { .. } => "GatherND",
+            Op::ScatterElements { .. } => "ScatterElements",
+            Op::ScatterND { .. } => "ScatterND",
+            Op::Slice { .. } => "Slice",
+            Op::Expand { .. } => "Expand",
+            Op::Tile { .. } => "Tile",
+            Op::Normalize { rms: false, .. } => "LayerNormalization",
+            Op::Normalize { rms: true, .. } => "RMSNormalization",
+            Op::CumSum { .. } => "CumSum",
+            Op::TopK { .. } => "TopK",
         }
     }
 

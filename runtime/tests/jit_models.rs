@@ -1,29 +1,41 @@
-//! The JIT on the reference models: its output for the stored input must match ONNX Runtime's
-//! stored output under the project's float rule. resnet_ish runs too (compiled code is fast).
+//! The JIT on the reference models: its output for the stored inputs must match ONNX Runtime's
+//! stored output under the project's float rule. The torch exports (resnet18, mobilenet_v2, and
+//! the transformers bert_tiny and gpt2_tiny with their int64 token ids and attention masks) run
+//! too (compiled code is fast).
 
 use heron_ir::npy::read_npy;
 use heron_ir::testing::{assert_float_rule, shared_dir};
 use heron_runtime::{CompileOptions, Compiler, Model};
 
+/// `NAME.input.npy`, then `NAME.input1.npy`, ... (the model's inputs in order).
+pub fn reference_inputs(name: &str) -> Vec<heron_ir::Tensor> {
+    let dir = shared_dir().join("reference");
+    let mut inputs = vec![read_npy(&dir.join(format!("{name}.input.npy"))).expect("input")];
+    while let Ok(t) = read_npy(&dir.join(format!("{name}.input{}.npy", inputs.len()))) {
+        inputs.push(t);
+    }
+    inputs
+}
+
 fn check_model(name: &str) {
     let dir = shared_dir().join("reference");
     let model = Model::load(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let input = read_npy(&dir.join(format!("{name}.input.npy"))).expect("input");
+    let input = reference_inputs(name);
     let want = read_npy(&dir.join(format!("{name}.ref.npy"))).expect("reference output");
     let compiled = Compiler::new(CompileOptions::default()).compile(&model).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let got = compiled.run(std::slice::from_ref(&input)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let got = compiled.run(&input).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_float_rule(&got[0], &want).unwrap_or_else(|e| panic!("{name}: {e}"));
     // A second run in a reused workspace gives the same result.
     let mut ws = compiled.workspace().unwrap();
-    let again = compiled.run_with(&mut ws, std::slice::from_ref(&input)).expect("run");
-    let again2 = compiled.run_with(&mut ws, std::slice::from_ref(&input)).expect("run");
+    let again = compiled.run_with(&mut ws, &input).expect("run");
+    let again2 = compiled.run_with(&mut ws, &input).expect("run");
     assert_eq!(again, got);
     assert_eq!(again2, got);
     // The parallel loops give the same bits on any number of threads (3: uneven slices).
     let on = |threads: usize| {
         let options = CompileOptions { threads, ..CompileOptions::default() };
         let compiled = Compiler::new(options).compile(&model).unwrap_or_else(|e| panic!("{name}: {e}"));
-        compiled.run(std::slice::from_ref(&input)).unwrap_or_else(|e| panic!("{name}: {e}"))
+        compiled.run(&input).unwrap_or_else(|e| panic!("{name}: {e}"))
     };
     let one = on(1);
     assert_float_rule(&one[0], &want).unwrap_or_else(|e| panic!("{name}, 1 thread: {e}"));
@@ -55,4 +67,24 @@ fn mobilenet_ish() {
 #[test]
 fn resnet_ish() {
     check_model("resnet_ish");
+}
+
+#[test]
+fn resnet18() {
+    check_model("resnet18");
+}
+
+#[test]
+fn mobilenet_v2() {
+    check_model("mobilenet_v2");
+}
+
+#[test]
+fn bert_tiny() {
+    check_model("bert_tiny");
+}
+
+#[test]
+fn gpt2_tiny() {
+    check_model("gpt2_tiny");
 }

@@ -7,7 +7,7 @@
 use ndarray::{ArrayD, IxDyn, Zip};
 
 use crate::infer::broadcast_shapes;
-use crate::op::{BinaryOp, CompareOp, LogicalOp, UnaryOp};
+use crate::op::{Activation, BinaryOp, CompareOp, LogicalOp, UnaryOp};
 use crate::tensor::{Element, Tensor, Wide};
 
 use super::KernelError;
@@ -288,6 +288,37 @@ fn sigmoid(x: f64) -> f64 {
     } else {
         let e = x.exp();
         e / (1.0 + e)
+    }
+}
+
+pub(crate) fn activation(t: &Tensor, a: Activation) -> Result<Tensor, KernelError> {
+    map_float(t, |x| activation_f64(a, x))
+}
+
+/// A parametric activation in f64 (the parameters as the f32 the model stores).
+pub(crate) fn activation_f64(a: Activation, x: f64) -> f64 {
+    match a {
+        Activation::Elu { alpha } => {
+            if x < 0.0 {
+                alpha as f64 * x.exp_m1()
+            } else {
+                x
+            }
+        }
+        Activation::Selu { alpha, gamma } => gamma as f64 * if x <= 0.0 { alpha as f64 * x.exp_m1() } else { x },
+        Activation::Celu { alpha } => {
+            let alpha = alpha as f64;
+            x.max(0.0) + (alpha * (x / alpha).exp_m1()).min(0.0)
+        }
+        Activation::HardSigmoid { alpha, beta } => (alpha as f64 * x + beta as f64).clamp(0.0, 1.0),
+        Activation::ThresholdedRelu { alpha } => {
+            if x > alpha as f64 {
+                x
+            } else {
+                0.0
+            }
+        }
+        Activation::Swish { alpha } => x * sigmoid(alpha as f64 * x),
     }
 }
 

@@ -4,6 +4,7 @@
 //! checked against. Per-op kernels live in the submodules.
 
 mod elementwise;
+mod index;
 mod layout;
 mod linalg;
 mod norm;
@@ -105,6 +106,22 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
         Op::Reduce { op, axes, keepdims } => one(norm::reduce(*op, x, axes, *keepdims)?),
         Op::ArgReduce { max, axis, keepdims, last } => one(norm::arg_reduce(x, *max, *axis, *keepdims, *last)?),
         Op::Where => one(elementwise::where_(x, inputs[1], inputs[2])?),
+        Op::Activation(a) => one(elementwise::activation(x, *a)?),
+        Op::Gather { axis } => one(index::gather(x, inputs[1], *axis)?),
+        Op::GatherElements { axis } => one(index::gather_elements(x, inputs[1], *axis)?),
+        Op::GatherND { batch_dims } => one(index::gather_nd(x, inputs[1], *batch_dims)?),
+        Op::ScatterElements { axis, reduction } => {
+            one(index::scatter_elements(x, inputs[1], inputs[2], *axis, *reduction)?)
+        }
+        Op::ScatterND { reduction } => one(index::scatter_nd(x, inputs[1], inputs[2], *reduction)?),
+        Op::Slice { axes } => one(index::slice(x, axes)?),
+        Op::Expand { shape } => one(index::expand(x, shape)?),
+        Op::Tile { repeats } => one(index::tile(x, repeats)?),
+        Op::Normalize { axis, epsilon, rms } => {
+            one(norm::normalize(x, inputs[1], inputs.get(2).copied(), *axis, *epsilon, *rms)?)
+        }
+        Op::CumSum { axis, exclusive, reverse } => one(index::cumsum(x, *axis, *exclusive, *reverse)?),
+        Op::TopK { axis, k, largest } => index::topk(x, *axis, *k, *largest),
         Op::LeakyRelu { alpha } => one(elementwise::leaky_relu(x, *alpha)?),
         Op::Clip { min, max } => one(elementwise::clip(x, min.as_ref(), max.as_ref())?),
         Op::Softmax { axis, coerce_2d, log } => one(norm::softmax(x, *axis, *coerce_2d, *log)?),

@@ -156,3 +156,32 @@ pub(crate) fn arg_reduce(
     }
     crate::dispatch_tensor!(x, a, T => go::<T>(a, max, axis, keepdims, last))
 }
+
+/// LayerNormalization (or with `rms`, RMSNormalization) over the axes `axis..`, in f64.
+pub(crate) fn normalize(
+    x: &Tensor,
+    scale: &Tensor,
+    bias: Option<&Tensor>,
+    axis: usize,
+    epsilon: f32,
+    rms: bool,
+) -> Result<Tensor, KernelError> {
+    let (scale, bias) = (scale.to_f64_vec(), bias.map(Tensor::to_f64_vec));
+    fn go<T: Element>(a: &ArrayD<T>, scale: &[f64], bias: Option<&[f64]>, axis: usize, eps: f64, rms: bool) -> Tensor {
+        let inner: usize = a.shape()[axis..].iter().product();
+        let data: Vec<f64> = a.iter().map(|v| v.to_f64()).collect();
+        let mut out = Vec::with_capacity(data.len());
+        for row in data.chunks(inner.max(1)) {
+            let n = row.len() as f64;
+            let mean = if rms { 0.0 } else { row.iter().sum::<f64>() / n };
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+            let inv = 1.0 / (var + eps).sqrt();
+            for (j, v) in row.iter().enumerate() {
+                let y = (v - mean) * inv * scale[j] + bias.map_or(0.0, |b| b[j]);
+                out.push(T::from_f64(y));
+            }
+        }
+        T::into_tensor(ArrayD::from_shape_vec(IxDyn(a.shape()), out).expect("same element count"))
+    }
+    Ok(crate::dispatch_tensor!(x, a, T => go::<T>(a, &scale, bias.as_deref(), axis, epsilon as f64, rms)))
+}

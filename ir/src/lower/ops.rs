@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+mod indexing;
+
 use super::LowerError;
 use super::fuse::{Epilogue, Group};
 use crate::dtype::{DType, TensorType};
@@ -214,17 +216,23 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
     names.extend(group.fused.iter().map(|&c| graph.nodes[c].op.name().to_lowercase()));
     let mut fb = FuncBuilder::new(format!("{}_{k}", names.join("_")));
     // Ops that only move data see flat (or 3-d for Softmax) views of their tensors.
-    let view = |ty: &TensorType| -> Vec<usize> {
+    let view = |v: ValueId, ty: &TensorType| -> Vec<usize> {
         match &node.op {
             op if op.is_reshape_like() || op.is_identity_like() => vec![ty.num_elements()],
             Op::Softmax { axis, coerce_2d, .. } => softmax_view(&ty.shape, *axis, *coerce_2d).to_vec(),
+            Op::CumSum { axis, .. } | Op::TopK { axis, .. } => softmax_view(&ty.shape, *axis, false).to_vec(),
+            // x and y as [outer, inner], scale and bias as [inner].
+            Op::Normalize { axis, .. } if v == node.inputs[0] || node.outputs.contains(&v) => {
+                vec![ty.shape[..*axis].iter().product(), ty.shape[*axis..].iter().product()]
+            }
+            Op::Normalize { .. } => vec![ty.num_elements()],
             _ => ty.shape.clone(),
         }
     };
     let mut params: HashMap<ValueId, Operand> = HashMap::new();
     for &v in group.inputs.iter().chain(&group.outputs) {
         let ty = graph.ty(v);
-        let shape = view(ty);
+        let shape = view(v, ty);
         let name = graph.value(v).name.clone();
         let buf = fb.param(&name, ty.dtype, shape.clone());
         params.insert(v, Operand { buf, shape, dtype: ty.dtype });
@@ -290,6 +298,35 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
         Op::Where => elementwise(&mut fb, &out0(), &epi, |_, o| {
             Expr::select(ins[0].load_broadcast(o), ins[1].load_broadcast(o), ins[2].load_broadcast(o))
         }),
+        Op::Activation(a) => elementwise(&mut fb, &out0(), &epi, |_, o| {
+            let acc_t = acc_dtype(ins[0].dtype);
+            let v = indexing::activation_expr(*a, cast_to(acc_t, ins[0].load(o.to_vec()), ins[0].dtype), acc_t);
+            cast_to(ins[0].dtype, v, acc_t)
+        }),
+        Op::Gather { axis } => indexing::gather(&mut fb, &ins[0], &ins[1], *axis, &out0(), &epi),
+        Op::GatherElements { axis } => indexing::gather_elements(&mut fb, &ins[0], &ins[1], *axis, &out0(), &epi),
+        Op::GatherND { batch_dims } => indexing::gather_nd(&mut fb, &ins[0], &ins[1], *batch_dims, &out0(), &epi),
+        Op::ScatterElements { axis, reduction } => {
+            indexing::scatter_elements(&mut fb, &ins, *axis, *reduction, &out0())
+        }
+        Op::ScatterND { reduction } => indexing::scatter_nd(&mut fb, &ins, *reduction, &out0()),
+        Op::Slice { axes } => indexing::slice(&mut fb, &ins[0], axes, &out0(), &epi),
+        Op::Expand { .. } => elementwise(&mut fb, &out0(), &epi, |_, o| ins[0].load_broadcast(o)),
+        Op::Tile { .. } => indexing::tile(&mut fb, &ins[0], &out0(), &epi),
+        Op::Normalize { epsilon, rms, .. } => indexing::normalize(&mut fb, &ins, *epsilon, *rms, &out0()),
+        Op::CumSum { exclusive, reverse, .. } => indexing::cumsum(&mut fb, &ins[0], *exclusive, *reverse, &out0()),
+        Op::TopK { axis, largest, .. } => {
+            let mut stmts = Vec::new();
+            let values = outs[0].clone().unwrap_or_else(|| {
+                // Nothing reads the values: operator scratch takes them.
+                let shape = softmax_view(&graph.ty(node.outputs[0]).shape, *axis, false).to_vec();
+                let buf = fb.buffer("topk_values", ins[0].dtype, shape.clone(), Scope::Global);
+                stmts.push(Stmt::Allocate { buffer: buf, pools: vec![] });
+                Operand { buf, shape, dtype: ins[0].dtype }
+            });
+            stmts.push(indexing::topk(&mut fb, &ins[0], *largest, &values, outs.get(1).and_then(|o| o.as_ref())));
+            Stmt::seq(stmts)
+        }
         Op::LeakyRelu { alpha } => {
             elementwise(&mut fb, &out0(), &epi, |_, o| leaky_expr(ins[0].load(o.to_vec()), *alpha, ins[0].dtype))
         }

@@ -12,6 +12,10 @@ use crate::op::{
 };
 use crate::tensor::Tensor;
 
+mod build;
+mod composite;
+mod tensor_ops;
+
 use super::proto::{AttributeProto, NodeProto, attribute_type as at};
 use super::{ImportError, Importer, tensor_from_proto_within};
 
@@ -108,6 +112,43 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Xor", &[1, 7]),
     ("Not", &[1]),
     ("Where", &[9, 16]),
+    ("Gather", &[1, 11, 13]),
+    ("GatherElements", &[11, 13]),
+    ("GatherND", &[11, 12, 13]),
+    ("Scatter", &[9, 11]),
+    ("ScatterElements", &[11, 13, 16, 18]),
+    ("ScatterND", &[11, 13, 16, 18]),
+    ("Slice", &[1, 10, 11, 13]),
+    ("Split", &[1, 2, 11, 13, 18]),
+    ("Expand", &[8, 13]),
+    ("Tile", &[1, 6, 13]),
+    ("Range", &[11]),
+    ("EyeLike", &[9, 22]),
+    ("Trilu", &[14]),
+    ("CumSum", &[11, 14]),
+    ("TopK", &[1, 10, 11, 24]),
+    ("OneHot", &[9, 11]),
+    ("DepthToSpace", &[1, 11, 13]),
+    ("SpaceToDepth", &[1, 13]),
+    ("Hardmax", &[1, 11, 13]),
+    ("Elu", &[1, 6, 22]),
+    ("Selu", &[1, 6, 22]),
+    ("Celu", &[12]),
+    ("HardSigmoid", &[1, 6, 22]),
+    ("ThresholdedRelu", &[10, 22]),
+    ("Swish", &[24]),
+    ("LayerNormalization", &[17]),
+    ("RMSNormalization", &[23]),
+    ("InstanceNormalization", &[1, 6, 22]),
+    ("GroupNormalization", &[18, 21]),
+    ("LRN", &[1, 13]),
+    ("Sum", &[1, 6, 8, 13]),
+    ("Mean", &[1, 6, 8, 13]),
+    ("PRelu", &[1, 6, 7, 9, 16]),
+    ("IsNaN", &[9, 13, 20]),
+    ("IsInf", &[10, 20]),
+    ("NegativeLogLikelihoodLoss", &[12, 13, 22]),
+    ("SoftmaxCrossEntropyLoss", &[12, 13]),
 ];
 
 /// The schema version of `op_type` that a model importing `opset` uses, if Heron supports the op.
@@ -222,6 +263,29 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
     match node.op_type.as_str() {
         "Constant" => return import_constant(im, &ctx),
         "Shape" | "Size" => return import_shape(im, &ctx),
+        "Gather" | "GatherElements" | "GatherND" | "Scatter" | "ScatterElements" | "ScatterND" | "Slice" | "Split"
+        | "Expand" | "Tile" | "Range" | "EyeLike" | "Trilu" | "CumSum" | "TopK" | "OneHot" | "DepthToSpace"
+        | "SpaceToDepth" | "Hardmax" => return tensor_ops::import(im, &ctx),
+        "Elu"
+        | "Selu"
+        | "Celu"
+        | "HardSigmoid"
+        | "ThresholdedRelu"
+        | "Swish"
+        | "LayerNormalization"
+        | "RMSNormalization"
+        | "InstanceNormalization"
+        | "GroupNormalization"
+        | "LRN"
+        | "Sum"
+        | "Mean"
+        | "PRelu"
+        | "IsNaN"
+        | "IsInf"
+        | "NegativeLogLikelihoodLoss"
+        | "SoftmaxCrossEntropyLoss" => {
+            return composite::import(im, &ctx);
+        }
         _ => {}
     }
     let (op, operand_names) = translate(im, &ctx)?;

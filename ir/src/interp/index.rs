@@ -1,0 +1,322 @@
+//! Indexing kernels: Gather, GatherElements, GatherND, ScatterElements, ScatterND, Slice, Expand,
+//! Tile, CumSum and TopK. Data is read through row-major flat offsets; every index read from a
+//! tensor is checked before it is used.
+
+use ndarray::{ArrayD, IxDyn};
+
+use crate::op::{ScatterReduction, SliceAxis};
+use crate::tensor::{Element, Tensor};
+
+use super::KernelError;
+use super::elementwise::{from_i128, to_i128};
+
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// The row-major coordinates of flat offset `flat` in `shape`.
+fn unravel(mut flat: usize, shape: &[usize], out: &mut [usize]) {
+    for d in (0..shape.len()).rev() {
+        out[d] = flat % shape[d].max(1);
+        flat /= shape[d].max(1);
+    }
+}
+
+/// An index read from a tensor, counted from the end when negative; out of `-n..n` is an error.
+fn resolve(i: i64, n: usize, what: &str) -> Result<usize, KernelError> {
+    let r = if i < 0 { i + n as i64 } else { i };
+    if r < 0 || r >= n as i64 {
+        return Err(format!("{what} index {i} is out of range for an axis of size {n}").into());
+    }
+    Ok(r as usize)
+}
+
+fn flat_data<T: Element>(a: &ArrayD<T>) -> Vec<T> {
+    a.iter().copied().collect()
+}
+
+fn indices_of(t: &Tensor) -> Result<Vec<i64>, KernelError> {
+    t.to_i64_vec().ok_or_else(|| "indices must be integers".into())
+}
+
+fn build<T: Element>(shape: &[usize], data: Vec<T>) -> Result<Tensor, KernelError> {
+    Ok(T::into_tensor(ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| e.to_string())?))
+}
+
+pub(crate) fn gather(x: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, indices: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
+        let shape = a.shape();
+        let n = shape[axis];
+        let idx = indices_of(indices)?.iter().map(|&i| resolve(i, n, "Gather")).collect::<Result<Vec<_>, _>>()?;
+        let outer: usize = shape[..axis].iter().product();
+        let inner: usize = shape[axis + 1..].iter().product();
+        let data = flat_data(a);
+        let mut out = Vec::with_capacity(outer * idx.len() * inner);
+        for o in 0..outer {
+            for &j in &idx {
+                let base = (o * n + j) * inner;
+                out.extend_from_slice(&data[base..base + inner]);
+            }
+        }
+        let mut out_shape = shape[..axis].to_vec();
+        out_shape.extend_from_slice(indices.shape());
+        out_shape.extend_from_slice(&shape[axis + 1..]);
+        build(&out_shape, out)
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, indices, axis))
+}
+
+/// The data offset each position of `indices` (shaped like it) addresses along `axis`.
+fn element_offsets(data_shape: &[usize], indices: &Tensor, axis: usize, what: &str) -> Result<Vec<usize>, KernelError> {
+    let ishape = indices.shape();
+    let ds = strides(data_shape);
+    let mut coord = vec![0; ishape.len()];
+    indices_of(indices)?
+        .iter()
+        .enumerate()
+        .map(|(p, &i)| {
+            unravel(p, ishape, &mut coord);
+            coord[axis] = resolve(i, data_shape[axis], what)?;
+            Ok(coord.iter().zip(&ds).map(|(c, s)| c * s).sum())
+        })
+        .collect()
+}
+
+pub(crate) fn gather_elements(x: &Tensor, indices: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, indices: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
+        let data = flat_data(a);
+        let offsets = element_offsets(a.shape(), indices, axis, "GatherElements")?;
+        build(indices.shape(), offsets.iter().map(|&o| data[o]).collect())
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, indices, axis))
+}
+
+/// For GatherND/ScatterND: the data offset of every index tuple (the indices' last axis) and
+/// the length of the contiguous slice each addresses.
+fn tuple_offsets(
+    data_shape: &[usize],
+    indices: &Tensor,
+    batch_dims: usize,
+) -> Result<(Vec<usize>, usize), KernelError> {
+    let ishape = indices.shape();
+    let k = *ishape.last().ok_or("indices must have rank >= 1")?;
+    let ds = strides(data_shape);
+    let slice: usize = data_shape[batch_dims + k..].iter().product();
+    let batch_stride: usize = data_shape[batch_dims..].iter().product();
+    let per_batch: usize = ishape[batch_dims..ishape.len() - 1].iter().product();
+    let idx = indices_of(indices)?;
+    let tuples = idx.len() / k.max(1);
+    let mut out = Vec::with_capacity(tuples);
+    for t in 0..if k == 0 { ishape[..ishape.len() - 1].iter().product() } else { tuples } {
+        let mut off = (t / per_batch.max(1)) * batch_stride;
+        for j in 0..k {
+            let d = batch_dims + j;
+            off += resolve(idx[t * k + j], data_shape[d], "GatherND/ScatterND")? * ds[d];
+        }
+        out.push(off);
+    }
+    Ok((out, slice))
+}
+
+pub(crate) fn gather_nd(x: &Tensor, indices: &Tensor, batch_dims: usize) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, indices: &Tensor, batch_dims: usize) -> Result<Tensor, KernelError> {
+        let out_shape = crate::infer::gather_nd_shape(a.shape(), indices.shape(), batch_dims)?;
+        let data = flat_data(a);
+        let (offsets, len) = tuple_offsets(a.shape(), indices, batch_dims)?;
+        let mut out = Vec::with_capacity(offsets.len() * len);
+        for o in offsets {
+            out.extend_from_slice(&data[o..o + len]);
+        }
+        build(&out_shape, out)
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, indices, batch_dims))
+}
+
+fn combine<T: Element>(old: T, new: T, reduction: ScatterReduction) -> T {
+    let wide = |f: fn(f64, f64) -> f64, g: fn(i128, i128) -> i128| {
+        if T::DTYPE.is_float() {
+            T::from_f64(f(old.to_f64(), new.to_f64()))
+        } else {
+            from_i128(g(to_i128(old), to_i128(new)))
+        }
+    };
+    match reduction {
+        ScatterReduction::None => new,
+        ScatterReduction::Add => wide(|a, b| a + b, i128::wrapping_add),
+        ScatterReduction::Mul => wide(|a, b| a * b, i128::wrapping_mul),
+        ScatterReduction::Max => wide(f64::max, i128::max),
+        ScatterReduction::Min => wide(f64::min, i128::min),
+    }
+}
+
+pub(crate) fn scatter_elements(
+    x: &Tensor,
+    indices: &Tensor,
+    updates: &Tensor,
+    axis: usize,
+    reduction: ScatterReduction,
+) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(
+        a: &ArrayD<T>,
+        indices: &Tensor,
+        updates: &Tensor,
+        axis: usize,
+        reduction: ScatterReduction,
+    ) -> Result<Tensor, KernelError> {
+        let upd = flat_data(T::array(updates).ok_or("updates differ in element type")?);
+        let mut data = flat_data(a);
+        for (o, u) in element_offsets(a.shape(), indices, axis, "ScatterElements")?.into_iter().zip(upd) {
+            data[o] = combine(data[o], u, reduction);
+        }
+        build(a.shape(), data)
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, indices, updates, axis, reduction))
+}
+
+pub(crate) fn scatter_nd(
+    x: &Tensor,
+    indices: &Tensor,
+    updates: &Tensor,
+    reduction: ScatterReduction,
+) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(
+        a: &ArrayD<T>,
+        indices: &Tensor,
+        updates: &Tensor,
+        reduction: ScatterReduction,
+    ) -> Result<Tensor, KernelError> {
+        let upd = flat_data(T::array(updates).ok_or("updates differ in element type")?);
+        let mut data = flat_data(a);
+        let (offsets, len) = tuple_offsets(a.shape(), indices, 0)?;
+        for (t, o) in offsets.into_iter().enumerate() {
+            for j in 0..len {
+                data[o + j] = combine(data[o + j], upd[t * len + j], reduction);
+            }
+        }
+        build(a.shape(), data)
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, indices, updates, reduction))
+}
+
+pub(crate) fn slice(x: &Tensor, axes: &[SliceAxis]) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, axes: &[SliceAxis]) -> Tensor {
+        let shape: Vec<usize> = axes.iter().map(|s| s.len).collect();
+        let mut src = vec![0usize; axes.len()];
+        T::into_tensor(ArrayD::from_shape_fn(IxDyn(&shape), |o| {
+            for (d, s) in axes.iter().enumerate() {
+                src[d] = (s.start as i64 + o[d] as i64 * s.step) as usize;
+            }
+            a[IxDyn(&src)]
+        }))
+    }
+    Ok(dispatch_tensor!(x, a, T => go::<T>(a, axes)))
+}
+
+pub(crate) fn expand(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, shape: &[usize]) -> Result<Tensor, KernelError> {
+        let out = crate::infer::broadcast_shapes(a.shape(), shape)?;
+        Ok(T::into_tensor(a.broadcast(IxDyn(&out)).ok_or("Expand: shapes do not broadcast")?.to_owned()))
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, shape))
+}
+
+pub(crate) fn tile(x: &Tensor, repeats: &[usize]) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, repeats: &[usize]) -> Tensor {
+        let shape: Vec<usize> = a.shape().iter().zip(repeats).map(|(n, r)| n * r).collect();
+        let mut src = vec![0usize; shape.len()];
+        T::into_tensor(ArrayD::from_shape_fn(IxDyn(&shape), |o| {
+            for d in 0..src.len() {
+                src[d] = o[d] % a.shape()[d];
+            }
+            a[IxDyn(&src)]
+        }))
+    }
+    Ok(dispatch_tensor!(x, a, T => go::<T>(a, repeats)))
+}
+
+/// The outer count, axis length and inner count of `shape` around `axis`.
+fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
+}
+
+pub(crate) fn cumsum(x: &Tensor, axis: usize, exclusive: bool, reverse: bool) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, axis: usize, exclusive: bool, reverse: bool) -> Result<Tensor, KernelError> {
+        let (outer, n, inner) = around(a.shape(), axis);
+        let data = flat_data(a);
+        let mut out = vec![T::default(); data.len()];
+        for o in 0..outer {
+            for i in 0..inner {
+                let (mut fsum, mut isum) = (0f64, 0i128);
+                for step in 0..n {
+                    let l = if reverse { n - 1 - step } else { step };
+                    let p = (o * n + l) * inner + i;
+                    let v = data[p];
+                    if !exclusive {
+                        fsum += v.to_f64();
+                        isum = isum.wrapping_add(to_i128(v));
+                    }
+                    out[p] = if T::DTYPE.is_float() { T::from_f64(fsum) } else { from_i128(isum) };
+                    if exclusive {
+                        fsum += v.to_f64();
+                        isum = isum.wrapping_add(to_i128(v));
+                    }
+                }
+            }
+        }
+        build(a.shape(), out)
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, axis, exclusive, reverse))
+}
+
+/// Whether `a` (at index `i`) comes before `b` (at `j`) in TopK's order: larger (or smaller)
+/// first, NaN above every number, the lower index first among equals.
+fn topk_before<T: Element>(a: T, i: usize, b: T, j: usize, largest: bool) -> bool {
+    #[allow(clippy::eq_op)]
+    let nan = |v: T| v != v;
+    let ord = match (nan(a), nan(b)) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Greater,
+        (false, true) => std::cmp::Ordering::Less,
+        (false, false) => a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal),
+    };
+    let ord = if largest { ord.reverse() } else { ord };
+    ord.then(i.cmp(&j)).is_lt()
+}
+
+pub(crate) fn topk(x: &Tensor, axis: usize, k: usize, largest: bool) -> Result<Vec<Tensor>, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, axis: usize, k: usize, largest: bool) -> Result<Vec<Tensor>, KernelError> {
+        let (outer, n, inner) = around(a.shape(), axis);
+        let data = flat_data(a);
+        let mut out_shape = a.shape().to_vec();
+        out_shape[axis] = k;
+        let (mut values, mut indices) = (vec![T::default(); outer * k * inner], vec![0i64; outer * k * inner]);
+        let mut order: Vec<usize> = Vec::with_capacity(n);
+        for o in 0..outer {
+            for i in 0..inner {
+                let at = |l: usize| data[(o * n + l) * inner + i];
+                order.clear();
+                order.extend(0..n);
+                order.sort_by(|&p, &q| {
+                    if p == q {
+                        std::cmp::Ordering::Equal
+                    } else if topk_before(at(p), p, at(q), q, largest) {
+                        std::cmp::Ordering::Less
+                    } else {
+                        std::cmp::Ordering::Greater
+                    }
+                });
+                for (r, &l) in order[..k].iter().enumerate() {
+                    values[(o * k + r) * inner + i] = at(l);
+                    indices[(o * k + r) * inner + i] = l as i64;
+                }
+            }
+        }
+        Ok(vec![build(&out_shape, values)?, build(&out_shape, indices)?])
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, axis, k, largest))
+}

@@ -1,0 +1,329 @@
+//! Operators translated into several graph nodes, following the function bodies the ONNX
+//! schemas define: normalizations (with their optional statistics outputs), LRN, Sum/Mean,
+//! PRelu, IsNaN/IsInf, the loss functions; and the parametric activations.
+
+use crate::dtype::{DType, TensorType};
+use crate::graph::ValueId;
+use crate::op::{Activation, BinaryOp, CompareOp, LogicalOp, Op, PoolAttrs, ReduceOp, UnaryOp, Window};
+use crate::tensor::Tensor;
+
+use super::super::{ImportError, Importer};
+use super::build::{constant, output, scalar, step, wants};
+use super::tensor_ops::input_id;
+use super::{NodeCtx, input_type, norm_axis};
+
+pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let activation = |a: Activation| -> Result<(Op, Vec<ValueId>), ImportError> {
+        Ok((Op::Activation(a), vec![input_id(im, ctx, 0)?]))
+    };
+    let (op, ins) = match ctx.node.op_type.as_str() {
+        "Elu" => activation(Activation::Elu { alpha: ctx.float("alpha", 1.0)? })?,
+        "Selu" => activation(Activation::Selu {
+            alpha: ctx.float("alpha", 1.673_263_2)?,
+            gamma: ctx.float("gamma", 1.050_701)?,
+        })?,
+        "Celu" => activation(Activation::Celu { alpha: ctx.float("alpha", 1.0)? })?,
+        "HardSigmoid" => {
+            activation(Activation::HardSigmoid { alpha: ctx.float("alpha", 0.2)?, beta: ctx.float("beta", 0.5)? })?
+        }
+        "ThresholdedRelu" => activation(Activation::ThresholdedRelu { alpha: ctx.float("alpha", 1.0)? })?,
+        "Swish" => activation(Activation::Swish { alpha: ctx.float("alpha", 1.0)? })?,
+        "LayerNormalization" | "RMSNormalization" => return layer_norm(im, ctx),
+        "InstanceNormalization" => return instance_norm(im, ctx),
+        "GroupNormalization" => return group_norm(im, ctx),
+        "LRN" => return lrn(im, ctx),
+        "Sum" | "Mean" => return sum_mean(im, ctx),
+        "PRelu" => {
+            let x = input_type(im, ctx, 0)?;
+            let (xin, slope) = (input_id(im, ctx, 0)?, input_id(im, ctx, 1)?);
+            let zero = scalar(im, ctx, "zero", x.dtype, 0.0);
+            let negative = step(im, ctx, "negative", Op::Compare(CompareOp::Less), &[xin, zero])?;
+            let scaled = step(im, ctx, "scaled", Op::Binary(BinaryOp::Mul), &[xin, slope])?;
+            (Op::Where, vec![negative, scaled, xin])
+        }
+        "IsNaN" => {
+            let xin = input_id(im, ctx, 0)?;
+            let same = step(im, ctx, "self_equal", Op::Compare(CompareOp::Equal), &[xin, xin])?;
+            (Op::Not, vec![same])
+        }
+        "IsInf" => {
+            let x = input_type(im, ctx, 0)?;
+            let xin = input_id(im, ctx, 0)?;
+            let (pos, neg) = (ctx.flag("detect_positive", true)?, ctx.flag("detect_negative", true)?);
+            let inf = |im: &mut Importer<'_>, what: &str, v: f64| scalar(im, ctx, what, x.dtype, v);
+            match (pos, neg) {
+                (true, true) => {
+                    let p = inf(im, "inf", f64::INFINITY);
+                    let n = inf(im, "neg_inf", f64::NEG_INFINITY);
+                    let is_p = step(im, ctx, "is_pos", Op::Compare(CompareOp::Equal), &[xin, p])?;
+                    let is_n = step(im, ctx, "is_neg", Op::Compare(CompareOp::Equal), &[xin, n])?;
+                    (Op::Logical(LogicalOp::Or), vec![is_p, is_n])
+                }
+                // Nothing equals NaN: neither sign detected is all false.
+                (p, n) => {
+                    let v = if p {
+                        f64::INFINITY
+                    } else if n {
+                        f64::NEG_INFINITY
+                    } else {
+                        f64::NAN
+                    };
+                    (Op::Compare(CompareOp::Equal), vec![xin, inf(im, "target", v)])
+                }
+            }
+        }
+        "NegativeLogLikelihoodLoss" => {
+            let x = input_type(im, ctx, 0)?;
+            let (xin, target) = (input_id(im, ctx, 0)?, input_id(im, ctx, 1)?);
+            let weight = ctx.input(2).map(|_| input_id(im, ctx, 2)).transpose()?;
+            return nll(im, ctx, (xin, &x), target, weight);
+        }
+        "SoftmaxCrossEntropyLoss" => {
+            let x = input_type(im, ctx, 0)?;
+            if x.rank() < 2 {
+                return Err(ctx.bad(format!("scores must have rank >= 2, got {:?}", x.shape)));
+            }
+            let xin = input_id(im, ctx, 0)?;
+            let log_prob = step(im, ctx, "log_prob", Op::Softmax { axis: 1, coerce_2d: false, log: true }, &[xin])?;
+            let (target, weight) = (input_id(im, ctx, 1)?, ctx.input(2).map(|_| input_id(im, ctx, 2)).transpose()?);
+            if wants(ctx, 1) {
+                output(im, ctx, 1, Op::Identity, &[log_prob])?;
+            }
+            return nll(im, ctx, (log_prob, &x), target, weight);
+        }
+        other => return Err(ctx.bad(format!("no translation for {other}"))),
+    };
+    output(im, ctx, 0, op, &ins)
+}
+
+/// `p` broadcast to `shape` (an Expand node when its shape differs).
+fn expand_to(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, p: ValueId, shape: &[usize]) -> Result<ValueId, ImportError> {
+    if im.graph.ty(p).shape == shape {
+        return Ok(p);
+    }
+    step(im, ctx, "expanded", Op::Expand { shape: shape.to_vec() }, &[p])
+}
+
+fn ones(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, dtype: DType, shape: &[usize]) -> Result<ValueId, ImportError> {
+    let n = shape.iter().product();
+    let t = Tensor::from_vec::<f64>(shape, vec![1.0; n]).map_err(|e| ctx.bad(e))?.cast(dtype);
+    Ok(constant(im, ctx, "ones", t))
+}
+
+fn layer_norm(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let axis = norm_axis(ctx, "axis", ctx.int("axis", -1)?, x.rank())?;
+    let epsilon = ctx.float("epsilon", 1e-5)?;
+    let rms = ctx.node.op_type == "RMSNormalization";
+    let xin = input_id(im, ctx, 0)?;
+    let normalized = x.shape[axis..].to_vec();
+    let scale = input_id(im, ctx, 1)?;
+    let bias = if rms { None } else { ctx.input(2).map(|_| input_id(im, ctx, 2)).transpose()? };
+    if !(wants(ctx, 1) || wants(ctx, 2)) {
+        let mut ins = vec![xin, expand_to(im, ctx, scale, &normalized)?];
+        if let Some(b) = bias {
+            ins.push(expand_to(im, ctx, b, &normalized)?);
+        }
+        return output(im, ctx, 0, Op::Normalize { axis, epsilon, rms }, &ins);
+    }
+    // The statistics are wanted too: the schema's function body, node by node.
+    let axes: Vec<usize> = (axis..x.rank()).collect();
+    let mean_op = Op::Reduce { op: ReduceOp::Mean, axes: axes.clone(), keepdims: true };
+    let mean = step(im, ctx, "mean", mean_op.clone(), &[xin])?;
+    let d = step(im, ctx, "centered", Op::Binary(BinaryOp::Sub), &[xin, mean])?;
+    let sq = step(im, ctx, "squared", Op::Binary(BinaryOp::Mul), &[d, d])?;
+    let var = step(im, ctx, "variance", mean_op, &[sq])?;
+    let eps = scalar(im, ctx, "epsilon", x.dtype, epsilon as f64);
+    let var_eps = step(im, ctx, "variance_eps", Op::Binary(BinaryOp::Add), &[var, eps])?;
+    let std = step(im, ctx, "std", Op::Unary(UnaryOp::Sqrt), &[var_eps])?;
+    let inv = step(im, ctx, "inv_std", Op::Unary(UnaryOp::Reciprocal), &[std])?;
+    let normed = step(im, ctx, "normalized", Op::Binary(BinaryOp::Mul), &[d, inv])?;
+    match bias {
+        Some(b) => {
+            let scaled = step(im, ctx, "scaled", Op::Binary(BinaryOp::Mul), &[normed, scale])?;
+            output(im, ctx, 0, Op::Binary(BinaryOp::Add), &[scaled, b])?;
+        }
+        None => output(im, ctx, 0, Op::Binary(BinaryOp::Mul), &[normed, scale])?,
+    }
+    output(im, ctx, 1, Op::Identity, &[mean])?;
+    output(im, ctx, 2, Op::Identity, &[inv])
+}
+
+/// `[C]` reshaped to broadcast along axis 1 of a rank-`rank` tensor.
+fn per_channel(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, p: ValueId, rank: usize) -> Result<ValueId, ImportError> {
+    let c = im.graph.ty(p).num_elements();
+    let mut shape = vec![1; rank - 1];
+    shape[0] = c;
+    step(im, ctx, "per_channel", Op::Reshape { shape }, &[p])
+}
+
+fn instance_norm(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    if x.rank() < 3 {
+        return Err(ctx.bad(format!("input must have rank >= 3, got {:?}", x.shape)));
+    }
+    let epsilon = ctx.float("epsilon", 1e-5)?;
+    let xin = input_id(im, ctx, 0)?;
+    let one = ones(im, ctx, x.dtype, &x.shape[2..])?;
+    let normed = step(im, ctx, "normalized", Op::Normalize { axis: 2, epsilon, rms: false }, &[xin, one])?;
+    let scale = input_id(im, ctx, 1)?;
+    let scale = per_channel(im, ctx, scale, x.rank())?;
+    let bias = input_id(im, ctx, 2)?;
+    let bias = per_channel(im, ctx, bias, x.rank())?;
+    let scaled = step(im, ctx, "scaled", Op::Binary(BinaryOp::Mul), &[normed, scale])?;
+    output(im, ctx, 0, Op::Binary(BinaryOp::Add), &[scaled, bias])
+}
+
+fn group_norm(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let groups = ctx.int("num_groups", 0)?;
+    let c = x.shape.get(1).copied().unwrap_or(0);
+    if x.rank() < 3 || groups < 1 || !c.is_multiple_of(groups as usize) {
+        return Err(ctx.bad(format!("input {:?} does not split into num_groups = {groups}", x.shape)));
+    }
+    let g = groups as usize;
+    let epsilon = ctx.float("epsilon", 1e-5)?;
+    let rest = x.num_elements() / (x.shape[0] * g).max(1);
+    let xin = input_id(im, ctx, 0)?;
+    let grouped = step(im, ctx, "grouped", Op::Reshape { shape: vec![x.shape[0], g, rest] }, &[xin])?;
+    let one = ones(im, ctx, x.dtype, &[rest])?;
+    let normed = step(im, ctx, "normalized", Op::Normalize { axis: 2, epsilon, rms: false }, &[grouped, one])?;
+    let (scale, bias) = (input_id(im, ctx, 1)?, input_id(im, ctx, 2)?);
+    if ctx.version < 21 {
+        // Version 18: one scale and bias per group.
+        let scale = step(im, ctx, "group_scale", Op::Reshape { shape: vec![g, 1] }, &[scale])?;
+        let bias = step(im, ctx, "group_bias", Op::Reshape { shape: vec![g, 1] }, &[bias])?;
+        let scaled = step(im, ctx, "scaled", Op::Binary(BinaryOp::Mul), &[normed, scale])?;
+        let shifted = step(im, ctx, "shifted", Op::Binary(BinaryOp::Add), &[scaled, bias])?;
+        return output(im, ctx, 0, Op::Reshape { shape: x.shape.clone() }, &[shifted]);
+    }
+    let back = step(im, ctx, "ungrouped", Op::Reshape { shape: x.shape.clone() }, &[normed])?;
+    let scale = per_channel(im, ctx, scale, x.rank())?;
+    let bias = per_channel(im, ctx, bias, x.rank())?;
+    let scaled = step(im, ctx, "scaled", Op::Binary(BinaryOp::Mul), &[back, scale])?;
+    output(im, ctx, 0, Op::Binary(BinaryOp::Add), &[scaled, bias])
+}
+
+/// LRN: the sum of squares over a window of channels is an average pool (padding counted) of
+/// the squares seen as `[N, 1, C, spatial]`, times the window size.
+fn lrn(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let size = ctx.attr("size", super::at::INT)?.ok_or_else(|| ctx.bad_attr("size", "is required"))?.i;
+    if x.rank() < 3 || size < 1 {
+        return Err(ctx.bad(format!("needs rank >= 3 and size >= 1, got {:?} and {size}", x.shape)));
+    }
+    let size = size as usize;
+    let (alpha, beta, bias) = (ctx.float("alpha", 1e-4)?, ctx.float("beta", 0.75)?, ctx.float("bias", 1.0)?);
+    let xin = input_id(im, ctx, 0)?;
+    let spatial: usize = x.shape[2..].iter().product();
+    let sq = step(im, ctx, "squared", Op::Binary(BinaryOp::Mul), &[xin, xin])?;
+    let view = step(im, ctx, "channels", Op::Reshape { shape: vec![x.shape[0], 1, x.shape[1], spatial] }, &[sq])?;
+    let before = (size - 1) / 2;
+    let window = Window {
+        kernel: vec![size, 1],
+        strides: vec![1, 1],
+        dilations: vec![1, 1],
+        pads_begin: vec![before, 0],
+        pads_end: vec![size - 1 - before, 0],
+    };
+    let pool = Op::AveragePool { pool: PoolAttrs { window, ceil_mode: false }, count_include_pad: true };
+    let avg = step(im, ctx, "window_mean", pool, &[view])?;
+    let avg = step(im, ctx, "window_mean_nd", Op::Reshape { shape: x.shape.clone() }, &[avg])?;
+    let a = scalar(im, ctx, "alpha", x.dtype, alpha as f64);
+    let b = scalar(im, ctx, "bias", x.dtype, bias as f64);
+    let e = scalar(im, ctx, "beta", x.dtype, beta as f64);
+    let scaled = step(im, ctx, "scaled", Op::Binary(BinaryOp::Mul), &[avg, a])?;
+    let base = step(im, ctx, "base", Op::Binary(BinaryOp::Add), &[scaled, b])?;
+    let den = step(im, ctx, "denominator", Op::Binary(BinaryOp::Pow), &[base, e])?;
+    output(im, ctx, 0, Op::Binary(BinaryOp::Div), &[xin, den])
+}
+
+fn sum_mean(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let names: Vec<&str> = (0..ctx.node.input.len()).filter_map(|i| ctx.input(i)).collect();
+    let ids = names.iter().map(|n| im.value(ctx.name, n)).collect::<Result<Vec<_>, _>>()?;
+    let Some((&first, rest)) = ids.split_first() else {
+        return Err(ctx.bad("needs at least one input"));
+    };
+    let mean = ctx.node.op_type == "Mean";
+    if rest.is_empty() {
+        return output(im, ctx, 0, Op::Identity, &[first]);
+    }
+    let mut acc = first;
+    for (i, &v) in rest.iter().enumerate() {
+        if i + 1 == rest.len() && !mean {
+            return output(im, ctx, 0, Op::Binary(BinaryOp::Add), &[acc, v]);
+        }
+        acc = step(im, ctx, &format!("partial{i}"), Op::Binary(BinaryOp::Add), &[acc, v])?;
+    }
+    let n = scalar(im, ctx, "count", im.graph.ty(first).dtype, ids.len() as f64);
+    output(im, ctx, 0, Op::Binary(BinaryOp::Div), &[acc, n])
+}
+
+/// NegativeLogLikelihoodLoss of `input` ([N, C, d...], log-probabilities) against `target`
+/// ([N, d...]), with optional class weights, `ignore_index` and the reduction.
+fn nll(
+    im: &mut Importer<'_>,
+    ctx: &NodeCtx<'_>,
+    (input, x): (ValueId, &TensorType),
+    target: ValueId,
+    weight: Option<ValueId>,
+) -> Result<(), ImportError> {
+    if x.rank() < 2 {
+        return Err(ctx.bad(format!("input must have rank >= 2, got {:?}", x.shape)));
+    }
+    let reduction = ctx.string("reduction", "mean")?;
+    if !matches!(reduction.as_str(), "none" | "sum" | "mean") {
+        return Err(ctx.bad_attr("reduction", format!("'{reduction}' is not none, sum or mean")));
+    }
+    let mut t = target;
+    if im.graph.ty(t).dtype != DType::I64 {
+        t = step(im, ctx, "target", Op::Cast { to: DType::I64 }, &[t])?;
+    }
+    let keep = match ctx.attr("ignore_index", super::at::INT)? {
+        Some(a) => {
+            let ignore = scalar(im, ctx, "ignore_index", DType::I64, a.i as f64);
+            let ignored = step(im, ctx, "ignored", Op::Compare(CompareOp::Equal), &[t, ignore])?;
+            let keep = step(im, ctx, "kept", Op::Not, &[ignored])?;
+            let zero = scalar(im, ctx, "zero_index", DType::I64, 0.0);
+            t = step(im, ctx, "safe_target", Op::Where, &[keep, t, zero])?;
+            Some(keep)
+        }
+        None => None,
+    };
+    let t1 = step(im, ctx, "target_1", Op::Unsqueeze { axes: vec![1] }, &[t])?;
+    let picked = step(im, ctx, "picked", Op::GatherElements { axis: 1 }, &[input, t1])?;
+    let picked = step(im, ctx, "picked_nd", Op::Squeeze { axes: vec![1] }, &[picked])?;
+    let mut w = match weight {
+        Some(w) => Some(step(im, ctx, "weight", Op::Gather { axis: 0 }, &[w, t])?),
+        None => None,
+    };
+    if let Some(keep) = keep {
+        let one = scalar(im, ctx, "one", x.dtype, 1.0);
+        let zero = scalar(im, ctx, "zero", x.dtype, 0.0);
+        w = Some(step(im, ctx, "kept_weight", Op::Where, &[keep, w.unwrap_or(one), zero])?);
+    }
+    let weighted = match w {
+        Some(w) => step(im, ctx, "weighted", Op::Binary(BinaryOp::Mul), &[picked, w])?,
+        None => picked,
+    };
+    let all: Vec<usize> = (0..im.graph.ty(weighted).rank()).collect();
+    let sum = |axes: &[usize]| Op::Reduce { op: ReduceOp::Sum, axes: axes.to_vec(), keepdims: false };
+    match (reduction.as_str(), w) {
+        ("none", _) => output(im, ctx, 0, Op::Unary(UnaryOp::Neg), &[weighted]),
+        ("sum", _) => {
+            let total = step(im, ctx, "total", sum(&all), &[weighted])?;
+            output(im, ctx, 0, Op::Unary(UnaryOp::Neg), &[total])
+        }
+        (_, None) => {
+            let mean =
+                step(im, ctx, "mean", Op::Reduce { op: ReduceOp::Mean, axes: all, keepdims: false }, &[weighted])?;
+            output(im, ctx, 0, Op::Unary(UnaryOp::Neg), &[mean])
+        }
+        (_, Some(w)) => {
+            let total = step(im, ctx, "total", sum(&all), &[weighted])?;
+            let wsum = step(im, ctx, "weight_total", sum(&all), &[w])?;
+            let neg = step(im, ctx, "negated", Op::Unary(UnaryOp::Neg), &[total])?;
+            output(im, ctx, 0, Op::Binary(BinaryOp::Div), &[neg, wsum])
+        }
+    }
+}

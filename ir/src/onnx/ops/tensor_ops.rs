@@ -1,0 +1,394 @@
+//! Indexing and data-movement operators: Gather family, Scatter family, Slice, Split, Expand,
+//! Tile, Range, EyeLike, Trilu, CumSum, TopK, OneHot, DepthToSpace, SpaceToDepth, Hardmax.
+
+use crate::dtype::{DType, TensorType};
+use crate::graph::ValueId;
+use crate::op::{CompareOp, Op, ScatterReduction, SliceAxis};
+use crate::tensor::Tensor;
+
+use super::super::{ImportError, Importer};
+use super::build::{constant, output, scalar, step, wants};
+use super::{NodeCtx, const_ints, input_type, norm_axis, to_usizes};
+
+/// The value of input `i` (required).
+pub(super) fn input_id(im: &Importer<'_>, ctx: &NodeCtx<'_>, i: usize) -> Result<ValueId, ImportError> {
+    let name = ctx.input(i).ok_or_else(|| ctx.bad(format!("input {i} is required")))?;
+    im.value(ctx.name, name)
+}
+
+/// A scalar compile-time integer input (Range, CumSum's axis, TopK's k, OneHot's depth).
+fn const_scalar(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) -> Result<i64, ImportError> {
+    let v = const_ints(im, ctx, i, what)?.ok_or_else(|| ctx.bad(format!("input {i} ({what}) is required")))?;
+    match v.as_slice() {
+        [x] => Ok(*x),
+        _ => Err(ctx.bad(format!("{what} must hold one value, got {}", v.len()))),
+    }
+}
+
+pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let v = ctx.version;
+    match ctx.node.op_type.as_str() {
+        "Gather" => {
+            let x = input_type(im, ctx, 0)?;
+            let axis = norm_axis(ctx, "axis", ctx.int("axis", 0)?, x.rank())?;
+            let ins = [input_id(im, ctx, 0)?, input_id(im, ctx, 1)?];
+            output(im, ctx, 0, Op::Gather { axis }, &ins)
+        }
+        "GatherElements" => {
+            let x = input_type(im, ctx, 0)?;
+            let axis = norm_axis(ctx, "axis", ctx.int("axis", 0)?, x.rank())?;
+            let ins = [input_id(im, ctx, 0)?, input_id(im, ctx, 1)?];
+            output(im, ctx, 0, Op::GatherElements { axis }, &ins)
+        }
+        "GatherND" => {
+            let batch_dims = if v >= 12 { ctx.int("batch_dims", 0)? } else { 0 };
+            let batch_dims = to_usizes(ctx, "batch_dims", &[batch_dims], 0)?[0];
+            let ins = [input_id(im, ctx, 0)?, input_id(im, ctx, 1)?];
+            output(im, ctx, 0, Op::GatherND { batch_dims }, &ins)
+        }
+        "ScatterElements" | "Scatter" | "ScatterND" => {
+            let reduction = match ctx.string("reduction", "none")?.as_str() {
+                "none" => ScatterReduction::None,
+                "add" if v >= 16 => ScatterReduction::Add,
+                "mul" if v >= 16 => ScatterReduction::Mul,
+                "max" if v >= 18 => ScatterReduction::Max,
+                "min" if v >= 18 => ScatterReduction::Min,
+                other => return Err(ctx.bad_attr("reduction", format!("'{other}' is not defined at version {v}"))),
+            };
+            let ins = [input_id(im, ctx, 0)?, input_id(im, ctx, 1)?, input_id(im, ctx, 2)?];
+            let op = if ctx.node.op_type == "ScatterND" {
+                Op::ScatterND { reduction }
+            } else {
+                let x = input_type(im, ctx, 0)?;
+                Op::ScatterElements { axis: norm_axis(ctx, "axis", ctx.int("axis", 0)?, x.rank())?, reduction }
+            };
+            output(im, ctx, 0, op, &ins)
+        }
+        "Slice" => {
+            let x = input_type(im, ctx, 0)?;
+            let (starts, ends, axes, steps) = if v < 10 {
+                let starts = ctx.ints("starts")?.ok_or_else(|| ctx.bad_attr("starts", "is required"))?;
+                let ends = ctx.ints("ends")?.ok_or_else(|| ctx.bad_attr("ends", "is required"))?;
+                (starts, ends, ctx.ints("axes")?, None)
+            } else {
+                let starts =
+                    const_ints(im, ctx, 1, "starts")?.ok_or_else(|| ctx.bad("input 1 (starts) is required"))?;
+                let ends = const_ints(im, ctx, 2, "ends")?.ok_or_else(|| ctx.bad("input 2 (ends) is required"))?;
+                (starts, ends, const_ints(im, ctx, 3, "axes")?, const_ints(im, ctx, 4, "steps")?)
+            };
+            let axes = slice_axes(ctx, &x.shape, &starts, &ends, axes.as_deref(), steps.as_deref())?;
+            let ins = [input_id(im, ctx, 0)?];
+            output(im, ctx, 0, Op::Slice { axes }, &ins)
+        }
+        "Split" => import_split(im, ctx),
+        "Expand" => {
+            let shape = const_ints(im, ctx, 1, "shape")?.ok_or_else(|| ctx.bad("input 1 (shape) is required"))?;
+            let shape = to_usizes(ctx, "shape", &shape, 0)?;
+            let ins = [input_id(im, ctx, 0)?];
+            output(im, ctx, 0, Op::Expand { shape }, &ins)
+        }
+        "Tile" => {
+            let repeats = const_ints(im, ctx, 1, "repeats")?.ok_or_else(|| ctx.bad("input 1 (repeats) is required"))?;
+            let repeats = to_usizes(ctx, "repeats", &repeats, 0)?;
+            let ins = [input_id(im, ctx, 0)?];
+            output(im, ctx, 0, Op::Tile { repeats }, &ins)
+        }
+        "Range" => import_range(im, ctx),
+        "EyeLike" => {
+            let x = input_type(im, ctx, 0)?;
+            if x.rank() != 2 {
+                return Err(ctx.bad(format!("input must be 2-d, got {:?}", x.shape)));
+            }
+            let dtype = match ctx.attr("dtype", super::at::INT)? {
+                Some(a) => DType::from_onnx_code(a.i as i32).map_err(|dtype| ImportError::UnsupportedDtype {
+                    context: format!("node '{}' (EyeLike) dtype", ctx.name),
+                    dtype,
+                })?,
+                None => x.dtype,
+            };
+            let k = ctx.int("k", 0)?;
+            let (rows, cols) = (x.shape[0], x.shape[1]);
+            let data = (0..rows * cols).map(|p| ((p % cols) as i64 - (p / cols) as i64 == k) as u8 as f64).collect();
+            let eye = Tensor::from_vec::<f64>(&x.shape, data).map_err(|e| ctx.bad(e))?.cast(dtype);
+            let id = constant(im, ctx, "eye", eye);
+            output(im, ctx, 0, Op::Identity, &[id])
+        }
+        "Trilu" => {
+            let x = input_type(im, ctx, 0)?;
+            if x.rank() < 2 {
+                return Err(ctx.bad(format!("input must have rank >= 2, got {:?}", x.shape)));
+            }
+            let k = match ctx.input(1) {
+                Some(_) => const_scalar(im, ctx, 1, "k")?,
+                None => 0,
+            };
+            let upper = ctx.flag("upper", true)?;
+            let (rows, cols) = (x.shape[x.rank() - 2], x.shape[x.rank() - 1]);
+            let keep: Vec<bool> = (0..rows * cols)
+                .map(|p| {
+                    let d = (p % cols) as i128 - (p / cols) as i128;
+                    if upper { d >= k as i128 } else { d <= k as i128 }
+                })
+                .collect();
+            let mask = constant(im, ctx, "mask", Tensor::from_vec(&[rows, cols], keep).map_err(|e| ctx.bad(e))?);
+            let zero = scalar(im, ctx, "zero", x.dtype, 0.0);
+            let xin = input_id(im, ctx, 0)?;
+            output(im, ctx, 0, Op::Where, &[mask, xin, zero])
+        }
+        "CumSum" => {
+            let x = input_type(im, ctx, 0)?;
+            let axis = norm_axis(ctx, "axis", const_scalar(im, ctx, 1, "axis")?, x.rank())?;
+            let op =
+                Op::CumSum { axis, exclusive: ctx.flag("exclusive", false)?, reverse: ctx.flag("reverse", false)? };
+            let ins = [input_id(im, ctx, 0)?];
+            output(im, ctx, 0, op, &ins)
+        }
+        "TopK" => {
+            let x = input_type(im, ctx, 0)?;
+            let axis = norm_axis(ctx, "axis", ctx.int("axis", -1)?, x.rank())?;
+            let k = if v < 10 {
+                ctx.attr("k", super::at::INT)?.ok_or_else(|| ctx.bad_attr("k", "is required"))?.i
+            } else {
+                const_scalar(im, ctx, 1, "k")?
+            };
+            let k = to_usizes(ctx, "k", &[k], 0)?[0];
+            let largest = v < 11 || ctx.flag("largest", true)?;
+            let name = ctx.name.to_string();
+            let outs: Vec<String> = (0..2)
+                .map(|i| match ctx.node.output.get(i).filter(|o| !o.is_empty()) {
+                    Some(o) => o.clone(),
+                    None => im.fresh_name(&format!("{name}:unused{i}")),
+                })
+                .collect();
+            let ins = [input_id(im, ctx, 0)?];
+            let ids = im.graph.add_node_named(name, Op::TopK { axis, k, largest }, &ins, outs.clone())?;
+            for (i, (o, id)) in outs.into_iter().zip(ids).enumerate() {
+                if wants(ctx, i) && im.names.insert(o.clone(), id).is_some() {
+                    return Err(ImportError::DuplicateValue(o));
+                }
+            }
+            Ok(())
+        }
+        "OneHot" => import_one_hot(im, ctx),
+        "DepthToSpace" | "SpaceToDepth" => import_depth_space(im, ctx),
+        "Hardmax" => import_hardmax(im, ctx),
+        other => Err(ctx.bad(format!("no translation for {other}"))),
+    }
+}
+
+/// ONNX Slice's clamping rules, per axis.
+fn slice_axes(
+    ctx: &NodeCtx<'_>,
+    shape: &[usize],
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<&[i64]>,
+    steps: Option<&[i64]>,
+) -> Result<Vec<SliceAxis>, ImportError> {
+    let r = shape.len();
+    let axes: Vec<usize> = match axes {
+        Some(a) => a.iter().map(|&a| norm_axis(ctx, "axes", a, r)).collect::<Result<_, _>>()?,
+        None => (0..starts.len()).collect(),
+    };
+    let steps = steps.map_or_else(|| vec![1; axes.len()], <[i64]>::to_vec);
+    if starts.len() != axes.len() || ends.len() != axes.len() || steps.len() != axes.len() {
+        return Err(ctx.bad(format!(
+            "starts ({}), ends ({}), axes ({}) and steps ({}) must have one entry per sliced axis",
+            starts.len(),
+            ends.len(),
+            axes.len(),
+            steps.len()
+        )));
+    }
+    let mut out: Vec<SliceAxis> = shape.iter().map(|&n| SliceAxis { start: 0, step: 1, len: n }).collect();
+    let mut seen = vec![false; r];
+    for (j, &a) in axes.iter().enumerate() {
+        if std::mem::replace(&mut seen[a], true) {
+            return Err(ctx.bad_attr("axes", format!("axis {a} is repeated")));
+        }
+        let n = shape[a] as i128;
+        let step = steps[j];
+        if step == 0 {
+            return Err(ctx.bad("steps must not be 0"));
+        }
+        let norm = |v: i64| if v < 0 { v as i128 + n } else { v as i128 };
+        let (start, len) = if step > 0 {
+            let (s, e) = (norm(starts[j]).clamp(0, n), norm(ends[j]).clamp(0, n));
+            (s, ((e - s).max(0) as u128).div_ceil(step as u128))
+        } else {
+            let (s, e) = (norm(starts[j]).clamp(0, n - 1), norm(ends[j]).clamp(-1, n - 1));
+            (s, ((s - e).max(0) as u128).div_ceil(step.unsigned_abs() as u128))
+        };
+        out[a] = SliceAxis { start: if len == 0 { 0 } else { start as usize }, step, len: len as usize };
+    }
+    Ok(out)
+}
+
+fn import_split(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let axis = norm_axis(ctx, "axis", ctx.int("axis", 0)?, x.rank())?;
+    let n = x.shape[axis];
+    let outputs = ctx.node.output.len();
+    let split = if ctx.version < 13 { ctx.ints("split")? } else { const_ints(im, ctx, 1, "split")? };
+    let sizes: Vec<usize> = match split {
+        Some(s) => to_usizes(ctx, "split", &s, 0)?,
+        None if ctx.version >= 18 && ctx.attr("num_outputs", super::at::INT)?.is_some() => {
+            let k = ctx.int("num_outputs", 0)?;
+            if k < 1 || k as usize != outputs {
+                return Err(ctx.bad_attr("num_outputs", format!("{k} does not match the {outputs} outputs")));
+            }
+            let chunk = n.div_ceil(k as usize);
+            (0..k as usize).map(|i| chunk.min(n.saturating_sub(i * chunk))).collect()
+        }
+        None => {
+            if outputs == 0 || !n.is_multiple_of(outputs) {
+                return Err(ctx.bad(format!("axis {axis} of size {n} does not split evenly into {outputs} outputs")));
+            }
+            vec![n / outputs; outputs]
+        }
+    };
+    if sizes.len() != outputs || sizes.iter().try_fold(0usize, |a, &s| a.checked_add(s)) != Some(n) {
+        return Err(ctx.bad(format!("split {sizes:?} does not cover axis {axis} of size {n} with {outputs} outputs")));
+    }
+    let xin = input_id(im, ctx, 0)?;
+    let mut start = 0;
+    for (i, &len) in sizes.iter().enumerate() {
+        let mut axes: Vec<SliceAxis> = x.shape.iter().map(|&d| SliceAxis { start: 0, step: 1, len: d }).collect();
+        axes[axis] = SliceAxis { start: if len == 0 { 0 } else { start }, step: 1, len };
+        output(im, ctx, i, Op::Slice { axes }, &[xin])?;
+        start += len;
+    }
+    Ok(())
+}
+
+fn import_range(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let mut vals = Vec::new();
+    for (i, what) in ["start", "limit", "delta"].iter().enumerate() {
+        let t =
+            super::const_input(im, ctx, i, what)?.ok_or_else(|| ctx.bad(format!("input {i} ({what}) is required")))?;
+        if t.len() != 1 {
+            return Err(ctx.bad(format!("{what} must be a scalar, got {}", t.tensor_type())));
+        }
+        vals.push(t);
+    }
+    let dtype = vals[0].dtype();
+    let (start, limit, delta) = (vals[0].to_f64_vec()[0], vals[1].to_f64_vec()[0], vals[2].to_f64_vec()[0]);
+    if delta == 0.0 || !(start.is_finite() && limit.is_finite() && delta.is_finite()) {
+        return Err(ctx.bad(format!("Range({start}, {limit}, {delta}) has no finite length")));
+    }
+    let len = ((limit - start) / delta).ceil().max(0.0);
+    let ty = TensorType::new(dtype, vec![len.min(usize::MAX as f64) as usize]);
+    im.graph.limits.check(&ty).map_err(|e| ctx.bad(e.to_string()))?;
+    let t = if dtype.is_float() {
+        let data = (0..ty.shape[0]).map(|i| start + i as f64 * delta).collect();
+        Tensor::from_vec::<f64>(&ty.shape, data).map_err(|e| ctx.bad(e))?.cast(dtype)
+    } else {
+        let (s, d) = (vals[0].to_i64_vec().unwrap_or_default()[0], vals[2].to_i64_vec().unwrap_or_default()[0]);
+        let data = (0..ty.shape[0] as i64).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect();
+        Tensor::from_vec::<i64>(&ty.shape, data).map_err(|e| ctx.bad(e))?.cast(dtype)
+    };
+    let id = constant(im, ctx, "range", t);
+    output(im, ctx, 0, Op::Identity, &[id])
+}
+
+/// `[0, 1, ..., n-1]` as i64, shaped to lie along `axis` of a rank-`rank` tensor.
+fn iota(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, n: usize, axis: usize, rank: usize) -> Result<ValueId, ImportError> {
+    let mut shape = vec![1; rank];
+    shape[axis] = n;
+    let t = Tensor::from_vec::<i64>(&shape, (0..n as i64).collect()).map_err(|e| ctx.bad(e))?;
+    Ok(constant(im, ctx, "iota", t))
+}
+
+fn import_one_hot(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let indices = input_type(im, ctx, 0)?;
+    let values = input_type(im, ctx, 2)?;
+    if values.num_elements() != 2 || values.rank() != 1 {
+        return Err(ctx.bad(format!("values must be [off, on], got {:?}", values.shape)));
+    }
+    let depth = super::const_input(im, ctx, 1, "depth")?.ok_or_else(|| ctx.bad("input 1 (depth) is required"))?;
+    let depth = depth.to_f64_vec();
+    let depth = match depth.as_slice() {
+        [d] if *d >= 1.0 && d.is_finite() => *d as usize,
+        _ => return Err(ctx.bad(format!("depth must be one positive value, got {depth:?}"))),
+    };
+    let rank = indices.rank() + 1;
+    let axis = norm_axis(ctx, "axis", ctx.int("axis", -1)?, rank)?;
+    let mut idx = input_id(im, ctx, 0)?;
+    if indices.dtype != DType::I64 {
+        idx = step(im, ctx, "indices", Op::Cast { to: DType::I64 }, &[idx])?;
+    }
+    // Negative indices count from the end.
+    let zero = scalar(im, ctx, "zero", DType::I64, 0.0);
+    let n = scalar(im, ctx, "depth", DType::I64, depth as f64);
+    let negative = step(im, ctx, "negative", Op::Compare(CompareOp::Less), &[idx, zero])?;
+    let wrapped = step(im, ctx, "wrapped", Op::Binary(crate::op::BinaryOp::Add), &[idx, n])?;
+    let idx = step(im, ctx, "resolved", Op::Where, &[negative, wrapped, idx])?;
+    let idx = step(im, ctx, "unsqueezed", Op::Unsqueeze { axes: vec![axis] }, &[idx])?;
+    let range = iota(im, ctx, depth, axis, rank)?;
+    let hot = step(im, ctx, "hot", Op::Compare(CompareOp::Equal), &[idx, range])?;
+    let vals = input_id(im, ctx, 2)?;
+    let pick = |im: &mut Importer<'_>, what: &str, i: f64| -> Result<ValueId, ImportError> {
+        let at = scalar(im, ctx, what, DType::I64, i);
+        step(im, ctx, what, Op::Gather { axis: 0 }, &[vals, at])
+    };
+    let (off, on) = (pick(im, "off", 0.0)?, pick(im, "on", 1.0)?);
+    output(im, ctx, 0, Op::Where, &[hot, on, off])
+}
+
+fn import_depth_space(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let b = ctx.int("blocksize", 0)?;
+    if x.rank() != 4 || b < 1 {
+        return Err(ctx.bad(format!("needs a 4-d input and blocksize >= 1, got {:?} and {b}", x.shape)));
+    }
+    let b = b as usize;
+    let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    let xin = input_id(im, ctx, 0)?;
+    let (split, perm, last) = if ctx.node.op_type == "DepthToSpace" {
+        if !c.is_multiple_of(b * b) {
+            return Err(ctx.bad(format!("channels {c} are not a multiple of blocksize^2 = {}", b * b)));
+        }
+        let co = c / (b * b);
+        let crd = ctx.version >= 11 && ctx.string("mode", "DCR")? == "CRD";
+        let (split, perm) = if crd {
+            (vec![n, co, b, b, h, w], vec![0, 1, 4, 2, 5, 3])
+        } else {
+            (vec![n, b, b, co, h, w], vec![0, 3, 4, 1, 5, 2])
+        };
+        (split, perm, vec![n, co, h * b, w * b])
+    } else {
+        if !h.is_multiple_of(b) || !w.is_multiple_of(b) {
+            return Err(ctx.bad(format!("spatial {h}x{w} is not a multiple of blocksize {b}")));
+        }
+        // The newest schema adds `mode` (absent before, so DCR).
+        let perm = if ctx.string("mode", "DCR")? == "CRD" { vec![0, 1, 3, 5, 2, 4] } else { vec![0, 3, 5, 1, 2, 4] };
+        (vec![n, c, h / b, b, w / b, b], perm, vec![n, c * b * b, h / b, w / b])
+    };
+    let r = step(im, ctx, "split", Op::Reshape { shape: split }, &[xin])?;
+    let t = step(im, ctx, "permuted", Op::Transpose { perm }, &[r])?;
+    output(im, ctx, 0, Op::Reshape { shape: last }, &[t])
+}
+
+fn import_hardmax(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let v = ctx.version;
+    let axis = norm_axis(ctx, "axis", ctx.int("axis", if v < 13 { 1 } else { -1 })?, x.rank())?;
+    let mut xin = input_id(im, ctx, 0)?;
+    // Before version 13 the input is seen as 2-d, split at `axis`.
+    let (view, axis) = if v < 13 {
+        (vec![x.shape[..axis].iter().product(), x.shape[axis..].iter().product()], 1)
+    } else {
+        (x.shape.clone(), axis)
+    };
+    if view != x.shape {
+        xin = step(im, ctx, "coerced", Op::Reshape { shape: view.clone() }, &[xin])?;
+    }
+    let arg = step(im, ctx, "argmax", Op::ArgReduce { max: true, axis, keepdims: true, last: false }, &[xin])?;
+    let range = iota(im, ctx, view[axis], axis, view.len())?;
+    let hot = step(im, ctx, "hot", Op::Compare(CompareOp::Equal), &[arg, range])?;
+    if view == x.shape {
+        return output(im, ctx, 0, Op::Cast { to: x.dtype }, &[hot]);
+    }
+    let hot = step(im, ctx, "cast", Op::Cast { to: x.dtype }, &[hot])?;
+    output(im, ctx, 0, Op::Reshape { shape: x.shape.clone() }, &[hot])
+}
