@@ -25,6 +25,7 @@
 
 pub mod builtin;
 mod compiler;
+mod dynamic;
 pub mod memory;
 mod model;
 pub mod pipeline;
@@ -33,6 +34,7 @@ pub mod vta;
 pub use compiler::{
     CompileOptions, CompileStats, CompiledModel, Compiler, Engine, PoolLayout, VtaStats, Workspace, physical_cores,
 };
+pub use dynamic::DynamicModel;
 pub use heron_ir::Limits;
 pub use heron_jit::isa::OptLevel;
 pub use heron_vta::HwConfig;

@@ -140,6 +140,12 @@ struct LimitFlags {
     /// (default: `HERON_GUARD_PAGES`, else off).
     #[arg(long, value_name = "off|end|start", value_parser = parse_guard_pages)]
     guard_pages: Option<GuardPages>,
+    /// Shape of a graph input with symbolic dimensions (binds them); repeat for several inputs.
+    #[arg(long = "input-shape", value_name = "NAME=D0,D1,...", value_parser = parse_input_shape)]
+    input_shapes: Vec<(String, Vec<usize>)>,
+    /// Value of a symbolic dimension (e.g. `batch=1`); repeat for several.
+    #[arg(long = "dim", value_name = "NAME=N", value_parser = parse_dim)]
+    dims: Vec<(String, usize)>,
 }
 
 impl LimitFlags {
@@ -151,8 +157,40 @@ impl LimitFlags {
         }
     }
 
+    fn import_options(&self) -> ImportOptions {
+        ImportOptions {
+            limits: self.limits(),
+            input_shapes: self.input_shapes.iter().cloned().collect(),
+            dims: self.dims.iter().cloned().collect(),
+            ..ImportOptions::default()
+        }
+    }
+
     fn load(&self, path: &Path) -> Result<Model> {
-        Ok(Model::load_with(path, &ImportOptions { limits: self.limits(), ..ImportOptions::default() })?)
+        Ok(Model::load_with(path, &self.import_options())?)
+    }
+
+    /// Loads `path` specialized to the given inputs: each binds the symbolic dimensions of the
+    /// input it goes to (by name, else in order), unless `--input-shape` gives that input's shape.
+    fn load_for(&self, path: &Path, given: &[(Option<String>, Tensor)]) -> Result<Model> {
+        let mut options = self.import_options();
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let declared = heron_ir::onnx::declared_inputs(&bytes)?;
+        let mut free = declared.iter().filter(|d| !given.iter().any(|(n, _)| n.as_deref() == Some(&d.name)));
+        for (name, t) in given {
+            let input = match name {
+                Some(n) => declared.iter().find(|d| &d.name == n),
+                None => free.next(),
+            };
+            if let Some(d) = input
+                && d.dims.iter().any(|d| matches!(d, heron_ir::onnx::Dim::Symbolic(_)))
+            {
+                options.input_shapes.entry(d.name.clone()).or_insert_with(|| t.shape().to_vec());
+            }
+        }
+        let graph = heron_ir::onnx::import_model(&bytes, &options)?;
+        let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
+        Ok(Model::from_graph(name, graph)?)
     }
 
     /// The compile pipeline under these limits, planning into `pools` (empty: the defaults).
@@ -166,6 +204,23 @@ fn parse_threads(s: &str) -> Result<usize, String> {
         Ok(n) if (1..=1024).contains(&n) => Ok(n),
         _ => Err(format!("'{s}' is not a thread count from 1 to 1024")),
     }
+}
+
+fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), String> {
+    let bad = || format!("'{s}' is not NAME=D0,D1,... (dimensions as non-negative integers)");
+    let (name, dims) = s.split_once('=').filter(|(n, _)| !n.is_empty()).ok_or_else(bad)?;
+    let dims = if dims.is_empty() {
+        Vec::new() // a scalar
+    } else {
+        dims.split(',').map(|d| d.trim().parse::<usize>()).collect::<Result<Vec<_>, _>>().map_err(|_| bad())?
+    };
+    Ok((name.to_string(), dims))
+}
+
+fn parse_dim(s: &str) -> Result<(String, usize), String> {
+    let bad = || format!("'{s}' is not NAME=N (a non-negative integer)");
+    let (name, n) = s.split_once('=').filter(|(n, _)| !n.is_empty()).ok_or_else(bad)?;
+    Ok((name.to_string(), n.trim().parse().map_err(|_| bad())?))
 }
 
 fn parse_guard_pages(s: &str) -> Result<GuardPages, String> {
@@ -487,17 +542,17 @@ fn run(
     (engine, threads, target): (Engine, Option<usize>, &TargetFlags),
     limits: &LimitFlags,
 ) -> Result<()> {
-    let t0 = Instant::now();
-    let model = match model_path {
-        Some(p) => limits.load(p)?,
-        None => Model::builtin(),
-    };
-    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let given = if model_path.is_none() && inputs.is_empty() {
         vec![(None, builtin_input())]
     } else {
         inputs.iter().map(|a| parse_input(a)).collect::<Result<Vec<_>>>()?
     };
+    let t0 = Instant::now();
+    let model = match model_path {
+        Some(p) => limits.load_for(p, &given)?,
+        None => Model::builtin(),
+    };
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let bound = model.bind_inputs(given)?;
     println!("model {} loaded in {load_ms:.2} ms", model.name());
     let vta = target.vta()?;

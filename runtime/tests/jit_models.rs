@@ -88,3 +88,17 @@ fn bert_tiny() {
 fn gpt2_tiny() {
     check_model("gpt2_tiny");
 }
+
+/// The torch exports through the AOT engine (object file, shared library, loaded back).
+#[test]
+fn torch_exports_on_the_aot_engine() {
+    let dir = shared_dir().join("reference");
+    for name in ["bert_tiny", "gpt2_tiny", "mobilenet_v2", "resnet18"] {
+        let model = Model::load(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = read_npy(&dir.join(format!("{name}.ref.npy"))).expect("reference output");
+        let options = CompileOptions { engine: heron_runtime::Engine::Aot, ..CompileOptions::default() };
+        let compiled = Compiler::new(options).compile(&model).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = compiled.run(&reference_inputs(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_float_rule(&got[0], &want).unwrap_or_else(|e| panic!("{name} (AOT): {e}"));
+    }
+}

@@ -44,9 +44,15 @@ pub enum ImportError {
     #[error("value '{name}': unsupported type kind '{kind}' (only tensors are supported)")]
     UnsupportedTypeKind { name: String, kind: &'static str },
     #[error(
-        "graph input '{name}' has no static shape (dimension {dim} is '{param}'); supply its value or a model with fixed shapes"
+        "graph input '{name}' has a symbolic dimension {dim} ('{param}'): bind it from the input given, or with --input-shape {name}=D0,D1,... or --dim {param}=N (API: ImportOptions::input_shapes / dims); compiled code, AOT objects included, has fixed shapes"
     )]
     DynamicShape { name: String, dim: usize, param: String },
+    #[error("graph input '{name}' is declared {declared}, the shape given is {given:?}")]
+    ShapeMismatch { name: String, declared: String, given: Vec<usize> },
+    #[error("symbolic dimension '{param}' is bound to both {first} and {second}")]
+    DimConflict { param: String, first: usize, second: usize },
+    #[error("no graph input is named '{0}' (a shape was given for it)")]
+    UnknownShapeInput(String),
     #[error("graph input '{0}' has no tensor type information")]
     MissingType(String),
     #[error("{context}: {reason}")]
@@ -91,6 +97,112 @@ pub struct ImportOptions {
     /// Size limits every tensor of the model must respect (checked before anything is
     /// allocated).
     pub limits: Limits,
+    /// Shapes for graph inputs by name: they bind the inputs' symbolic dimensions (and must
+    /// agree with the fixed ones).
+    pub input_shapes: HashMap<String, Vec<usize>>,
+    /// Values of symbolic dimensions by name (`batch`, `sequence`, ...), for inputs without a
+    /// shape in `input_shapes`.
+    pub dims: HashMap<String, usize>,
+}
+
+/// One dimension of a declared graph input: a size, or a symbolic name (`?` when unnamed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dim {
+    Fixed(usize),
+    Symbolic(String),
+}
+
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Fixed(n) => write!(f, "{n}"),
+            Dim::Symbolic(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A graph input as the model declares it (initializers excluded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredInput {
+    pub name: String,
+    pub dtype: DType,
+    pub dims: Vec<Dim>,
+}
+
+/// The graph inputs a serialized model declares, in order, with their symbolic dimensions:
+/// what a caller needs to bind given tensors to inputs before importing.
+pub fn declared_inputs(bytes: &[u8]) -> Result<Vec<DeclaredInput>, ImportError> {
+    let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
+    let initializers: std::collections::HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let mut out = Vec::new();
+    for input in graph.input.iter().filter(|i| !initializers.contains(i.name.as_str())) {
+        let (dtype, dims) = declared_type(input)?.ok_or_else(|| ImportError::MissingType(input.name.clone()))?;
+        let dims = dims.into_iter().map(|d| d.map_or_else(Dim::Symbolic, Dim::Fixed)).collect();
+        out.push(DeclaredInput { name: input.name.clone(), dtype, dims });
+    }
+    Ok(out)
+}
+
+/// Resolves every input's shape: given shapes first (binding the symbolic dimensions they
+/// meet), then the named dimensions. Conflicting bindings and mismatching shapes are errors.
+fn bind_shapes(
+    inputs: &[(String, Vec<Result<usize, String>>)],
+    options: &ImportOptions,
+) -> Result<HashMap<String, Vec<usize>>, ImportError> {
+    for name in options.input_shapes.keys() {
+        if !inputs.iter().any(|(n, _)| n == name) {
+            return Err(ImportError::UnknownShapeInput(name.clone()));
+        }
+    }
+    let mut bound: HashMap<String, usize> = options.dims.clone();
+    let mut shapes = HashMap::new();
+    let declared = |dims: &[Result<usize, String>]| {
+        let d: Vec<String> = dims.iter().map(|d| d.as_ref().map_or_else(|p| p.clone(), |v| v.to_string())).collect();
+        format!("[{}]", d.join(", "))
+    };
+    for (name, dims) in inputs {
+        let Some(given) = options.input_shapes.get(name) else { continue };
+        let mismatch =
+            || ImportError::ShapeMismatch { name: name.clone(), declared: declared(dims), given: given.clone() };
+        if dims.len() != given.len() {
+            return Err(mismatch());
+        }
+        for (d, &g) in dims.iter().zip(given) {
+            match d {
+                Ok(v) if *v != g => return Err(mismatch()),
+                Ok(_) => {}
+                // An unnamed dimension binds nothing beyond this input.
+                Err(p) if p == "?" || p.parse::<i64>().is_ok() => {}
+                Err(p) => match bound.insert(p.clone(), g) {
+                    Some(first) if first != g => {
+                        return Err(ImportError::DimConflict { param: p.clone(), first, second: g });
+                    }
+                    _ => {}
+                },
+            }
+        }
+        shapes.insert(name.clone(), given.clone());
+    }
+    for (name, dims) in inputs {
+        if shapes.contains_key(name) {
+            continue;
+        }
+        let shape = dims
+            .iter()
+            .enumerate()
+            .map(|(dim, d)| match d {
+                Ok(v) => Ok(*v),
+                Err(p) => bound.get(p).copied().ok_or_else(|| ImportError::DynamicShape {
+                    name: name.clone(),
+                    dim,
+                    param: p.clone(),
+                }),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        shapes.insert(name.clone(), shape);
+    }
+    Ok(shapes)
 }
 
 /// Reads and imports an ONNX model file.
@@ -122,6 +234,7 @@ pub(crate) struct Importer<'a> {
     pub(crate) names: HashMap<String, ValueId>,
     known: &'a HashMap<String, Tensor>,
     pub(crate) opset: i64,
+    options: &'a ImportOptions,
     /// Every name of the model (including node outputs not imported yet) and every name the
     /// importer made, so made-up names never collide.
     taken: NameTable,
@@ -176,7 +289,7 @@ impl<'a> Importer<'a> {
             taken.reserve(name);
         }
         let graph = Graph { limits: options.limits, ..Graph::new() };
-        Importer { graph, names: HashMap::new(), known: &options.known_values, opset, taken }
+        Importer { graph, names: HashMap::new(), known: &options.known_values, opset, options, taken }
     }
 
     /// A fresh value name derived from `base`.
@@ -204,23 +317,24 @@ impl<'a> Importer<'a> {
             let id = self.graph.add_constant(init.name.clone(), t);
             self.define(&init.name, id)?;
         }
+        let mut declared = Vec::new();
+        for input in g.input.iter().filter(|i| !self.names.contains_key(&i.name)) {
+            // A known value decides its input's type; the others' shapes are bound below.
+            if self.known.contains_key(&input.name) {
+                continue;
+            }
+            let (_, dims) = declared_type(input)?.ok_or_else(|| ImportError::MissingType(input.name.clone()))?;
+            declared.push((input.name.clone(), dims));
+        }
+        let shapes = bind_shapes(&declared, self.options)?;
         for input in &g.input {
             if self.names.contains_key(&input.name) {
                 continue; // an initializer provides it: a constant with a default value
             }
-            let (dtype, dims) = declared_type(input)?.ok_or_else(|| ImportError::MissingType(input.name.clone()))?;
+            let (dtype, _) = declared_type(input)?.ok_or_else(|| ImportError::MissingType(input.name.clone()))?;
             let ty = match self.known.get(&input.name) {
                 Some(t) => t.tensor_type(),
-                None => {
-                    let shape = dims
-                        .into_iter()
-                        .enumerate()
-                        .map(|(dim, d)| {
-                            d.map_err(|param| ImportError::DynamicShape { name: input.name.clone(), dim, param })
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    TensorType::new(dtype, shape)
-                }
+                None => TensorType::new(dtype, shapes[&input.name].clone()),
             };
             if ty.dtype != dtype {
                 return Err(ImportError::SuppliedMismatch {
