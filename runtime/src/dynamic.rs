@@ -15,6 +15,9 @@ use heron_ir::onnx::{DeclaredInput, Dim, ImportError, ImportOptions, declared_in
 
 use crate::{CompileOptions, CompiledModel, Compiler, Model, RuntimeError};
 
+/// Compiled specializations by their input shapes, oldest first.
+type Specializations = Vec<(Vec<Vec<usize>>, Arc<CompiledModel>)>;
+
 /// A model file whose inputs may have symbolic dimensions, specialized per input shape.
 pub struct DynamicModel {
     name: String,
@@ -22,7 +25,7 @@ pub struct DynamicModel {
     declared: Vec<DeclaredInput>,
     import: ImportOptions,
     compiler: Compiler,
-    cache: Mutex<Vec<(Vec<Vec<usize>>, Arc<CompiledModel>)>>,
+    cache: Mutex<Specializations>,
 }
 
 impl DynamicModel {
@@ -104,7 +107,7 @@ impl DynamicModel {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<Vec<usize>>, Arc<CompiledModel>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Specializations> {
         // A panic while holding the lock leaves the cache consistent (a push or a remove).
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
