@@ -229,6 +229,25 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             }
             one(x.clone())
         }
+        Op::Resample { axes, .. } => {
+            expect_numeric(op, x)?;
+            if inputs.len() != 1 + 2 * axes.len() {
+                return Err(format!("takes x and two tables per resampled axis, got {} inputs", inputs.len()));
+            }
+            let wdtype = if x.dtype.is_float() { x.dtype } else { DType::F32 };
+            let mut out = x.shape.clone();
+            for (k, &a) in axes.iter().enumerate() {
+                check_axis(a, x.rank())?;
+                let (idx, w) = (inputs[1 + 2 * k], inputs[2 + 2 * k]);
+                if idx.dtype != DType::I64 || w.dtype != wdtype || idx.rank() != 2 || idx.shape != w.shape {
+                    return Err(format!(
+                        "tables of axis {a} must be i64 and {wdtype} of one [out, taps] shape, got {idx} and {w}"
+                    ));
+                }
+                out[a] = idx.shape[0];
+            }
+            one(TensorType::new(x.dtype, out))
+        }
         Op::CumSum { axis, .. } => {
             expect_numeric(op, x)?;
             check_axis(*axis, x.rank())?;
@@ -462,6 +481,7 @@ pub fn arity(op: &Op) -> (usize, usize) {
         Op::Where | Op::ScatterElements { .. } | Op::ScatterND { .. } => (3, 3),
         Op::Gather { .. } | Op::GatherElements { .. } | Op::GatherND { .. } => (2, 2),
         Op::Normalize { .. } => (2, 3),
+        Op::Resample { .. } => (1, usize::MAX),
         Op::BatchNormalization { .. } => (5, 5),
         Op::QuantizeLinear { .. } | Op::DequantizeLinear { .. } => (3, 3),
         Op::Concat { .. } => (1, usize::MAX),

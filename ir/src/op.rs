@@ -306,6 +306,15 @@ pub enum Op {
         epsilon: f32,
         rms: bool,
     },
+    /// `[x, indices_0, weights_0, indices_1, weights_1, ...]` -> separable interpolation
+    /// (Resize, Upsample): along each of `axes`, output index `o` is
+    /// `sum_t weights_k[o, t] * x[indices_k[o, t]]` (tables `[out_len, taps]`, indices i64 within
+    /// the axis, weights of x's type, f32 for integer x), the products over the axes summed. A row
+    /// whose first index is -1 lies outside the input: the output there is `extrapolation`.
+    Resample {
+        axes: Vec<usize>,
+        extrapolation: Option<f32>,
+    },
     /// Running sum along `axis`; `exclusive` leaves the current element out, `reverse` runs from
     /// the end.
     CumSum {
@@ -523,6 +532,7 @@ impl Op {
             Op::Normalize { rms: false, .. } => "LayerNormalization",
             Op::Normalize { rms: true, .. } => "RMSNormalization",
             Op::CumSum { .. } => "CumSum",
+            Op::Resample { .. } => "Resize",
             Op::TopK { .. } => "TopK",
         }
     }

@@ -320,3 +320,61 @@ pub(crate) fn topk(x: &Tensor, axis: usize, k: usize, largest: bool) -> Result<V
     }
     dispatch_tensor!(x, a, T => go::<T>(a, axis, k, largest))
 }
+
+/// Separable interpolation through per-axis tap tables (see [`crate::op::Op::Resample`]).
+pub(crate) fn resample(
+    x: &Tensor,
+    tables: &[&Tensor],
+    axes: &[usize],
+    extrapolation: Option<f32>,
+) -> Result<Tensor, KernelError> {
+    let per_axis: Vec<(Vec<i64>, Vec<f64>, usize)> = tables
+        .chunks(2)
+        .map(|t| Ok((indices_of(t[0])?, t[1].to_f64_vec(), t[0].shape()[1])))
+        .collect::<Result<_, KernelError>>()?;
+    fn go<T: Element>(
+        a: &ArrayD<T>,
+        per_axis: &[(Vec<i64>, Vec<f64>, usize)],
+        axes: &[usize],
+        extrapolation: Option<f32>,
+    ) -> Result<Tensor, KernelError> {
+        let mut out_shape = a.shape().to_vec();
+        for (k, &d) in axes.iter().enumerate() {
+            out_shape[d] = per_axis[k].0.len() / per_axis[k].2.max(1);
+        }
+        let taps: Vec<usize> = per_axis.iter().map(|p| p.2).collect();
+        let combos: usize = taps.iter().product();
+        let mut src = vec![0usize; a.ndim()];
+        let mut tap = vec![0usize; axes.len()];
+        let mut failed = None;
+        let out = ArrayD::from_shape_fn(IxDyn(&out_shape), |o| {
+            if extrapolation.is_some() && axes.iter().enumerate().any(|(k, &d)| per_axis[k].0[o[d] * taps[k]] < 0) {
+                return T::from_f64(extrapolation.unwrap_or_default() as f64);
+            }
+            let mut sum = 0.0;
+            for c in 0..combos {
+                unravel(c, &taps, &mut tap);
+                for (d, s) in src.iter_mut().enumerate() {
+                    *s = o[d];
+                }
+                let mut w = 1.0;
+                for (k, &d) in axes.iter().enumerate() {
+                    let at = o[d] * taps[k] + tap[k];
+                    let i = per_axis[k].0[at];
+                    if i < 0 || i as usize >= a.shape()[d] {
+                        failed = Some(i);
+                    }
+                    src[d] = (i.max(0) as usize).min(a.shape()[d].saturating_sub(1));
+                    w *= per_axis[k].1[at];
+                }
+                sum += w * a[IxDyn(&src)].to_f64();
+            }
+            T::from_f64(sum)
+        });
+        if let Some(i) = failed {
+            return Err(format!("Resize table index {i} is out of range").into());
+        }
+        Ok(T::into_tensor(out))
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, &per_axis, axes, extrapolation))
+}

@@ -120,6 +120,7 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
         Op::Normalize { axis, epsilon, rms } => {
             one(norm::normalize(x, inputs[1], inputs.get(2).copied(), *axis, *epsilon, *rms)?)
         }
+        Op::Resample { axes, extrapolation } => one(index::resample(x, &inputs[1..], axes, *extrapolation)?),
         Op::CumSum { axis, exclusive, reverse } => one(index::cumsum(x, *axis, *exclusive, *reverse)?),
         Op::TopK { axis, k, largest } => index::topk(x, *axis, *k, *largest),
         Op::LeakyRelu { alpha } => one(elementwise::leaky_relu(x, *alpha)?),

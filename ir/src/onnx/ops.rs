@@ -14,6 +14,7 @@ use crate::tensor::Tensor;
 
 mod build;
 mod composite;
+mod resize;
 mod tensor_ops;
 
 use super::proto::{AttributeProto, NodeProto, attribute_type as at};
@@ -149,6 +150,9 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("IsInf", &[10, 20]),
     ("NegativeLogLikelihoodLoss", &[12, 13, 22]),
     ("SoftmaxCrossEntropyLoss", &[12, 13]),
+    ("Attention", &[23, 24, 25]),
+    ("Resize", &[10, 11, 13, 18, 19]),
+    ("Upsample", &[7, 9]),
 ];
 
 /// The schema version of `op_type` that a model importing `opset` uses, if Heron supports the op.
@@ -263,6 +267,7 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
     match node.op_type.as_str() {
         "Constant" => return import_constant(im, &ctx),
         "Shape" | "Size" => return import_shape(im, &ctx),
+        "Resize" | "Upsample" => return resize::import(im, &ctx),
         "Gather" | "GatherElements" | "GatherND" | "Scatter" | "ScatterElements" | "ScatterND" | "Slice" | "Split"
         | "Expand" | "Tile" | "Range" | "EyeLike" | "Trilu" | "CumSum" | "TopK" | "OneHot" | "DepthToSpace"
         | "SpaceToDepth" | "Hardmax" => return tensor_ops::import(im, &ctx),
@@ -283,7 +288,8 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
         | "IsNaN"
         | "IsInf"
         | "NegativeLogLikelihoodLoss"
-        | "SoftmaxCrossEntropyLoss" => {
+        | "SoftmaxCrossEntropyLoss"
+        | "Attention" => {
             return composite::import(im, &ctx);
         }
         _ => {}

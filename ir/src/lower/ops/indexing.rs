@@ -296,3 +296,44 @@ pub(super) fn activation_expr(a: Activation, v: Expr, dtype: DType) -> Expr {
         Activation::Swish { alpha } => mul(v.clone(), Expr::math(MathOp::Sigmoid, mul(c(alpha), v))),
     }
 }
+
+/// Separable interpolation: for each output element, the sum over every combination of taps
+/// of the weights' product times the input at the taps' indices (clamped into the axis: the
+/// tables hold in-range indices, -1 only on extrapolated rows, which the select replaces).
+pub(super) fn resample(
+    fb: &mut FuncBuilder,
+    ins: &[Operand],
+    axes: &[usize],
+    extrapolation: Option<f32>,
+    out: &Operand,
+) -> Stmt {
+    let x = &ins[0];
+    let acc_t = if x.dtype.is_float() { acc_dtype(x.dtype) } else { DType::F32 };
+    let taps: Vec<usize> = (0..axes.len()).map(|k| ins[1 + 2 * k].shape[1]).collect();
+    let (acc, alloc) = local(fb, "acc", acc_t);
+    let nest = loops(fb, "o", &out.shape.clone(), |fb, o| {
+        let sum = loops(fb, "t", &taps, |_, t| {
+            let mut src = o.to_vec();
+            let mut w = lit(acc_t, 1.0);
+            for (k, &d) in axes.iter().enumerate() {
+                let (table, wt) = (&ins[1 + 2 * k], &ins[2 + 2 * k]);
+                let at = vec![o[d].clone(), t[k].clone()];
+                src[d] = min(max(table.load(at.clone()), idx(0)), idx(x.shape[d] as i64 - 1));
+                w = mul(w, cast_to(acc_t, wt.load(at), wt.dtype));
+            }
+            set(acc, add(get(acc), mul(w, cast_to(acc_t, x.load(src), x.dtype))))
+        });
+        let mut value = cast_to(out.dtype, get(acc), acc_t);
+        if let Some(e) = extrapolation {
+            let inside = axes
+                .iter()
+                .enumerate()
+                .map(|(k, &d)| Expr::cmp(CmpOp::Ge, ins[1 + 2 * k].load(vec![o[d].clone(), idx(0)]), idx(0)))
+                .reduce(and)
+                .unwrap_or_else(|| Expr::bool(true));
+            value = Expr::select(inside, value, lit(out.dtype, e as f64));
+        }
+        Stmt::seq(vec![set(acc, lit(acc_t, 0.0)), sum, Stmt::Store { buffer: out.buf, indices: o.to_vec(), value }])
+    });
+    Stmt::seq(vec![alloc, nest])
+}

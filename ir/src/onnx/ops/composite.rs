@@ -33,6 +33,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "GroupNormalization" => return group_norm(im, ctx),
         "LRN" => return lrn(im, ctx),
         "Sum" | "Mean" => return sum_mean(im, ctx),
+        "Attention" => return attention(im, ctx),
         "PRelu" => {
             let x = input_type(im, ctx, 0)?;
             let (xin, slope) = (input_id(im, ctx, 0)?, input_id(im, ctx, 1)?);
@@ -326,4 +327,200 @@ fn nll(
             output(im, ctx, 0, Op::Binary(BinaryOp::Div), &[neg, wsum])
         }
     }
+}
+
+/// Attention (versions 23 to 25), as its function body: optional 3-d inputs split into heads,
+/// the KV cache concatenated, grouped-query heads repeated, `softmax(Q K^T * scale + bias) V`
+/// with the bias from the mask, causality and sliding windows (bottom-right aligned) and the
+/// non-padded KV lengths; a query row whose bias is all `-inf` gives zeros.
+fn attention(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let q_ty = input_type(im, ctx, 0)?;
+    let dtype = q_ty.dtype;
+    let rank = q_ty.rank();
+    if rank != 3 && rank != 4 {
+        return Err(ctx.bad(format!("Q must be 3-d or 4-d, got {:?}", q_ty.shape)));
+    }
+    let heads = |im: &mut Importer<'_>, i: usize, attr: &str| -> Result<(ValueId, usize), ImportError> {
+        let id = input_id(im, ctx, i)?;
+        let ty = im.graph.ty(id).clone();
+        if ty.rank() != rank {
+            return Err(ctx.bad(format!("Q, K and V must have one rank, got {:?} and {:?}", q_ty.shape, ty.shape)));
+        }
+        if rank == 4 {
+            return Ok((id, ty.shape[1]));
+        }
+        let h = ctx.int(attr, 0)?;
+        if h < 1 || !ty.shape[2].is_multiple_of(h as usize) {
+            return Err(ctx.bad_attr(attr, format!("{h} heads do not split hidden size {}", ty.shape[2])));
+        }
+        let h = h as usize;
+        let split = vec![ty.shape[0], ty.shape[1], h, ty.shape[2] / h];
+        let r = step(im, ctx, "heads", Op::Reshape { shape: split }, &[id])?;
+        Ok((step(im, ctx, "heads_first", Op::Transpose { perm: vec![0, 2, 1, 3] }, &[r])?, h))
+    };
+    let (q, qh) = heads(im, 0, "q_num_heads")?;
+    let (mut k, kh) = heads(im, 1, "kv_num_heads")?;
+    let (mut v, vh) = heads(im, 2, "kv_num_heads")?;
+    let head_size = im.graph.ty(q).shape[3];
+    let past = ctx.input(4).is_some();
+    if past != ctx.input(5).is_some() {
+        return Err(ctx.bad("past_key and past_value must be given together"));
+    }
+    if past {
+        let (pk, pv) = (input_id(im, ctx, 4)?, input_id(im, ctx, 5)?);
+        k = step(im, ctx, "key_cache", Op::Concat { axis: 2 }, &[pk, k])?;
+        v = step(im, ctx, "value_cache", Op::Concat { axis: 2 }, &[pv, v])?;
+    }
+    output(im, ctx, 1, Op::Identity, &[k])?;
+    output(im, ctx, 2, Op::Identity, &[v])?;
+    let (sq, skv) = (im.graph.ty(q).shape[2], im.graph.ty(k).shape[2]);
+    let past_len = if past { im.graph.ty(input_id(im, ctx, 4)?).shape[2] } else { 0 };
+    let nonpad = if ctx.version >= 24 { ctx.input(6).map(|_| input_id(im, ctx, 6)).transpose()? } else { None };
+    if nonpad.is_some() && past {
+        return Err(ctx.bad("nonpad_kv_seqlen cannot be combined with past_key/past_value"));
+    }
+    let neg_inf = scalar(im, ctx, "neg_inf", dtype, f64::NEG_INFINITY);
+    let zero = scalar(im, ctx, "zero", dtype, 0.0);
+    // The additive bias: the mask (padded to the KV length), then causality, then padding.
+    let mut bias = match ctx.input(3) {
+        None => None,
+        Some(_) => {
+            let mut m = input_id(im, ctx, 3)?;
+            let mty = im.graph.ty(m).clone();
+            let is_bool = mty.dtype == DType::Bool;
+            let last = *mty.shape.last().ok_or_else(|| ctx.bad("attn_mask must have rank >= 1"))?;
+            if last < skv {
+                let mut pads = vec![0i64; 2 * mty.rank()];
+                pads[2 * mty.rank() - 1] = (skv - last) as i64;
+                let value = if is_bool {
+                    Tensor::from_vec::<bool>(&[], vec![false])
+                } else {
+                    Ok(Tensor::scalar_from_f64(dtype, f64::NEG_INFINITY))
+                }
+                .map_err(|e| ctx.bad(e))?;
+                m = step(im, ctx, "mask_padded", Op::Pad { pads, mode: crate::op::PadMode::Constant, value }, &[m])?;
+            }
+            Some(if is_bool { step(im, ctx, "mask_bias", Op::Where, &[m, zero, neg_inf])? } else { m })
+        }
+    };
+    // Causal and window masks compare each key position j with the query's position
+    // i + offset: offset is the cache length, or per batch nonpad_kv_seqlen[b] - sq.
+    let (left, right) = if ctx.version >= 25 {
+        (ctx.int("left_window_size", -1)?, ctx.int("right_window_size", -1)?)
+    } else {
+        (-1, -1)
+    };
+    let causal = ctx.int("is_causal", 0)? != 0;
+    if causal || left >= 0 || right >= 0 {
+        let offset = match nonpad {
+            None => scalar(im, ctx, "query_offset", DType::I64, past_len as f64),
+            Some(lens) => {
+                let lens = step(im, ctx, "kv_lens", Op::Cast { to: DType::I64 }, &[lens])?;
+                let b = im.graph.ty(lens).num_elements();
+                let lens = step(im, ctx, "kv_lens_4d", Op::Reshape { shape: vec![b, 1, 1, 1] }, &[lens])?;
+                let sq_c = scalar(im, ctx, "q_len", DType::I64, sq as f64);
+                step(im, ctx, "query_offset", Op::Binary(BinaryOp::Sub), &[lens, sq_c])?
+            }
+        };
+        // rel[i, j] = j - i.
+        let data: Vec<i64> = (0..sq * skv).map(|p| (p % skv) as i64 - (p / skv) as i64).collect();
+        let rel =
+            constant(im, ctx, "relative_positions", Tensor::from_vec::<i64>(&[sq, skv], data).map_err(|e| ctx.bad(e))?);
+        let mut add_mask = |im: &mut Importer<'_>, what: &str, allowed: ValueId| -> Result<(), ImportError> {
+            let m = step(im, ctx, what, Op::Where, &[allowed, zero, neg_inf])?;
+            bias = Some(match bias {
+                Some(b) => step(im, ctx, what, Op::Binary(BinaryOp::Add), &[b, m])?,
+                None => m,
+            });
+            Ok(())
+        };
+        if causal {
+            let allowed = step(im, ctx, "causal_allowed", Op::Compare(CompareOp::LessOrEqual), &[rel, offset])?;
+            add_mask(im, "causal", allowed)?;
+        }
+        // diff = i + offset - j; keys within `left` before and `right` after the query.
+        let diff = step(im, ctx, "distance", Op::Binary(BinaryOp::Sub), &[offset, rel])?;
+        if left >= 0 {
+            let l = scalar(im, ctx, "left_window", DType::I64, left as f64);
+            let allowed = step(im, ctx, "left_allowed", Op::Compare(CompareOp::LessOrEqual), &[diff, l])?;
+            add_mask(im, "left_window", allowed)?;
+        }
+        if right >= 0 {
+            let r = scalar(im, ctx, "right_window", DType::I64, -right as f64);
+            let allowed = step(im, ctx, "right_allowed", Op::Compare(CompareOp::GreaterOrEqual), &[diff, r])?;
+            add_mask(im, "right_window", allowed)?;
+        }
+    }
+    if let Some(lens) = nonpad {
+        let lens = step(im, ctx, "pad_lens", Op::Cast { to: DType::I64 }, &[lens])?;
+        let b = im.graph.ty(lens).num_elements();
+        let lens = step(im, ctx, "pad_lens_4d", Op::Reshape { shape: vec![b, 1, 1, 1] }, &[lens])?;
+        let t = Tensor::from_vec::<i64>(&[skv], (0..skv as i64).collect()).map_err(|e| ctx.bad(e))?;
+        let j = constant(im, ctx, "kv_positions", t);
+        let valid = step(im, ctx, "kv_valid", Op::Compare(CompareOp::Less), &[j, lens])?;
+        let padding = step(im, ctx, "padding", Op::Where, &[valid, zero, neg_inf])?;
+        bias = Some(match bias {
+            Some(b) => step(im, ctx, "padded_bias", Op::Binary(BinaryOp::Add), &[b, padding])?,
+            None => padding,
+        });
+    }
+    // Grouped-query attention: each KV head serves qh / kh consecutive query heads.
+    if qh != kh {
+        if kh != vh || !qh.is_multiple_of(kh) {
+            return Err(ctx.bad(format!("{qh} query heads cannot share {kh} key and {vh} value heads")));
+        }
+        let repeat = |im: &mut Importer<'_>, x: ValueId, what: &str| -> Result<ValueId, ImportError> {
+            let s = im.graph.ty(x).shape.clone();
+            let u = step(im, ctx, what, Op::Unsqueeze { axes: vec![2] }, &[x])?;
+            let e = step(im, ctx, what, Op::Expand { shape: vec![s[0], kh, qh / kh, s[2], s[3]] }, &[u])?;
+            step(im, ctx, what, Op::Reshape { shape: vec![s[0], qh, s[2], s[3]] }, &[e])
+        };
+        k = repeat(im, k, "key_repeated")?;
+        v = repeat(im, v, "value_repeated")?;
+    }
+    let scale = match ctx.attr("scale", super::at::FLOAT)? {
+        Some(a) => a.f as f64,
+        None => 1.0 / (head_size as f64).sqrt(),
+    };
+    // Q and K each scaled by sqrt(scale), as the function body does.
+    let s = scalar(im, ctx, "scale_sqrt", dtype, (scale.sqrt() as f32) as f64);
+    let qs = step(im, ctx, "q_scaled", Op::Binary(BinaryOp::Mul), &[q, s])?;
+    let ks = step(im, ctx, "k_scaled", Op::Binary(BinaryOp::Mul), &[k, s])?;
+    let kt = step(im, ctx, "k_transposed", Op::Transpose { perm: vec![0, 1, 3, 2] }, &[ks])?;
+    let mut qk = step(im, ctx, "qk", Op::MatMul, &[qs, kt])?;
+    let softcap = ctx.float("softcap", 0.0)?;
+    if softcap > 0.0 {
+        let c = scalar(im, ctx, "softcap", dtype, softcap as f64);
+        let d = step(im, ctx, "qk_over_cap", Op::Binary(BinaryOp::Div), &[qk, c])?;
+        let t = step(im, ctx, "qk_tanh", Op::Unary(UnaryOp::Tanh), &[d])?;
+        qk = step(im, ctx, "qk_capped", Op::Binary(BinaryOp::Mul), &[t, c])?;
+    }
+    let scores = match bias {
+        Some(b) => step(im, ctx, "qk_biased", Op::Binary(BinaryOp::Add), &[qk, b])?,
+        None => qk,
+    };
+    let mode = ctx.int("qk_matmul_output_mode", 0)?;
+    let last = im.graph.ty(scores).rank() - 1;
+    let mut probs = step(im, ctx, "probs", Op::Softmax { axis: last, coerce_2d: false, log: false }, &[scores])?;
+    if let Some(b) = bias {
+        // Rows whose bias is all -inf attend nothing: zeros, not NaN.
+        let brank = im.graph.ty(b).rank();
+        let max = Op::Reduce { op: ReduceOp::Max, axes: vec![brank - 1], keepdims: true };
+        let m = step(im, ctx, "bias_max", max, &[b])?;
+        let masked = step(im, ctx, "row_masked", Op::Compare(CompareOp::Equal), &[m, neg_inf])?;
+        probs = step(im, ctx, "probs_guarded", Op::Where, &[masked, zero, probs])?;
+    }
+    match mode {
+        0 | 1 => output(im, ctx, 3, Op::Identity, &[qk])?,
+        2 => output(im, ctx, 3, Op::Identity, &[scores])?,
+        3 => output(im, ctx, 3, Op::Identity, &[probs])?,
+        m => return Err(ctx.bad_attr("qk_matmul_output_mode", format!("{m} is not 0, 1, 2 or 3"))),
+    }
+    if rank == 4 {
+        return output(im, ctx, 0, Op::MatMul, &[probs, v]);
+    }
+    let y = step(im, ctx, "y_heads", Op::MatMul, &[probs, v])?;
+    let y = step(im, ctx, "y_seq_first", Op::Transpose { perm: vec![0, 2, 1, 3] }, &[y])?;
+    let s = im.graph.ty(y).shape.clone();
+    output(im, ctx, 0, Op::Reshape { shape: vec![s[0], s[1], s[2] * s[3]] }, &[y])
 }
