@@ -75,6 +75,8 @@ pub enum ImportError {
         "node '{node}' ({op}): input '{input}' ({what}) must be known at compile time: make it an initializer or Constant, or supply its value when loading"
     )]
     NotConstant { node: String, op: String, input: String, what: String },
+    #[error("node '{node}' ({op}): its output shape depends on the data ({reason}); Heron compiles static shapes")]
+    DataDependent { node: String, op: String, reason: String },
     #[error("node '{node}' ({op}): training mode is not supported (inference only)")]
     TrainingMode { node: String, op: String },
     #[error(transparent)]

@@ -153,6 +153,9 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Attention", &[23, 24, 25]),
     ("Resize", &[10, 11, 13, 18, 19]),
     ("Upsample", &[7, 9]),
+    ("ConvTranspose", &[1, 11, 22]),
+    ("NonZero", &[9, 13]),
+    ("Compress", &[9, 11]),
 ];
 
 /// The schema version of `op_type` that a model importing `opset` uses, if Heron supports the op.
@@ -254,6 +257,19 @@ fn to_usizes(ctx: &NodeCtx<'_>, attr: &str, v: &[i64], min: i64) -> Result<Vec<u
 
 pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -> Result<(), ImportError> {
     let domain_ok = node.domain.is_empty() || node.domain == "ai.onnx";
+    // Ops whose output shape is decided by values: no static plan can hold them.
+    let data_dependent = match node.op_type.as_str() {
+        "NonMaxSuppression" => Some("the count of boxes kept"),
+        "Unique" => Some("the count of distinct values"),
+        _ => None,
+    };
+    if let (true, Some(reason)) = (domain_ok, data_dependent) {
+        return Err(ImportError::DataDependent {
+            node: name.to_string(),
+            op: node.op_type.clone(),
+            reason: format!("{reason}; it has no static-shape form"),
+        });
+    }
     let version = schema_version(&node.op_type, im.opset).filter(|_| domain_ok);
     let Some(version) = version else {
         return Err(ImportError::UnsupportedOp {
@@ -268,30 +284,8 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
         "Constant" => return import_constant(im, &ctx),
         "Shape" | "Size" => return import_shape(im, &ctx),
         "Resize" | "Upsample" => return resize::import(im, &ctx),
-        "Gather" | "GatherElements" | "GatherND" | "Scatter" | "ScatterElements" | "ScatterND" | "Slice" | "Split"
-        | "Expand" | "Tile" | "Range" | "EyeLike" | "Trilu" | "CumSum" | "TopK" | "OneHot" | "DepthToSpace"
-        | "SpaceToDepth" | "Hardmax" => return tensor_ops::import(im, &ctx),
-        "Elu"
-        | "Selu"
-        | "Celu"
-        | "HardSigmoid"
-        | "ThresholdedRelu"
-        | "Swish"
-        | "LayerNormalization"
-        | "RMSNormalization"
-        | "InstanceNormalization"
-        | "GroupNormalization"
-        | "LRN"
-        | "Sum"
-        | "Mean"
-        | "PRelu"
-        | "IsNaN"
-        | "IsInf"
-        | "NegativeLogLikelihoodLoss"
-        | "SoftmaxCrossEntropyLoss"
-        | "Attention" => {
-            return composite::import(im, &ctx);
-        }
+        op if tensor_ops::OPS.contains(&op) => return tensor_ops::import(im, &ctx),
+        op if composite::OPS.contains(&op) => return composite::import(im, &ctx),
         _ => {}
     }
     let (op, operand_names) = translate(im, &ctx)?;
@@ -358,6 +352,13 @@ fn const_input(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) -
         input: name.to_string(),
         what: what.to_string(),
     })
+}
+
+/// The compile-time value of input `i`, or None when it is not known at compile time.
+fn const_input_opt(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize) -> Result<Option<Tensor>, ImportError> {
+    let name = ctx.input(i).ok_or_else(|| ctx.bad(format!("input {i} is required")))?;
+    im.value(ctx.name, name)?;
+    Ok(im.constant_value(name))
 }
 
 fn const_ints(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) -> Result<Option<Vec<i64>>, ImportError> {

@@ -12,6 +12,30 @@ use super::build::{constant, output, scalar, step, wants};
 use super::tensor_ops::input_id;
 use super::{NodeCtx, input_type, norm_axis};
 
+/// The operators translated here.
+pub(super) const OPS: &[&str] = &[
+    "Elu",
+    "Selu",
+    "Celu",
+    "HardSigmoid",
+    "ThresholdedRelu",
+    "Swish",
+    "LayerNormalization",
+    "RMSNormalization",
+    "InstanceNormalization",
+    "GroupNormalization",
+    "LRN",
+    "Sum",
+    "Mean",
+    "PRelu",
+    "IsNaN",
+    "IsInf",
+    "NegativeLogLikelihoodLoss",
+    "SoftmaxCrossEntropyLoss",
+    "Attention",
+    "ConvTranspose",
+];
+
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
     let activation = |a: Activation| -> Result<(Op, Vec<ValueId>), ImportError> {
         Ok((Op::Activation(a), vec![input_id(im, ctx, 0)?]))
@@ -34,6 +58,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "LRN" => return lrn(im, ctx),
         "Sum" | "Mean" => return sum_mean(im, ctx),
         "Attention" => return attention(im, ctx),
+        "ConvTranspose" => return conv_transpose(im, ctx),
         "PRelu" => {
             let x = input_type(im, ctx, 0)?;
             let (xin, slope) = (input_id(im, ctx, 0)?, input_id(im, ctx, 1)?);
@@ -523,4 +548,164 @@ fn attention(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError
     let y = step(im, ctx, "y_seq_first", Op::Transpose { perm: vec![0, 2, 1, 3] }, &[y])?;
     let s = im.graph.ty(y).shape.clone();
     output(im, ctx, 0, Op::Reshape { shape: vec![s[0], s[1], s[2] * s[3]] }, &[y])
+}
+
+/// ConvTranspose as a convolution: the input with `stride - 1` zeros between elements, padded
+/// by `(k - 1) * dilation - pad` (cropped where that is negative, plus `output_padding` at the
+/// end), convolved with the weights' in/out channels swapped per group and taps reversed.
+fn conv_transpose(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let w = input_type(im, ctx, 1)?;
+    if x.rank() < 3 || w.rank() != x.rank() {
+        return Err(ctx.bad(format!("input {:?} and weight {:?} must have equal rank >= 3", x.shape, w.shape)));
+    }
+    let m = x.rank() - 2;
+    let group = ctx.int("group", 1)?;
+    let (cin, cout_g) = (x.shape[1], w.shape[1]);
+    if group < 1 || w.shape[0] != cin || !cin.is_multiple_of(group as usize) {
+        return Err(ctx.bad(format!("weight {:?} does not fit input channels {cin} in {group} groups", w.shape)));
+    }
+    let g = group as usize;
+    let ints = |name: &str, default: usize| -> Result<Vec<usize>, ImportError> {
+        match ctx.ints(name)? {
+            Some(v) if v.len() == m => super::to_usizes(ctx, name, &v, 0),
+            Some(v) => Err(ctx.bad_attr(name, format!("has {} entries for {m} spatial axes", v.len()))),
+            None => Ok(vec![default; m]),
+        }
+    };
+    let kernel = match ctx.ints("kernel_shape")? {
+        Some(k) => super::to_usizes(ctx, "kernel_shape", &k, 1)?,
+        None => w.shape[2..].to_vec(),
+    };
+    if kernel != w.shape[2..] {
+        return Err(ctx.bad_attr("kernel_shape", format!("{kernel:?} differs from the weight's {:?}", &w.shape[2..])));
+    }
+    let strides = ints("strides", 1)?;
+    let dilations = ints("dilations", 1)?;
+    let out_pad = ints("output_padding", 0)?;
+    if strides.iter().chain(&dilations).any(|&v| v == 0) {
+        return Err(ctx.bad("strides and dilations must be >= 1"));
+    }
+    let span = |d: usize| (kernel[d] as i64 - 1) * dilations[d] as i64 + 1;
+    let full = |d: usize| strides[d] as i64 * (x.shape[d + 2] as i64 - 1) + out_pad[d] as i64 + span(d);
+    let auto_pad = ctx.string("auto_pad", "NOTSET")?;
+    let output_shape = ctx.ints("output_shape")?.map(|s| s[s.len().saturating_sub(m)..].to_vec());
+    if !matches!(auto_pad.as_str(), "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER") {
+        return Err(ctx.bad_attr("auto_pad", format!("unknown value '{auto_pad}'")));
+    }
+    let explicit = || -> Result<(Vec<i64>, Vec<i64>), ImportError> {
+        let pads = ctx.ints("pads")?.unwrap_or(vec![0; 2 * m]);
+        if pads.len() != 2 * m || pads.iter().any(|&p| p < 0) {
+            return Err(ctx.bad_attr("pads", format!("{pads:?} must be {} non-negative values", 2 * m)));
+        }
+        Ok((pads[..m].to_vec(), pads[m..].to_vec()))
+    };
+    let target = match output_shape {
+        Some(t) if t.len() == m => Some(t),
+        Some(t) => return Err(ctx.bad_attr("output_shape", format!("{t:?} needs {m} spatial sizes"))),
+        None => None,
+    };
+    let (pads_begin, pads_end): (Vec<i64>, Vec<i64>) = match (auto_pad.as_str(), target) {
+        ("VALID", _) => (vec![0; m], vec![0; m]),
+        // An explicit output shape keeps the start padding; the end grows or shrinks to fit.
+        ("NOTSET", Some(t)) => {
+            let (begin, _) = explicit()?;
+            let end = (0..m).map(|d| full(d) - t[d] - begin[d]).collect();
+            (begin, end)
+        }
+        ("NOTSET", None) => explicit()?,
+        (mode, target) => {
+            // SAME: the output is `output_shape`, or the input times the stride.
+            let t = target.unwrap_or_else(|| (0..m).map(|d| x.shape[d + 2] as i64 * strides[d] as i64).collect());
+            (0..m)
+                .map(|d| {
+                    let total = full(d) - t[d];
+                    let half = total.div_euclid(2);
+                    if mode == "SAME_UPPER" { (half, total - half) } else { (total - half, half) }
+                })
+                .unzip()
+        }
+    };
+    for d in 0..m {
+        if full(d) - pads_begin[d] - pads_end[d] < 1 {
+            return Err(
+                ctx.bad(format!("spatial axis {d} has no output (padding {} + {})", pads_begin[d], pads_end[d]))
+            );
+        }
+    }
+    let mut xin = input_id(im, ctx, 0)?;
+    let (n, spatial) = (x.shape[0], x.shape[2..].to_vec());
+    // Zeros between the input's elements: [N, C, D, 1, ...] padded to [N, C, D, s, ...].
+    if strides.iter().any(|&s| s > 1) {
+        let mut split = vec![n, cin];
+        let mut pads = vec![0i64; 2 * (2 + 2 * m)];
+        for d in 0..m {
+            split.extend([spatial[d], 1]);
+            pads[2 + 2 * m + 3 + 2 * d] = strides[d] as i64 - 1;
+        }
+        let r = step(im, ctx, "split_spatial", Op::Reshape { shape: split }, &[xin])?;
+        let zero = Tensor::scalar_from_f64(x.dtype, 0.0);
+        let p = step(im, ctx, "zero_stuffed", Op::Pad { pads, mode: crate::op::PadMode::Constant, value: zero }, &[r])?;
+        let mut joined = vec![n, cin];
+        joined.extend((0..m).map(|d| spatial[d] * strides[d]));
+        xin = step(im, ctx, "stuffed", Op::Reshape { shape: joined }, &[p])?;
+    }
+    // Crop the stuffing's tail and any negative padding; pad the rest in the convolution.
+    let mut axes: Vec<crate::op::SliceAxis> =
+        im.graph.ty(xin).shape.iter().map(|&len| crate::op::SliceAxis { start: 0, step: 1, len }).collect();
+    let (mut conv_begin, mut conv_end) = (vec![0usize; m], vec![0usize; m]);
+    let mut crop = false;
+    for d in 0..m {
+        let stuffed = (spatial[d] as i64 - 1) * strides[d] as i64 + 1;
+        let left = span(d) - 1 - pads_begin[d];
+        let right = span(d) - 1 - pads_end[d] + out_pad[d] as i64;
+        let start = (-left).max(0);
+        let end = stuffed - (-right).max(0);
+        if end <= start {
+            return Err(ctx.bad(format!("padding crops all of spatial axis {d}")));
+        }
+        crop |= start > 0 || end != axes[d + 2].len as i64;
+        axes[d + 2] = crate::op::SliceAxis { start: start as usize, step: 1, len: (end - start) as usize };
+        conv_begin[d] = left.max(0) as usize;
+        conv_end[d] = right.max(0) as usize;
+    }
+    if crop {
+        xin = step(im, ctx, "cropped", Op::Slice { axes }, &[xin])?;
+    }
+    // Weights [Cin, Cout/g, k...] -> [g * Cout/g, Cin/g, k...], taps reversed.
+    let win = input_id(im, ctx, 1)?;
+    let cin_g = cin / g;
+    let mut grouped = vec![g, cin_g, cout_g];
+    grouped.extend_from_slice(&kernel);
+    let wr = step(im, ctx, "w_grouped", Op::Reshape { shape: grouped }, &[win])?;
+    let mut perm = vec![0, 2, 1];
+    perm.extend(3..3 + m);
+    let wt = step(im, ctx, "w_swapped", Op::Transpose { perm }, &[wr])?;
+    let mut conv_w = vec![g * cout_g, cin_g];
+    conv_w.extend_from_slice(&kernel);
+    let wc = step(im, ctx, "w_conv", Op::Reshape { shape: conv_w.clone() }, &[wt])?;
+    let flip = conv_w
+        .iter()
+        .enumerate()
+        .map(|(d, &len)| {
+            if d < 2 || len == 1 {
+                crate::op::SliceAxis { start: 0, step: 1, len }
+            } else {
+                crate::op::SliceAxis { start: len - 1, step: -1, len }
+            }
+        })
+        .collect();
+    let wf = step(im, ctx, "w_flipped", Op::Slice { axes: flip }, &[wc])?;
+    let window = Window {
+        kernel: kernel.clone(),
+        strides: vec![1; m],
+        dilations: dilations.clone(),
+        pads_begin: conv_begin,
+        pads_end: conv_end,
+    };
+    let mut ins = vec![xin, wf];
+    if ctx.input(2).is_some() {
+        ins.push(input_id(im, ctx, 2)?);
+    }
+    output(im, ctx, 0, Op::Conv(crate::op::ConvAttrs { window, group: g }), &ins)
 }

@@ -25,6 +25,31 @@ fn const_scalar(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) 
     }
 }
 
+/// The operators translated here.
+pub(super) const OPS: &[&str] = &[
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "Scatter",
+    "ScatterElements",
+    "ScatterND",
+    "Slice",
+    "Split",
+    "Expand",
+    "Tile",
+    "Range",
+    "EyeLike",
+    "Trilu",
+    "CumSum",
+    "TopK",
+    "OneHot",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Hardmax",
+    "NonZero",
+    "Compress",
+];
+
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
     let v = ctx.version;
     match ctx.node.op_type.as_str() {
@@ -172,8 +197,64 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "OneHot" => import_one_hot(im, ctx),
         "DepthToSpace" | "SpaceToDepth" => import_depth_space(im, ctx),
         "Hardmax" => import_hardmax(im, ctx),
+        "NonZero" => {
+            // Folds when its input is a constant; otherwise how many elements are non-zero
+            // decides the output's shape.
+            let Some(t) = super::const_input_opt(im, ctx, 0)? else {
+                return Err(data_dependent(
+                    ctx,
+                    "the count of non-zero elements; it is supported on compile-time constants",
+                ));
+            };
+            let flat = t.to_f64_vec();
+            let shape = t.shape().to_vec();
+            let hits: Vec<usize> = (0..flat.len()).filter(|&p| flat[p] != 0.0).collect();
+            let mut coords = vec![0i64; shape.len() * hits.len()];
+            for (j, &p) in hits.iter().enumerate() {
+                let mut rest = p;
+                for d in (0..shape.len()).rev() {
+                    coords[d * hits.len() + j] = (rest % shape[d]) as i64;
+                    rest /= shape[d];
+                }
+            }
+            let t = Tensor::from_vec::<i64>(&[shape.len(), hits.len()], coords).map_err(|e| ctx.bad(e))?;
+            let id = constant(im, ctx, "nonzero", t);
+            output(im, ctx, 0, Op::Identity, &[id])
+        }
+        "Compress" => {
+            // A constant condition selects fixed indices: a Gather.
+            let Some(cond) = super::const_input_opt(im, ctx, 1)? else {
+                return Err(data_dependent(
+                    ctx,
+                    "the count of true conditions; it is supported with a compile-time condition",
+                ));
+            };
+            let x = input_type(im, ctx, 0)?;
+            let mut xin = input_id(im, ctx, 0)?;
+            let axis = match ctx.attr("axis", super::at::INT)? {
+                Some(a) => norm_axis(ctx, "axis", a.i, x.rank())?,
+                None => {
+                    xin = step(im, ctx, "flat", Op::Reshape { shape: vec![x.num_elements()] }, &[xin])?;
+                    0
+                }
+            };
+            let len = im.graph.ty(xin).shape[axis];
+            let keep: Vec<i64> = cond
+                .to_f64_vec()
+                .iter()
+                .enumerate()
+                .filter(|&(i, &c)| c != 0.0 && i < len)
+                .map(|(i, _)| i as i64)
+                .collect();
+            let idx = constant(im, ctx, "kept", Tensor::from_vec::<i64>(&[keep.len()], keep).map_err(|e| ctx.bad(e))?);
+            output(im, ctx, 0, Op::Gather { axis }, &[xin, idx])
+        }
         other => Err(ctx.bad(format!("no translation for {other}"))),
     }
+}
+
+fn data_dependent(ctx: &NodeCtx<'_>, reason: &str) -> ImportError {
+    ImportError::DataDependent { node: ctx.name.to_string(), op: ctx.op(), reason: reason.to_string() }
 }
 
 /// ONNX Slice's clamping rules, per axis.
