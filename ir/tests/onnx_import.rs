@@ -94,7 +94,11 @@ fn schema_versions_follow_each_ops_history() {
     assert_eq!(schema_version("Softmax", 28), Some(13));
     assert_eq!(schema_version("Pad", 10), Some(2));
     assert_eq!(schema_version("Conv", 30), Some(22));
-    assert_eq!(schema_version("NonZero", 13), None);
+    assert_eq!(schema_version("NonZero", 13), Some(13));
+    assert_eq!(schema_version("LSTM", 17), Some(14));
+    assert_eq!(schema_version("Resize", 17), Some(13));
+    assert_eq!(schema_version("Attention", 28), Some(25));
+    assert_eq!(schema_version("TfIdfVectorizer", 13), None);
 }
 
 #[test]

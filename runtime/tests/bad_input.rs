@@ -177,9 +177,19 @@ fn conv_channel_mismatch() {
 
 #[test]
 fn unsupported_op() {
-    let g = graph(vec![node("NonMaxSuppression", "nms_1", &["x"], &["y"])], vec![]);
+    let g = graph(vec![node("TfIdfVectorizer", "tfidf_1", &["x"], &["y"])], vec![]);
     let p = write_model("unsupported_op.onnx", &model(17, g));
-    fails_with(&["run", s(&p)], &["NonMaxSuppression", "nms_1", "opset 17"]);
+    fails_with(&["run", s(&p)], &["TfIdfVectorizer", "tfidf_1", "opset 17"]);
+}
+
+#[test]
+fn data_dependent_output_shape() {
+    let g = graph(vec![node("NonMaxSuppression", "nms_1", &["x"], &["y"])], vec![]);
+    let p = write_model("nms.onnx", &model(17, g));
+    fails_with(&["run", s(&p)], &["NonMaxSuppression", "nms_1", "depends on the data"]);
+    let g = graph(vec![node("NonZero", "nz", &["x"], &["y"])], vec![]);
+    let p = write_model("nonzero.onnx", &model(17, g));
+    fails_with(&["run", s(&p)], &["NonZero", "nz", "depends on the data"]);
 }
 
 #[test]

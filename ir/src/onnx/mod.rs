@@ -403,20 +403,51 @@ impl<'a> Importer<'a> {
             .ok_or_else(|| ImportError::UndefinedInput { node: node.to_string(), input: name.to_string() })
     }
 
-    /// The compile-time value of `name`: a constant, or a graph input whose value was supplied
-    /// (which then becomes a constant).
+    /// The compile-time value of `name`: a constant, a graph input whose value was supplied
+    /// (which then becomes a constant), or computed by the nodes producing it from such values
+    /// (they are evaluated now and their outputs become constants).
     pub(crate) fn constant_value(&mut self, name: &str) -> Option<Tensor> {
         let id = *self.names.get(name)?;
+        self.evaluate(id, 0)
+    }
+
+    fn evaluate(&mut self, id: ValueId, depth: usize) -> Option<Tensor> {
+        /// How far back through producers a compile-time value is computed.
+        const MAX_DEPTH: usize = 256;
+        /// Values up to this many elements are computed at import.
+        const MAX_ELEMENTS: usize = 1 << 16;
         if let Some(c) = self.graph.constant(id) {
             return Some(c.clone());
         }
-        let known = self.known.get(name)?.clone();
-        if !self.graph.inputs.contains(&id) || known.tensor_type() != *self.graph.ty(id) {
+        let name = self.graph.value(id).name.clone();
+        if self.graph.inputs.contains(&id) {
+            let known = self.known.get(&name)?.clone();
+            if known.tensor_type() != *self.graph.ty(id) {
+                return None;
+            }
+            self.graph.inputs.retain(|&i| i != id);
+            self.graph.values[id.0].constant = Some(std::sync::Arc::new(known.clone()));
+            return Some(known);
+        }
+        if depth >= MAX_DEPTH || self.graph.ty(id).num_elements() > MAX_ELEMENTS {
             return None;
         }
-        self.graph.inputs.retain(|&i| i != id);
-        self.graph.values[id.0].constant = Some(std::sync::Arc::new(known.clone()));
-        Some(known)
+        let at = self.graph.nodes.iter().rposition(|n| n.outputs.contains(&id))?;
+        let node = self.graph.nodes[at].clone();
+        let inputs = node.inputs.iter().map(|&i| self.evaluate(i, depth + 1)).collect::<Option<Vec<_>>>()?;
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let results = crate::interp::eval_op(&node.op, &refs).ok()?;
+        let fits = results.len() >= node.outputs.len()
+            && results.iter().zip(&node.outputs).all(|(t, &o)| t.tensor_type() == *self.graph.ty(o));
+        if !fits {
+            return None;
+        }
+        let at = self.graph.nodes.iter().position(|n| n.outputs == node.outputs)?;
+        self.graph.nodes.remove(at);
+        for (t, &o) in results.into_iter().zip(&node.outputs) {
+            self.graph.values[o.0].constant = Some(std::sync::Arc::new(t));
+        }
+        self.graph.constant(id).cloned()
     }
 }
 

@@ -14,6 +14,7 @@ use crate::tensor::Tensor;
 
 mod build;
 mod composite;
+mod recurrent;
 mod resize;
 mod tensor_ops;
 
@@ -155,6 +156,9 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Upsample", &[7, 9]),
     ("ConvTranspose", &[1, 11, 22]),
     ("NonZero", &[9, 13]),
+    ("RNN", &[7, 14, 22]),
+    ("GRU", &[7, 14, 22]),
+    ("LSTM", &[7, 14, 22]),
     ("Compress", &[9, 11]),
 ];
 
@@ -284,6 +288,7 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
         "Constant" => return import_constant(im, &ctx),
         "Shape" | "Size" => return import_shape(im, &ctx),
         "Resize" | "Upsample" => return resize::import(im, &ctx),
+        "RNN" | "GRU" | "LSTM" => return recurrent::import(im, &ctx),
         op if tensor_ops::OPS.contains(&op) => return tensor_ops::import(im, &ctx),
         op if composite::OPS.contains(&op) => return composite::import(im, &ctx),
         _ => {}
