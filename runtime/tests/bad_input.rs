@@ -439,3 +439,39 @@ fn plans_with_a_fallback_pool_succeed() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("pool big"), "{text}");
 }
+
+/// A branch graph computing `op(x)` as its output `name`.
+fn branch(op: &str, name: &str) -> AttributeProto {
+    let body = GraphProto {
+        node: vec![node(op, &format!("{name}_node"), &["x"], &[name])],
+        output: vec![ValueInfoProto { name: name.into(), r#type: None }],
+        ..Default::default()
+    };
+    AttributeProto { name: name.into(), r#type: 5, g: Some(Box::new(body)), ..Default::default() }
+}
+
+#[test]
+fn control_flow_needs_compile_time_decisions() {
+    // If on a graph input: which branch runs is not known when compiling.
+    let mut g = graph(vec![], vec![]);
+    let mut n = node("If", "choose", &["c"], &["y"]);
+    n.attribute = vec![branch("Relu", "then_branch"), branch("Neg", "else_branch")];
+    g.node = vec![n];
+    g.input.push(value_info("c", 9, &[]));
+    let p = write_model("if_runtime.onnx", &model(17, g));
+    fails_with(&["run", s(&p)], &["choose", "If", "condition", "compile time"]);
+    // A Loop whose condition is computed from data cannot be unrolled.
+    let mut g = graph(vec![], vec![]);
+    let body = GraphProto {
+        node: vec![node("ReduceMax", "m", &["v"], &["mx"]), node("Less", "lt", &["mx", "v"], &["cond_out"])],
+        input: vec![value_info("i", 7, &[]), value_info("cond", 9, &[]), value_info("v", 1, &[2, 3])],
+        output: ["cond_out", "v"].iter().map(|n| ValueInfoProto { name: n.to_string(), r#type: None }).collect(),
+        ..Default::default()
+    };
+    let mut n = node("Loop", "spin", &["", "", "x"], &["y"]);
+    n.attribute =
+        vec![AttributeProto { name: "body".into(), r#type: 5, g: Some(Box::new(body)), ..Default::default() }];
+    g.node = vec![n];
+    let p = write_model("loop_runtime.onnx", &model(17, g));
+    fails_with(&["run", s(&p)], &["spin", "Loop", "condition"]);
+}

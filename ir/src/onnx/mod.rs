@@ -411,7 +411,7 @@ impl<'a> Importer<'a> {
         self.evaluate(id, 0)
     }
 
-    fn evaluate(&mut self, id: ValueId, depth: usize) -> Option<Tensor> {
+    pub(crate) fn evaluate(&mut self, id: ValueId, depth: usize) -> Option<Tensor> {
         /// How far back through producers a compile-time value is computed.
         const MAX_DEPTH: usize = 256;
         /// Values up to this many elements are computed at import.
@@ -451,13 +451,34 @@ impl<'a> Importer<'a> {
     }
 }
 
-fn node_name(node: &NodeProto, index: usize) -> String {
+/// The names `g` reads from enclosing scopes: used by its nodes (or nested subgraphs) and not
+/// defined inside it.
+fn free_names(g: &GraphProto, out: &mut Vec<String>) {
+    let defined: std::collections::HashSet<&str> = g
+        .initializer
+        .iter()
+        .map(|t| t.name.as_str())
+        .chain(g.input.iter().map(|i| i.name.as_str()))
+        .chain(g.node.iter().flat_map(|n| n.output.iter().map(String::as_str)))
+        .collect();
+    let mut used: Vec<String> = Vec::new();
+    for n in &g.node {
+        used.extend(n.input.iter().filter(|s| !s.is_empty()).cloned());
+        for a in n.attribute.iter().filter_map(|a| a.g.as_deref()) {
+            free_names(a, &mut used);
+        }
+    }
+    used.extend(g.output.iter().map(|o| o.name.clone()));
+    out.extend(used.into_iter().filter(|u| !defined.contains(u.as_str())));
+}
+
+pub(crate) fn node_name(node: &NodeProto, index: usize) -> String {
     if node.name.is_empty() { format!("{}_{index}", node.op_type) } else { node.name.clone() }
 }
 
 /// Node indices in an order where every node follows the producers of its inputs (stable: the
 /// file order when it already is one). Reports undefined inputs and cycles.
-fn topological_order(g: &GraphProto, defined: &HashMap<String, ValueId>) -> Result<Vec<usize>, ImportError> {
+pub(crate) fn topological_order(g: &GraphProto, defined: &HashMap<String, ValueId>) -> Result<Vec<usize>, ImportError> {
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in g.node.iter().enumerate() {
         for o in n.output.iter().filter(|o| !o.is_empty()) {
@@ -470,7 +491,14 @@ fn topological_order(g: &GraphProto, defined: &HashMap<String, ValueId>) -> Resu
     let mut indegree = vec![0usize; g.node.len()];
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); g.node.len()];
     for (i, n) in g.node.iter().enumerate() {
-        for input in n.input.iter().filter(|s| !s.is_empty()) {
+        // A subgraph (If's branches, a Loop body) reads enclosing values by name too.
+        let mut reads: Vec<String> = n.input.iter().filter(|s| !s.is_empty()).cloned().collect();
+        for a in n.attribute.iter().filter_map(|a| a.g.as_deref()) {
+            free_names(a, &mut reads);
+        }
+        reads.sort();
+        reads.dedup();
+        for input in &reads {
             if let Some(&p) = producer.get(input.as_str()) {
                 deps[i].push(p);
                 users[p].push(i);

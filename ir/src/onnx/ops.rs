@@ -14,6 +14,7 @@ use crate::tensor::Tensor;
 
 mod build;
 mod composite;
+mod control;
 mod recurrent;
 mod resize;
 mod tensor_ops;
@@ -156,6 +157,9 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Upsample", &[7, 9]),
     ("ConvTranspose", &[1, 11, 22]),
     ("NonZero", &[9, 13]),
+    ("If", &[1, 11, 13, 16, 19, 21, 23, 24, 25]),
+    ("Loop", &[1, 11, 13, 16, 19, 21, 23, 24, 25]),
+    ("Scan", &[9, 11, 16, 19, 21, 23, 24, 25]),
     ("RNN", &[7, 14, 22]),
     ("GRU", &[7, 14, 22]),
     ("LSTM", &[7, 14, 22]),
@@ -289,6 +293,7 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
         "Shape" | "Size" => return import_shape(im, &ctx),
         "Resize" | "Upsample" => return resize::import(im, &ctx),
         "RNN" | "GRU" | "LSTM" => return recurrent::import(im, &ctx),
+        "If" | "Loop" | "Scan" => return control::import(im, &ctx),
         op if tensor_ops::OPS.contains(&op) => return tensor_ops::import(im, &ctx),
         op if composite::OPS.contains(&op) => return composite::import(im, &ctx),
         _ => {}
