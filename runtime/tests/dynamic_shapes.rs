@@ -121,3 +121,23 @@ fn cli_takes_the_batch_from_the_input_or_from_flags() {
     let (ok, text) = heron(&["inspect", model, "--dim", "batch=x"]);
     assert!(!ok && text.contains("NAME=N"), "{text}");
 }
+
+/// Small BERT and GPT-2 encoders exported by torch with symbolic `batch` and `sequence`
+/// (`runtime/tests/data/dynamic/make_models.py`), run at batch 1 (5 tokens) and 4 (12 tokens,
+/// the last row padded) against ONNX Runtime's outputs.
+#[test]
+fn transformers_with_symbolic_batch_and_sequence() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/dynamic");
+    for name in ["bert_dyn", "gpt2_dyn"] {
+        let model =
+            DynamicModel::load(dir.join(format!("{name}.onnx")), ImportOptions::default(), CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(model.inputs()[0].dims.iter().map(|d| d.to_string()).collect::<Vec<_>>(), ["batch", "sequence"]);
+        for b in [1, 4] {
+            let load = |what: &str| read_npy(&dir.join(format!("{name}.b{b}.{what}.npy"))).unwrap();
+            let got = model.run(&[load("input_ids"), load("attention_mask")]).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_float_rule(&got[0], &load("ref")).unwrap_or_else(|e| panic!("{name} at batch {b}: {e}"));
+        }
+        assert_eq!(model.cached(), 2);
+    }
+}

@@ -15,6 +15,7 @@ use crate::tensor::Tensor;
 mod build;
 mod composite;
 mod control;
+mod einsum;
 mod recurrent;
 mod resize;
 mod tensor_ops;
@@ -160,6 +161,7 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("If", &[1, 11, 13, 16, 19, 21, 23, 24, 25]),
     ("Loop", &[1, 11, 13, 16, 19, 21, 23, 24, 25]),
     ("Scan", &[9, 11, 16, 19, 21, 23, 24, 25]),
+    ("Einsum", &[12]),
     ("RNN", &[7, 14, 22]),
     ("GRU", &[7, 14, 22]),
     ("LSTM", &[7, 14, 22]),
@@ -294,6 +296,7 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
         "Resize" | "Upsample" => return resize::import(im, &ctx),
         "RNN" | "GRU" | "LSTM" => return recurrent::import(im, &ctx),
         "If" | "Loop" | "Scan" => return control::import(im, &ctx),
+        "Einsum" => return einsum::import(im, &ctx),
         op if tensor_ops::OPS.contains(&op) => return tensor_ops::import(im, &ctx),
         op if composite::OPS.contains(&op) => return composite::import(im, &ctx),
         _ => {}
