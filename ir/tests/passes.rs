@@ -2,7 +2,9 @@
 
 mod common;
 
-use heron_ir::passes::{eliminate_dead_nodes, fold_batch_norm, fold_constants, optimize, remove_identities};
+use heron_ir::passes::{
+    eliminate_dead_nodes, fold_batch_norm, fold_constants, optimize, reduce_powers, remove_identities,
+};
 use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window, interp, verify};
 use proptest::prelude::*;
 
@@ -190,4 +192,25 @@ fn optimize_on_the_conformance_style_graph_keeps_results() {
         let s = optimize(g);
         s.folded_constants + s.removed_identities
     });
+}
+
+#[test]
+fn constant_powers_become_products() {
+    let mut seed = 7;
+    for (e, reduced) in [(0.5f32, 1), (1.0, 1), (2.0, 1), (3.0, 1), (4.0, 0)] {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![2, 5]));
+        let c = g.add_constant("c", Tensor::from_vec::<f32>(&[1], vec![e]).unwrap());
+        let y = g.add_op("y", Op::Binary(BinaryOp::Pow), &[x, c]).unwrap();
+        g.set_outputs(vec![y]);
+        let input = rand_tensor(&mut seed, &[2, 5], 0.1, 3.0);
+        assert_eq!(same_outputs(&g, &[input], reduce_powers), reduced, "exponent {e}");
+    }
+    // An exponent that broadcasts x to a larger shape stays a Pow.
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 5]));
+    let c = g.add_constant("c", Tensor::from_vec::<f32>(&[3, 1], vec![2.0; 3]).unwrap());
+    let y = g.add_op("y", Op::Binary(BinaryOp::Pow), &[x, c]).unwrap();
+    g.set_outputs(vec![y]);
+    assert_eq!(same_outputs(&g, &[rand_tensor(&mut seed, &[1, 5], 0.1, 3.0)], reduce_powers), 0);
 }

@@ -20,6 +20,8 @@ pub struct PassStats {
     pub folded_batch_norms: usize,
     pub removed_identities: usize,
     pub removed_dead_nodes: usize,
+    /// Pow nodes with a constant exponent of 0.5, 1, 2 or 3 rewritten as Sqrt or products.
+    pub reduced_powers: usize,
     /// The quantized (QDQ) patterns rewritten into the integer form, and those left in float
     /// with the reason.
     pub integer_form: IntegerFormReport,
@@ -42,9 +44,59 @@ pub fn optimize(graph: &mut Graph) -> PassStats {
         }
     }
     stats.folded_constants = fold_constants(graph);
+    stats.reduced_powers = reduce_powers(graph);
     stats.folded_batch_norms = fold_batch_norm(graph);
     stats.removed_dead_nodes += eliminate_dead_nodes(graph);
     stats
+}
+
+/// Rewrites `Pow(x, c)` whose exponent is a constant holding one value of 0.5, 1, 2 or 3 (and
+/// that does not broadcast x) as `Sqrt(x)`, `x`, `x * x` or `x * x * x`: exporters write GELU's
+/// cube and variances this way, and a libm `pow` per element costs far more than a multiply.
+pub fn reduce_powers(graph: &mut Graph) -> usize {
+    use crate::op::{BinaryOp, UnaryOp};
+    let mut names = crate::graph::NameTable::new(graph);
+    let mut reduced = 0;
+    let mut out = Vec::with_capacity(graph.nodes.len());
+    for node in std::mem::take(&mut graph.nodes) {
+        let exponent = match (&node.op, node.inputs.as_slice()) {
+            (crate::Op::Binary(BinaryOp::Pow), &[x, e]) => graph.values[e.0].constant.as_ref().and_then(|c| {
+                let v = c.to_f64_vec();
+                let same = v.first().filter(|f| v.iter().all(|g| g == *f)).copied();
+                let keeps_shape = crate::infer::broadcast_shapes(&graph.ty(x).shape, c.shape()).ok()
+                    == Some(graph.ty(x).shape.clone());
+                same.filter(|f| keeps_shape && [0.5, 1.0, 2.0, 3.0].contains(f)).map(|f| (x, f))
+            }),
+            _ => None,
+        };
+        let Some((x, e)) = exponent else {
+            out.push(node);
+            continue;
+        };
+        let y = node.outputs[0];
+        let (op, inputs) = match e {
+            0.5 => (crate::Op::Unary(UnaryOp::Sqrt), vec![x]),
+            1.0 => (crate::Op::Identity, vec![x]),
+            2.0 => (crate::Op::Binary(BinaryOp::Mul), vec![x, x]),
+            _ => {
+                let sq = graph.values.len();
+                let name = names.fresh(&format!("{}:square", node.name));
+                graph.values.push(crate::graph::Value { name, ty: graph.ty(x).clone(), constant: None });
+                let sq = ValueId(sq);
+                out.push(crate::graph::Node {
+                    name: format!("{}:square", node.name),
+                    op: crate::Op::Binary(BinaryOp::Mul),
+                    inputs: vec![x, x],
+                    outputs: vec![sq],
+                });
+                (crate::Op::Binary(BinaryOp::Mul), vec![sq, x])
+            }
+        };
+        out.push(crate::graph::Node { name: node.name, op, inputs, outputs: vec![y] });
+        reduced += 1;
+    }
+    graph.nodes = out;
+    reduced
 }
 
 /// Evaluates every node whose inputs are all constants and turns its outputs into constants.
