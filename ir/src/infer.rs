@@ -248,6 +248,23 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             }
             one(TensorType::new(x.dtype, out))
         }
+        Op::GridSample { .. } => {
+            let grid = inputs[1];
+            expect_float(op, x)?;
+            same_dtype(op, x, grid)?;
+            let k = x
+                .rank()
+                .checked_sub(2)
+                .filter(|&k| k >= 1)
+                .ok_or_else(|| format!("X {:?} needs spatial axes", x.shape))?;
+            if grid.rank() != x.rank() || grid.shape[0] != x.shape[0] || grid.shape[grid.rank() - 1] != k {
+                return Err(format!("grid {:?} must be [N, out..., {k}] for X {:?}", grid.shape, x.shape));
+            }
+            let mut out = vec![x.shape[0], x.shape[1]];
+            out.extend_from_slice(&grid.shape[1..grid.rank() - 1]);
+            checked_elements(&out).ok_or_else(|| too_many(&out))?;
+            one(TensorType::new(x.dtype, out))
+        }
         Op::CumSum { axis, .. } => {
             expect_numeric(op, x)?;
             check_axis(*axis, x.rank())?;
@@ -479,7 +496,7 @@ pub fn arity(op: &Op) -> (usize, usize) {
         Op::ConvInteger(_) | Op::MatMulInteger => (4, 4),
         Op::MatMul | Op::Binary(_) | Op::BitShift { .. } | Op::Compare(_) | Op::Logical(_) => (2, 2),
         Op::Where | Op::ScatterElements { .. } | Op::ScatterND { .. } => (3, 3),
-        Op::Gather { .. } | Op::GatherElements { .. } | Op::GatherND { .. } => (2, 2),
+        Op::Gather { .. } | Op::GatherElements { .. } | Op::GatherND { .. } | Op::GridSample { .. } => (2, 2),
         Op::Normalize { .. } => (2, 3),
         Op::Resample { .. } => (1, usize::MAX),
         Op::BatchNormalization { .. } => (5, 5),

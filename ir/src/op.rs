@@ -181,6 +181,22 @@ pub enum ScatterReduction {
     Min,
 }
 
+/// How GridSample reads between pixels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GridMode {
+    Nearest,
+    Linear,
+    Cubic,
+}
+
+/// What GridSample reads outside the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GridPadding {
+    Zeros,
+    Border,
+    Reflection,
+}
+
 /// Elementwise activations with parameters (ONNX's defaults filled in by the importer).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
@@ -314,6 +330,14 @@ pub enum Op {
     Resample {
         axes: Vec<usize>,
         extrapolation: Option<f32>,
+    },
+    /// `[x: [N, C, D...], grid: [N, O..., k]]` -> `[N, C, O...]`: x sampled at the grid's
+    /// normalized coordinates (`grid[..., 0]` along the last axis, `-1..1` spanning the input,
+    /// corner pixels' centers with `align_corners`).
+    GridSample {
+        mode: GridMode,
+        padding: GridPadding,
+        align_corners: bool,
     },
     /// Running sum along `axis`; `exclusive` leaves the current element out, `reverse` runs from
     /// the end.
@@ -533,6 +557,7 @@ impl Op {
             Op::Normalize { rms: true, .. } => "RMSNormalization",
             Op::CumSum { .. } => "CumSum",
             Op::Resample { .. } => "Resize",
+            Op::GridSample { .. } => "GridSample",
             Op::TopK { .. } => "TopK",
         }
     }

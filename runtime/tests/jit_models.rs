@@ -102,3 +102,20 @@ fn torch_exports_on_the_aot_engine() {
         assert_float_rule(&got[0], &want).unwrap_or_else(|e| panic!("{name} (AOT): {e}"));
     }
 }
+
+/// A token id outside the embedding table is an error on every engine, never a read outside it.
+#[test]
+fn out_of_range_token_ids_are_errors() {
+    let dir = shared_dir().join("reference");
+    let model = Model::load(&dir.join("bert_tiny.onnx")).unwrap();
+    let mut inputs = reference_inputs("bert_tiny");
+    let mut ids: Vec<i64> = inputs[0].to_i64_vec().unwrap();
+    ids[3] = 5000;
+    inputs[0] = heron_ir::Tensor::from_vec(inputs[0].shape(), ids).unwrap();
+    for engine in [heron_runtime::Engine::Jit, heron_runtime::Engine::Interpreter, heron_runtime::Engine::Aot] {
+        let options = CompileOptions { engine, ..CompileOptions::default() };
+        let compiled = Compiler::new(options).compile(&model).unwrap();
+        let err = compiled.run(&inputs).expect_err("index 5000 of a 1000-row table").to_string();
+        assert!(err.contains("out of range"), "{engine:?}: {err}");
+    }
+}

@@ -4,7 +4,7 @@
 
 use ndarray::{ArrayD, IxDyn};
 
-use crate::op::{ScatterReduction, SliceAxis};
+use crate::op::{GridMode, GridPadding, ScatterReduction, SliceAxis};
 use crate::tensor::{Element, Tensor};
 
 use super::KernelError;
@@ -377,4 +377,126 @@ pub(crate) fn resample(
         Ok(T::into_tensor(out))
     }
     dispatch_tensor!(x, a, T => go::<T>(a, &per_axis, axes, extrapolation))
+}
+
+/// GridSample's coordinate along an axis of `len` for the normalized grid value `g`.
+pub(crate) fn grid_denormalize(g: f64, len: usize, align_corners: bool) -> f64 {
+    let l = len as f64;
+    if align_corners { (g + 1.0) / 2.0 * (l - 1.0) } else { ((g + 1.0) * l - 1.0) / 2.0 }
+}
+
+/// `x` reflected by the nearer border until it lies in `lo..=hi`.
+pub(crate) fn grid_reflect(x: f64, lo: f64, hi: f64) -> f64 {
+    let range = hi - lo;
+    let fold = |dx: f64, near: f64, far: f64, sign: f64| {
+        let n = (dx / range).trunc();
+        let r = dx - n * range;
+        if n.rem_euclid(2.0) == 0.0 { near + sign * r } else { far - sign * r }
+    };
+    if x < lo {
+        fold(lo - x, lo, hi, 1.0)
+    } else if x > hi {
+        fold(x - hi, hi, lo, -1.0)
+    } else {
+        x
+    }
+}
+
+/// Keys' cubic convolution weights (a = -0.75) of the four taps around a point `t` past the
+/// second one.
+pub(crate) fn cubic_weights(t: f64) -> [f64; 4] {
+    let a = -0.75;
+    let w = |x: f64| {
+        let x = x.abs();
+        if x <= 1.0 {
+            (a + 2.0) * x * x * x - (a + 3.0) * x * x + 1.0
+        } else if x < 2.0 {
+            a * x * x * x - 5.0 * a * x * x + 8.0 * a * x - 4.0 * a
+        } else {
+            0.0
+        }
+    };
+    [w(t + 1.0), w(t), w(1.0 - t), w(2.0 - t)]
+}
+
+pub(crate) fn grid_sample(
+    x: &Tensor,
+    grid: &Tensor,
+    mode: GridMode,
+    padding: GridPadding,
+    align_corners: bool,
+) -> Result<Tensor, KernelError> {
+    let grid_shape = grid.shape().to_vec();
+    let g = grid.to_f64_vec();
+    fn go<T: Element>(
+        a: &ArrayD<T>,
+        g: &[f64],
+        grid_shape: &[usize],
+        (mode, padding, align_corners): (GridMode, GridPadding, bool),
+    ) -> Result<Tensor, KernelError> {
+        let dims = a.shape()[2..].to_vec();
+        let k = dims.len();
+        let mut out_shape = vec![a.shape()[0], a.shape()[1]];
+        out_shape.extend_from_slice(&grid_shape[1..grid_shape.len() - 1]);
+        let points: usize = grid_shape[1..grid_shape.len() - 1].iter().product();
+        let (lo, hi): (Vec<f64>, Vec<f64>) =
+            dims.iter().map(|&l| if align_corners { (0.0, l as f64 - 1.0) } else { (-0.5, l as f64 - 0.5) }).unzip();
+        let taps: usize = match mode {
+            GridMode::Nearest => 1,
+            GridMode::Linear => 2,
+            GridMode::Cubic => 4,
+        };
+        let mut tap = vec![0usize; k];
+        let mut src = vec![0usize; k + 2];
+        let out = ArrayD::from_shape_fn(IxDyn(&out_shape), |o| {
+            let p = (0..k).fold(0, |acc, d| acc * out_shape[2 + d] + o[2 + d]);
+            let at = (o[0] * points + p) * k;
+            // Per axis: the first tap's index and every tap's weight.
+            let mut first = vec![0i64; k];
+            let mut weights = vec![[0.0f64; 4]; k];
+            for d in 0..k {
+                let mut x = grid_denormalize(g[at + k - 1 - d], dims[d], align_corners);
+                if mode == GridMode::Nearest {
+                    x = x.round_ties_even();
+                }
+                if x < lo[d] || x > hi[d] {
+                    x = match padding {
+                        GridPadding::Border => x.clamp(0.0, dims[d] as f64 - 1.0),
+                        GridPadding::Reflection => grid_reflect(x, lo[d], hi[d]),
+                        GridPadding::Zeros => x,
+                    };
+                }
+                let x0 = x.floor();
+                let t = x - x0;
+                (first[d], weights[d]) = match mode {
+                    GridMode::Nearest => (x as i64, [1.0, 0.0, 0.0, 0.0]),
+                    GridMode::Linear => (x0 as i64, [1.0 - t, t, 0.0, 0.0]),
+                    GridMode::Cubic => (x0 as i64 - 1, cubic_weights(t)),
+                };
+            }
+            let mut sum = 0.0;
+            'taps: for c in 0..taps.pow(k as u32) {
+                unravel(c, &vec![taps; k], &mut tap);
+                src[0] = o[0];
+                src[1] = o[1];
+                let mut w = 1.0;
+                for d in 0..k {
+                    let i = first[d] + tap[d] as i64;
+                    let len = dims[d] as i64;
+                    let i = match padding {
+                        GridPadding::Zeros if i < 0 || i >= len => continue 'taps,
+                        GridPadding::Zeros => i,
+                        GridPadding::Border => i.clamp(0, len - 1),
+                        GridPadding::Reflection => (grid_reflect(i as f64, lo[d], hi[d]) as i64).clamp(0, len - 1),
+                    };
+                    src[2 + d] = i as usize;
+                    w *= weights[d][tap[d]];
+                }
+                sum += w * a[IxDyn(&src)].to_f64();
+            }
+            T::from_f64(sum)
+        });
+        Ok(T::into_tensor(out))
+    }
+    dispatch_tensor!(x, a, T => go::<T>(a, &g, &grid_shape, (mode, padding, align_corners)))
 }

@@ -121,6 +121,9 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
             one(norm::normalize(x, inputs[1], inputs.get(2).copied(), *axis, *epsilon, *rms)?)
         }
         Op::Resample { axes, extrapolation } => one(index::resample(x, &inputs[1..], axes, *extrapolation)?),
+        Op::GridSample { mode, padding, align_corners } => {
+            one(index::grid_sample(x, inputs[1], *mode, *padding, *align_corners)?)
+        }
         Op::CumSum { axis, exclusive, reverse } => one(index::cumsum(x, *axis, *exclusive, *reverse)?),
         Op::TopK { axis, k, largest } => index::topk(x, *axis, *k, *largest),
         Op::LeakyRelu { alpha } => one(elementwise::leaky_relu(x, *alpha)?),

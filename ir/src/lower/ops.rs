@@ -315,6 +315,9 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
         Op::Tile { .. } => indexing::tile(&mut fb, &ins[0], &out0(), &epi),
         Op::Normalize { epsilon, rms, .. } => indexing::normalize(&mut fb, &ins, *epsilon, *rms, &out0()),
         Op::Resample { axes, extrapolation } => indexing::resample(&mut fb, &ins, axes, *extrapolation, &out0()),
+        Op::GridSample { mode, padding, align_corners } => {
+            indexing::grid_sample(&mut fb, &ins, (*mode, *padding, *align_corners), &out0())
+        }
         Op::CumSum { exclusive, reverse, .. } => indexing::cumsum(&mut fb, &ins[0], *exclusive, *reverse, &out0()),
         Op::TopK { axis, largest, .. } => {
             let mut stmts = Vec::new();

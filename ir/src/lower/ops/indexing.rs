@@ -7,9 +7,9 @@
 
 use super::{Epi, Operand, acc_dtype, cast_to, elementwise, get, lit, local, loops, set};
 use crate::dtype::DType;
-use crate::loop_ir::build::{FuncBuilder, add, and, idx, lt, max, min, mul, sub};
+use crate::loop_ir::build::{FuncBuilder, add, and, idx, in_range, lt, max, min, mul, sub};
 use crate::loop_ir::{BinOp, CmpOp, Expr, MathOp, Stmt};
-use crate::op::{Activation, ScatterReduction, SliceAxis};
+use crate::op::{Activation, GridMode, GridPadding, ScatterReduction, SliceAxis};
 
 /// The index stored at `at` in `indices`, as i64, counted from the end of an axis of `n` when
 /// negative.
@@ -336,4 +336,136 @@ pub(super) fn resample(
         Stmt::seq(vec![set(acc, lit(acc_t, 0.0)), sum, Stmt::Store { buffer: out.buf, indices: o.to_vec(), value }])
     });
     Stmt::seq(vec![alloc, nest])
+}
+
+/// `x` reflected into `lo..=hi` (f64), as [`crate::interp`]'s GridSample does.
+fn reflect_expr(x: Expr, lo: f64, hi: f64) -> Expr {
+    let f = |v: f64| Expr::float(v, DType::F64);
+    let range = hi - lo;
+    let fold = |dx: Expr, near: f64, far: f64, sign: f64| {
+        let n = Expr::cast(DType::I64, Expr::binary(BinOp::Div, dx.clone(), f(range)));
+        let r = sub(dx, mul(Expr::cast(DType::F64, n.clone()), f(range)));
+        let even = Expr::cmp(CmpOp::Eq, Expr::binary(BinOp::FloorMod, n, idx(2)), idx(0));
+        Expr::select(even, add(f(near), mul(f(sign), r.clone())), sub(f(far), mul(f(sign), r)))
+    };
+    let below = fold(sub(f(lo), x.clone()), lo, hi, 1.0);
+    let above = fold(sub(x.clone(), f(hi)), hi, lo, -1.0);
+    Expr::select(lt(x.clone(), f(lo)), below, Expr::select(Expr::cmp(CmpOp::Gt, x.clone(), f(hi)), above, x))
+}
+
+/// GridSample: per output point, each spatial axis's coordinate from the grid (f64), then the
+/// sum over the taps (1, 2 or 4 per axis) of the weights' product times the pixel, read as the
+/// padding mode says.
+pub(super) fn grid_sample(
+    fb: &mut FuncBuilder,
+    ins: &[Operand],
+    (mode, padding, align_corners): (GridMode, GridPadding, bool),
+    out: &Operand,
+) -> Stmt {
+    let (x, grid) = (&ins[0], &ins[1]);
+    let dims = x.shape[2..].to_vec();
+    let k = dims.len();
+    let f = |v: f64| Expr::float(v, DType::F64);
+    let taps: usize = match mode {
+        GridMode::Nearest => 1,
+        GridMode::Linear => 2,
+        GridMode::Cubic => 4,
+    };
+    loops(fb, "o", &out.shape.clone(), |fb, o| {
+        let mut stmts = Vec::new();
+        let mut first = Vec::new();
+        let mut weights: Vec<Vec<Expr>> = Vec::new();
+        for (d, &len) in dims.iter().enumerate() {
+            let len = len as f64;
+            let (lo, hi) = if align_corners { (0.0, len - 1.0) } else { (-0.5, len - 0.5) };
+            let mut at = vec![o[0].clone()];
+            at.extend_from_slice(&o[2..]);
+            at.push(idx((k - 1 - d) as i64));
+            let g = cast_to(DType::F64, grid.load(at), grid.dtype);
+            let mut c = if align_corners {
+                mul(Expr::binary(BinOp::Div, add(g, f(1.0)), f(2.0)), f(len - 1.0))
+            } else {
+                Expr::binary(BinOp::Div, sub(mul(add(g, f(1.0)), f(len)), f(1.0)), f(2.0))
+            };
+            if mode == GridMode::Nearest {
+                c = Expr::math(MathOp::Round, c);
+            }
+            let cv = fb.var("coord", DType::F64);
+            stmts.push(Stmt::Let { var: cv, value: c });
+            let c = Expr::Var(cv);
+            let outside = Expr::binary(BinOp::Or, lt(c.clone(), f(lo)), Expr::cmp(CmpOp::Gt, c.clone(), f(hi)));
+            let c = match padding {
+                GridPadding::Zeros => c,
+                GridPadding::Border => Expr::select(outside, min(max(c.clone(), f(0.0)), f(len - 1.0)), c),
+                GridPadding::Reflection => reflect_expr(c, lo, hi),
+            };
+            let pv = fb.var("pos", DType::F64);
+            stmts.push(Stmt::Let { var: pv, value: c });
+            let c = Expr::Var(pv);
+            let floor = Expr::math(MathOp::Floor, c.clone());
+            let tv = fb.var("frac", DType::F64);
+            stmts.push(Stmt::Let { var: tv, value: sub(c.clone(), floor.clone()) });
+            let t = Expr::Var(tv);
+            let (start, w) = match mode {
+                GridMode::Nearest => (Expr::cast(DType::I64, c), vec![f(1.0)]),
+                GridMode::Linear => (Expr::cast(DType::I64, floor), vec![sub(f(1.0), t.clone()), t]),
+                GridMode::Cubic => {
+                    let a = -0.75;
+                    let near =
+                        |x: Expr| add(mul(sub(mul(f(a + 2.0), x.clone()), f(a + 3.0)), mul(x.clone(), x)), f(1.0));
+                    let far = |x: Expr| {
+                        sub(mul(add(mul(sub(mul(f(a), x.clone()), f(5.0 * a)), x.clone()), f(8.0 * a)), x), f(4.0 * a))
+                    };
+                    let one_minus = sub(f(1.0), t.clone());
+                    (
+                        sub(Expr::cast(DType::I64, floor), idx(1)),
+                        vec![
+                            far(add(t.clone(), f(1.0))),
+                            near(t.clone()),
+                            near(one_minus.clone()),
+                            far(add(one_minus, f(1.0))),
+                        ],
+                    )
+                }
+            };
+            let sv = fb.var("first", DType::I64);
+            stmts.push(Stmt::Let { var: sv, value: start });
+            first.push(Expr::Var(sv));
+            weights.push(w);
+        }
+        let mut terms = Vec::new();
+        for combo in 0..taps.pow(k as u32) {
+            let mut src = vec![o[0].clone(), o[1].clone()];
+            let (mut w, mut valid) = (f(1.0), Vec::new());
+            let mut rest = combo;
+            for d in (0..k).rev() {
+                let t = rest % taps;
+                rest /= taps;
+                let len = dims[d] as i64;
+                let i = add(first[d].clone(), idx(t as i64));
+                let i = match padding {
+                    GridPadding::Zeros => {
+                        valid.push(in_range(i.clone(), dims[d]));
+                        i
+                    }
+                    GridPadding::Border => i,
+                    GridPadding::Reflection => {
+                        let (lo, hi) = if align_corners { (0.0, len as f64 - 1.0) } else { (-0.5, len as f64 - 0.5) };
+                        Expr::cast(DType::I64, reflect_expr(Expr::cast(DType::F64, i), lo, hi))
+                    }
+                };
+                src.insert(2, min(max(i, idx(0)), idx(len - 1)));
+                w = mul(w, weights[d][t].clone());
+            }
+            let pixel = cast_to(DType::F64, x.load(src), x.dtype);
+            let term = mul(w, pixel);
+            terms.push(match valid.into_iter().reduce(and) {
+                Some(ok) => Expr::select(ok, term, f(0.0)),
+                None => term,
+            });
+        }
+        let sum = terms.into_iter().reduce(add).unwrap_or_else(|| f(0.0));
+        stmts.push(Stmt::Store { buffer: out.buf, indices: o.to_vec(), value: cast_to(out.dtype, sum, DType::F64) });
+        Stmt::seq(stmts)
+    })
 }

@@ -48,6 +48,7 @@ pub(super) const OPS: &[&str] = &[
     "Hardmax",
     "NonZero",
     "Compress",
+    "GridSample",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -197,6 +198,31 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "OneHot" => import_one_hot(im, ctx),
         "DepthToSpace" | "SpaceToDepth" => import_depth_space(im, ctx),
         "Hardmax" => import_hardmax(im, ctx),
+        "GridSample" => {
+            use crate::op::{GridMode, GridPadding};
+            let default = if v < 20 { "bilinear" } else { "linear" };
+            let mode = match ctx.string("mode", default)?.as_str() {
+                "nearest" => GridMode::Nearest,
+                "bilinear" if v < 20 => GridMode::Linear,
+                "bicubic" if v < 20 => GridMode::Cubic,
+                "linear" if v >= 20 => GridMode::Linear,
+                "cubic" if v >= 20 => GridMode::Cubic,
+                other => return Err(ctx.bad_attr("mode", format!("'{other}' is not defined at version {v}"))),
+            };
+            let padding = match ctx.string("padding_mode", "zeros")?.as_str() {
+                "zeros" => GridPadding::Zeros,
+                "border" => GridPadding::Border,
+                "reflection" => GridPadding::Reflection,
+                other => return Err(ctx.bad_attr("padding_mode", format!("unknown mode '{other}'"))),
+            };
+            let x = input_type(im, ctx, 0)?;
+            if v < 20 && x.rank() != 4 {
+                return Err(ctx.bad(format!("version {v} samples 4-d inputs, got {:?}", x.shape)));
+            }
+            let op = Op::GridSample { mode, padding, align_corners: ctx.flag("align_corners", false)? };
+            let ins = [input_id(im, ctx, 0)?, input_id(im, ctx, 1)?];
+            output(im, ctx, 0, op, &ins)
+        }
         "NonZero" => {
             // Folds when its input is a constant; otherwise how many elements are non-zero
             // decides the output's shape.
