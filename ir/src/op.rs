@@ -339,12 +339,13 @@ pub enum Op {
         padding: GridPadding,
         align_corners: bool,
     },
-    /// Running sum along `axis`; `exclusive` leaves the current element out, `reverse` runs from
-    /// the end.
+    /// Running sum (or with `product`, product) along `axis`; `exclusive` leaves the current
+    /// element out, `reverse` runs from the end.
     CumSum {
         axis: usize,
         exclusive: bool,
         reverse: bool,
+        product: bool,
     },
     /// `[x]` -> `[values, indices: i64]`, the `k` largest (or smallest) along `axis`, in order
     /// (ties: the lower index first).
@@ -555,7 +556,8 @@ impl Op {
             Op::Tile { .. } => "Tile",
             Op::Normalize { rms: false, .. } => "LayerNormalization",
             Op::Normalize { rms: true, .. } => "RMSNormalization",
-            Op::CumSum { .. } => "CumSum",
+            Op::CumSum { product: false, .. } => "CumSum",
+            Op::CumSum { product: true, .. } => "CumProd",
             Op::Resample { .. } => "Resize",
             Op::GridSample { .. } => "GridSample",
             Op::TopK { .. } => "TopK",

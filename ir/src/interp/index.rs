@@ -244,33 +244,50 @@ fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     (shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product())
 }
 
-pub(crate) fn cumsum(x: &Tensor, axis: usize, exclusive: bool, reverse: bool) -> Result<Tensor, KernelError> {
-    fn go<T: Element>(a: &ArrayD<T>, axis: usize, exclusive: bool, reverse: bool) -> Result<Tensor, KernelError> {
+pub(crate) fn cumulative(
+    x: &Tensor,
+    axis: usize,
+    exclusive: bool,
+    reverse: bool,
+    product: bool,
+) -> Result<Tensor, KernelError> {
+    fn go<T: Element>(a: &ArrayD<T>, axis: usize, flags: (bool, bool, bool)) -> Result<Tensor, KernelError> {
+        let (exclusive, reverse, product) = flags;
         let (outer, n, inner) = around(a.shape(), axis);
         let data = flat_data(a);
         let mut out = vec![T::default(); data.len()];
+        let unit = if product { 1 } else { 0 };
         for o in 0..outer {
             for i in 0..inner {
-                let (mut fsum, mut isum) = (0f64, 0i128);
+                let (mut facc, mut iacc) = (unit as f64, unit as i128);
                 for step in 0..n {
                     let l = if reverse { n - 1 - step } else { step };
                     let p = (o * n + l) * inner + i;
                     let v = data[p];
+                    let bump = |facc: &mut f64, iacc: &mut i128| {
+                        if product {
+                            *facc *= v.to_f64();
+                            *iacc = iacc.wrapping_mul(to_i128(v));
+                        } else {
+                            *facc += v.to_f64();
+                            *iacc = iacc.wrapping_add(to_i128(v));
+                        }
+                        // Integers wrap in the element type as the compiled code's do.
+                        *iacc = to_i128(from_i128::<T>(*iacc));
+                    };
                     if !exclusive {
-                        fsum += v.to_f64();
-                        isum = isum.wrapping_add(to_i128(v));
+                        bump(&mut facc, &mut iacc);
                     }
-                    out[p] = if T::DTYPE.is_float() { T::from_f64(fsum) } else { from_i128(isum) };
+                    out[p] = if T::DTYPE.is_float() { T::from_f64(facc) } else { from_i128(iacc) };
                     if exclusive {
-                        fsum += v.to_f64();
-                        isum = isum.wrapping_add(to_i128(v));
+                        bump(&mut facc, &mut iacc);
                     }
                 }
             }
         }
         build(a.shape(), out)
     }
-    dispatch_tensor!(x, a, T => go::<T>(a, axis, exclusive, reverse))
+    dispatch_tensor!(x, a, T => go::<T>(a, axis, (exclusive, reverse, product)))
 }
 
 /// Whether `a` (at index `i`) comes before `b` (at `j`) in TopK's order: larger (or smaller)

@@ -124,7 +124,9 @@ pub fn eval_op(op: &Op, inputs: &[&Tensor]) -> Result<Vec<Tensor>, KernelError> 
         Op::GridSample { mode, padding, align_corners } => {
             one(index::grid_sample(x, inputs[1], *mode, *padding, *align_corners)?)
         }
-        Op::CumSum { axis, exclusive, reverse } => one(index::cumsum(x, *axis, *exclusive, *reverse)?),
+        Op::CumSum { axis, exclusive, reverse, product } => {
+            one(index::cumulative(x, *axis, *exclusive, *reverse, *product)?)
+        }
         Op::TopK { axis, k, largest } => index::topk(x, *axis, *k, *largest),
         Op::LeakyRelu { alpha } => one(elementwise::leaky_relu(x, *alpha)?),
         Op::Clip { min, max } => one(elementwise::clip(x, min.as_ref(), max.as_ref())?),

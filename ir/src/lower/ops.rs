@@ -318,7 +318,9 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
         Op::GridSample { mode, padding, align_corners } => {
             indexing::grid_sample(&mut fb, &ins, (*mode, *padding, *align_corners), &out0())
         }
-        Op::CumSum { exclusive, reverse, .. } => indexing::cumsum(&mut fb, &ins[0], *exclusive, *reverse, &out0()),
+        Op::CumSum { exclusive, reverse, product, .. } => {
+            indexing::cumulative(&mut fb, &ins[0], (*exclusive, *reverse, *product), &out0())
+        }
         Op::TopK { axis, largest, .. } => {
             let mut stmts = Vec::new();
             let values = outs[0].clone().unwrap_or_else(|| {

@@ -161,8 +161,13 @@ pub(super) fn tile(fb: &mut FuncBuilder, x: &Operand, out: &Operand, epi: &Epi) 
     })
 }
 
-/// CumSum on the `[outer, n, inner]` view.
-pub(super) fn cumsum(fb: &mut FuncBuilder, x: &Operand, exclusive: bool, reverse: bool, out: &Operand) -> Stmt {
+/// CumSum / CumProd on the `[outer, n, inner]` view.
+pub(super) fn cumulative(
+    fb: &mut FuncBuilder,
+    x: &Operand,
+    (exclusive, reverse, product): (bool, bool, bool),
+    out: &Operand,
+) -> Stmt {
     let acc_t = acc_dtype(x.dtype);
     let [outer, n, inner] = [x.shape[0], x.shape[1], x.shape[2]];
     let (acc, alloc) = local(fb, "acc", acc_t);
@@ -170,11 +175,12 @@ pub(super) fn cumsum(fb: &mut FuncBuilder, x: &Operand, exclusive: bool, reverse
         let run = loops(fb, "l", &[n], |_, l| {
             let pos = if reverse { sub(idx(n as i64 - 1), l[0].clone()) } else { l[0].clone() };
             let at = vec![o[0].clone(), pos, o[1].clone()];
-            let bump = set(acc, add(get(acc), cast_to(acc_t, x.load(at.clone()), x.dtype)));
+            let v = cast_to(acc_t, x.load(at.clone()), x.dtype);
+            let bump = set(acc, if product { mul(get(acc), v) } else { add(get(acc), v) });
             let store = Stmt::Store { buffer: out.buf, indices: at, value: cast_to(out.dtype, get(acc), acc_t) };
             Stmt::seq(if exclusive { vec![store, bump] } else { vec![bump, store] })
         });
-        Stmt::seq(vec![set(acc, lit(acc_t, 0.0)), run])
+        Stmt::seq(vec![set(acc, lit(acc_t, if product { 1.0 } else { 0.0 })), run])
     });
     Stmt::seq(vec![alloc, nest])
 }

@@ -34,6 +34,9 @@ pub(super) const OPS: &[&str] = &[
     "SoftmaxCrossEntropyLoss",
     "Attention",
     "ConvTranspose",
+    "GlobalMaxPool",
+    "LpNormalization",
+    "Shrink",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -59,6 +62,47 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "Sum" | "Mean" => return sum_mean(im, ctx),
         "Attention" => return attention(im, ctx),
         "ConvTranspose" => return conv_transpose(im, ctx),
+        "GlobalMaxPool" => {
+            let x = input_type(im, ctx, 0)?;
+            if x.rank() < 3 {
+                return Err(ctx.bad(format!("input must have rank >= 3, got {:?}", x.shape)));
+            }
+            (
+                Op::Reduce { op: ReduceOp::Max, axes: (2..x.rank()).collect(), keepdims: true },
+                vec![input_id(im, ctx, 0)?],
+            )
+        }
+        "LpNormalization" => {
+            let x = input_type(im, ctx, 0)?;
+            let axis = norm_axis(ctx, "axis", ctx.int("axis", -1)?, x.rank())?;
+            let op = match ctx.int("p", 2)? {
+                1 => ReduceOp::L1,
+                2 => ReduceOp::L2,
+                p => return Err(ctx.bad_attr("p", format!("must be 1 or 2, got {p}"))),
+            };
+            let xin = input_id(im, ctx, 0)?;
+            let norm = step(im, ctx, "norm", Op::Reduce { op, axes: vec![axis], keepdims: true }, &[xin])?;
+            // A zero vector stays zero (its norm counts as 1).
+            let (zero, one) = (scalar(im, ctx, "zero", x.dtype, 0.0), scalar(im, ctx, "one", x.dtype, 1.0));
+            let is_zero = step(im, ctx, "zero_norm", Op::Compare(CompareOp::Equal), &[norm, zero])?;
+            let norm = step(im, ctx, "safe_norm", Op::Where, &[is_zero, one, norm])?;
+            (Op::Binary(BinaryOp::Div), vec![xin, norm])
+        }
+        "Shrink" => {
+            // x < -lambd ? x + bias : (x > lambd ? x - bias : 0)
+            let x = input_type(im, ctx, 0)?;
+            let (lambd, bias) = (ctx.float("lambd", 0.5)? as f64, ctx.float("bias", 0.0)? as f64);
+            let xin = input_id(im, ctx, 0)?;
+            let c = |im: &mut Importer<'_>, what: &str, v: f64| scalar(im, ctx, what, x.dtype, v);
+            let (lo, hi, b, zero) =
+                (c(im, "neg_lambd", -lambd), c(im, "lambd", lambd), c(im, "bias", bias), c(im, "zero", 0.0));
+            let below = step(im, ctx, "below", Op::Compare(CompareOp::Less), &[xin, lo])?;
+            let above = step(im, ctx, "above", Op::Compare(CompareOp::Greater), &[xin, hi])?;
+            let up = step(im, ctx, "raised", Op::Binary(BinaryOp::Add), &[xin, b])?;
+            let down = step(im, ctx, "lowered", Op::Binary(BinaryOp::Sub), &[xin, b])?;
+            let upper = step(im, ctx, "upper", Op::Where, &[above, down, zero])?;
+            (Op::Where, vec![below, up, upper])
+        }
         "PRelu" => {
             let x = input_type(im, ctx, 0)?;
             let (xin, slope) = (input_id(im, ctx, 0)?, input_id(im, ctx, 1)?);

@@ -41,6 +41,7 @@ pub(super) const OPS: &[&str] = &[
     "EyeLike",
     "Trilu",
     "CumSum",
+    "CumProd",
     "TopK",
     "OneHot",
     "DepthToSpace",
@@ -161,11 +162,15 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
             let xin = input_id(im, ctx, 0)?;
             output(im, ctx, 0, Op::Where, &[mask, xin, zero])
         }
-        "CumSum" => {
+        "CumSum" | "CumProd" => {
             let x = input_type(im, ctx, 0)?;
             let axis = norm_axis(ctx, "axis", const_scalar(im, ctx, 1, "axis")?, x.rank())?;
-            let op =
-                Op::CumSum { axis, exclusive: ctx.flag("exclusive", false)?, reverse: ctx.flag("reverse", false)? };
+            let op = Op::CumSum {
+                axis,
+                exclusive: ctx.flag("exclusive", false)?,
+                reverse: ctx.flag("reverse", false)?,
+                product: ctx.node.op_type == "CumProd",
+            };
             let ins = [input_id(im, ctx, 0)?];
             output(im, ctx, 0, op, &ins)
         }
