@@ -419,21 +419,21 @@ pub(crate) fn grid_reflect(x: f64, lo: f64, hi: f64) -> f64 {
     }
 }
 
-/// Keys' cubic convolution weights (a = -0.75) of the four taps around a point `t` past the
-/// second one.
-pub(crate) fn cubic_weights(t: f64) -> [f64; 4] {
-    let a = -0.75;
-    let w = |x: f64| {
-        let x = x.abs();
-        if x <= 1.0 {
-            (a + 2.0) * x * x * x - (a + 3.0) * x * x + 1.0
-        } else if x < 2.0 {
-            a * x * x * x - 5.0 * a * x * x + 8.0 * a * x - 4.0 * a
-        } else {
-            0.0
-        }
-    };
-    [w(t + 1.0), w(t), w(1.0 - t), w(2.0 - t)]
+/// Keys' cubic convolution kernel with coefficient `a` at distance `x`.
+pub fn keys_cubic(x: f64, a: f64) -> f64 {
+    let x = x.abs();
+    if x <= 1.0 {
+        (a + 2.0) * x * x * x - (a + 3.0) * x * x + 1.0
+    } else if x < 2.0 {
+        a * x * x * x - 5.0 * a * x * x + 8.0 * a * x - 4.0 * a
+    } else {
+        0.0
+    }
+}
+
+/// Keys' cubic weights of the four taps around a point `t` past the second one.
+pub fn cubic_weights(t: f64, a: f64) -> [f64; 4] {
+    [t + 1.0, t, 1.0 - t, 2.0 - t].map(|x| keys_cubic(x, a))
 }
 
 pub(crate) fn grid_sample(
@@ -488,7 +488,7 @@ pub(crate) fn grid_sample(
                 (first[d], weights[d]) = match mode {
                     GridMode::Nearest => (x as i64, [1.0, 0.0, 0.0, 0.0]),
                     GridMode::Linear => (x0 as i64, [1.0 - t, t, 0.0, 0.0]),
-                    GridMode::Cubic => (x0 as i64 - 1, cubic_weights(t)),
+                    GridMode::Cubic => (x0 as i64 - 1, cubic_weights(t, -0.75)),
                 };
             }
             let mut sum = 0.0;

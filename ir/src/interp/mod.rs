@@ -12,6 +12,7 @@ mod pool;
 mod quant;
 
 pub use elementwise::erf;
+pub use index::{cubic_weights, keys_cubic};
 
 use std::sync::Arc;
 

@@ -5,6 +5,7 @@
 //! here in f64, and the graph op [`Op::Resample`] applies the tables.
 
 use crate::dtype::DType;
+use crate::interp::{cubic_weights, keys_cubic};
 use crate::op::Op;
 use crate::tensor::Tensor;
 
@@ -218,30 +219,12 @@ fn coefficients(mode: Mode, ratio: f64, scale: f64, nearest: &str, a: f64, antia
         Mode::Linear => vec![1.0 - ratio, ratio],
         Mode::Cubic if antialias => {
             let scale = scale.min(1.0);
-            let k = |x: f64| {
-                let x = x.abs();
-                if x <= 1.0 {
-                    (a + 2.0) * x * x * x - (a + 3.0) * x * x + 1.0
-                } else if x < 2.0 {
-                    a * x * x * x - 5.0 * a * x * x + 8.0 * a * x - 4.0 * a
-                } else {
-                    0.0
-                }
-            };
             let start = (-2.0 / scale).floor() as i64 + 1;
-            let coeffs: Vec<f64> = (start..2 - start).map(|i| k(scale * (i as f64 - ratio))).collect();
+            let coeffs: Vec<f64> = (start..2 - start).map(|i| keys_cubic(scale * (i as f64 - ratio), a)).collect();
             let sum: f64 = coeffs.iter().sum();
             coeffs.iter().map(|c| c / sum).collect()
         }
-        Mode::Cubic => {
-            let (r, s) = (ratio, 1.0 - ratio);
-            vec![
-                ((a * (r + 1.0) - 5.0 * a) * (r + 1.0) + 8.0 * a) * (r + 1.0) - 4.0 * a,
-                ((a + 2.0) * r - (a + 3.0)) * r * r + 1.0,
-                ((a + 2.0) * s - (a + 3.0)) * s * s + 1.0,
-                ((a * (s + 1.0) - 5.0 * a) * (s + 1.0) + 8.0 * a) * (s + 1.0) - 4.0 * a,
-            ]
-        }
+        Mode::Cubic => cubic_weights(ratio, a).to_vec(),
     }
 }
 
