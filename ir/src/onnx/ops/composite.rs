@@ -37,6 +37,11 @@ pub(super) const OPS: &[&str] = &[
     "GlobalMaxPool",
     "LpNormalization",
     "Shrink",
+    "HannWindow",
+    "HammingWindow",
+    "BlackmanWindow",
+    "MeanVarianceNormalization",
+    "CenterCropPad",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -62,6 +67,83 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "Sum" | "Mean" => return sum_mean(im, ctx),
         "Attention" => return attention(im, ctx),
         "ConvTranspose" => return conv_transpose(im, ctx),
+        "HannWindow" | "HammingWindow" | "BlackmanWindow" => {
+            // A compile-time size gives a constant window.
+            let size = super::const_ints(im, ctx, 0, "size")?.ok_or_else(|| ctx.bad("input 0 (size) is required"))?;
+            let size = match size.as_slice() {
+                [n] if *n >= 0 => *n as usize,
+                _ => return Err(ctx.bad(format!("size must be one non-negative value, got {size:?}"))),
+            };
+            let dtype = DType::from_onnx_code(ctx.int("output_datatype", 1)? as i32).map_err(|dtype| {
+                ImportError::UnsupportedDtype { context: format!("node '{}' output_datatype", ctx.name), dtype }
+            })?;
+            im.graph.limits.check_shape(dtype, &[size]).map_err(|e| ctx.bad(e.to_string()))?;
+            let periodic = ctx.flag("periodic", true)?;
+            let n = if periodic { size as f64 } else { size as f64 - 1.0 };
+            let pi = std::f64::consts::PI;
+            let window: Vec<f64> = (0..size)
+                .map(|i| {
+                    let i = i as f64;
+                    match ctx.node.op_type.as_str() {
+                        "HannWindow" => (i * pi / n).sin().powi(2),
+                        "HammingWindow" => 25.0 / 46.0 - (i * pi * 2.0 / n).cos() * (21.0 / 46.0),
+                        _ => 0.42 - 0.5 * (i * pi * 2.0 / n).cos() + 0.08 * (i * pi * 4.0 / n).cos(),
+                    }
+                })
+                .collect();
+            let t = Tensor::from_vec::<f64>(&[size], window).map_err(|e| ctx.bad(e))?.cast(dtype);
+            (Op::Identity, vec![constant(im, ctx, "window", t)])
+        }
+        "MeanVarianceNormalization" => {
+            // The schema's body: (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9).
+            let x = input_type(im, ctx, 0)?;
+            let axes = ctx.ints("axes")?.unwrap_or(vec![0, 2, 3]);
+            let mut axes = axes.iter().map(|&a| norm_axis(ctx, "axes", a, x.rank())).collect::<Result<Vec<_>, _>>()?;
+            axes.sort_unstable();
+            axes.dedup();
+            let xin = input_id(im, ctx, 0)?;
+            let mean = Op::Reduce { op: ReduceOp::Mean, axes, keepdims: true };
+            let m = step(im, ctx, "mean", mean.clone(), &[xin])?;
+            let m2 = step(im, ctx, "mean_squared", Op::Binary(BinaryOp::Mul), &[m, m])?;
+            let sq = step(im, ctx, "squared", Op::Binary(BinaryOp::Mul), &[xin, xin])?;
+            let e2 = step(im, ctx, "mean_of_squares", mean, &[sq])?;
+            let var = step(im, ctx, "variance", Op::Binary(BinaryOp::Sub), &[e2, m2])?;
+            let std = step(im, ctx, "std", Op::Unary(UnaryOp::Sqrt), &[var])?;
+            let eps = scalar(im, ctx, "epsilon", x.dtype, 1e-9);
+            let den = step(im, ctx, "std_eps", Op::Binary(BinaryOp::Add), &[std, eps])?;
+            let centered = step(im, ctx, "centered", Op::Binary(BinaryOp::Sub), &[xin, m])?;
+            (Op::Binary(BinaryOp::Div), vec![centered, den])
+        }
+        "CenterCropPad" => {
+            // Crops or zero-pads each listed axis to the target around its center.
+            let x = input_type(im, ctx, 0)?;
+            let target =
+                super::const_ints(im, ctx, 1, "shape")?.ok_or_else(|| ctx.bad("input 1 (shape) is required"))?;
+            let axes = match ctx.ints("axes")? {
+                Some(a) => a.iter().map(|&a| norm_axis(ctx, "axes", a, x.rank())).collect::<Result<Vec<_>, _>>()?,
+                None => (0..x.rank()).collect(),
+            };
+            if target.len() != axes.len() || target.iter().any(|&t| t < 0) {
+                return Err(ctx.bad(format!("shape {target:?} must give {} non-negative sizes", axes.len())));
+            }
+            let r = x.rank();
+            let mut slice: Vec<crate::op::SliceAxis> =
+                x.shape.iter().map(|&len| crate::op::SliceAxis { start: 0, step: 1, len }).collect();
+            let mut pads = vec![0i64; 2 * r];
+            for (&a, &t) in axes.iter().zip(&target) {
+                let (dim, t) = (x.shape[a], t as usize);
+                if t < dim {
+                    slice[a] = crate::op::SliceAxis { start: (dim - t) / 2, step: 1, len: t };
+                } else if t > dim {
+                    pads[a] = ((t - dim) / 2) as i64;
+                    pads[a + r] = (t - dim - (t - dim) / 2) as i64;
+                }
+            }
+            let xin = input_id(im, ctx, 0)?;
+            let cropped = step(im, ctx, "cropped", Op::Slice { axes: slice }, &[xin])?;
+            let value = Tensor::scalar_from_f64(x.dtype, 0.0);
+            (Op::Pad { pads, mode: crate::op::PadMode::Constant, value }, vec![cropped])
+        }
         "GlobalMaxPool" => {
             let x = input_type(im, ctx, 0)?;
             if x.rank() < 3 {
