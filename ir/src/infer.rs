@@ -257,6 +257,9 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
                 .checked_sub(2)
                 .filter(|&k| k >= 1)
                 .ok_or_else(|| format!("X {:?} needs spatial axes", x.shape))?;
+            if x.shape[2..].contains(&0) {
+                return Err(format!("X {:?} has an empty spatial axis to sample from", x.shape));
+            }
             if grid.rank() != x.rank() || grid.shape[0] != x.shape[0] || grid.shape[grid.rank() - 1] != k {
                 return Err(format!("grid {:?} must be [N, out..., {k}] for X {:?}", grid.shape, x.shape));
             }

@@ -475,3 +475,25 @@ fn control_flow_needs_compile_time_decisions() {
     let p = write_model("loop_runtime.onnx", &model(17, g));
     fails_with(&["run", s(&p)], &["spin", "Loop", "condition"]);
 }
+
+#[test]
+fn hostile_extents_in_new_operators() {
+    // A one-hot depth beyond every size limit.
+    let inits = vec![
+        tensor_to_proto("idx", &Tensor::from_vec::<i64>(&[2], vec![0, 1]).unwrap()),
+        tensor_to_proto("depth", &Tensor::from_vec::<i64>(&[], vec![1 << 50]).unwrap()),
+        tensor_to_proto("vals", &Tensor::from_vec::<f32>(&[2], vec![0.0, 1.0]).unwrap()),
+    ];
+    let g = graph(vec![node("OneHot", "hot", &["idx", "depth", "vals"], &["y"])], inits);
+    let p = write_model("onehot_huge.onnx", &model(17, g));
+    fails_with(&["run", s(&p)], &["hot", "OneHot"]);
+    // A transposed convolution whose stride would overflow the output extent.
+    let mut g = graph(vec![], vec![tensor_to_proto("w", &Tensor::from_vec::<f32>(&[1, 1, 1, 1], vec![1.0]).unwrap())]);
+    g.input = vec![value_info("x", 1, &[1, 1, 2, 2])];
+    let mut n = node("ConvTranspose", "up", &["x", "w"], &["y"]);
+    n.attribute =
+        vec![AttributeProto { name: "strides".into(), r#type: 7, ints: vec![i64::MAX, 1], ..Default::default() }];
+    g.node = vec![n];
+    let p = write_model("convtranspose_huge.onnx", &model(17, g));
+    fails_with(&["run", s(&p)], &["up", "ConvTranspose", "longer than"]);
+}

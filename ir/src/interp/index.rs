@@ -464,6 +464,7 @@ pub(crate) fn grid_sample(
             GridMode::Cubic => 4,
         };
         let mut tap = vec![0usize; k];
+        let tap_counts = vec![taps; k];
         let mut src = vec![0usize; k + 2];
         let out = ArrayD::from_shape_fn(IxDyn(&out_shape), |o| {
             let p = (0..k).fold(0, |acc, d| acc * out_shape[2 + d] + o[2 + d]);
@@ -493,7 +494,7 @@ pub(crate) fn grid_sample(
             }
             let mut sum = 0.0;
             'taps: for c in 0..taps.pow(k as u32) {
-                unravel(c, &vec![taps; k], &mut tap);
+                unravel(c, &tap_counts, &mut tap);
                 src[0] = o[0];
                 src[1] = o[1];
                 let mut w = 1.0;

@@ -712,6 +712,19 @@ fn conv_transpose(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Import
     if strides.iter().chain(&dilations).any(|&v| v == 0) {
         return Err(ctx.bad("strides and dilations must be >= 1"));
     }
+    // Bounded so the extent arithmetic below stays far inside i64 (any larger output is over
+    // every tensor limit anyway).
+    const MAX_EXTENT: i64 = 1 << 40;
+    let fits = |v: i64| (0..=MAX_EXTENT).contains(&v);
+    let spans = (0..m).map(|d| {
+        (strides[d] as i128 * (x.shape[d + 2] as i128) + out_pad[d] as i128 + kernel[d] as i128 * dilations[d] as i128)
+            .min(i64::MAX as i128) as i64
+    });
+    if spans.into_iter().any(|v| !fits(v)) || ctx.ints("pads")?.unwrap_or_default().iter().any(|&p| !fits(p)) {
+        return Err(
+            ctx.bad(format!("strides, dilations, pads or output_padding make an axis longer than {MAX_EXTENT}"))
+        );
+    }
     let span = |d: usize| (kernel[d] as i64 - 1) * dilations[d] as i64 + 1;
     let full = |d: usize| strides[d] as i64 * (x.shape[d + 2] as i64 - 1) + out_pad[d] as i64 + span(d);
     let auto_pad = ctx.string("auto_pad", "NOTSET")?;
@@ -727,7 +740,7 @@ fn conv_transpose(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Import
         Ok((pads[..m].to_vec(), pads[m..].to_vec()))
     };
     let target = match output_shape {
-        Some(t) if t.len() == m => Some(t),
+        Some(t) if t.len() == m && t.iter().all(|&v| fits(v)) => Some(t),
         Some(t) => return Err(ctx.bad_attr("output_shape", format!("{t:?} needs {m} spatial sizes"))),
         None => None,
     };

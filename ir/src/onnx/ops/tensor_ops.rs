@@ -323,6 +323,10 @@ fn slice_axes(
         if step == 0 {
             return Err(ctx.bad("steps must not be 0"));
         }
+        if n == 0 {
+            out[a] = SliceAxis { start: 0, step, len: 0 };
+            continue;
+        }
         let norm = |v: i64| if v < 0 { v as i128 + n } else { v as i128 };
         let (start, len) = if step > 0 {
             let (s, e) = (norm(starts[j]).clamp(0, n), norm(ends[j]).clamp(0, n));
@@ -407,6 +411,7 @@ fn import_range(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportEr
 fn iota(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, n: usize, axis: usize, rank: usize) -> Result<ValueId, ImportError> {
     let mut shape = vec![1; rank];
     shape[axis] = n;
+    im.graph.limits.check_shape(DType::I64, &shape).map_err(|e| ctx.bad(e.to_string()))?;
     let t = Tensor::from_vec::<i64>(&shape, (0..n as i64).collect()).map_err(|e| ctx.bad(e))?;
     Ok(constant(im, ctx, "iota", t))
 }
