@@ -2,22 +2,20 @@
 //! interpreter. Prints passed / failed / skipped counts and the reason for every skip; fails on
 //! any failure.
 
-mod common;
-
-use heron_ir::testing::{CaseError, ConformanceCase, load_conformance_case, run_conformance};
+use heron_ir::testing::{CaseError, ConformanceCase, assert_conformance, load_conformance_case, run_conformance};
 use heron_ir::{Tensor, interp};
 
 fn run_case(dir: &std::path::Path) -> Result<(), CaseError> {
     let ConformanceCase { graph, inputs, expected } = load_conformance_case(dir)?;
     let got = interp::run(&graph, &inputs).map_err(|e| CaseError::Fail(format!("run: {e}")))?;
     for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
-        common::assert_close(g, w, 1e-3, 1e-7).map_err(|e| CaseError::Fail(format!("output {i}: {e}")))?;
+        assert_conformance(g, w, 1e-7).map_err(|e| CaseError::Fail(format!("output {i}: {e}")))?;
     }
     // The same graph lowered to the loop IR, layout-transformed and flattened.
     let outs = lower_and_run(&graph, &inputs).map_err(|e| CaseError::Fail(format!("loop IR: {e}")))?;
     for (i, (g, w)) in outs.iter().zip(&expected).enumerate() {
         let g = g.reshape(w.shape()).unwrap_or_else(|_| g.clone());
-        common::assert_close(&g, w, 1e-3, 1e-7).map_err(|e| CaseError::Fail(format!("loop IR output {i}: {e}")))?;
+        assert_conformance(&g, w, 1e-7).map_err(|e| CaseError::Fail(format!("loop IR output {i}: {e}")))?;
     }
     Ok(())
 }

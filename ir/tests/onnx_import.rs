@@ -284,3 +284,125 @@ fn maxpool_ceil_mode_and_indices() {
     assert_close(&out[0], &[5.0, 6.0, 8.0, 9.0]);
     assert_eq!(out[1], Tensor::from_vec::<i64>(&[1, 1, 2, 2], vec![4, 5, 7, 8]).unwrap());
 }
+
+/// numpy's `fft`/`ifft` (with `n`) and `irfft` along axis `axis` of `[.., c]` data (c = 1 real,
+/// 2 complex), as a direct O(n^2) sum in f64: the oracle for DFT and STFT.
+fn reference_dft(x: &[f64], shape: &[usize], axis: usize, length: usize, inverse: bool, onesided: bool) -> Vec<f64> {
+    let (r, c) = (shape.len(), shape[shape.len() - 1]);
+    let n_in = shape[axis];
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..r - 1].iter().product();
+    let sample = |o: usize, n: usize, i: usize| -> (f64, f64) {
+        if n >= n_in {
+            return (0.0, 0.0);
+        }
+        let at = ((o * n_in + n) * inner + i) * c;
+        (x[at], if c == 2 { x[at + 1] } else { 0.0 })
+    };
+    let (bins, c_out) = match (inverse, onesided) {
+        (true, true) => (length, 1),
+        (false, true) => (length / 2 + 1, 2),
+        _ => (length, 2),
+    };
+    let mut y = vec![0.0; outer * bins * inner * c_out];
+    for o in 0..outer {
+        for i in 0..inner {
+            // The full spectrum (or signal) the sum runs over.
+            let full: Vec<(f64, f64)> = (0..length)
+                .map(|n| {
+                    if inverse && onesided {
+                        let half = length / 2 + 1;
+                        let (k, conj) = if n < half { (n, false) } else { (length - n, true) };
+                        let (re, im) = sample(o, k, i);
+                        let im = if k == 0 || 2 * k == length { 0.0 } else { im };
+                        (re, if conj { -im } else { im })
+                    } else {
+                        sample(o, n, i)
+                    }
+                })
+                .collect();
+            for k in 0..bins {
+                let (mut re, mut im) = (0.0, 0.0);
+                for (n, &(xr, xi)) in full.iter().enumerate() {
+                    let sign = if inverse { 1.0 } else { -1.0 };
+                    let theta = sign * 2.0 * std::f64::consts::PI * ((n * k) % length) as f64 / length as f64;
+                    re += xr * theta.cos() - xi * theta.sin();
+                    im += xr * theta.sin() + xi * theta.cos();
+                }
+                if inverse {
+                    (re, im) = (re / length as f64, im / length as f64);
+                }
+                let at = ((o * bins + k) * inner + i) * c_out;
+                y[at] = re;
+                if c_out == 2 {
+                    y[at + 1] = im;
+                }
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn dft_and_stft_match_a_direct_sum() {
+    use heron_ir::testing::onnx::{OnnxModel, attr_int};
+    use heron_ir::testing::{assert_float_rule, check_stages, data};
+    let scalar = |v: i64| Tensor::from_vec::<i64>(&[], vec![v]).unwrap();
+    /// (opset, shape, axis, dft_length, inverse, onesided)
+    type Case = (i64, &'static [usize], i64, Option<i64>, bool, bool);
+    let cases: &[Case] = &[
+        (17, &[2, 5, 1], 1, Some(8), false, true),   // zero padded, one-sided
+        (17, &[3, 6, 4, 2], 2, None, false, false),  // complex, inner axes after the transform
+        (20, &[3, 6, 2], -3, Some(4), true, false),  // truncated inverse along the first axis
+        (20, &[1, 4, 5, 2], 1, Some(7), true, true), // inverse real transform of odd length
+        (20, &[2, 9, 3, 1], -3, None, false, false), // real, full spectrum
+    ];
+    for (seed, &(opset, shape, axis, length, inverse, onesided)) in cases.iter().enumerate() {
+        let mut m = OnnxModel::new(opset);
+        let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+        m.input("x", heron_ir::DType::F32, &dims).output("y");
+        let mut attrs = vec![attr_int("inverse", inverse as i64), attr_int("onesided", onesided as i64)];
+        let mut inputs = vec!["x", "", ""];
+        if let Some(l) = length {
+            m.initializer("length", &scalar(l));
+            inputs[1] = "length";
+        }
+        if opset >= 20 {
+            m.initializer("axis", &scalar(axis));
+            inputs[2] = "axis";
+        } else {
+            attrs.push(attr_int("axis", axis));
+        }
+        m.node("DFT", &inputs, &["y"], attrs);
+        let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+        let n: usize = shape.iter().product();
+        let x = f32s(shape, data(seed as u64 + 1, n));
+        let got = check_stages(&g, std::slice::from_ref(&x)).remove(0);
+        let axis = if axis < 0 { (axis + shape.len() as i64) as usize } else { axis as usize };
+        let length =
+            length.map_or(if inverse && onesided { 2 * (shape[axis] - 1) } else { shape[axis] }, |l| l as usize);
+        let want = reference_dft(&x.to_f64_vec(), shape, axis, length, inverse, onesided);
+        let want = Tensor::from_vec::<f64>(got.shape(), want).unwrap().cast(heron_ir::DType::F32);
+        assert_float_rule(&got, &want).unwrap_or_else(|e| panic!("case {seed}: {e}"));
+    }
+
+    // STFT with a window computed at run time (an input), two-sided, hop 3.
+    let mut m = OnnxModel::new(17);
+    m.input("signal", heron_ir::DType::F32, &[2, 20, 1]).input("window", heron_ir::DType::F32, &[6]).output("y");
+    m.initializer("step", &scalar(3));
+    m.node("STFT", &["signal", "step", "window"], &["y"], vec![attr_int("onesided", 0)]);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let (signal, window) = (f32s(&[2, 20, 1], data(7, 40)), f32s(&[6], data(8, 6)));
+    let got = check_stages(&g, &[signal.clone(), window.clone()]).remove(0);
+    assert_eq!(got.shape(), &[2, 5, 6, 2]);
+    let (s, w) = (signal.to_f64_vec(), window.to_f64_vec());
+    let mut want = Vec::new();
+    for b in 0..2 {
+        for f in 0..5 {
+            let frame: Vec<f64> = (0..6).map(|n| s[b * 20 + f * 3 + n] * w[n]).collect();
+            want.extend(reference_dft(&frame, &[6, 1], 0, 6, false, false));
+        }
+    }
+    let want = Tensor::from_vec::<f64>(got.shape(), want).unwrap().cast(heron_ir::DType::F32);
+    assert_float_rule(&got, &want).unwrap();
+}

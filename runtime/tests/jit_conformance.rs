@@ -2,7 +2,7 @@
 //! compile and match the expected outputs, in ordinary memory and between guard pages. Cases
 //! the JIT cannot compile (dtypes it has no code for) are skipped with the reason printed.
 
-use heron_ir::testing::{CaseError, ConformanceCase, assert_close, load_conformance_case, run_conformance};
+use heron_ir::testing::{CaseError, ConformanceCase, assert_conformance, load_conformance_case, run_conformance};
 use heron_runtime::{CompileOptions, Compiler, GuardPages, Model, RuntimeError};
 
 fn run_case(dir: &std::path::Path, guard_pages: GuardPages) -> Result<(), CaseError> {
@@ -19,7 +19,7 @@ fn run_case(dir: &std::path::Path, guard_pages: GuardPages) -> Result<(), CaseEr
     let got = compiled.run(&inputs).map_err(|e| CaseError::Fail(format!("run: {e}")))?;
     for (i, (g, w)) in got.iter().zip(&expected).enumerate() {
         let g = g.reshape(w.shape()).unwrap_or_else(|_| g.clone());
-        assert_close(&g, w, 1e-3, 1e-6).map_err(|e| CaseError::Fail(format!("output {i}: {e}")))?;
+        assert_conformance(&g, w, 1e-6).map_err(|e| CaseError::Fail(format!("output {i}: {e}")))?;
     }
     Ok(())
 }

@@ -18,6 +18,7 @@ mod control;
 mod einsum;
 mod recurrent;
 mod resize;
+mod spectral;
 mod tensor_ops;
 
 use super::proto::{AttributeProto, NodeProto, attribute_type as at};
@@ -162,6 +163,8 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Loop", &[1, 11, 13, 16, 19, 21, 23, 24, 25]),
     ("Scan", &[9, 11, 16, 19, 21, 23, 24, 25]),
     ("Einsum", &[12]),
+    ("DFT", &[17, 20]),
+    ("STFT", &[17]),
     ("GridSample", &[16, 20, 22]),
     ("CumProd", &[26]),
     ("GlobalMaxPool", &[1, 22]),
@@ -307,6 +310,8 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
         "RNN" | "GRU" | "LSTM" => return recurrent::import(im, &ctx),
         "If" | "Loop" | "Scan" => return control::import(im, &ctx),
         "Einsum" => return einsum::import(im, &ctx),
+        "DFT" => return spectral::dft(im, &ctx),
+        "STFT" => return spectral::stft(im, &ctx),
         op if tensor_ops::OPS.contains(&op) => return tensor_ops::import(im, &ctx),
         op if composite::OPS.contains(&op) => return composite::import(im, &ctx),
         _ => {}
@@ -466,6 +471,17 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "Pow" => {
             // The exponent may have another type (version 12 on): it is cast to the base's.
             let (base, exponent) = (input_type(im, ctx, 0)?, input_type(im, ctx, 1)?);
+            if !base.dtype.is_float() && base.dtype != DType::Bool {
+                // An integer base: the power in f64 (exact while the result is below 2^53),
+                // truncated back to the base's type as ONNX Runtime does.
+                let wide = |im: &mut Importer<'_>, i: usize| -> Result<crate::graph::ValueId, ImportError> {
+                    let id = im.value(ctx.name, ctx.input(i).unwrap_or_default())?;
+                    build::step(im, ctx, "as_f64", Op::Cast { to: DType::F64 }, &[id])
+                };
+                let (b, e) = (wide(im, 0)?, wide(im, 1)?);
+                let power = build::step(im, ctx, "power", Op::Binary(BinaryOp::Pow), &[b, e])?;
+                return Ok((Op::Cast { to: base.dtype }, vec![Operand::Made(power)]));
+            }
             let e = if base.dtype == exponent.dtype {
                 named(ctx, 1)?
             } else {
@@ -1020,5 +1036,13 @@ fn import_reduce(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Op
         return Err(ctx.bad_attr("axes", "repeats an axis"));
     }
     let keepdims = ctx.int("keepdims", 1)? != 0;
+    if x.dtype == DType::Bool && matches!(op, ReduceOp::Max | ReduceOp::Min) {
+        // Any / all, as the max / min of bytes: an empty max is 0 (false), an empty min 255
+        // (true).
+        let id = im.value(ctx.name, ctx.input(0).unwrap_or_default())?;
+        let bytes = build::step(im, ctx, "as_u8", Op::Cast { to: DType::U8 }, &[id])?;
+        let reduced = build::step(im, ctx, "reduced", Op::Reduce { op, axes, keepdims }, &[bytes])?;
+        return Ok((Op::Cast { to: DType::Bool }, vec![Operand::Made(reduced)]));
+    }
     Ok((Op::Reduce { op, axes, keepdims }, vec![named(ctx, 0)?]))
 }

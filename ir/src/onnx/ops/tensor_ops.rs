@@ -17,7 +17,7 @@ pub(super) fn input_id(im: &Importer<'_>, ctx: &NodeCtx<'_>, i: usize) -> Result
 }
 
 /// A scalar compile-time integer input (Range, CumSum's axis, TopK's k, OneHot's depth).
-fn const_scalar(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) -> Result<i64, ImportError> {
+pub(super) fn const_scalar(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, i: usize, what: &str) -> Result<i64, ImportError> {
     let v = const_ints(im, ctx, i, what)?.ok_or_else(|| ctx.bad(format!("input {i} ({what}) is required")))?;
     match v.as_slice() {
         [x] => Ok(*x),
