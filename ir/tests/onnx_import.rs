@@ -406,3 +406,28 @@ fn dft_and_stft_match_a_direct_sum() {
     let want = Tensor::from_vec::<f64>(got.shape(), want).unwrap().cast(heron_ir::DType::F32);
     assert_float_rule(&got, &want).unwrap();
 }
+
+#[test]
+fn nearest_resize_picks_sources_in_f32_arithmetic() {
+    // 17 / 1.7f32 is exactly 10 in f32 (ONNX Runtime and PyTorch pick row 10), 9.99... in f64.
+    use heron_ir::testing::onnx::{OnnxModel, attr_string};
+    let (h, w, s) = (21usize, 18usize, 1.7f32);
+    let mut m = OnnxModel::new(19);
+    m.input("x", heron_ir::DType::F32, &[1, 1, h as i64, w as i64]).output("y");
+    m.initializer("scales", &Tensor::from_vec::<f32>(&[4], vec![1.0, 1.0, s, s]).unwrap());
+    let attrs = vec![
+        attr_string("mode", "nearest"),
+        attr_string("coordinate_transformation_mode", "asymmetric"),
+        attr_string("nearest_mode", "floor"),
+    ];
+    m.node("Resize", &["x", "", "scales"], &["y"], attrs);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let x = f32s(&[1, 1, h, w], (0..h * w).map(|v| v as f32).collect());
+    let got = heron_ir::testing::check_stages(&g, &[x]).remove(0);
+    let (oh, ow) = ((h as f32 * s) as usize, (w as f32 * s) as usize);
+    assert_eq!(got.shape(), &[1, 1, oh, ow]);
+    let pick = |i: usize, n: usize| ((i as f32 / s).floor() as usize).min(n - 1);
+    let want: Vec<f64> = (0..oh).flat_map(|r| (0..ow).map(move |c| (pick(r, h) * w + pick(c, w)) as f64)).collect();
+    assert_eq!(pick(17, h), 10);
+    assert_eq!(got.to_f64_vec(), want);
+}

@@ -167,32 +167,34 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
 }
 
 /// The source coordinate of output index `y`, and whether it lies outside the input
-/// (tf_crop_and_resize only).
-fn source(spec: &AxisSpec<'_>, y: f64) -> (f64, bool) {
-    let (input, out_f) = (spec.input as f64, spec.scale * spec.input as f64);
+/// (tf_crop_and_resize only). Computed in f32 as ONNX Runtime, PyTorch and the ONNX reference
+/// do: a nearest pick depends on the last bit (17 / 1.7f is exactly 10 in f32, 9.99... in f64).
+fn source(spec: &AxisSpec<'_>, y: usize) -> (f64, bool) {
+    let (y, scale, input) = (y as f32, spec.scale as f32, spec.input as f32);
+    let out_f = scale * input;
     let x = match spec.coordinates {
         "align_corners" if out_f == 1.0 => 0.0,
         "align_corners" => y * (input - 1.0) / (out_f - 1.0),
-        "asymmetric" => y / spec.scale,
+        "asymmetric" => y / scale,
         "tf_crop_and_resize" => {
-            let (start, end) = spec.roi;
+            let (start, end) = (spec.roi.0 as f32, spec.roi.1 as f32);
             let x = if out_f == 1.0 {
                 (end - start) * (input - 1.0) / 2.0
             } else {
                 y * (end - start) * (input - 1.0) / (out_f - 1.0)
             };
             let x = x + start * (input - 1.0);
-            return (x, x < 0.0 || x > input - 1.0);
+            return (f64::from(x), x < 0.0 || x > input - 1.0);
         }
         "pytorch_half_pixel" if out_f == 1.0 => -0.5,
         "half_pixel_symmetric" => {
-            let adjustment = spec.output as f64 / out_f;
+            let adjustment = spec.output as f32 / out_f;
             let offset = input / 2.0 * (1.0 - adjustment);
-            offset + (y + 0.5) / spec.scale - 0.5
+            offset + (y + 0.5) / scale - 0.5
         }
-        _ => (y + 0.5) / spec.scale - 0.5,
+        _ => (y + 0.5) / scale - 0.5,
     };
-    (x, false)
+    (f64::from(x), false)
 }
 
 fn coefficients(mode: Mode, ratio: f64, scale: f64, nearest: &str, a: f64, antialias: bool) -> Vec<f64> {
@@ -242,7 +244,7 @@ fn taps(
     let (mut indices, mut weights) = (Vec::with_capacity(spec.output * n), Vec::with_capacity(spec.output * n));
     let last = spec.input as i64 - 1;
     for y in 0..spec.output {
-        let (x, outside) = source(spec, y as f64);
+        let (x, outside) = source(spec, y);
         let xi = x.floor();
         // The ratio is in (0, 1]: an integer coordinate prefers the pixel on its left.
         let ratio = if x == xi { 1.0 } else { x - xi };
