@@ -431,3 +431,28 @@ fn nearest_resize_picks_sources_in_f32_arithmetic() {
     assert_eq!(pick(17, h), 10);
     assert_eq!(got.to_f64_vec(), want);
 }
+
+#[test]
+fn stft_reads_a_batch_of_plain_samples_as_a_real_signal() {
+    use heron_ir::testing::onnx::OnnxModel;
+    use heron_ir::testing::{assert_float_rule, check_stages, data};
+    let scalar = |v: i64| Tensor::from_vec::<i64>(&[], vec![v]).unwrap();
+    let mut m = OnnxModel::new(17);
+    m.input("signal", heron_ir::DType::F32, &[2, 21]).output("y");
+    m.initializer("step", &scalar(4)).initializer("frame_length", &scalar(8));
+    m.node("STFT", &["signal", "step", "", "frame_length"], &["y"], vec![]);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let signal = f32s(&[2, 21], data(9, 42));
+    let got = check_stages(&g, std::slice::from_ref(&signal)).remove(0);
+    assert_eq!(got.shape(), &[2, 4, 5, 2]);
+    let s = signal.to_f64_vec();
+    let mut want = Vec::new();
+    for b in 0..2 {
+        for f in 0..4 {
+            let frame = &s[b * 21 + f * 4..b * 21 + f * 4 + 8];
+            want.extend(reference_dft(frame, &[8, 1], 0, 8, false, true));
+        }
+    }
+    let want = Tensor::from_vec::<f64>(got.shape(), want).unwrap().cast(heron_ir::DType::F32);
+    assert_float_rule(&got, &want).unwrap();
+}

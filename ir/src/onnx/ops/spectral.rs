@@ -207,10 +207,16 @@ pub(super) fn dft(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Import
 }
 
 pub(super) fn stft(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
-    let x = input_type(im, ctx, 0)?;
+    let mut x = input_type(im, ctx, 0)?;
+    let mut xin = input_id(im, ctx, 0)?;
+    if x.rank() == 2 {
+        // [batch, length] is a real signal (as ONNX Runtime reads it; torch exports it so).
+        x.shape.push(1);
+        xin = step(im, ctx, "real_signal", Op::Reshape { shape: x.shape.clone() }, &[xin])?;
+    }
     check_signal(ctx, &x, 3)?;
     if x.rank() != 3 {
-        return Err(ctx.bad(format!("the signal must be [batch, length, components], got {:?}", x.shape)));
+        return Err(ctx.bad(format!("the signal must be [batch, length(, components)], got {:?}", x.shape)));
     }
     let (signal_len, components) = (x.shape[1], x.shape[2]);
     let hop = const_scalar(im, ctx, 1, "frame_step")?;
@@ -261,7 +267,6 @@ pub(super) fn stft(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impor
     let starts = (0..frames).flat_map(|f| (0..frame_len).map(move |n| (f * hop + n) as i64)).collect();
     let indices = Tensor::from_vec::<i64>(&[frames, frame_len], starts).map_err(|e| ctx.bad(e))?;
     let indices = constant(im, ctx, "frame_indices", indices);
-    let xin = input_id(im, ctx, 0)?;
     let mut framed = step(im, ctx, "frames", Op::Gather { axis: 1 }, &[xin, indices])?;
     // A constant window is folded into the matrix; a computed one multiplies the frames.
     let window_values = match window {
