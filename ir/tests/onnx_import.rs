@@ -456,3 +456,25 @@ fn stft_reads_a_batch_of_plain_samples_as_a_real_signal() {
     let want = Tensor::from_vec::<f64>(got.shape(), want).unwrap().cast(heron_ir::DType::F32);
     assert_float_rule(&got, &want).unwrap();
 }
+
+#[test]
+fn dynamic_quantize_linear_takes_scale_and_zero_point_from_the_range() {
+    use heron_ir::testing::onnx::OnnxModel;
+    let mut m = OnnxModel::new(11);
+    m.input("x", heron_ir::DType::F32, &[4]).output("y").output("scale").output("zero_point");
+    m.node("DynamicQuantizeLinear", &["x"], &["y", "scale", "zero_point"], vec![]);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    // Range [-1, 3]: scale 4/255, zero point round(63.75) = 64.
+    let x = [-1.0f32, 0.0, 2.0, 3.0];
+    let got = heron_ir::testing::check_stages(&g, &[f32s(&[4], x.to_vec())]);
+    let want: Vec<u8> =
+        x.iter().map(|v| ((v / (4.0f32 / 255.0)).round_ties_even() + 64.0).clamp(0.0, 255.0) as u8).collect();
+    assert_eq!(want, [0, 64, 191, 255]);
+    assert_eq!(got[0].as_array::<u8>().unwrap().as_slice().unwrap(), want);
+    assert_eq!(got[1].to_f64_vec(), vec![f64::from(4.0f32 / 255.0)]);
+    assert_eq!(got[2].as_array::<u8>().unwrap().as_slice().unwrap(), &[64]);
+    // All zeros: scale 1 (not a division by zero), zero point 0.
+    let got = heron_ir::testing::check_stages(&g, &[f32s(&[4], vec![0.0; 4])]);
+    assert_eq!(got[0].as_array::<u8>().unwrap().as_slice().unwrap(), &[0; 4]);
+    assert_eq!((got[1].to_f64_vec(), got[2].to_f64_vec()), (vec![1.0], vec![0.0]));
+}

@@ -164,6 +164,7 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Scan", &[9, 11, 16, 19, 21, 23, 24, 25]),
     ("Einsum", &[12]),
     ("DFT", &[17, 20]),
+    ("DynamicQuantizeLinear", &[11]),
     ("STFT", &[17]),
     ("GridSample", &[16, 20, 22]),
     ("CumProd", &[26]),

@@ -42,6 +42,7 @@ pub(super) const OPS: &[&str] = &[
     "BlackmanWindow",
     "MeanVarianceNormalization",
     "CenterCropPad",
+    "DynamicQuantizeLinear",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -67,6 +68,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "Sum" | "Mean" => return sum_mean(im, ctx),
         "Attention" => return attention(im, ctx),
         "ConvTranspose" => return conv_transpose(im, ctx),
+        "DynamicQuantizeLinear" => return dynamic_quantize(im, ctx),
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => {
             // A compile-time size gives a constant window.
             let size = super::const_ints(im, ctx, 0, "size")?.ok_or_else(|| ctx.bad("input 0 (size) is required"))?;
@@ -246,6 +248,41 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         other => return Err(ctx.bad(format!("no translation for {other}"))),
     };
     output(im, ctx, 0, op, &ins)
+}
+
+/// DynamicQuantizeLinear: u8 quantization of `x` with a scale and zero point from its range
+/// (widened to hold 0), as the schema's function body computes them, except that a range of 0
+/// gives scale 1 as ONNX Runtime does (the body would divide by 0).
+fn dynamic_quantize(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    if x.dtype != DType::F32 {
+        return Err(ctx.bad(format!("x must be f32, got {}", x.dtype)));
+    }
+    let xin = input_id(im, ctx, 0)?;
+    let all: Vec<usize> = (0..x.rank()).collect();
+    let f = |im: &mut Importer<'_>, what: &str, v: f64| scalar(im, ctx, what, DType::F32, v);
+    let (zero, one, q_max) = (f(im, "zero", 0.0), f(im, "one", 1.0), f(im, "q_max", 255.0));
+    let reduce = |op| Op::Reduce { op, axes: all.clone(), keepdims: false };
+    let lowest = step(im, ctx, "min", reduce(ReduceOp::Min), &[xin])?;
+    let lowest = step(im, ctx, "min_with_zero", Op::Binary(BinaryOp::Min), &[lowest, zero])?;
+    let highest = step(im, ctx, "max", reduce(ReduceOp::Max), &[xin])?;
+    let highest = step(im, ctx, "max_with_zero", Op::Binary(BinaryOp::Max), &[highest, zero])?;
+    let range = step(im, ctx, "range", Op::Binary(BinaryOp::Sub), &[highest, lowest])?;
+    let flat = step(im, ctx, "flat", Op::Compare(CompareOp::Equal), &[range, zero])?;
+    let per_step = step(im, ctx, "range_per_step", Op::Binary(BinaryOp::Div), &[range, q_max])?;
+    let scale = step(im, ctx, "scale", Op::Where, &[flat, one, per_step])?;
+    let min_steps = step(im, ctx, "min_steps", Op::Binary(BinaryOp::Div), &[lowest, scale])?;
+    let zp = step(im, ctx, "zero_point_f32", Op::Unary(UnaryOp::Neg), &[min_steps])?;
+    let clip = Op::Clip {
+        min: Some(Tensor::scalar_from_f64(DType::F32, 0.0)),
+        max: Some(Tensor::scalar_from_f64(DType::F32, 255.0)),
+    };
+    let zp = step(im, ctx, "zero_point_clipped", clip, &[zp])?;
+    let zp = step(im, ctx, "zero_point_rounded", Op::Unary(UnaryOp::Round), &[zp])?;
+    let zp = step(im, ctx, "zero_point", Op::Cast { to: DType::U8 }, &[zp])?;
+    output(im, ctx, 1, Op::Identity, &[scale])?;
+    output(im, ctx, 2, Op::Identity, &[zp])?;
+    output(im, ctx, 0, Op::QuantizeLinear { axis: crate::op::QuantAxis::PerTensor }, &[xin, scale, zp])
 }
 
 /// `p` broadcast to `shape` (an Expand node when its shape differs).
