@@ -478,3 +478,64 @@ fn dynamic_quantize_linear_takes_scale_and_zero_point_from_the_range() {
     assert_eq!(got[0].as_array::<u8>().unwrap().as_slice().unwrap(), &[0; 4]);
     assert_eq!((got[1].to_f64_vec(), got[2].to_f64_vec()), (vec![1.0], vec![0.0]));
 }
+
+#[test]
+fn external_data_is_read_beside_the_model_and_nowhere_else() {
+    use heron_ir::onnx::load_model;
+    use heron_ir::onnx::proto::StringStringEntryProto;
+    use heron_ir::testing::onnx::OnnxModel;
+    let dir = std::env::temp_dir().join(format!("heron-external-data-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("model")).unwrap();
+    let bias: Vec<f32> = vec![1.5, -2.0, 0.25];
+    let mut data = vec![7u8; 16]; // a header the offset skips
+    data.extend(bias.iter().flat_map(|v| v.to_le_bytes()));
+    std::fs::write(dir.join("model/weights.bin"), &data).unwrap();
+    std::fs::write(dir.join("outside.bin"), &data).unwrap();
+    let write = |entries: &[(&str, &str)]| -> std::path::PathBuf {
+        let mut m = OnnxModel::new(13);
+        m.input("x", heron_ir::DType::F32, &[3]).output("y");
+        let external_data =
+            entries.iter().map(|(k, v)| StringStringEntryProto { key: k.to_string(), value: v.to_string() }).collect();
+        m.raw_initializer(TensorProto {
+            name: "b".into(),
+            dims: vec![3],
+            data_type: 1,
+            external_data,
+            data_location: 1,
+            ..Default::default()
+        });
+        m.node("Add", &["x", "b"], &["y"], vec![]);
+        let path = dir.join("model/model.onnx");
+        std::fs::write(&path, m.to_bytes()).unwrap();
+        path
+    };
+    let good = [("location", "weights.bin"), ("offset", "16"), ("length", "12")];
+    let path = write(&good);
+    let g = load_model(&path, &ImportOptions::default()).unwrap();
+    let y = interp::run(&g, &[f32s(&[3], vec![1.0, 1.0, 1.0])]).unwrap().remove(0);
+    assert_close(&y, &[2.5, -1.0, 1.25]);
+    // From bytes there is no directory to read from.
+    let err = import_model(&std::fs::read(&path).unwrap(), &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("tensor 'b'") && err.contains("load it from its file"), "{err}");
+    let refused = |entries: &[(&str, &str)], why: &str| {
+        let err = load_model(&write(entries), &ImportOptions::default()).unwrap_err().to_string();
+        assert!(err.contains(why), "{entries:?}: {err}");
+    };
+    refused(&[("location", "../outside.bin"), ("offset", "16")], "relative path inside");
+    let absolute = dir.join("outside.bin").display().to_string();
+    refused(&[("location", &absolute)], "relative path inside");
+    refused(&[("location", "missing.bin")], "missing.bin");
+    refused(&[("offset", "16")], "has no location");
+    refused(&[("location", "weights.bin"), ("offset", "100")], "past the end");
+    refused(&[("location", "weights.bin"), ("offset", "16"), ("length", "13")], "run past the end");
+    refused(&[("location", "weights.bin"), ("offset", "-1")], "not a byte count");
+    // The whole file is 28 bytes, not the 12 the dims ask for.
+    refused(&[("location", "weights.bin")], "tensor 'b'");
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(dir.join("outside.bin"), dir.join("model/link.bin")).unwrap();
+        refused(&[("location", "link.bin"), ("offset", "16")], "outside the model's directory");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -44,6 +44,7 @@ impl DynamicModel {
             .map_err(|e| ImportError::Io { path: path.display().to_string(), reason: e.to_string() })?;
         let declared = declared_inputs(&bytes)?;
         let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
+        let import = import.reading_data_beside(path);
         Ok(DynamicModel {
             name,
             bytes,

@@ -173,7 +173,7 @@ impl LimitFlags {
     /// Loads `path` specialized to the given inputs: each binds the symbolic dimensions of the
     /// input it goes to (by name, else in order), unless `--input-shape` gives that input's shape.
     fn load_for(&self, path: &Path, given: &[(Option<String>, Tensor)]) -> Result<Model> {
-        let mut options = self.import_options();
+        let mut options = self.import_options().reading_data_beside(path);
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         let declared = heron_ir::onnx::declared_inputs(&bytes)?;
         let mut free = declared.iter().filter(|d| !given.iter().any(|(n, _)| n.as_deref() == Some(&d.name)));
@@ -851,7 +851,7 @@ fn layout(shape: &[usize], map: &str, index: Option<&[i64]>) -> Result<()> {
 
 fn quantize(path: &Path, output: &Path, files: &[PathBuf], options: &QuantizeOptions) -> Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let graph = heron_ir::onnx::import_model(&bytes, &ImportOptions::default())?;
+    let graph = heron_ir::onnx::import_model(&bytes, &ImportOptions::default().reading_data_beside(path))?;
     let inputs: Vec<_> = graph.inputs.iter().map(|&i| graph.value(i).ty.clone()).collect();
     if !files.is_empty() && !files.len().is_multiple_of(inputs.len().max(1)) {
         anyhow::bail!("{} calibration files for a model with {} inputs: give one per input", files.len(), inputs.len());

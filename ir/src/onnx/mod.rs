@@ -3,6 +3,7 @@
 //! The graph-level import (initializers, inputs, topological order, outputs) lives here; the
 //! per-operator translation, dispatched on each op's own schema version, lives in [`ops`].
 
+mod external;
 mod ops;
 pub mod proto;
 mod tensor;
@@ -59,8 +60,8 @@ pub enum ImportError {
     TooLarge { context: String, reason: String },
     #[error("tensor '{name}': {reason}")]
     BadTensor { name: String, reason: String },
-    #[error("tensor '{name}' stores its data externally; external data is not supported")]
-    ExternalData { name: String },
+    #[error("tensor '{name}': external data {reason}")]
+    ExternalData { name: String, reason: String },
     #[error("node '{node}' reads '{input}', which no node, input or initializer defines")]
     UndefinedInput { node: String, input: String },
     #[error("the graph has a cycle: nodes {0:?} can never run")]
@@ -105,6 +106,21 @@ pub struct ImportOptions {
     /// Values of symbolic dimensions by name (`batch`, `sequence`, ...), for inputs without a
     /// shape in `input_shapes`.
     pub dims: HashMap<String, usize>,
+    /// The directory external tensor data is read from (the model file's; [`load_model`] sets
+    /// it). None: a model with external data is an error.
+    pub model_dir: Option<std::path::PathBuf>,
+}
+
+impl ImportOptions {
+    /// These options with external data read from the directory of the model file `path`,
+    /// unless `model_dir` is set already.
+    pub fn reading_data_beside(mut self, path: &Path) -> ImportOptions {
+        if self.model_dir.is_none() {
+            let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            self.model_dir = Some(dir.to_path_buf());
+        }
+        self
+    }
 }
 
 /// One dimension of a declared graph input: a size, or a symbolic name (`?` when unnamed).
@@ -211,12 +227,12 @@ fn bind_shapes(
 pub fn load_model(path: &Path, options: &ImportOptions) -> Result<Graph, ImportError> {
     let bytes =
         std::fs::read(path).map_err(|e| ImportError::Io { path: path.display().to_string(), reason: e.to_string() })?;
-    import_model(&bytes, options)
+    import_model(&bytes, &options.clone().reading_data_beside(path))
 }
 
 /// Imports a serialized ONNX `ModelProto`.
 pub fn import_model(bytes: &[u8], options: &ImportOptions) -> Result<Graph, ImportError> {
-    let model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    let mut model = ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
     let opset = model
         .opset_import
         .iter()
@@ -227,7 +243,9 @@ pub fn import_model(bytes: &[u8], options: &ImportOptions) -> Result<Graph, Impo
     if opset < MIN_OPSET {
         return Err(ImportError::OpsetTooOld(opset));
     }
-    let graph = model.graph.as_ref().ok_or(ImportError::NoGraph)?;
+    let graph = model.graph.as_mut().ok_or(ImportError::NoGraph)?;
+    external::load_external_data(graph, options.model_dir.as_deref(), &options.limits)?;
+    let graph = &*graph;
     Importer::new(opset, options, graph).import(graph)
 }
 

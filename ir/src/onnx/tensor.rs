@@ -21,7 +21,7 @@ pub fn tensor_from_proto_within(t: &TensorProto, limits: &Limits) -> Result<Tens
     let name = if t.name.is_empty() { "<unnamed tensor>".to_string() } else { t.name.clone() };
     let bad = |reason: String| ImportError::BadTensor { name: name.clone(), reason };
     if t.data_location == 1 || !t.external_data.is_empty() {
-        return Err(ImportError::ExternalData { name });
+        return Err(ImportError::ExternalData { name, reason: "was not read (import the model from its file)".into() });
     }
     let dtype = DType::from_onnx_code(t.data_type)
         .map_err(|dtype| ImportError::UnsupportedDtype { context: format!("tensor '{name}'"), dtype })?;
