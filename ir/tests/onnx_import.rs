@@ -539,3 +539,92 @@ fn external_data_is_read_beside_the_model_and_nowhere_else() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn model_local_functions_are_inlined_with_their_attributes() {
+    use heron_ir::onnx::proto::FunctionProto;
+    use heron_ir::testing::onnx::{OnnxModel, attr_float};
+    let call = |op: &str, inputs: &[&str], outputs: &[&str], attribute: Vec<AttributeProto>| NodeProto {
+        op_type: op.into(),
+        domain: if op.starts_with(char::is_lowercase) { "local".into() } else { String::new() },
+        name: format!("{op}_{}", outputs[0]),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        attribute,
+        ..Default::default()
+    };
+    let by_ref = |name: &str, from: &str| AttributeProto {
+        name: name.into(),
+        ref_attr_name: from.into(),
+        r#type: heron_ir::onnx::proto::attribute_type::FLOAT,
+        ..Default::default()
+    };
+    let function = |name: &str, inputs: &[&str], outputs: &[&str], node: Vec<NodeProto>| FunctionProto {
+        name: name.into(),
+        domain: "local".into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        node,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+        ..Default::default()
+    };
+    // scaled_leaky(x, y) = LeakyRelu(x * y, slope) (slope defaults to 0.5), plus an unused output.
+    let mut leaky = function(
+        "scaled_leaky",
+        &["x", "y"],
+        &["z", "t"],
+        vec![
+            call("Mul", &["x", "y"], &["t"], vec![]),
+            call("LeakyRelu", &["t"], &["z"], vec![by_ref("alpha", "slope")]),
+        ],
+    );
+    leaky.attribute_proto.push(attr_float("slope", 0.5));
+    // square_leaky(a) = scaled_leaky(a, a) with slope g_slope: a nested call.
+    let square = function(
+        "square_leaky",
+        &["a"],
+        &["b"],
+        vec![call("scaled_leaky", &["a", "a"], &["b"], vec![by_ref("slope", "g_slope")])],
+    );
+    let build = |functions: Vec<FunctionProto>| {
+        let mut m = OnnxModel::new(17);
+        m.input("x", heron_ir::DType::F32, &[4]).output("y1").output("y2").output("y3");
+        m.initializer("c", &f32s(&[4], vec![1.0, -1.0, 2.0, -3.0]));
+        m.graph().node.push(call("scaled_leaky", &["x", "c"], &["y1"], vec![attr_float("slope", 0.1)]));
+        m.graph().node.push(call("scaled_leaky", &["x", "c"], &["y2", ""], vec![]));
+        m.graph().node.push(call("square_leaky", &["x"], &["y3"], vec![attr_float("g_slope", -0.25)]));
+        m.model.functions = functions;
+        m.to_bytes()
+    };
+    let g = import_model(&build(vec![leaky.clone(), square.clone()]), &ImportOptions::default()).unwrap();
+    verify(&g).unwrap();
+    let x = [2.0f32, 3.0, -1.0, 0.5];
+    let out = interp::run(&g, &[f32s(&[4], x.to_vec())]).unwrap();
+    let leaky_relu = |v: f32, a: f32| f64::from(if v < 0.0 { v * a } else { v });
+    let c = [1.0f32, -1.0, 2.0, -3.0];
+    assert_close(&out[0], &(0..4).map(|i| leaky_relu(x[i] * c[i], 0.1)).collect::<Vec<_>>());
+    assert_close(&out[1], &(0..4).map(|i| leaky_relu(x[i] * c[i], 0.5)).collect::<Vec<_>>());
+    assert_close(&out[2], &(0..4).map(|i| leaky_relu(x[i] * x[i], -0.25)).collect::<Vec<_>>());
+
+    // A function calling itself, and one written for another opset, are errors.
+    let endless = function("square_leaky", &["a"], &["b"], vec![call("square_leaky", &["a"], &["b"], vec![])]);
+    let err = import_model(&build(vec![leaky.clone(), endless]), &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("'square_leaky'") && err.contains("nest deeper"), "{err}");
+    let mut old = square;
+    old.opset_import[0].version = 11;
+    let err = import_model(&build(vec![leaky.clone(), old]), &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("opset 11"), "{err}");
+    // square_leaky calling level_0, each level calling the next twice: 2^40 nodes, refused early.
+    let mut levels: Vec<FunctionProto> = (0..40)
+        .map(|i| {
+            let next = format!("level_{}", i + 1);
+            let body = vec![call(&next, &["a"], &["m"], vec![]), call(&next, &["m"], &["b"], vec![])];
+            function(&format!("level_{i}"), &["a"], &["b"], body)
+        })
+        .collect();
+    levels.push(function("level_40", &["a"], &["b"], vec![call("Identity", &["a"], &["b"], vec![])]));
+    levels.push(function("square_leaky", &["a"], &["b"], vec![call("level_0", &["a"], &["b"], vec![])]));
+    levels.push(leaky);
+    let err = import_model(&build(levels), &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("adds more than"), "{err}");
+}

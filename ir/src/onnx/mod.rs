@@ -4,6 +4,7 @@
 //! per-operator translation, dispatched on each op's own schema version, lives in [`ops`].
 
 mod external;
+mod functions;
 mod ops;
 pub mod proto;
 mod tensor;
@@ -60,6 +61,8 @@ pub enum ImportError {
     TooLarge { context: String, reason: String },
     #[error("tensor '{name}': {reason}")]
     BadTensor { name: String, reason: String },
+    #[error("model-local function '{function}': {reason}")]
+    BadFunction { function: String, reason: String },
     #[error("tensor '{name}': external data {reason}")]
     ExternalData { name: String, reason: String },
     #[error("node '{node}' reads '{input}', which no node, input or initializer defines")]
@@ -243,6 +246,7 @@ pub fn import_model(bytes: &[u8], options: &ImportOptions) -> Result<Graph, Impo
     if opset < MIN_OPSET {
         return Err(ImportError::OpsetTooOld(opset));
     }
+    functions::inline_functions(&mut model, opset)?;
     let graph = model.graph.as_mut().ok_or(ImportError::NoGraph)?;
     external::load_external_data(graph, options.model_dir.as_deref(), &options.limits)?;
     let graph = &*graph;

@@ -14,6 +14,33 @@ pub struct ModelProto {
     pub producer_version: String,
     #[prost(message, optional, tag = "7")]
     pub graph: Option<GraphProto>,
+    /// Model-local functions (IR version 8+), called by nodes of their domain and name.
+    #[prost(message, repeated, tag = "25")]
+    pub functions: Vec<FunctionProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FunctionProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, repeated, tag = "4")]
+    pub input: Vec<String>,
+    #[prost(string, repeated, tag = "5")]
+    pub output: Vec<String>,
+    /// Attribute names without defaults.
+    #[prost(string, repeated, tag = "6")]
+    pub attribute: Vec<String>,
+    /// Attributes with their default values.
+    #[prost(message, repeated, tag = "11")]
+    pub attribute_proto: Vec<AttributeProto>,
+    #[prost(message, repeated, tag = "7")]
+    pub node: Vec<NodeProto>,
+    #[prost(message, repeated, tag = "9")]
+    pub opset_import: Vec<OperatorSetIdProto>,
+    #[prost(string, tag = "10")]
+    pub domain: String,
+    #[prost(string, tag = "13")]
+    pub overload: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -56,6 +83,9 @@ pub struct NodeProto {
     pub domain: String,
     #[prost(message, repeated, tag = "5")]
     pub attribute: Vec<AttributeProto>,
+    /// Which overload of a model-local function the node calls.
+    #[prost(string, tag = "8")]
+    pub overload: String,
 }
 
 /// `AttributeProto.AttributeType` values.
