@@ -28,6 +28,7 @@ pub enum NpyError {
 struct Header {
     descr: String,
     shape: Vec<usize>,
+    fortran_order: bool,
     data_offset: usize,
 }
 
@@ -51,18 +52,20 @@ fn parse_header(bytes: &[u8]) -> Result<Header, String> {
     let rest = field("'shape'")?;
     let open = rest.find('(').ok_or("malformed 'shape'")?;
     let close = rest[open..].find(')').ok_or("malformed 'shape'")?;
+    let fortran_order = field("'fortran_order'").is_ok_and(|r| r.trim_start_matches([':', ' ']).starts_with("True"));
     let shape = rest[open + 1..open + close]
         .split(',')
         .map(str::trim)
         .filter(|d| !d.is_empty())
         .map(|d| d.parse::<usize>().map_err(|_| format!("bad dimension '{d}' in 'shape'")))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Header { descr, shape, data_offset: start + len })
+    Ok(Header { descr, shape, fortran_order, data_offset: start + len })
 }
 
 fn descr_dtype(descr: &str) -> Option<DType> {
     let d = descr.trim_start_matches(['<', '|', '=']);
     Some(match d {
+        "f2" => DType::F16,
         "f4" => DType::F32,
         "f8" => DType::F64,
         "i1" => DType::I8,
@@ -119,7 +122,16 @@ pub fn parse_npy(bytes: &[u8], origin: &str) -> Result<Tensor, NpyError> {
         DType::U32 => read::<u32>(bytes),
         DType::U64 => read::<u64>(bytes),
         DType::Bool => read::<bool>(bytes),
-        DType::F16 => return Err(NpyError::UnsupportedDtype { path: p, descr }),
+        // ndarray-npy has no f16: the values are read here, in C order only.
+        DType::F16 => {
+            if header.fortran_order {
+                return Err(invalid("f16 data in Fortran order is not supported".into()));
+            }
+            let n = crate::limits::checked_elements(&header.shape).unwrap_or(0);
+            let data = &bytes[header.data_offset..header.data_offset + 2 * n];
+            let values = data.chunks_exact(2).map(|b| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]]))).collect();
+            Tensor::from_vec::<half::f16>(&header.shape, values)
+        }
     };
     r.map_err(|reason| NpyError::Invalid { path: p, reason })
 }

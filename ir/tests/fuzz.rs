@@ -110,7 +110,7 @@ fn fuzz_npy() {
         Tensor::from_vec::<u8>(&[5], vec![1, 2, 3, 4, 5]).unwrap(),
         Tensor::from_vec::<bool>(&[], vec![true]).unwrap(),
     ];
-    let bases: Vec<Vec<u8>> = samples
+    let mut bases: Vec<Vec<u8>> = samples
         .iter()
         .enumerate()
         .map(|(i, t)| {
@@ -119,6 +119,7 @@ fn fuzz_npy() {
             std::fs::read(&p).expect("read back")
         })
         .collect();
+    bases.push(f16_npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 2), }", &[1.0, -2.5, 0.0, 65504.0]));
     let _ = std::fs::remove_dir_all(&dir);
     fuzz("npy", 3000, |seed| {
         let mut rng = Rng::new(seed);
@@ -140,6 +141,33 @@ fn fuzz_npy() {
             assert_eq!(t.len(), t.shape().iter().product::<usize>());
         }
     });
+}
+
+/// A version-1 `.npy` file of f16 values with the header dictionary `dict`.
+fn f16_npy(dict: &str, values: &[f32]) -> Vec<u8> {
+    let mut header = dict.to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    b.extend_from_slice(header.as_bytes());
+    b.extend(values.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()));
+    b
+}
+
+#[test]
+fn f16_npy_files_read_in_c_order() {
+    let values = [1.0, -2.5, 0.0, 65504.0, 0.099975586, -0.0];
+    let t =
+        parse_npy(&f16_npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", &values), "x.npy").unwrap();
+    assert_eq!((t.dtype(), t.shape()), (heron_ir::DType::F16, &[2usize, 3][..]));
+    assert_eq!(t.to_f64_vec(), values.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+    let fortran = f16_npy("{'descr': '<f2', 'fortran_order': True, 'shape': (2, 3), }", &values);
+    assert!(parse_npy(&fortran, "x.npy").unwrap_err().to_string().contains("Fortran order"));
+    let short = f16_npy("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 4), }", &values);
+    assert!(parse_npy(&short, "x.npy").unwrap_err().to_string().contains("needs more data"));
 }
 
 #[test]
