@@ -628,3 +628,36 @@ fn model_local_functions_are_inlined_with_their_attributes() {
     let err = import_model(&build(levels), &ImportOptions::default()).unwrap_err().to_string();
     assert!(err.contains("adds more than"), "{err}");
 }
+
+#[test]
+fn lp_pool_of_any_p_in_ceil_mode_sums_the_elements_inside() {
+    use heron_ir::testing::onnx::{OnnxModel, attr_int, attr_ints};
+    use heron_ir::testing::{assert_float_rule, check_stages, data};
+    let mut m = OnnxModel::new(18);
+    m.input("x", heron_ir::DType::F32, &[1, 2, 5, 5]).output("y");
+    let attrs = vec![
+        attr_ints("kernel_shape", &[2, 2]),
+        attr_ints("strides", &[2, 2]),
+        attr_int("ceil_mode", 1),
+        attr_int("p", 3),
+    ];
+    m.node("LpPool", &["x"], &["y"], attrs);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let x = f32s(&[1, 2, 5, 5], data(11, 50));
+    let got = check_stages(&g, std::slice::from_ref(&x)).remove(0);
+    assert_eq!(got.shape(), &[1, 2, 3, 3]);
+    let v = x.to_f64_vec();
+    let mut want = Vec::new();
+    for c in 0..2 {
+        for (oy, ox) in (0..3).flat_map(|oy| (0..3).map(move |ox| (oy, ox))) {
+            let mut sum = 0.0;
+            for (y, x) in (2 * oy..(2 * oy + 2).min(5)).flat_map(|y| (2 * ox..(2 * ox + 2).min(5)).map(move |x| (y, x)))
+            {
+                sum += v[c * 25 + y * 5 + x].abs().powi(3);
+            }
+            want.push(sum.powf(1.0 / 3.0));
+        }
+    }
+    let want = Tensor::from_vec::<f64>(&[1, 2, 3, 3], want).unwrap().cast(heron_ir::DType::F32);
+    assert_float_rule(&got, &want).unwrap();
+}

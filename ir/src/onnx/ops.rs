@@ -165,6 +165,7 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("Einsum", &[12]),
     ("DFT", &[17, 20]),
     ("DynamicQuantizeLinear", &[11]),
+    ("LpPool", &[1, 2, 11, 18, 22]),
     ("STFT", &[17]),
     ("GridSample", &[16, 20, 22]),
     ("CumProd", &[26]),

@@ -11,6 +11,7 @@ use super::super::{ImportError, Importer};
 use super::build::{constant, output, scalar, step, wants};
 use super::tensor_ops::input_id;
 use super::{NodeCtx, input_type, norm_axis};
+use crate::infer::window_span;
 
 /// The operators translated here.
 pub(super) const OPS: &[&str] = &[
@@ -43,6 +44,7 @@ pub(super) const OPS: &[&str] = &[
     "MeanVarianceNormalization",
     "CenterCropPad",
     "DynamicQuantizeLinear",
+    "LpPool",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -69,6 +71,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "Attention" => return attention(im, ctx),
         "ConvTranspose" => return conv_transpose(im, ctx),
         "DynamicQuantizeLinear" => return dynamic_quantize(im, ctx),
+        "LpPool" => return lp_pool(im, ctx),
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => {
             // A compile-time size gives a constant window.
             let size = super::const_ints(im, ctx, 0, "size")?.ok_or_else(|| ctx.bad("input 0 (size) is required"))?;
@@ -283,6 +286,51 @@ fn dynamic_quantize(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impo
     output(im, ctx, 1, Op::Identity, &[scale])?;
     output(im, ctx, 2, Op::Identity, &[zp])?;
     output(im, ctx, 0, Op::QuantizeLinear { axis: crate::op::QuantAxis::PerTensor }, &[xin, scale, zp])
+}
+
+/// LpPool: `(sum over the window of |x|^p)^(1/p)`, the sum a depthwise convolution with ones
+/// (padding adds zeros; in ceil mode the last window's overhang is padding too).
+fn lp_pool(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    if !x.dtype.is_float() {
+        return Err(ctx.bad(format!("x must be a float tensor, got {}", x.dtype)));
+    }
+    let pool = super::pool_attrs(ctx, &x)?;
+    let p = ctx.int("p", 2)?;
+    if p < 1 {
+        return Err(ctx.bad_attr("p", format!("must be >= 1, got {p}")));
+    }
+    let out =
+        crate::infer::window_output_spatial(&pool.window, &x.shape[2..], pool.ceil_mode).map_err(|e| ctx.bad(e))?;
+    let mut window = pool.window;
+    for (d, &o) in out.iter().enumerate() {
+        let span = window_span(window.kernel[d], window.dilations[d]).ok_or_else(|| ctx.bad("the window overflows"))?;
+        let reach =
+            (o.saturating_sub(1) * window.strides[d] + span).saturating_sub(x.shape[2 + d] + window.pads_begin[d]);
+        window.pads_end[d] = window.pads_end[d].max(reach);
+    }
+    let channels = x.shape[1];
+    let weights = ones(im, ctx, x.dtype, &[[channels, 1].as_slice(), &window.kernel].concat())?;
+    let xin = input_id(im, ctx, 0)?;
+    let powered = match p {
+        1 => step(im, ctx, "abs", Op::Unary(UnaryOp::Abs), &[xin])?,
+        2 => step(im, ctx, "squared", Op::Binary(BinaryOp::Mul), &[xin, xin])?,
+        _ => {
+            let a = step(im, ctx, "abs", Op::Unary(UnaryOp::Abs), &[xin])?;
+            let e = scalar(im, ctx, "p", x.dtype, p as f64);
+            step(im, ctx, "powered", Op::Binary(BinaryOp::Pow), &[a, e])?
+        }
+    };
+    let conv = Op::Conv(crate::op::ConvAttrs { window, group: channels });
+    let sum = step(im, ctx, "window_sum", conv, &[powered, weights])?;
+    match p {
+        1 => output(im, ctx, 0, Op::Identity, &[sum]),
+        2 => output(im, ctx, 0, Op::Unary(UnaryOp::Sqrt), &[sum]),
+        _ => {
+            let e = scalar(im, ctx, "inverse_p", x.dtype, 1.0 / p as f64);
+            output(im, ctx, 0, Op::Binary(BinaryOp::Pow), &[sum, e])
+        }
+    }
 }
 
 /// `p` broadcast to `shape` (an Expand node when its shape differs).
