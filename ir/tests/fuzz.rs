@@ -146,7 +146,7 @@ fn fuzz_npy() {
 /// A version-1 `.npy` file of f16 values with the header dictionary `dict`.
 fn f16_npy(dict: &str, values: &[f32]) -> Vec<u8> {
     let mut header = dict.to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
