@@ -166,6 +166,7 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("DFT", &[17, 20]),
     ("DynamicQuantizeLinear", &[11]),
     ("LpPool", &[1, 2, 11, 18, 22]),
+    ("RotaryEmbedding", &[23]),
     ("STFT", &[17]),
     ("GridSample", &[16, 20, 22]),
     ("CumProd", &[26]),

@@ -45,6 +45,7 @@ pub(super) const OPS: &[&str] = &[
     "CenterCropPad",
     "DynamicQuantizeLinear",
     "LpPool",
+    "RotaryEmbedding",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -72,6 +73,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "ConvTranspose" => return conv_transpose(im, ctx),
         "DynamicQuantizeLinear" => return dynamic_quantize(im, ctx),
         "LpPool" => return lp_pool(im, ctx),
+        "RotaryEmbedding" => return rotary_embedding(im, ctx),
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => {
             // A compile-time size gives a constant window.
             let size = super::const_ints(im, ctx, 0, "size")?.ok_or_else(|| ctx.bad("input 0 (size) is required"))?;
@@ -330,6 +332,88 @@ fn lp_pool(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> 
             let e = scalar(im, ctx, "inverse_p", x.dtype, 1.0 / p as f64);
             output(im, ctx, 0, Op::Binary(BinaryOp::Pow), &[sum, e])
         }
+    }
+}
+
+/// RotaryEmbedding (23): the first `rotary_embedding_dim` features of each head rotated pairwise
+/// by the cached angles of each position (halves, or even/odd features when interleaved); the
+/// rest pass through. `[batch, heads, seq, head]` or `[batch, seq, hidden]` with `num_heads`.
+fn rotary_embedding(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    if !x.dtype.is_float() {
+        return Err(ctx.bad(format!("input must be a float tensor, got {}", x.dtype)));
+    }
+    let xin = input_id(im, ctx, 0)?;
+    // Work on [batch, heads, seq, head] or [batch, seq, heads, head]; the angles broadcast over
+    // the heads axis.
+    let (work, heads_axis) = match x.rank() {
+        4 => (xin, 1),
+        3 => {
+            let heads = ctx.int("num_heads", 0)?;
+            let h = usize::try_from(heads).ok().filter(|&h| h > 0 && x.shape[2] % h == 0).ok_or_else(|| {
+                ctx.bad_attr("num_heads", format!("must divide the hidden size {} of a 3-D input, got {heads}", x.shape[2]))
+            })?;
+            let shape = vec![x.shape[0], x.shape[1], h, x.shape[2] / h];
+            (step(im, ctx, "heads", Op::Reshape { shape }, &[xin])?, 2)
+        }
+        _ => return Err(ctx.bad(format!("input must have rank 3 or 4, got {:?}", x.shape))),
+    };
+    let shape = im.graph.ty(work).shape.clone();
+    let head = shape[3];
+    let dim = match ctx.int("rotary_embedding_dim", 0)? {
+        0 => head,
+        d => usize::try_from(d).ok().filter(|&d| d <= head && d % 2 == 0).ok_or_else(|| {
+            ctx.bad_attr("rotary_embedding_dim", format!("must be even and at most the head size {head}, got {d}"))
+        })?,
+    };
+    if dim % 2 != 0 {
+        return Err(ctx.bad(format!("the head size {head} must be even")));
+    }
+    let half = dim / 2;
+    let mut angle = |i: usize, what: &str| -> Result<ValueId, ImportError> {
+        let mut cache = input_id(im, ctx, i)?;
+        if ctx.input(3).is_some() {
+            let positions = input_id(im, ctx, 3)?;
+            cache = step(im, ctx, &format!("{what}_at_positions"), Op::Gather { axis: 0 }, &[cache, positions])?;
+        }
+        let ty = im.graph.ty(cache);
+        if ty.rank() != 3 || ty.shape[2] != half {
+            return Err(ctx.bad(format!("the {what} cache must give [batch, seq, {half}] angles, got {:?}", ty.shape)));
+        }
+        step(im, ctx, what, Op::Unsqueeze { axes: vec![heads_axis] }, &[cache])
+    };
+    let (cos, sin) = (angle(1, "cos")?, angle(2, "sin")?);
+    let last = |start: usize, step_by: i64, len: usize| {
+        let mut axes: Vec<crate::op::SliceAxis> =
+            shape.iter().map(|&len| crate::op::SliceAxis { start: 0, step: 1, len }).collect();
+        axes[3] = crate::op::SliceAxis { start, step: step_by, len };
+        Op::Slice { axes }
+    };
+    let interleaved = ctx.flag("interleaved", false)?;
+    let (a, b) = if interleaved { (last(0, 2, half), last(1, 2, half)) } else { (last(0, 1, half), last(half, 1, half)) };
+    let (x1, x2) = (step(im, ctx, "x1", a, &[work])?, step(im, ctx, "x2", b, &[work])?);
+    let mul = |im: &mut Importer<'_>, what: &str, p: ValueId, q: ValueId| step(im, ctx, what, Op::Binary(BinaryOp::Mul), &[p, q]);
+    let (c1, s2) = (mul(im, "cos_x1", cos, x1)?, mul(im, "sin_x2", sin, x2)?);
+    let (s1, c2) = (mul(im, "sin_x1", sin, x1)?, mul(im, "cos_x2", cos, x2)?);
+    let real = step(im, ctx, "real", Op::Binary(BinaryOp::Sub), &[c1, s2])?;
+    let imag = step(im, ctx, "imag", Op::Binary(BinaryOp::Add), &[s1, c2])?;
+    let mut rotated = if interleaved {
+        let real = step(im, ctx, "real_pairs", Op::Unsqueeze { axes: vec![4] }, &[real])?;
+        let imag = step(im, ctx, "imag_pairs", Op::Unsqueeze { axes: vec![4] }, &[imag])?;
+        let pairs = step(im, ctx, "pairs", Op::Concat { axis: 4 }, &[real, imag])?;
+        let shape = vec![shape[0], shape[1], shape[2], dim];
+        step(im, ctx, "rotated", Op::Reshape { shape }, &[pairs])?
+    } else {
+        step(im, ctx, "rotated", Op::Concat { axis: 3 }, &[real, imag])?
+    };
+    if dim < head {
+        let rest = step(im, ctx, "passed", last(dim, 1, head - dim), &[work])?;
+        rotated = step(im, ctx, "joined", Op::Concat { axis: 3 }, &[rotated, rest])?;
+    }
+    if x.rank() == 3 {
+        output(im, ctx, 0, Op::Reshape { shape: x.shape.clone() }, &[rotated])
+    } else {
+        output(im, ctx, 0, Op::Identity, &[rotated])
     }
 }
 
