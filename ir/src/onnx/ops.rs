@@ -167,6 +167,8 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("DynamicQuantizeLinear", &[11]),
     ("LpPool", &[1, 2, 11, 18, 22]),
     ("RotaryEmbedding", &[23]),
+    ("QLinearMatMul", &[10, 21]),
+    ("QLinearConv", &[10]),
     ("STFT", &[17]),
     ("GridSample", &[16, 20, 22]),
     ("CumProd", &[26]),

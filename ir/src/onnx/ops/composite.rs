@@ -46,6 +46,8 @@ pub(super) const OPS: &[&str] = &[
     "DynamicQuantizeLinear",
     "LpPool",
     "RotaryEmbedding",
+    "QLinearMatMul",
+    "QLinearConv",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -74,6 +76,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "DynamicQuantizeLinear" => return dynamic_quantize(im, ctx),
         "LpPool" => return lp_pool(im, ctx),
         "RotaryEmbedding" => return rotary_embedding(im, ctx),
+        "QLinearMatMul" | "QLinearConv" => return qlinear(im, ctx),
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => {
             // A compile-time size gives a constant window.
             let size = super::const_ints(im, ctx, 0, "size")?.ok_or_else(|| ctx.bad("input 0 (size) is required"))?;
@@ -351,7 +354,10 @@ fn rotary_embedding(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impo
         3 => {
             let heads = ctx.int("num_heads", 0)?;
             let h = usize::try_from(heads).ok().filter(|&h| h > 0 && x.shape[2] % h == 0).ok_or_else(|| {
-                ctx.bad_attr("num_heads", format!("must divide the hidden size {} of a 3-D input, got {heads}", x.shape[2]))
+                ctx.bad_attr(
+                    "num_heads",
+                    format!("must divide the hidden size {} of a 3-D input, got {heads}", x.shape[2]),
+                )
             })?;
             let shape = vec![x.shape[0], x.shape[1], h, x.shape[2] / h];
             (step(im, ctx, "heads", Op::Reshape { shape }, &[xin])?, 2)
@@ -390,9 +396,12 @@ fn rotary_embedding(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impo
         Op::Slice { axes }
     };
     let interleaved = ctx.flag("interleaved", false)?;
-    let (a, b) = if interleaved { (last(0, 2, half), last(1, 2, half)) } else { (last(0, 1, half), last(half, 1, half)) };
+    let (a, b) =
+        if interleaved { (last(0, 2, half), last(1, 2, half)) } else { (last(0, 1, half), last(half, 1, half)) };
     let (x1, x2) = (step(im, ctx, "x1", a, &[work])?, step(im, ctx, "x2", b, &[work])?);
-    let mul = |im: &mut Importer<'_>, what: &str, p: ValueId, q: ValueId| step(im, ctx, what, Op::Binary(BinaryOp::Mul), &[p, q]);
+    let mul = |im: &mut Importer<'_>, what: &str, p: ValueId, q: ValueId| {
+        step(im, ctx, what, Op::Binary(BinaryOp::Mul), &[p, q])
+    };
     let (c1, s2) = (mul(im, "cos_x1", cos, x1)?, mul(im, "sin_x2", sin, x2)?);
     let (s1, c2) = (mul(im, "sin_x1", sin, x1)?, mul(im, "cos_x2", cos, x2)?);
     let real = step(im, ctx, "real", Op::Binary(BinaryOp::Sub), &[c1, s2])?;
@@ -415,6 +424,54 @@ fn rotary_embedding(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impo
     } else {
         output(im, ctx, 0, Op::Identity, &[rotated])
     }
+}
+
+/// QLinearMatMul / QLinearConv: the integer product (MatMulInteger / ConvInteger, plus the i32
+/// bias), scaled by `a_scale * b_scale / y_scale` in f32 and requantized to `y_zero_point`'s
+/// type (round half to even, saturate): what ONNX Runtime's kernels compute.
+fn qlinear(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let conv = ctx.node.op_type == "QLinearConv";
+    let ids = (0..8).map(|i| input_id(im, ctx, i)).collect::<Result<Vec<_>, _>>()?;
+    let (a, w) = (input_type(im, ctx, 0)?, input_type(im, ctx, 3)?);
+    let (product, channel_axis) = if conv {
+        let attrs = super::conv_attrs(ctx, &a, &w)?;
+        (Op::ConvInteger(attrs), 1)
+    } else {
+        (Op::MatMulInteger, usize::MAX)
+    };
+    let mut acc = step(im, ctx, "accumulators", product, &[ids[0], ids[3], ids[2], ids[5]])?;
+    let rank = im.graph.ty(acc).rank();
+    // A per-channel vector along the output channels of a convolution.
+    let per_channel = |im: &mut Importer<'_>, what: &str, v: ValueId| -> Result<ValueId, ImportError> {
+        let ty = im.graph.ty(v).clone();
+        if channel_axis == usize::MAX || ty.rank() != 1 || ty.shape[0] == 1 {
+            return Ok(v);
+        }
+        let mut shape = vec![1; rank - 1];
+        shape[0] = ty.shape[0];
+        step(im, ctx, what, Op::Reshape { shape }, &[v])
+    };
+    if conv && ctx.input(8).is_some() {
+        let bias = input_id(im, ctx, 8)?;
+        let bias = per_channel(im, "bias_per_channel", bias)?;
+        acc = step(im, ctx, "biased", Op::Binary(BinaryOp::Add), &[acc, bias])?;
+    }
+    let acc = step(im, ctx, "accumulators_f32", Op::Cast { to: DType::F32 }, &[acc])?;
+    let mut f32_of = |i: usize, what: &str| -> Result<ValueId, ImportError> {
+        let v = ids[i];
+        match im.graph.ty(v).dtype {
+            DType::F32 => Ok(v),
+            d if d.is_float() => step(im, ctx, what, Op::Cast { to: DType::F32 }, &[v]),
+            d => Err(ctx.bad(format!("input {i} ({what}) must be a float scale, got {d}"))),
+        }
+    };
+    let (sa, sb, sy) = (f32_of(1, "a_scale")?, f32_of(4, "b_scale")?, f32_of(6, "y_scale")?);
+    let scale = step(im, ctx, "input_scale", Op::Binary(BinaryOp::Mul), &[sa, sb])?;
+    let scale = step(im, ctx, "output_scale", Op::Binary(BinaryOp::Div), &[scale, sy])?;
+    let scale = per_channel(im, "output_scale_per_channel", scale)?;
+    let scaled = step(im, ctx, "scaled", Op::Binary(BinaryOp::Mul), &[acc, scale])?;
+    let one = scalar(im, ctx, "one", DType::F32, 1.0);
+    output(im, ctx, 0, Op::QuantizeLinear { axis: crate::op::QuantAxis::PerTensor }, &[scaled, one, ids[7]])
 }
 
 /// `p` broadcast to `shape` (an Expand node when its shape differs).
