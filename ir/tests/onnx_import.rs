@@ -661,3 +661,20 @@ fn lp_pool_of_any_p_in_ceil_mode_sums_the_elements_inside() {
     let want = Tensor::from_vec::<f64>(&[1, 2, 3, 3], want).unwrap().cast(heron_ir::DType::F32);
     assert_float_rule(&got, &want).unwrap();
 }
+
+#[test]
+fn image_scaler_of_opset_8_models_scales_then_adds_the_channel_bias() {
+    use heron_ir::testing::onnx::{OnnxModel, attr_float};
+    let mut m = OnnxModel::new(8);
+    m.input("x", heron_ir::DType::F32, &[1, 2, 1, 2]).output("y");
+    let bias = AttributeProto {
+        name: "bias".into(),
+        r#type: heron_ir::onnx::proto::attribute_type::FLOATS,
+        floats: vec![10.0, -1.0],
+        ..Default::default()
+    };
+    m.node("ImageScaler", &["x"], &["y"], vec![attr_float("scale", 0.5), bias]);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let y = heron_ir::testing::check_stages(&g, &[f32s(&[1, 2, 1, 2], vec![2.0, 4.0, 6.0, 8.0])]).remove(0);
+    assert_close(&y, &[11.0, 12.0, 2.0, 3.0]);
+}

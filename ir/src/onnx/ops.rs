@@ -16,6 +16,7 @@ mod build;
 mod composite;
 mod control;
 mod einsum;
+mod image;
 mod recurrent;
 mod resize;
 mod spectral;
@@ -167,6 +168,9 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("DynamicQuantizeLinear", &[11]),
     ("LpPool", &[1, 2, 11, 18, 22]),
     ("RotaryEmbedding", &[23]),
+    ("AffineGrid", &[20]),
+    ("Col2Im", &[18]),
+    ("ImageScaler", &[1]),
     ("QLinearMatMul", &[10, 21]),
     ("QLinearConv", &[10]),
     ("STFT", &[17]),
@@ -237,6 +241,10 @@ impl NodeCtx<'_> {
 
     fn float(&self, name: &str, default: f32) -> Result<f32, ImportError> {
         Ok(self.attr(name, at::FLOAT)?.map_or(default, |a| a.f))
+    }
+
+    fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, ImportError> {
+        Ok(self.attr(name, at::FLOATS)?.map(|a| a.floats.clone()))
     }
 
     fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, ImportError> {
@@ -316,6 +324,7 @@ pub(crate) fn import_node(im: &mut Importer<'_>, node: &NodeProto, name: &str) -
         "If" | "Loop" | "Scan" => return control::import(im, &ctx),
         "Einsum" => return einsum::import(im, &ctx),
         "DFT" => return spectral::dft(im, &ctx),
+        "AffineGrid" | "Col2Im" | "ImageScaler" => return image::import(im, &ctx),
         "STFT" => return spectral::stft(im, &ctx),
         op if tensor_ops::OPS.contains(&op) => return tensor_ops::import(im, &ctx),
         op if composite::OPS.contains(&op) => return composite::import(im, &ctx),

@@ -154,10 +154,8 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
     if names.len() < per_dir * dirs {
         return Err(ctx.bad_attr("activations", format!("need {} names, got {}", per_dir * dirs, names.len())));
     }
-    let floats = |n: &str| -> Result<Vec<f32>, ImportError> {
-        Ok(ctx.attr(n, super::at::FLOATS)?.map(|a| a.floats.clone()).unwrap_or_default())
-    };
-    let (alphas, betas) = (floats("activation_alpha")?, floats("activation_beta")?);
+    let alphas = ctx.floats("activation_alpha")?.unwrap_or_default();
+    let betas = ctx.floats("activation_beta")?.unwrap_or_default();
     let acts: Vec<Act> = names
         .iter()
         .enumerate()

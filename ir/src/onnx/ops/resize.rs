@@ -73,7 +73,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
     let floats = |t: Option<Tensor>| t.map(|t| t.to_f64_vec()).filter(|v| !v.is_empty());
     let (roi, scales, sizes) = if upsample {
         let scales = if v < 9 {
-            ctx.attr("scales", super::at::FLOATS)?.map(|a| a.floats.iter().map(|&f| f as f64).collect())
+            ctx.floats("scales")?.map(|f| f.iter().map(|&f| f as f64).collect())
         } else {
             floats(const_input(im, ctx, 1, "scales")?)
         };
