@@ -94,6 +94,11 @@ pub fn infer_types(op: &Op, inputs: &[&TensorType]) -> Result<Vec<TensorType>, S
             }
             one(TensorType::new(DType::Bool, broadcast_shapes(&x.shape, &b.shape)?))
         }
+        Op::Logical(_) if x.dtype.is_int() => {
+            // On integers: bitwise (BitwiseAnd / BitwiseOr / BitwiseXor).
+            same_dtype(op, x, inputs[1])?;
+            one(TensorType::new(x.dtype, broadcast_shapes(&x.shape, &inputs[1].shape)?))
+        }
         Op::Logical(_) | Op::Not => {
             for t in inputs {
                 if t.dtype != DType::Bool {

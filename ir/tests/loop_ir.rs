@@ -184,7 +184,7 @@ fn parse_errors_name_line_and_column() {
         ("func @f(%x: f32[4]) {\n  %x[0] = %y\n}", "unknown variable"),
         ("func @f(%x: f33[4]) {\n}", "unknown dtype"),
         ("func @f(%x: f32[4]) {\n  for %i: i64 in 0..4 sideways {\n  }\n}", "loop kind"),
-        ("func @f(%x: f32[4]) {\n  %x[0] = (f32(1.0) ^ f32(2.0))\n}", "unexpected character"),
+        ("func @f(%x: f32[4]) {\n  %x[0] = (f32(1.0) $ f32(2.0))\n}", "unexpected character"),
         ("func @f(%x: f32[4]) {\n  %x[0] = f32(1.0)\n", "end of input"),
     ];
     for (text, needle) in bad {
@@ -192,6 +192,29 @@ fn parse_errors_name_line_and_column() {
         assert!(e.to_string().contains(needle), "{text}: {e}");
         assert!(e.line >= 1 && e.column >= 1);
     }
+}
+
+#[test]
+fn bitwise_operators_print_parse_and_run_on_integers_only() {
+    let text = "func @main(%a: u8[2], %b: u8[2], %y: u8[6]) {
+  for %i: i64 in 0..2 serial {
+    %y[%i] = (%a[%i] & %b[%i])
+    %y[(%i + 2)] = (%a[%i] | %b[%i])
+    %y[(%i + 4)] = (%a[%i] ^ %b[%i])
+  }
+}";
+    let m = parse_module(text).unwrap();
+    verify_module(&m).unwrap();
+    assert_eq!(print_module(&m, ConstData::Full).trim(), text);
+    let a = heron_ir::Tensor::from_vec::<u8>(&[2], vec![0b1100_1010, 0xff]).unwrap();
+    let b = heron_ir::Tensor::from_vec::<u8>(&[2], vec![0b1010_0110, 0x0f]).unwrap();
+    let y = heron_ir::loop_ir::interp::run(&m, &[a, b]).unwrap().remove(0);
+    assert_eq!(
+        y.as_array::<u8>().unwrap().as_slice().unwrap(),
+        &[0b1000_0010, 0x0f, 0b1110_1110, 0xff, 0b0110_1100, 0xf0]
+    );
+    let floats = parse_module("func @f(%x: f32[1]) {\n  %x[0] = (f32(1.0) & f32(2.0))\n}").unwrap();
+    assert!(verify_module(&floats).unwrap_err().to_string().contains("BitAnd is not defined on f32"));
 }
 
 #[test]

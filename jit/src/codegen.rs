@@ -1172,8 +1172,9 @@ impl<'a> FuncTranslator<'a> {
             BinOp::Shl => self.b.ins().ishl(a, c),
             BinOp::Shr if signed => self.b.ins().sshr(a, c),
             BinOp::Shr => self.b.ins().ushr(a, c),
-            BinOp::And => self.b.ins().band(a, c),
-            BinOp::Or => self.b.ins().bor(a, c),
+            BinOp::And | BinOp::BitAnd => self.b.ins().band(a, c),
+            BinOp::Or | BinOp::BitOr => self.b.ins().bor(a, c),
+            BinOp::BitXor => self.b.ins().bxor(a, c),
             BinOp::Div | BinOp::FloorDiv | BinOp::FloorMod => self.division(op, a, c, signed),
             BinOp::Pow | BinOp::Fmod => return Err(self.unsupported(format!("{op:?} on {dtype}"))),
         })

@@ -120,8 +120,25 @@ pub(crate) fn compare(kind: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor,
     dispatch_tensor!(a, x, T => go::<T>(kind, x, b))
 }
 
+/// Logical on bools, bitwise on integers.
 pub(crate) fn logical(kind: LogicalOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
-    let (Tensor::Bool(a), Tensor::Bool(b)) = (a, b) else { return Err("logical ops take bool tensors".into()) };
+    fn bitwise<T: Element>(kind: LogicalOp, a: &ArrayD<T>, b: &Tensor) -> Result<Tensor, KernelError> {
+        let b = T::array(b).ok_or("operand element types differ")?;
+        Ok(T::into_tensor(zip_broadcast(a, b, |x, y| {
+            let (x, y) = (to_i128(x), to_i128(y));
+            from_i128::<T>(match kind {
+                LogicalOp::And => x & y,
+                LogicalOp::Or => x | y,
+                LogicalOp::Xor => x ^ y,
+            })
+        })?))
+    }
+    if a.dtype().is_int() {
+        return dispatch_tensor!(a, x, T => bitwise::<T>(kind, x, b));
+    }
+    let (Tensor::Bool(a), Tensor::Bool(b)) = (a, b) else {
+        return Err("logical ops take bool tensors (bitwise ones integers)".into());
+    };
     Ok(Tensor::Bool(zip_broadcast(a, b, |x, y| match kind {
         LogicalOp::And => x && y,
         LogicalOp::Or => x || y,

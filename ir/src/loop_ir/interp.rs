@@ -129,6 +129,9 @@ fn binary(op: BinOp, a: Val, b: Val, dtype: DType) -> Result<Val, String> {
         BinOp::Shr => x >> y,
         BinOp::And => (x != 0 && y != 0) as i128,
         BinOp::Or => (x != 0 || y != 0) as i128,
+        BinOp::BitAnd => x & y,
+        BinOp::BitOr => x | y,
+        BinOp::BitXor => x ^ y,
         BinOp::Pow | BinOp::Fmod => return Err(format!("{op:?} is not defined on {dtype}")),
     };
     Ok(from_i128(r, dtype))

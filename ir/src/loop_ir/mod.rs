@@ -167,8 +167,13 @@ pub enum BinOp {
     Max,
     Shl,
     Shr,
+    /// Logical and / or of bools.
     And,
     Or,
+    /// Bitwise and / or / xor of integers.
+    BitAnd,
+    BitOr,
+    BitXor,
     /// `x^y` (floats).
     Pow,
     /// The remainder of `x / y` truncated toward zero, with `x`'s sign (C's fmod; floats).

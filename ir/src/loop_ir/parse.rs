@@ -32,9 +32,9 @@ enum Tok {
     Punct(&'static str),
 }
 
-const PUNCTS: [&str; 27] = [
+const PUNCTS: [&str; 30] = [
     "..", "//", "<<", ">>", "&&", "||", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ",", ":", "=", "+", "-",
-    "*", "/", "%", "<", ">", "!",
+    "*", "/", "%", "<", ">", "!", "&", "|", "^",
 ];
 
 struct Lexer<'t> {
@@ -630,6 +630,9 @@ impl Parser<'_> {
                     ">>" => bin(BinOp::Shr),
                     "&&" => bin(BinOp::And),
                     "||" => bin(BinOp::Or),
+                    "&" => bin(BinOp::BitAnd),
+                    "|" => bin(BinOp::BitOr),
+                    "^" => bin(BinOp::BitXor),
                     "==" => cmp(CmpOp::Eq),
                     "!=" => cmp(CmpOp::Ne),
                     "<" => cmp(CmpOp::Lt),

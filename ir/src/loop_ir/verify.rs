@@ -294,7 +294,13 @@ impl Verifier<'_> {
                     return None;
                 }
                 let ok = match op {
-                    BinOp::FloorDiv | BinOp::FloorMod | BinOp::Shl | BinOp::Shr => a.is_int(),
+                    BinOp::FloorDiv
+                    | BinOp::FloorMod
+                    | BinOp::Shl
+                    | BinOp::Shr
+                    | BinOp::BitAnd
+                    | BinOp::BitOr
+                    | BinOp::BitXor => a.is_int(),
                     BinOp::And | BinOp::Or => a == DType::Bool,
                     BinOp::Pow | BinOp::Fmod => a.is_float(),
                     _ => a != DType::Bool,

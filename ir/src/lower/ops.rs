@@ -284,10 +284,13 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
         }),
         Op::Logical(l) => elementwise(&mut fb, &out0(), &epi, |_, o| {
             let (a, b) = (ins[0].load_broadcast(o), ins[1].load_broadcast(o));
-            match l {
-                LogicalOp::And => Expr::binary(BinOp::And, a, b),
-                LogicalOp::Or => Expr::binary(BinOp::Or, a, b),
-                LogicalOp::Xor => Expr::cmp(CmpOp::Ne, a, b),
+            match (l, out_dtype.is_int()) {
+                (LogicalOp::And, false) => Expr::binary(BinOp::And, a, b),
+                (LogicalOp::Or, false) => Expr::binary(BinOp::Or, a, b),
+                (LogicalOp::Xor, false) => Expr::cmp(CmpOp::Ne, a, b),
+                (LogicalOp::And, true) => Expr::binary(BinOp::BitAnd, a, b),
+                (LogicalOp::Or, true) => Expr::binary(BinOp::BitOr, a, b),
+                (LogicalOp::Xor, true) => Expr::binary(BinOp::BitXor, a, b),
             }
         }),
         Op::Not => elementwise(&mut fb, &out0(), &epi, |_, o| Expr::Not(Box::new(ins[0].load(o.to_vec())))),

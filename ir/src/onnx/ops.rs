@@ -169,6 +169,10 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("LpPool", &[1, 2, 11, 18, 22]),
     ("RotaryEmbedding", &[23]),
     ("AffineGrid", &[20]),
+    ("BitwiseAnd", &[18]),
+    ("BitwiseOr", &[18]),
+    ("BitwiseXor", &[18]),
+    ("BitwiseNot", &[18]),
     ("Col2Im", &[18]),
     ("ImageScaler", &[1]),
     ("QLinearMatMul", &[10, 21]),
@@ -482,6 +486,25 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "Or" => Ok((Op::Logical(LogicalOp::Or), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Xor" => Ok((Op::Logical(LogicalOp::Xor), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Not" => Ok((Op::Not, vec![named(ctx, 0)?])),
+        "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitwiseNot" => {
+            let x = input_type(im, ctx, 0)?;
+            if !x.dtype.is_int() {
+                return Err(ctx.bad(format!("{} takes integers, got {}", ctx.node.op_type, x.dtype)));
+            }
+            let op = match ctx.node.op_type.as_str() {
+                "BitwiseAnd" => LogicalOp::And,
+                "BitwiseOr" => LogicalOp::Or,
+                _ => LogicalOp::Xor,
+            };
+            if ctx.node.op_type != "BitwiseNot" {
+                return Ok((Op::Logical(op), vec![named(ctx, 0)?, named(ctx, 1)?]));
+            }
+            // Not x = x ^ (all bits set).
+            let ones = if x.dtype.is_signed_int() { -1.0 } else { 2f64.powi(x.dtype.int_bits() as i32) - 1.0 };
+            let name = im.fresh_name(&format!("{}:all_ones", ctx.name));
+            let ones = im.graph.add_constant(name, Tensor::scalar_from_f64(x.dtype, ones));
+            Ok((Op::Logical(op), vec![named(ctx, 0)?, Operand::Made(ones)]))
+        }
         "Pow" => {
             // The exponent may have another type (version 12 on): it is cast to the base's.
             let (base, exponent) = (input_type(im, ctx, 0)?, input_type(im, ctx, 1)?);
