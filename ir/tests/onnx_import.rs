@@ -678,3 +678,28 @@ fn image_scaler_of_opset_8_models_scales_then_adds_the_channel_bias() {
     let y = heron_ir::testing::check_stages(&g, &[f32s(&[1, 2, 1, 2], vec![2.0, 4.0, 6.0, 8.0])]).remove(0);
     assert_close(&y, &[11.0, 12.0, 2.0, 3.0]);
 }
+
+#[test]
+fn tf2onnx_nearest_resize_sizes_and_coordinates_follow_onnx_runtime() {
+    // tf2onnx writes a 20x30 -> 41x61 resize as f32 scales 2.05 and 2.0333333 (41 and 61 when
+    // multiplied in f32) with tf_half_pixel_for_nn coordinates.
+    use heron_ir::testing::onnx::{OnnxModel, attr_string};
+    let (h, w, sh, sw) = (20usize, 30usize, 2.05f32, 61.0f32 / 30.0);
+    let mut m = OnnxModel::new(13);
+    m.input("x", heron_ir::DType::F32, &[1, 1, h as i64, w as i64]).output("y");
+    m.initializer("scales", &Tensor::from_vec::<f32>(&[4], vec![1.0, 1.0, sh, sw]).unwrap());
+    let attrs = vec![
+        attr_string("mode", "nearest"),
+        attr_string("coordinate_transformation_mode", "tf_half_pixel_for_nn"),
+        attr_string("nearest_mode", "floor"),
+    ];
+    m.node("Resize", &["x", "", "scales"], &["y"], attrs);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let x = f32s(&[1, 1, h, w], (0..h * w).map(|v| v as f32).collect());
+    let got = heron_ir::testing::check_stages(&g, &[x]).remove(0);
+    assert_eq!(got.shape(), &[1, 1, 41, 61]);
+    let pick = |i: usize, s: f32, n: usize| (((i as f32 + 0.5) / s).floor() as usize).min(n - 1);
+    let want: Vec<f64> =
+        (0..41).flat_map(|r| (0..61).map(move |c| (pick(r, sh, h) * w + pick(c, sw, w)) as f64)).collect();
+    assert_eq!(got.to_f64_vec(), want);
+}

@@ -51,6 +51,9 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "align_corners",
         "asymmetric",
         "tf_crop_and_resize",
+        // Opset 11 only in the spec, but tf2onnx writes it at every opset and ONNX Runtime
+        // runs it: every Keras nearest UpSampling2D.
+        "tf_half_pixel_for_nn",
     ];
     if !known_coordinates.contains(&coordinates.as_str()) || (coordinates == "half_pixel_symmetric" && v < 19) {
         return Err(ctx.bad_attr("coordinate_transformation_mode", format!("'{coordinates}' is not supported")));
@@ -96,7 +99,9 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
             }
             for (k, &d) in axes.iter().enumerate() {
                 scale[d] = s[k];
-                let len = (s[k] * x.shape[d] as f64).floor();
+                // In f32 as ONNX Runtime computes it (and tf2onnx declares it): 2.05f * 20 is 41,
+                // not 40.99999.
+                let len = f64::from((s[k] as f32 * x.shape[d] as f32).floor());
                 out[d] =
                     if len < 1e15 { len as usize } else { return Err(ctx.bad(format!("scale {} overflows", s[k]))) };
             }
@@ -176,6 +181,7 @@ fn source(spec: &AxisSpec<'_>, y: usize) -> (f64, bool) {
         "align_corners" if out_f == 1.0 => 0.0,
         "align_corners" => y * (input - 1.0) / (out_f - 1.0),
         "asymmetric" => y / scale,
+        "tf_half_pixel_for_nn" => (y + 0.5) / scale,
         "tf_crop_and_resize" => {
             let (start, end) = (spec.roi.0 as f32, spec.roi.1 as f32);
             let x = if out_f == 1.0 {
