@@ -703,3 +703,24 @@ fn tf2onnx_nearest_resize_sizes_and_coordinates_follow_onnx_runtime() {
         (0..41).flat_map(|r| (0..61).map(move |c| (pick(r, sh, h) * w + pick(c, sw, w)) as f64)).collect();
     assert_eq!(got.to_f64_vec(), want);
 }
+
+#[test]
+fn reverse_sequence_reverses_each_batch_prefix_given_at_run_time() {
+    use heron_ir::testing::onnx::{OnnxModel, attr_int};
+    let mut m = OnnxModel::new(13);
+    m.input("x", heron_ir::DType::F32, &[3, 4, 2]).input("lens", heron_ir::DType::I64, &[3]).output("y");
+    m.node("ReverseSequence", &["x", "lens"], &["y"], vec![attr_int("batch_axis", 0), attr_int("time_axis", 1)]);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let x = f32s(&[3, 4, 2], (0..24).map(|v| v as f32).collect());
+    let lens = Tensor::from_vec::<i64>(&[3], vec![4, 1, 2]).unwrap();
+    let y = heron_ir::testing::check_stages(&g, &[x.clone(), lens]).remove(0);
+    // Batch 0 fully reversed, batch 1 unchanged, batch 2 its first two steps swapped.
+    let order: [[usize; 4]; 3] = [[3, 2, 1, 0], [0, 1, 2, 3], [1, 0, 2, 3]];
+    let want: Vec<f64> = (0..3)
+        .flat_map(|b| order[b].iter().flat_map(move |&t| (0..2).map(move |c| (b * 8 + t * 2 + c) as f64)))
+        .collect();
+    assert_eq!(y.to_f64_vec(), want);
+    // A length past the time axis reads outside it: an error, not a wild read.
+    let too_long = Tensor::from_vec::<i64>(&[3], vec![5, 1, 1]).unwrap();
+    assert!(interp::run(&g, &[x, too_long]).is_err());
+}

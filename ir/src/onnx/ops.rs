@@ -169,6 +169,7 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("LpPool", &[1, 2, 11, 18, 22]),
     ("RotaryEmbedding", &[23]),
     ("AffineGrid", &[20]),
+    ("ReverseSequence", &[10]),
     ("BitwiseAnd", &[18]),
     ("BitwiseOr", &[18]),
     ("BitwiseXor", &[18]),

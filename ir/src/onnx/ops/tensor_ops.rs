@@ -50,6 +50,7 @@ pub(super) const OPS: &[&str] = &[
     "NonZero",
     "Compress",
     "GridSample",
+    "ReverseSequence",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -121,6 +122,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
             output(im, ctx, 0, Op::Tile { repeats }, &ins)
         }
         "Range" => import_range(im, ctx),
+        "ReverseSequence" => import_reverse_sequence(im, ctx),
         "EyeLike" => {
             let x = input_type(im, ctx, 0)?;
             if x.rank() != 2 {
@@ -414,6 +416,41 @@ fn iota(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, n: usize, axis: usize, rank: u
     im.graph.limits.check_shape(DType::I64, &shape).map_err(|e| ctx.bad(e.to_string()))?;
     let t = Tensor::from_vec::<i64>(&shape, (0..n as i64).collect()).map_err(|e| ctx.bad(e))?;
     Ok(constant(im, ctx, "iota", t))
+}
+
+/// ReverseSequence: along the time axis, the first `sequence_lens[b]` steps of batch `b`
+/// reversed, the rest kept: a GatherElements with `t < len ? len - 1 - t : t` (a length past
+/// the time axis is an out-of-range index: an error when the model runs).
+fn import_reverse_sequence(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let (time, batch) = (ctx.int("time_axis", 0)?, ctx.int("batch_axis", 1)?);
+    if x.rank() < 2 || !matches!((time, batch), (0, 1) | (1, 0)) {
+        return Err(ctx.bad(format!("time_axis {time} and batch_axis {batch} must be 0 and 1 of a rank >= 2 input")));
+    }
+    let (time, batch) = (time as usize, batch as usize);
+    let lens = input_type(im, ctx, 1)?;
+    if lens.shape != [x.shape[batch]] || !lens.dtype.is_int() {
+        return Err(ctx.bad(format!("sequence_lens {lens} must be [{}] integers", x.shape[batch])));
+    }
+    let mut l = input_id(im, ctx, 1)?;
+    if lens.dtype != DType::I64 {
+        l = step(im, ctx, "lens_i64", Op::Cast { to: DType::I64 }, &[l])?;
+    }
+    let mut along_batch = vec![1, 1];
+    along_batch[batch] = x.shape[batch];
+    let l = step(im, ctx, "lens", Op::Reshape { shape: along_batch }, &[l])?;
+    let t = iota(im, ctx, x.shape[time], time, 2)?;
+    let inside = step(im, ctx, "inside", Op::Compare(CompareOp::Less), &[t, l])?;
+    let one = scalar(im, ctx, "one", DType::I64, 1.0);
+    let last = step(im, ctx, "last", Op::Binary(crate::op::BinaryOp::Sub), &[l, one])?;
+    let mirrored = step(im, ctx, "mirrored", Op::Binary(crate::op::BinaryOp::Sub), &[last, t])?;
+    let index = step(im, ctx, "index", Op::Where, &[inside, mirrored, t])?;
+    let mut shape = vec![1; x.rank()];
+    shape[..2].copy_from_slice(&x.shape[..2]);
+    let index = step(im, ctx, "index_column", Op::Reshape { shape }, &[index])?;
+    let index = step(im, ctx, "index_full", Op::Expand { shape: x.shape.clone() }, &[index])?;
+    let xin = input_id(im, ctx, 0)?;
+    output(im, ctx, 0, Op::GatherElements { axis: time }, &[xin, index])
 }
 
 fn import_one_hot(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
