@@ -170,6 +170,7 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("RotaryEmbedding", &[23]),
     ("AffineGrid", &[20]),
     ("ReverseSequence", &[10]),
+    ("MaxUnpool", &[9, 11, 22]),
     ("BitwiseAnd", &[18]),
     ("BitwiseOr", &[18]),
     ("BitwiseXor", &[18]),

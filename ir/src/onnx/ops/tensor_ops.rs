@@ -51,6 +51,7 @@ pub(super) const OPS: &[&str] = &[
     "Compress",
     "GridSample",
     "ReverseSequence",
+    "MaxUnpool",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -123,6 +124,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         }
         "Range" => import_range(im, ctx),
         "ReverseSequence" => import_reverse_sequence(im, ctx),
+        "MaxUnpool" => import_max_unpool(im, ctx),
         "EyeLike" => {
             let x = input_type(im, ctx, 0)?;
             if x.rank() != 2 {
@@ -451,6 +453,60 @@ fn import_reverse_sequence(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(
     let index = step(im, ctx, "index_full", Op::Expand { shape: x.shape.clone() }, &[index])?;
     let xin = input_id(im, ctx, 0)?;
     output(im, ctx, 0, Op::GatherElements { axis: time }, &[xin, index])
+}
+
+/// MaxUnpool: zeros with each value written at its MaxPool index (flat over the pooling's
+/// input, whose size follows from the kernel, strides and pads); an `output_shape` input pads
+/// (or crops) that result at the end of each spatial axis, as the spec's example does.
+fn import_max_unpool(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let x = input_type(im, ctx, 0)?;
+    let indices = input_type(im, ctx, 1)?;
+    if x.rank() < 3 || indices.shape != x.shape || indices.dtype != DType::I64 {
+        return Err(ctx.bad(format!("x {x} and indices {indices} must have one shape of rank >= 3, indices i64")));
+    }
+    let m = x.rank() - 2;
+    let kernel = ctx.ints("kernel_shape")?.ok_or_else(|| ctx.bad_attr("kernel_shape", "is required"))?;
+    let kernel = to_usizes(ctx, "kernel_shape", &kernel, 1)?;
+    let strides = to_usizes(ctx, "strides", &ctx.ints("strides")?.unwrap_or(vec![1; m]), 1)?;
+    let pads = to_usizes(ctx, "pads", &ctx.ints("pads")?.unwrap_or(vec![0; 2 * m]), 0)?;
+    if kernel.len() != m || strides.len() != m || pads.len() != 2 * m {
+        return Err(ctx.bad(format!("kernel_shape, strides and pads must fit {m} spatial axes")));
+    }
+    let mut unpooled = x.shape[..2].to_vec();
+    for d in 0..m {
+        let full = (x.shape[d + 2].saturating_sub(1)).checked_mul(strides[d]).and_then(|v| v.checked_add(kernel[d]));
+        let len = full.and_then(|v| v.checked_sub(pads[d] + pads[m + d])).filter(|&v| v > 0);
+        unpooled.push(len.ok_or_else(|| ctx.bad(format!("spatial axis {d} has no valid output size")))?);
+    }
+    let target = match ctx.input(2).map(|_| const_ints(im, ctx, 2, "output_shape")).transpose()?.flatten() {
+        Some(s) => to_usizes(ctx, "output_shape", &s, 0)?,
+        None => unpooled.clone(),
+    };
+    if target.len() != x.rank() || target[..2] != x.shape[..2] {
+        return Err(ctx.bad(format!("output shape {target:?} must keep the batch and channels of {:?}", x.shape)));
+    }
+    for shape in [&unpooled, &target] {
+        im.graph.limits.check_shape(x.dtype, shape).map_err(|e| ctx.bad(e.to_string()))?;
+    }
+    let total: usize = unpooled.iter().product();
+    let zeros = Tensor::try_zeros(&TensorType::new(x.dtype, vec![total])).map_err(|e| ctx.bad(e))?;
+    let zeros = constant(im, ctx, "zeros", zeros);
+    let n = x.shape.iter().product();
+    let (xin, iin) = (input_id(im, ctx, 0)?, input_id(im, ctx, 1)?);
+    let values = step(im, ctx, "flat_values", Op::Reshape { shape: vec![n] }, &[xin])?;
+    let at = step(im, ctx, "flat_indices", Op::Reshape { shape: vec![n] }, &[iin])?;
+    let scatter = Op::ScatterElements { axis: 0, reduction: ScatterReduction::None };
+    let flat = step(im, ctx, "unpooled_flat", scatter, &[zeros, at, values])?;
+    if target == unpooled {
+        return output(im, ctx, 0, Op::Reshape { shape: unpooled }, &[flat]);
+    }
+    let shaped = step(im, ctx, "unpooled", Op::Reshape { shape: unpooled.clone() }, &[flat])?;
+    let mut pads = vec![0i64; 2 * x.rank()];
+    for d in 2..x.rank() {
+        pads[x.rank() + d] = target[d] as i64 - unpooled[d] as i64;
+    }
+    let value = Tensor::scalar_from_f64(x.dtype, 0.0);
+    output(im, ctx, 0, Op::Pad { pads, mode: crate::op::PadMode::Constant, value }, &[shaped])
 }
 
 fn import_one_hot(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
