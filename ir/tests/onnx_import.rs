@@ -724,3 +724,33 @@ fn reverse_sequence_reverses_each_batch_prefix_given_at_run_time() {
     let too_long = Tensor::from_vec::<i64>(&[3], vec![5, 1, 1]).unwrap();
     assert!(interp::run(&g, &[x, too_long]).is_err());
 }
+
+#[test]
+fn batch_norm_with_spatial_0_keeps_statistics_per_element() {
+    use heron_ir::testing::onnx::{OnnxModel, attr_float, attr_int};
+    use heron_ir::testing::{assert_float_rule, check_stages, data};
+    let mut m = OnnxModel::new(7);
+    m.input("x", heron_ir::DType::F32, &[2, 3, 2]).output("y");
+    let params: Vec<Vec<f32>> = (0..4).map(|i| data(20 + i, 6)).collect();
+    let var: Vec<f32> = params[3].iter().map(|v| v.abs() + 0.1).collect();
+    for (name, v) in ["scale", "bias", "mean"].iter().zip(&params).chain([(&"var", &var)]) {
+        m.initializer(name, &f32s(&[3, 2], v.clone()));
+    }
+    let attrs = vec![attr_int("spatial", 0), attr_float("epsilon", 1e-3)];
+    m.node("BatchNormalization", &["x", "scale", "bias", "mean", "var"], &["y"], attrs);
+    let g = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap();
+    let x = f32s(&[2, 3, 2], data(30, 12));
+    let got = check_stages(&g, std::slice::from_ref(&x)).remove(0);
+    let want: Vec<f64> = x
+        .to_f64_vec()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let e = i % 6;
+            let (s, b, mu, var) = (params[0][e] as f64, params[1][e] as f64, params[2][e] as f64, var[e] as f64);
+            (v - mu) / (var + 1e-3).sqrt() * s + b
+        })
+        .collect();
+    let want = Tensor::from_vec::<f64>(&[2, 3, 2], want).unwrap().cast(heron_ir::DType::F32);
+    assert_float_rule(&got, &want).unwrap();
+}

@@ -634,11 +634,39 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             if training {
                 return Err(ImportError::TrainingMode { node: ctx.name.to_string(), op: ctx.op() });
             }
-            // Before version 9, `spatial = 0` kept per-element statistics.
-            if v < 9 && ctx.int("spatial", 1)? == 0 {
-                return Err(ctx.bad_attr("spatial", "0 (per-element statistics) is not supported"));
-            }
             let epsilon = ctx.float("epsilon", 1e-5)?;
+            // Before version 9, `spatial = 0` keeps statistics per element of x.shape[1..]:
+            // the formula with the parameters broadcast over the batch only.
+            if v < 9 && ctx.int("spatial", 1)? == 0 {
+                let x = input_type(im, ctx, 0)?;
+                let ids = (0..5)
+                    .map(|i| im.value(ctx.name, ctx.input(i).unwrap_or_default()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                for &p in &ids[1..] {
+                    let p = im.graph.ty(p);
+                    if p.shape != x.shape[1..] && p.num_elements() != x.shape[1..].iter().product::<usize>() {
+                        return Err(
+                            ctx.bad(format!("spatial = 0 needs parameters of shape {:?}, got {p}", &x.shape[1..]))
+                        );
+                    }
+                }
+                let per_element = |im: &mut Importer<'_>, i: usize, what: &str| {
+                    build::step(im, ctx, what, Op::Reshape { shape: x.shape[1..].to_vec() }, &[ids[i]])
+                };
+                let (scale, bias, mean, var) = (
+                    per_element(im, 1, "scale")?,
+                    per_element(im, 2, "bias")?,
+                    per_element(im, 3, "mean")?,
+                    per_element(im, 4, "var")?,
+                );
+                let eps = build::scalar(im, ctx, "epsilon", x.dtype, f64::from(epsilon));
+                let var = build::step(im, ctx, "var_eps", Op::Binary(BinaryOp::Add), &[var, eps])?;
+                let std = build::step(im, ctx, "std", Op::Unary(UnaryOp::Sqrt), &[var])?;
+                let centered = build::step(im, ctx, "centered", Op::Binary(BinaryOp::Sub), &[ids[0], mean])?;
+                let normed = build::step(im, ctx, "normalized", Op::Binary(BinaryOp::Div), &[centered, std])?;
+                let scaled = build::step(im, ctx, "scaled", Op::Binary(BinaryOp::Mul), &[normed, scale])?;
+                return Ok((Op::Binary(BinaryOp::Add), vec![Operand::Made(scaled), Operand::Made(bias)]));
+            }
             Ok((Op::BatchNormalization { epsilon }, (0..5).map(|i| named(ctx, i)).collect::<Result<_, _>>()?))
         }
         "Flatten" => {
