@@ -35,8 +35,8 @@ pub enum ImportError {
     Decode(String),
     #[error("the model has no graph")]
     NoGraph,
-    #[error("the model imports no default-domain ('ai.onnx') opset")]
-    NoOpset,
+    #[error("the model imports no default-domain ('ai.onnx') opset (it imports {0}); Heron runs ai.onnx operators")]
+    NoOpset(String),
     #[error("opset {0} is too old: Heron imports models of opset {MIN_OPSET} and newer")]
     OpsetTooOld(i64),
     #[error("unsupported operator {op_type} (domain '{domain}', opset {opset}) in node '{node}'")]
@@ -242,7 +242,11 @@ pub fn import_model(bytes: &[u8], options: &ImportOptions) -> Result<Graph, Impo
         .filter(|o| o.domain.is_empty() || o.domain == "ai.onnx")
         .map(|o| o.version)
         .max()
-        .ok_or(ImportError::NoOpset)?;
+        .ok_or_else(|| {
+            let domains: Vec<String> =
+                model.opset_import.iter().map(|o| format!("'{}' {}", o.domain, o.version)).collect();
+            ImportError::NoOpset(if domains.is_empty() { "nothing".into() } else { domains.join(", ") })
+        })?;
     if opset < MIN_OPSET {
         return Err(ImportError::OpsetTooOld(opset));
     }
