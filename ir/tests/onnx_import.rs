@@ -754,3 +754,24 @@ fn batch_norm_with_spatial_0_keeps_statistics_per_element() {
     let want = Tensor::from_vec::<f64>(&[2, 3, 2], want).unwrap().cast(heron_ir::DType::F32);
     assert_float_rule(&got, &want).unwrap();
 }
+
+#[test]
+fn tensor_scatter_writes_from_each_batch_start_and_wraps_in_circular_mode() {
+    use heron_ir::testing::onnx::{OnnxModel, attr_string};
+    let build = |mode: &str| {
+        let mut m = OnnxModel::new(24);
+        m.input("cache", heron_ir::DType::F32, &[2, 4, 1]).input("update", heron_ir::DType::F32, &[2, 2, 1]);
+        m.input("at", heron_ir::DType::I64, &[2]).output("y");
+        m.node("TensorScatter", &["cache", "update", "at"], &["y"], vec![attr_string("mode", mode)]);
+        import_model(&m.to_bytes(), &ImportOptions::default()).unwrap()
+    };
+    let cache = f32s(&[2, 4, 1], vec![0.0; 8]);
+    let update = f32s(&[2, 2, 1], vec![1.0, 2.0, 3.0, 4.0]);
+    let at = |a: i64, b: i64| Tensor::from_vec::<i64>(&[2], vec![a, b]).unwrap();
+    let g = build("circular");
+    let y = heron_ir::testing::check_stages(&g, &[cache.clone(), update.clone(), at(1, 3)]).remove(0);
+    assert_eq!(y.to_f64_vec(), vec![0.0, 1.0, 2.0, 0.0, 4.0, 0.0, 0.0, 3.0]);
+    // Linear mode: a write past the end of the cache is an error when the model runs.
+    let g = build("linear");
+    assert!(interp::run(&g, &[cache, update, at(1, 3)]).is_err());
+}

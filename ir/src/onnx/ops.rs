@@ -171,6 +171,8 @@ pub const SUPPORTED_OPS: &[(&str, &[i64])] = &[
     ("AffineGrid", &[20]),
     ("ReverseSequence", &[10]),
     ("MaxUnpool", &[9, 11, 22]),
+    ("TensorScatter", &[24]),
+    ("SwiGLU", &[28]),
     ("BitwiseAnd", &[18]),
     ("BitwiseOr", &[18]),
     ("BitwiseXor", &[18]),

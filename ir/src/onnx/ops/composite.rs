@@ -48,6 +48,7 @@ pub(super) const OPS: &[&str] = &[
     "RotaryEmbedding",
     "QLinearMatMul",
     "QLinearConv",
+    "SwiGLU",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -66,6 +67,16 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         }
         "ThresholdedRelu" => activation(Activation::ThresholdedRelu { alpha: ctx.float("alpha", 1.0)? })?,
         "Swish" => activation(Activation::Swish { alpha: ctx.float("alpha", 1.0)? })?,
+        "SwiGLU" => {
+            // Swish(a) * b over equal shapes (no broadcasting).
+            let (a, b) = (input_type(im, ctx, 0)?, input_type(im, ctx, 1)?);
+            if a != b || !a.dtype.is_float() {
+                return Err(ctx.bad(format!("A {a} and B {b} must be float tensors of one shape")));
+            }
+            let swish = Op::Activation(Activation::Swish { alpha: ctx.float("alpha", 1.0)? });
+            let gate = step(im, ctx, "swish", swish, &[input_id(im, ctx, 0)?])?;
+            (Op::Binary(BinaryOp::Mul), vec![gate, input_id(im, ctx, 1)?])
+        }
         "LayerNormalization" | "RMSNormalization" => return layer_norm(im, ctx),
         "InstanceNormalization" => return instance_norm(im, ctx),
         "GroupNormalization" => return group_norm(im, ctx),

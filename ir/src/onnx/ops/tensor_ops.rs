@@ -52,6 +52,7 @@ pub(super) const OPS: &[&str] = &[
     "GridSample",
     "ReverseSequence",
     "MaxUnpool",
+    "TensorScatter",
 ];
 
 pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
@@ -125,6 +126,7 @@ pub(super) fn import(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
         "Range" => import_range(im, ctx),
         "ReverseSequence" => import_reverse_sequence(im, ctx),
         "MaxUnpool" => import_max_unpool(im, ctx),
+        "TensorScatter" => import_tensor_scatter(im, ctx),
         "EyeLike" => {
             let x = input_type(im, ctx, 0)?;
             if x.rank() != 2 {
@@ -507,6 +509,54 @@ fn import_max_unpool(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Imp
     }
     let value = Tensor::scalar_from_f64(x.dtype, 0.0);
     output(im, ctx, 0, Op::Pad { pads, mode: crate::op::PadMode::Constant, value }, &[shaped])
+}
+
+/// TensorScatter (24, a KV-cache update): `update` written into `past_cache` along `axis`
+/// from `write_indices[b]` on for batch `b` (wrapping around the axis in `circular` mode; in
+/// `linear` mode a write past the end is a run-time error), as one ScatterElements.
+fn import_tensor_scatter(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
+    let (cache, update) = (input_type(im, ctx, 0)?, input_type(im, ctx, 1)?);
+    let r = cache.rank();
+    let axis = norm_axis(ctx, "axis", ctx.int("axis", -2)?, r)?;
+    let fits = update.rank() == r
+        && update.dtype == cache.dtype
+        && (0..r)
+            .all(|d| if d == axis { update.shape[d] <= cache.shape[d] } else { update.shape[d] == cache.shape[d] });
+    if axis == 0 || !fits {
+        return Err(
+            ctx.bad(format!("update {update} does not fit cache {cache} along axis {axis} (axis 0 is the batch)"))
+        );
+    }
+    let circular = match ctx.string("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        other => return Err(ctx.bad_attr("mode", format!("'{other}' is unknown (linear or circular)"))),
+    };
+    let mut start_shape = vec![1; r];
+    start_shape[0] = cache.shape[0];
+    let starts = match ctx.input(2) {
+        Some(_) => {
+            let w = input_type(im, ctx, 2)?;
+            if w.shape != [cache.shape[0]] || !w.dtype.is_int() {
+                return Err(ctx.bad(format!("write_indices {w} must be [{}] integers", cache.shape[0])));
+            }
+            let mut s = input_id(im, ctx, 2)?;
+            if w.dtype != DType::I64 {
+                s = step(im, ctx, "write_i64", Op::Cast { to: DType::I64 }, &[s])?;
+            }
+            step(im, ctx, "write_starts", Op::Reshape { shape: start_shape }, &[s])?
+        }
+        None => scalar(im, ctx, "write_start", DType::I64, 0.0),
+    };
+    let offsets = iota(im, ctx, update.shape[axis], axis, r)?;
+    let mut index = step(im, ctx, "positions", Op::Binary(crate::op::BinaryOp::Add), &[starts, offsets])?;
+    if circular {
+        let len = scalar(im, ctx, "cache_length", DType::I64, cache.shape[axis] as f64);
+        index = step(im, ctx, "wrapped", Op::Binary(crate::op::BinaryOp::Mod), &[index, len])?;
+    }
+    let index = step(im, ctx, "index", Op::Expand { shape: update.shape.clone() }, &[index])?;
+    let ins = [input_id(im, ctx, 0)?, index, input_id(im, ctx, 1)?];
+    output(im, ctx, 0, Op::ScatterElements { axis, reduction: ScatterReduction::None }, &ins)
 }
 
 fn import_one_hot(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
