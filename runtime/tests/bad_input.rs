@@ -246,14 +246,15 @@ fn reshape_shape_not_constant() {
 }
 
 #[test]
-fn external_data_tensor() {
+fn external_data_file_missing() {
     let mut w = tensor_to_proto("w", &Tensor::from_vec::<f32>(&[3], vec![1.0; 3]).unwrap());
     w.raw_data.clear();
     w.data_location = 1;
     w.external_data = vec![StringStringEntryProto { key: "location".into(), value: "weights.bin".into() }];
     let g = graph(vec![node("Add", "add", &["x", "w"], &["y"])], vec![w]);
     let p = write_model("external.onnx", &model(13, g));
-    fails_with(&["run", s(&p)], &["'w'", "externally"]);
+    // The data file is read from beside the model; here it does not exist.
+    fails_with(&["run", s(&p)], &["tensor 'w'", "external data", "weights.bin"]);
 }
 
 #[test]
