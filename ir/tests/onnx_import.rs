@@ -536,7 +536,39 @@ fn external_data_is_read_beside_the_model_and_nowhere_else() {
     {
         std::os::unix::fs::symlink(dir.join("outside.bin"), dir.join("model/link.bin")).unwrap();
         refused(&[("location", "link.bin"), ("offset", "16")], "outside the model's directory");
+        // A FIFO would block the load forever.
+        let fifo = std::process::Command::new("mkfifo").arg(dir.join("model/pipe")).status();
+        if fifo.is_ok_and(|s| s.success()) {
+            refused(&[("location", "pipe")], "not a regular file");
+        }
     }
+    // Three tensors reading the same 12 bytes of a 28-byte file: no file is read for more than
+    // it holds.
+    let mut m = OnnxModel::new(13);
+    m.input("x", heron_ir::DType::F32, &[3]).output("y");
+    for name in ["b", "c", "d"] {
+        let entries = [("location", "weights.bin"), ("offset", "16"), ("length", "12")];
+        let external_data =
+            entries.iter().map(|(k, v)| StringStringEntryProto { key: k.to_string(), value: v.to_string() }).collect();
+        m.raw_initializer(TensorProto {
+            name: name.into(),
+            dims: vec![3],
+            data_type: 1,
+            external_data,
+            data_location: 1,
+            ..Default::default()
+        });
+    }
+    m.node("Add", &["x", "b"], &["t"], vec![]).node("Add", &["t", "c"], &["u"], vec![]).node(
+        "Add",
+        &["u", "d"],
+        &["y"],
+        vec![],
+    );
+    let path = dir.join("model/twice.onnx");
+    std::fs::write(&path, m.to_bytes()).unwrap();
+    let err = load_model(&path, &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("overlap"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -626,7 +658,7 @@ fn model_local_functions_are_inlined_with_their_attributes() {
     levels.push(function("square_leaky", &["a"], &["b"], vec![call("level_0", &["a"], &["b"], vec![])]));
     levels.push(leaky);
     let err = import_model(&build(levels), &ImportOptions::default()).unwrap_err().to_string();
-    assert!(err.contains("adds more than"), "{err}");
+    assert!(err.contains("inlining its calls"), "{err}");
 }
 
 #[test]
@@ -774,4 +806,59 @@ fn tensor_scatter_writes_from_each_batch_start_and_wraps_in_circular_mode() {
     // Linear mode: a write past the end of the cache is an error when the model runs.
     let g = build("linear");
     assert!(interp::run(&g, &[cache, update, at(1, 3)]).is_err());
+}
+
+#[test]
+fn hostile_attributes_of_the_new_operators_are_errors() {
+    use heron_ir::testing::onnx::{OnnxModel, attr_int, attr_ints};
+    let huge = 1i64 << 31;
+    /// (op, input dims, attributes, i64 constant inputs)
+    type Case = (&'static str, Vec<i64>, Vec<AttributeProto>, Vec<(&'static str, Vec<i64>)>);
+    let cases: Vec<Case> = vec![
+        // A kernel of 2^62 ones (built before any check, once).
+        (
+            "LpPool",
+            vec![1, 1, 1, 1],
+            vec![attr_ints("kernel_shape", &[huge, huge]), attr_ints("pads", &[huge / 2; 4])],
+            vec![],
+        ),
+        // BatchNormalization spatial = 0 of a scalar.
+        ("BatchNormalization", vec![], vec![attr_int("spatial", 0)], vec![]),
+        // AffineGrid of 2^64 points.
+        ("AffineGrid", vec![1, 2, 3], vec![], vec![("size", vec![1, 1, 1 << 32, 1 << 32])]),
+        // Col2Im whose block counts overflow, and one with a huge dilation.
+        ("Col2Im", vec![1, 1, 0], vec![], vec![("image_shape", vec![1 << 32, 1 << 32]), ("block_shape", vec![1, 1])]),
+        (
+            "Col2Im",
+            vec![1, 2, 1],
+            vec![attr_ints("dilations", &[i64::MAX]), attr_ints("pads", &[1 << 62, 0])],
+            vec![("image_shape", vec![1 << 62]), ("block_shape", vec![2])],
+        ),
+    ];
+    for (op, dims, attrs, consts) in cases {
+        let opset = if op == "BatchNormalization" { 7 } else { 20 };
+        let mut m = OnnxModel::new(opset);
+        m.input("x", heron_ir::DType::F32, &dims).output("y");
+        let mut inputs = vec!["x".to_string()];
+        if op == "BatchNormalization" {
+            for p in ["s", "b", "m", "v"] {
+                m.initializer(p, &Tensor::from_vec::<f32>(&[], vec![1.0]).unwrap());
+                inputs.push(p.into());
+            }
+        }
+        for (name, v) in &consts {
+            m.ints(name, v);
+            inputs.push(name.to_string());
+        }
+        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        m.node(op, &inputs, &["y"], attrs);
+        let err = import_model(&m.to_bytes(), &ImportOptions::default());
+        assert!(err.is_err(), "{op} {dims:?} imported");
+    }
+    // And/Or/Xor take bools; integers are the Bitwise ops'.
+    let mut m = OnnxModel::new(13);
+    m.input("a", heron_ir::DType::I32, &[2]).input("b", heron_ir::DType::I32, &[2]).output("y");
+    m.node("And", &["a", "b"], &["y"], vec![]);
+    let err = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("takes bools"), "{err}");
 }

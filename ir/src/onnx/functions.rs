@@ -17,6 +17,8 @@ use super::proto::{AttributeProto, FunctionProto, GraphProto, ModelProto, NodePr
 const MAX_DEPTH: usize = 64;
 /// Most nodes all expansions may add.
 const MAX_INLINED_NODES: usize = 1 << 18;
+/// Most bytes (encoded) the inlined nodes may take, subgraphs and prefixed names included.
+const MAX_INLINED_BYTES: usize = 1 << 28;
 
 type Key = (String, String, String);
 
@@ -44,7 +46,7 @@ pub(super) fn inline_functions(model: &mut ModelProto, opset: i64) -> Result<(),
         }
     }
     let Some(graph) = model.graph.as_mut() else { return Ok(()) };
-    let mut inliner = Inliner { functions: &functions, calls: 0, added: 0 };
+    let mut inliner = Inliner { functions: &functions, calls: 0, added: 0, bytes: 0 };
     inliner.expand_graph(graph, 0)
 }
 
@@ -53,6 +55,7 @@ struct Inliner<'a> {
     /// Calls expanded so far: numbers each call's prefix.
     calls: usize,
     added: usize,
+    bytes: usize,
 }
 
 impl Inliner<'_> {
@@ -127,6 +130,10 @@ impl Inliner<'_> {
                 }
             }
             b.attribute = attributes;
+            self.bytes = self.bytes.saturating_add(prost::Message::encoded_len(&b));
+            if self.bytes > MAX_INLINED_BYTES {
+                return Err(bad(format!("inlining its calls takes more than {MAX_INLINED_BYTES} bytes of nodes")));
+            }
             self.expand_node(b, depth + 1, out)?;
         }
         Ok(())

@@ -486,9 +486,21 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
         "LessOrEqual" => Ok((Op::Compare(CompareOp::LessOrEqual), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "Greater" => Ok((Op::Compare(CompareOp::Greater), vec![named(ctx, 0)?, named(ctx, 1)?])),
         "GreaterOrEqual" => Ok((Op::Compare(CompareOp::GreaterOrEqual), vec![named(ctx, 0)?, named(ctx, 1)?])),
-        "And" => Ok((Op::Logical(LogicalOp::And), vec![named(ctx, 0)?, named(ctx, 1)?])),
-        "Or" => Ok((Op::Logical(LogicalOp::Or), vec![named(ctx, 0)?, named(ctx, 1)?])),
-        "Xor" => Ok((Op::Logical(LogicalOp::Xor), vec![named(ctx, 0)?, named(ctx, 1)?])),
+        "And" | "Or" | "Xor" => {
+            // Bools only (integers are the Bitwise ops').
+            for i in 0..2 {
+                let t = input_type(im, ctx, i)?;
+                if t.dtype != DType::Bool {
+                    return Err(ctx.bad(format!("{} takes bools, input {i} is {t}", ctx.node.op_type)));
+                }
+            }
+            let op = match ctx.node.op_type.as_str() {
+                "And" => LogicalOp::And,
+                "Or" => LogicalOp::Or,
+                _ => LogicalOp::Xor,
+            };
+            Ok((Op::Logical(op), vec![named(ctx, 0)?, named(ctx, 1)?]))
+        }
         "Not" => Ok((Op::Not, vec![named(ctx, 0)?])),
         "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" | "BitwiseNot" => {
             let x = input_type(im, ctx, 0)?;
@@ -641,6 +653,9 @@ fn translate(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(Op, Vec<Operan
             // the formula with the parameters broadcast over the batch only.
             if v < 9 && ctx.int("spatial", 1)? == 0 {
                 let x = input_type(im, ctx, 0)?;
+                if x.rank() < 2 {
+                    return Err(ctx.bad(format!("input {x} must have rank >= 2")));
+                }
                 let ids = (0..5)
                     .map(|i| im.value(ctx.name, ctx.input(i).unwrap_or_default()))
                     .collect::<Result<Vec<_>, _>>()?;

@@ -476,7 +476,12 @@ fn qlinear(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> 
             d => Err(ctx.bad(format!("input {i} ({what}) must be a float scale, got {d}"))),
         }
     };
-    let (sa, sb, sy) = (f32_of(1, "a_scale")?, f32_of(4, "b_scale")?, f32_of(6, "y_scale")?);
+    let (mut sa, sb, sy) = (f32_of(1, "a_scale")?, f32_of(4, "b_scale")?, f32_of(6, "y_scale")?);
+    // A per-row a_scale of a matrix product scales rows: [M] -> [M, 1].
+    let a_scale = im.graph.ty(sa).clone();
+    if !conv && a_scale.rank() == 1 && a_scale.shape[0] > 1 {
+        sa = step(im, ctx, "a_scale_rows", Op::Reshape { shape: vec![a_scale.shape[0], 1] }, &[sa])?;
+    }
     let scale = step(im, ctx, "input_scale", Op::Binary(BinaryOp::Mul), &[sa, sb])?;
     let scale = step(im, ctx, "output_scale", Op::Binary(BinaryOp::Div), &[scale, sy])?;
     let scale = per_channel(im, "output_scale_per_channel", scale)?;
@@ -494,6 +499,8 @@ fn expand_to(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, p: ValueId, shape: &[usiz
 }
 
 fn ones(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, dtype: DType, shape: &[usize]) -> Result<ValueId, ImportError> {
+    // Checked as the f64 buffer it is built in, before anything is allocated.
+    im.graph.limits.check_shape(DType::F64, shape).map_err(|e| ctx.bad(e.to_string()))?;
     let n = shape.iter().product();
     let t = Tensor::from_vec::<f64>(shape, vec![1.0; n]).map_err(|e| ctx.bad(e))?.cast(dtype);
     Ok(constant(im, ctx, "ones", t))

@@ -3,6 +3,7 @@
 //! summed back, one shifted copy per kernel position), ImageScaler (the experimental per-channel
 //! affine of opset 1-9 models).
 
+use crate::dtype::DType;
 use crate::graph::ValueId;
 use crate::op::{BinaryOp, Op, PadMode, SliceAxis};
 use crate::tensor::Tensor;
@@ -37,8 +38,9 @@ fn affine_grid(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportErr
         )));
     }
     let spatial = &size[2..];
+    // The base grid is built in f64: checked as such before anything is allocated.
+    im.graph.limits.check_shape(DType::F64, &[spatial, &[k + 1]].concat()).map_err(|e| ctx.bad(e.to_string()))?;
     let points: usize = spatial.iter().product();
-    im.graph.limits.check_shape(theta.dtype, &[points, k + 1]).map_err(|e| ctx.bad(e.to_string()))?;
     let align = ctx.flag("align_corners", false)?;
     let coordinate = |i: usize, len: usize| -> f64 {
         match (align, len) {
@@ -83,6 +85,11 @@ fn col2im(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
         Ok(v)
     };
     let (dilations, strides, pads) = (attr("dilations", 1, m)?, attr("strides", 1, m)?, attr("pads", 0, 2 * m)?);
+    // Bounded so every extent below stays far inside i64 (anything larger exceeds the limits).
+    const MAX_EXTENT: usize = 1 << 40;
+    if image.iter().chain(&block).chain(&dilations).chain(&strides).chain(&pads).any(|&v| v > MAX_EXTENT) {
+        return Err(ctx.bad(format!("image, block, dilations, strides or pads exceed {MAX_EXTENT}")));
+    }
     let positions = block.iter().try_fold(1usize, |a, &b| a.checked_mul(b)).filter(|&k| k <= MAX_KERNEL_POSITIONS);
     let Some(positions) = positions.filter(|_| m >= 1 && block.len() == m && x.rank() == 3) else {
         return Err(ctx.bad(format!(
@@ -105,7 +112,7 @@ fn col2im(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
             _ => return Err(ctx.bad(format!("block {block:?} does not fit image {image:?} on axis {d}"))),
         }
     }
-    if blocks.iter().product::<usize>() != x.shape[2] {
+    if crate::limits::checked_elements(&blocks) != Some(x.shape[2]) {
         return Err(ctx.bad(format!("{} blocks given, the image and block shapes make {blocks:?}", x.shape[2])));
     }
     let n = x.shape[0];

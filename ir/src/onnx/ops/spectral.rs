@@ -6,7 +6,7 @@
 //! folded into it. The cost is O(n^2) per transform (a GEMM, which the JIT vectorizes), so the
 //! matrix size goes through the size limits like every tensor.
 
-use crate::dtype::TensorType;
+use crate::dtype::{DType, TensorType};
 use crate::graph::ValueId;
 use crate::op::{BinaryOp, Op, SliceAxis};
 use crate::tensor::Tensor;
@@ -101,7 +101,8 @@ impl Transform {
         let ty = im.graph.ty(x).clone();
         let lead = &ty.shape[..ty.rank() - 2];
         let (rows, cols) = (self.samples * self.components_in, self.bins * self.components_out());
-        im.graph.limits.check_shape(ty.dtype, &[rows, cols]).map_err(|e| {
+        // Checked as the f64 matrix it is built in.
+        im.graph.limits.check_shape(DType::F64, &[rows, cols]).map_err(|e| {
             ctx.bad(format!("its {rows} x {cols} transform matrix (length {}) is too large: {e}", self.length))
         })?;
         let matrix = Tensor::from_vec::<f64>(&[rows, cols], self.matrix(window)).map_err(|e| ctx.bad(e))?;
@@ -260,10 +261,11 @@ pub(super) fn stft(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Impor
         direction: Direction::Forward,
     };
     // Frame f is samples f * hop .. f * hop + frame_len: one Gather along the signal axis.
-    im.graph
-        .limits
-        .check_shape(x.dtype, &[x.shape[0], frames, frame_len, components])
-        .map_err(|e| ctx.bad(e.to_string()))?;
+    for (dtype, shape) in
+        [(x.dtype, vec![x.shape[0], frames, frame_len, components]), (DType::I64, vec![frames, frame_len])]
+    {
+        im.graph.limits.check_shape(dtype, &shape).map_err(|e| ctx.bad(e.to_string()))?;
+    }
     let starts = (0..frames).flat_map(|f| (0..frame_len).map(move |n| (f * hop + n) as i64)).collect();
     let indices = Tensor::from_vec::<i64>(&[frames, frame_len], starts).map_err(|e| ctx.bad(e))?;
     let indices = constant(im, ctx, "frame_indices", indices);
