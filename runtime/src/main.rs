@@ -236,7 +236,8 @@ enum Command {
         /// Input as FILE.npy (in model input order) or NAME=FILE.npy; repeat for several inputs.
         #[arg(long = "input", value_name = "[NAME=]FILE.npy")]
         inputs: Vec<String>,
-        /// Write every output to DIR/<output name>.npy.
+        /// Write every output to DIR/<output name>.npy (characters other than letters, digits,
+        /// `.`, `_` and `-` become `_`; a file name already taken gets `_2`, `_3`, ...).
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "jit")]
@@ -608,10 +609,12 @@ fn run(
     }
     if let Some(dir) = output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for (info, t) in model.outputs().iter().zip(&outputs) {
-            let file = dir.join(format!("{}.npy", sanitize(&info.name)));
+        let infos = model.outputs();
+        let names: Vec<&str> = infos.iter().map(|o| o.name.as_str()).collect();
+        for ((name, stem), t) in names.iter().zip(file_stems(&names)).zip(&outputs) {
+            let file = dir.join(format!("{stem}.npy"));
             write_npy(&file, t)?;
-            println!("wrote {}", file.display());
+            println!("wrote {} (output '{name}')", file.display());
         }
     }
     Ok(())
@@ -662,11 +665,26 @@ fn bench(path: &Path, runs: usize, warmup: usize, options: CompileOptions, limit
     Ok(())
 }
 
-/// Output names become file names: path separators and other awkward characters become `_`.
-fn sanitize(name: &str) -> String {
-    let s: String =
-        name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
-    if s.is_empty() || s.starts_with('.') { format!("_{s}") } else { s }
+/// Output names become file names: path separators and other awkward characters become `_`,
+/// and a name already taken (case-insensitively: `a:b` and `a/b`, `Y` and `y`) gets `_2`, `_3`,
+/// ... so no output overwrites another.
+fn file_stems(names: &[&str]) -> Vec<String> {
+    let mut taken = std::collections::HashSet::new();
+    names
+        .iter()
+        .map(|name| {
+            let s: String =
+                name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' }).collect();
+            let base = if s.is_empty() || s.starts_with('.') { format!("_{s}") } else { s };
+            let mut stem = base.clone();
+            let mut k = 1;
+            while !taken.insert(stem.to_ascii_lowercase()) {
+                k += 1;
+                stem = format!("{base}_{k}");
+            }
+            stem
+        })
+        .collect()
 }
 
 fn print_output(name: &str, t: &Tensor) {

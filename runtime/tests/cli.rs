@@ -269,3 +269,37 @@ fn quantize_writes_a_qdq_model_that_runs() {
     assert!(String::from_utf8_lossy(&failed.stderr).contains("no calibration data"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn output_files_never_overwrite_each_other() {
+    use heron_ir::testing::onnx::OnnxModel;
+    let dir = std::env::temp_dir().join(format!("heron-cli-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Four outputs whose names map to the same file name, and a second "_2" taken already.
+    let names = ["a:b", "a/b", "a_b_2", "A_B"];
+    let mut m = OnnxModel::new(13);
+    m.input("x", heron_ir::DType::F32, &[2]);
+    for (i, name) in names.iter().enumerate() {
+        m.initializer(&format!("c{i}"), &heron_ir::Tensor::from_vec::<f32>(&[2], vec![i as f32; 2]).unwrap());
+        m.node("Add", &["x", &format!("c{i}")], &[name], vec![]).output(name);
+    }
+    let model = dir.join("names.onnx");
+    std::fs::write(&model, m.to_bytes()).unwrap();
+    let (out_dir, x) = (dir.join("out"), dir.join("x.npy"));
+    heron_ir::npy::write_npy(&x, &heron_ir::Tensor::from_vec::<f32>(&[2], vec![0.0; 2]).unwrap()).unwrap();
+    let out = heron(&[
+        "run",
+        model.to_str().unwrap(),
+        "--input",
+        x.to_str().unwrap(),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    for (i, (name, file)) in names.iter().zip(["a_b", "a_b_2", "a_b_2_2", "A_B_3"]).enumerate() {
+        assert!(out.contains(&format!("{file}.npy (output '{name}')")), "{out}");
+        // Zeros plus the constant i: the value identifies the output.
+        let got = read_npy(&out_dir.join(format!("{file}.npy"))).unwrap().to_f64_vec();
+        assert_eq!(got, vec![i as f64; 2], "{file}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
