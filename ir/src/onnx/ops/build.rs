@@ -23,6 +23,26 @@ pub(super) fn step(
     Ok(id)
 }
 
+/// `x[.., start..start + len, ..]` along `axis` (`x` itself when that is all of it).
+pub(super) fn slice_axis(
+    im: &mut Importer<'_>,
+    ctx: &NodeCtx<'_>,
+    what: &str,
+    x: ValueId,
+    axis: usize,
+    start: usize,
+    len: usize,
+) -> Result<ValueId, ImportError> {
+    let shape = im.graph.ty(x).shape.clone();
+    if start == 0 && shape[axis] == len {
+        return Ok(x);
+    }
+    let mut axes: Vec<crate::op::SliceAxis> =
+        shape.iter().map(|&len| crate::op::SliceAxis { start: 0, step: 1, len }).collect();
+    axes[axis] = crate::op::SliceAxis { start, step: 1, len };
+    step(im, ctx, what, Op::Slice { axes }, &[x])
+}
+
 /// A constant of `ctx`'s expansion.
 pub(super) fn constant(im: &mut Importer<'_>, ctx: &NodeCtx<'_>, what: &str, t: Tensor) -> ValueId {
     let name = im.fresh_name(&format!("{}:{what}", ctx.name));

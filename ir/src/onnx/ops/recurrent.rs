@@ -5,11 +5,11 @@
 
 use crate::dtype::DType;
 use crate::graph::ValueId;
-use crate::op::{Activation, BinaryOp, Op, SliceAxis, UnaryOp};
+use crate::op::{Activation, BinaryOp, Op, UnaryOp};
 use crate::tensor::Tensor;
 
 use super::super::{ImportError, Importer};
-use super::build::{constant, output, scalar, step, wants};
+use super::build::{constant, output, scalar, slice_axis, step, wants};
 use super::tensor_ops::input_id;
 use super::{NodeCtx, const_input, input_type};
 
@@ -68,11 +68,8 @@ fn cols(
     start: usize,
     len: usize,
 ) -> Result<ValueId, ImportError> {
-    let shape = im.graph.ty(x).shape.clone();
-    let mut axes: Vec<SliceAxis> = shape.iter().map(|&n| SliceAxis { start: 0, step: 1, len: n }).collect();
-    let last = axes.len() - 1;
-    axes[last] = SliceAxis { start, step: 1, len };
-    step(im, ctx, "gate", Op::Slice { axes }, &[x])
+    let last = im.graph.ty(x).rank() - 1;
+    slice_axis(im, ctx, "gate", x, last, start, len)
 }
 
 /// Direction `d` of a `[dirs, ...]` tensor.

@@ -8,11 +8,11 @@
 
 use crate::dtype::{DType, TensorType};
 use crate::graph::ValueId;
-use crate::op::{BinaryOp, Op, SliceAxis};
+use crate::op::{BinaryOp, Op};
 use crate::tensor::Tensor;
 
 use super::super::{ImportError, Importer};
-use super::build::{constant, output, step};
+use super::build::{constant, output, slice_axis, step};
 use super::tensor_ops::{const_scalar, input_id};
 use super::{NodeCtx, input_type, norm_axis};
 
@@ -130,23 +130,6 @@ fn check_signal(ctx: &NodeCtx<'_>, x: &TensorType, min_rank: usize) -> Result<()
     Ok(())
 }
 
-/// `x` cut to its first `len` entries along `axis`.
-fn take_first(
-    im: &mut Importer<'_>,
-    ctx: &NodeCtx<'_>,
-    x: ValueId,
-    axis: usize,
-    len: usize,
-) -> Result<ValueId, ImportError> {
-    let shape = im.graph.ty(x).shape.clone();
-    if shape[axis] == len {
-        return Ok(x);
-    }
-    let mut axes: Vec<SliceAxis> = shape.iter().map(|&len| SliceAxis { start: 0, step: 1, len }).collect();
-    axes[axis].len = len;
-    step(im, ctx, "truncated", Op::Slice { axes }, &[x])
-}
-
 pub(super) fn dft(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), ImportError> {
     let x = input_type(im, ctx, 0)?;
     check_signal(ctx, &x, 2)?;
@@ -190,7 +173,7 @@ pub(super) fn dft(im: &mut Importer<'_>, ctx: &NodeCtx<'_>) -> Result<(), Import
         },
     };
     let xin = input_id(im, ctx, 0)?;
-    let xin = take_first(im, ctx, xin, axis, transform.samples)?;
+    let xin = slice_axis(im, ctx, "truncated", xin, axis, 0, transform.samples)?;
     // The transformed axis goes next to the component axis, then back.
     let perm: Vec<usize> = (0..r - 1).filter(|&a| a != axis).chain([axis, r - 1]).collect();
     let moved = perm.iter().enumerate().any(|(i, &p)| i != p);
