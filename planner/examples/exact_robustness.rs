@@ -1,6 +1,6 @@
 //! Robustness harness for the exact search: every MiniMalloc instance in several views
 //! (true lifetimes, recovered from conflicts, recovered after shuffling buffer ids).
-//! `canon_bench FILE MS VIEWS` with VIEWS like "orig,rec,s1,s2".
+//! `exact_robustness FILE WORK_UNITS VIEWS` with VIEWS like "orig,rec,s1,s2".
 use heron_planner::algorithms::exact::{Decision, decide};
 use heron_planner::problem::Rng;
 use heron_planner::{Budget, PoolProblem};
@@ -8,7 +8,7 @@ use heron_planner::{Budget, PoolProblem};
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&a[1]).unwrap()).unwrap();
-    let ms: u64 = a[2].parse().unwrap();
+    let work: u64 = a[2].parse().unwrap();
     let views: Vec<String> = a[3].split(',').map(String::from).collect();
     let mut solved = 0;
     let mut total_time = 0.0;
@@ -33,7 +33,7 @@ fn main() {
                 p.intervals = heron_planner::intervals::recover_intervals(&p.adj, &Budget::unlimited());
             }
             let t = std::time::Instant::now();
-            let r = decide(&p, cap, &Budget::millis(ms));
+            let r = decide(&p, cap, &Budget::work(work));
             let dt = t.elapsed().as_secs_f64();
             total_time += dt;
             runs += 1;

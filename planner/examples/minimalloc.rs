@@ -1,18 +1,18 @@
 //! Runs every planning algorithm on MiniMalloc's challenging instances through the JSON
 //! interface of `heron plan --buffers` (conflicts only, as that format has them) and prints the
 //! pool size each finds against the capacity:
-//! `cargo run --release -p heron-planner --example minimalloc [PATH] [TIME_LIMIT_MS] [ALGORITHM] [--unbounded]`.
+//! `cargo run --release -p heron-planner --example minimalloc [PATH] [WORK_UNITS] [ALGORITHM] [--unbounded]`.
 //! By default the pool's size hint is the instance's capacity; `--unbounded` leaves it open.
 
 use heron_planner::json::plan_json;
-use heron_planner::registry;
+use heron_planner::{Budget, registry};
 
 fn main() {
     let args: Vec<String> = std::env::args().filter(|a| a != "--unbounded").collect();
     let unbounded = std::env::args().any(|a| a == "--unbounded");
     let path =
         args.get(1).cloned().unwrap_or_else(|| "../shared/benchmarks/planner/minimalloc_challenging.json".into());
-    let ms: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let work: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(Budget::PLAN_WORK);
     let only = args.get(3).cloned();
     let text = std::fs::read_to_string(&path).expect("benchmark file");
     let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
@@ -39,14 +39,17 @@ fn main() {
                 continue;
             }
             let t = std::time::Instant::now();
-            let result = match plan_json(&problem, alg.name(), ms) {
+            let budget = Budget::work(work);
+            let result = match plan_json(&problem, alg.name(), &budget) {
                 Ok(plan) => {
                     let size = plan.pool_sizes["pool"].as_u64().expect("pool size");
                     format!("{size} ({:.3}x)", size as f64 / cap as f64)
                 }
                 Err(e) => format!("error ({e})"),
             };
-            line += &format!(" {}={result} {:.1}s", alg.name(), t.elapsed().as_secs_f64());
+            let dt = t.elapsed().as_secs_f64();
+            let per_unit = dt * 1e9 / budget.spent().max(1) as f64;
+            line += &format!(" {}={result} {dt:.1}s {} units ({per_unit:.1} ns each)", alg.name(), budget.spent());
         }
         println!("{line}");
     }

@@ -3,7 +3,7 @@
 //! elimination order); otherwise the best clique a greedy search finds within the budget.
 
 use crate::problem::PoolProblem;
-use crate::types::Budget;
+use crate::types::{Budget, BufferInfo, PlanError, PoolInfo};
 
 /// Peak of summed sizes over time for half-open intervals (saturating at `u64::MAX`).
 pub fn max_load(sizes: &[u64], intervals: &[(u64, u64)]) -> u64 {
@@ -43,10 +43,14 @@ fn elimination_order(adj: &[Vec<u32>], budget: &Budget) -> Option<Vec<usize>> {
     }
     let mut order = Vec::with_capacity(n);
     let mut top = 0usize;
+    let mut units = 0u64;
     while order.len() < n {
-        // Small graphs always finish: their order costs less than asking the clock often.
-        if order.len() % 4096 == 4095 && budget.expired() {
-            return None;
+        // Work is charged in batches; small graphs always finish.
+        if order.len() % 4096 == 4095 {
+            budget.charge(std::mem::take(&mut units));
+            if budget.expired() {
+                return None;
+            }
         }
         while head[top] == NONE {
             top -= 1;
@@ -58,6 +62,7 @@ fn elimination_order(adj: &[Vec<u32>], budget: &Budget) -> Option<Vec<usize>> {
         }
         done[v] = true;
         order.push(v);
+        units += 1 + adj[v].len() as u64;
         for &u in &adj[v] {
             let u = u as usize;
             if done[u] {
@@ -76,6 +81,7 @@ fn elimination_order(adj: &[Vec<u32>], budget: &Budget) -> Option<Vec<usize>> {
             top = top.max(w + 1);
         }
     }
+    budget.charge(units);
     order.reverse();
     Some(order)
 }
@@ -156,6 +162,7 @@ fn greedy_clique(p: &PoolProblem, budget: &Budget) -> u64 {
         }
         touched.clear();
         let mut cand: Vec<usize> = p.adj[v].iter().map(|&u| u as usize).collect();
+        budget.charge(1 + cand.len() as u64);
         cand.sort_by_key(|&u| std::cmp::Reverse(p.sizes[u]));
         let (mut members, mut total) = (0u32, 0u64);
         for u in std::iter::once(v).chain(cand) {
@@ -183,4 +190,23 @@ pub fn lower_bound(p: &PoolProblem, budget: &Budget) -> u64 {
     elimination_order(&p.adj, budget)
         .and_then(|order| chordal_max_clique(&p.adj, &order, |v| p.sizes[v]))
         .unwrap_or_else(|| greedy_clique(p, budget))
+}
+
+/// A proven lower bound on the total of the pool sizes of any plan of `buffers` (normalized) over
+/// `pools`: the larger of the heaviest clique among all buffers (however a clique is spread
+/// over pools, its parts add up) and the sum over pools of the bounds of the buffers that have
+/// no other candidate.
+pub fn total_lower_bound(buffers: &[BufferInfo], pools: &[PoolInfo], budget: &Budget) -> Result<u64, PlanError> {
+    let all: Vec<usize> = (0..buffers.len()).collect();
+    let together = lower_bound(&PoolProblem::with_given_lifetimes(buffers, &all, None), &budget.share(0.5));
+    let candidates = crate::pools::resolve_candidates(buffers, pools)?;
+    let mut apart = 0u64;
+    for p in 0..pools.len() {
+        let pinned: Vec<usize> = (0..buffers.len()).filter(|&i| candidates[i] == [p]).collect();
+        if !pinned.is_empty() {
+            let bound = lower_bound(&PoolProblem::with_given_lifetimes(buffers, &pinned, None), budget);
+            apart = apart.saturating_add(bound);
+        }
+    }
+    Ok(together.max(apart))
 }

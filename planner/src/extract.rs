@@ -19,7 +19,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use heron_ir::loop_ir::workspace::allocation_intervals;
 use heron_ir::loop_ir::{Arg, BufferId, Callee, MAIN, Module, PrimFunc, Scope, Stmt};
 
-use crate::types::{BufferInfo, DEFAULT_TARGET, PlanError, PoolInfo, PoolKind};
+use crate::types::{BufferInfo, DEFAULT_TARGET, PlanError, PoolInfo, PoolKind, common_multiple};
 
 /// Which buffer of which function a [`BufferInfo`] stands for.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -325,8 +325,15 @@ pub fn extract_for_pools(module: &Module, pools: &[PoolInfo]) -> Result<Extracte
         }
         // A pool's alignment holds for the buffers in it too (an accelerator addresses its
         // memory in elements of its own size).
-        let pool_alignment = b.pool_candidates.iter().filter_map(|c| pools.iter().find(|p| &p.name == c));
-        b.alignment = pool_alignment.map(|p| p.alignment).fold(b.alignment, u64::max);
+        for pool in b.pool_candidates.iter().filter_map(|c| pools.iter().find(|p| &p.name == c)) {
+            b.alignment = common_multiple(b.alignment, pool.alignment).ok_or_else(|| PlanError::BadBuffer {
+                buffer: b.name.clone(),
+                reason: format!(
+                    "its alignment {} and pool '{}''s {} have no common multiple up to 2^62",
+                    b.alignment, pool.name, pool.alignment
+                ),
+            })?;
+        }
     }
     Ok(problem)
 }

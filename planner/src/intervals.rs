@@ -181,19 +181,25 @@ fn lex_bfs(adj: &[Vec<u32>], rank: &[u32], budget: &Budget) -> Option<Vec<usize>
     let neighbours = |v: usize| if given { &adj[v][..] } else { &sorted[start[v]..start[v + 1]] };
     let mut cells = Partition::new(n, &by_rank);
     let mut order = Vec::with_capacity(n);
+    let mut units = 0u64;
     for step in 0..n as u32 {
-        // Small graphs always finish: their order costs less than asking the clock often.
-        if step % 4096 == 4095 && budget.expired() {
-            return None;
+        // Work is charged in batches; small graphs always finish.
+        if step % 4096 == 4095 {
+            budget.charge(std::mem::take(&mut units));
+            if budget.expired() {
+                return None;
+            }
         }
         let v = cells.visit_next();
         order.push(v);
+        units += 1 + neighbours(v).len() as u64;
         for &u in neighbours(v) {
             if !cells.visited(u as usize) {
                 cells.split_off(u as usize, step);
             }
         }
     }
+    budget.charge(units);
     Some(order)
 }
 

@@ -6,12 +6,13 @@
 //! a pool's `alignment`, `kind` ("workspace"|"constant") and `targets` ({"cpu": "rw"}); a
 //! buffer's `alignment` (default 1), `conflicts` and `live_range` ([start, end), half-open),
 //! which lets interval algorithms run when the conflicts are exactly the overlapping lifetimes.
-//! Numbers are whole counts (`size_bytes` at most [`crate::MAX_POOL_BYTES`], alignments powers
-//! of two up to 2^62); anything else is an error naming the field, as are unknown fields,
+//! Numbers are whole counts (`size_bytes` at most [`crate::MAX_POOL_BYTES`], alignments any
+//! positive number up to 2^62, a pool's a power of two); anything else is an error naming the field, as are unknown fields,
 //! unknown pools or buffers, duplicate names and a problem without buffers.
 //!
 //! Output: `{"algorithm", "pool_sizes": {pool: bytes}, "allocations": [{"buffer", "pool",
-//! "offset"}], "lower_bound_bytes"}`.
+//! "offset"}], "lower_bound_bytes", "pool_lower_bounds_bytes": {pool: bytes}}`: the bound on
+//! the total of the pool sizes, and per pool the bound for the buffers the plan put there.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -22,7 +23,7 @@ use serde_json::Number;
 use serde_json::value::RawValue;
 
 use crate::algorithms::algorithm;
-use crate::bound::lower_bound;
+use crate::bound::{lower_bound, total_lower_bound};
 use crate::problem::PoolProblem;
 use crate::types::{Access, Budget, BufferInfo, Plan, PlanError, PoolInfo, PoolKind, normalize};
 use crate::verify::verify_plan;
@@ -82,8 +83,14 @@ pub struct PlanJson {
     pub algorithm: String,
     pub pool_sizes: serde_json::Map<String, serde_json::Value>,
     pub allocations: Vec<AllocationJson>,
+    /// A proven lower bound on the total of the pool sizes (see [`total_lower_bound`]).
     pub lower_bound_bytes: u64,
+    /// Per pool, a proven lower bound on its size given the buffers the plan put there.
+    pub pool_lower_bounds_bytes: serde_json::Map<String, serde_json::Value>,
 }
+
+/// The work budget of the lower bounds `plan_json` reports.
+pub const BOUND_WORK: u64 = 20_000_000;
 
 /// A JSON number as a whole count of at most `u64::MAX` (`1e3` is 1000), or why it is not one.
 fn whole(n: &Number, field: &str) -> Result<u64, String> {
@@ -99,10 +106,11 @@ fn whole(n: &Number, field: &str) -> Result<u64, String> {
     }
 }
 
-/// A positive power-of-two alignment (checked against its maximum later, with the sizes).
+/// A positive alignment (checked against its maximum later, with the sizes; a pool's must also
+/// be a power of two).
 fn alignment(n: Option<&Number>) -> Result<u64, String> {
     let a = n.map_or(Ok(1), |n| whole(n, "alignment"))?;
-    if a.is_power_of_two() { Ok(a) } else { Err(format!("alignment {a} is not a power of two")) }
+    if a == 0 { Err("alignment must be positive".into()) } else { Ok(a) }
 }
 
 /// Reads a conflict list into buffer indices; `Err` holds the first unknown name. The names are
@@ -218,17 +226,22 @@ pub fn parse_problem(text: &str) -> Result<(Vec<BufferInfo>, Vec<PoolInfo>), Pla
     Ok((buffers, pools))
 }
 
-/// Plans a JSON problem with `algorithm_name` within `time_limit_ms` (the plan's search; the
-/// reported lower bound gets as long again, at most 200 ms), verifies the plan and renders the
-/// JSON answer.
-pub fn plan_json(text: &str, algorithm_name: &str, time_limit_ms: u64) -> Result<PlanJson, PlanError> {
+/// Plans a JSON problem with `algorithm_name` within `budget`, verifies the plan and renders the
+/// JSON answer with the lower bounds (computed within a fixed work budget of their own,
+/// [`BOUND_WORK`]).
+pub fn plan_json(text: &str, algorithm_name: &str, budget: &Budget) -> Result<PlanJson, PlanError> {
     let alg = algorithm(algorithm_name)?;
     let (buffers, pools) = parse_problem(text)?;
-    let plan: Plan = alg.plan(&buffers, &pools, &Budget::millis(time_limit_ms))?;
+    let plan: Plan = alg.plan(&buffers, &pools, budget)?;
     verify_plan(&buffers, &pools, &plan).map_err(|e| PlanError::Invalid(e.join("; ")))?;
-    let all: Vec<usize> = (0..buffers.len()).collect();
-    let lower_bound_bytes =
-        lower_bound(&PoolProblem::with_given_lifetimes(&buffers, &all, None), &Budget::millis(time_limit_ms.min(200)));
+    let bounds = Budget::work(BOUND_WORK);
+    let lower_bound_bytes = total_lower_bound(&buffers, &pools, &bounds.share(0.5))?;
+    let mut pool_lower_bounds_bytes = serde_json::Map::new();
+    for (p, pool) in pools.iter().enumerate() {
+        let members: Vec<usize> = (0..buffers.len()).filter(|&i| plan.allocations[i].pool == p).collect();
+        let bound = lower_bound(&PoolProblem::with_given_lifetimes(&buffers, &members, None), &bounds);
+        pool_lower_bounds_bytes.insert(pool.name.clone(), bound.into());
+    }
     let mut pool_sizes = serde_json::Map::new();
     for (p, size) in pools.iter().zip(&plan.pool_sizes) {
         pool_sizes.insert(p.name.clone(), (*size).into());
@@ -238,5 +251,5 @@ pub fn plan_json(text: &str, algorithm_name: &str, time_limit_ms: u64) -> Result
         .zip(&plan.allocations)
         .map(|(b, a)| AllocationJson { buffer: b.name.clone(), pool: pools[a.pool].name.clone(), offset: a.offset })
         .collect();
-    Ok(PlanJson { algorithm: plan.algorithm, pool_sizes, allocations, lower_bound_bytes })
+    Ok(PlanJson { algorithm: plan.algorithm, pool_sizes, allocations, lower_bound_bytes, pool_lower_bounds_bytes })
 }

@@ -6,6 +6,7 @@
 //! the multi-pool fallback, [`bound`] the lower bounds, [`verify`] the independent verifier.
 
 pub mod algorithms;
+mod assign;
 pub mod bound;
 pub mod extract;
 pub mod intervals;

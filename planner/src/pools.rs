@@ -1,29 +1,37 @@
-//! Spreading buffers over pools: each buffer goes to the first of its candidate pools where it
-//! fits under the pool's size hint.
+//! Spreading buffers over pools: which pool each buffer goes to and where in it, chosen
+//! together.
 //!
-//! Which pool a buffer goes to is decided cheaply, once: buffers are placed one by one (those
-//! with a single candidate first, then the largest first) at the lowest free offset (first fit)
-//! of their first candidate pool where they end under its size hint; their last candidate takes
-//! them regardless. Then the algorithm places every pool once, the budget shared by buffer
-//! count (its placement is kept unless it overflows a limit the first-fit one kept), and the
-//! decision is revised where it fell short:
-//! - only buffers without another candidate can push a pool over its limit; when the algorithm
-//!   cannot fit them either, the buffers with another candidate that stick out or conflict with
-//!   one that does move on for good (in a second round, all of them), and the pool is placed
-//!   again;
-//! - buffers that fell from a pool move back into the room the algorithm's tighter placement
-//!   leaves.
+//! The rule (the USMP seed's): **each buffer goes to the first of its candidate pools that can
+//! hold it under its size hint, given the buffers placed before it; its last candidate takes it
+//! regardless.** Fast memory is used first, and a later pool only takes what an earlier one
+//! cannot hold. Which buffers come first is free, and that is what the planner optimises: the
+//! order that gives the smallest total of the pool sizes.
 //!
-//! Every move places one buffer against those already in its new pool, so the work outside the
-//! algorithm is a few first-fit passes however many buffers move, and the algorithm runs once
-//! per pool plus at most two rounds per pool its last-choice buffers overflow.
+//! Steps:
+//! 1. A first assignment: buffers are placed one by one (those with a single candidate first,
+//!    then the largest first) at the lowest free offset (first fit) of their first candidate
+//!    pool where they end under its size hint.
+//! 2. When some buffer has a choice, a local search over that order (see [`crate::assign`]),
+//!    every pool placed again by first fit after each move, keeps moves that do not make the
+//!    plan worse: first the bytes over size hints, then the total, then the bytes in later pools.
+//! 3. The algorithm places every pool once, the budget shared by buffer count (its placement is
+//!    kept unless it overflows a limit the quick one kept), and the assignment is revised where
+//!    it fell short: only buffers without another candidate can push a pool over its limit; when
+//!    the algorithm cannot fit them either, the buffers with another candidate that stick out or
+//!    conflict with one that does move on for good (in a second round, all of them), and the
+//!    pool is placed again; buffers that fell from a pool move back into the room the
+//!    algorithm's tighter placement leaves.
+//!
+//! Every pool's placement is valid at every step, and the algorithm runs once per pool plus at
+//! most two rounds per pool its last-choice buffers overflow.
 
 use std::collections::HashMap;
 
 use crate::algorithms::Algorithm;
+use crate::assign::Assignment;
 use crate::problem::{Fit, PoolProblem, fit_offset, packed_range};
 use crate::types::{
-    Budget, BufferInfo, MAX_POOL_BYTES, Plan, PlanError, PoolAllocation, PoolInfo, check_alignment, normalized,
+    Budget, BufferInfo, MAX_POOL_BYTES, Plan, PlanError, PoolAllocation, PoolInfo, check_pool_alignment, normalized,
 };
 
 /// Candidate pool indices of every buffer, checking names and pool alignments.
@@ -33,7 +41,7 @@ pub fn resolve_candidates(buffers: &[BufferInfo], pools: &[PoolInfo]) -> Result<
         if by_name.insert(p.name.as_str(), i).is_some() {
             return Err(PlanError::DuplicatePool(p.name.clone()));
         }
-        check_alignment(p.alignment).map_err(|reason| PlanError::BadPool { pool: p.name.clone(), reason })?;
+        check_pool_alignment(p.alignment).map_err(|reason| PlanError::BadPool { pool: p.name.clone(), reason })?;
     }
     // Per pool: the last buffer listing it.
     let mut listed = vec![usize::MAX; pools.len()];
@@ -167,6 +175,11 @@ fn describe(pool: &PoolInfo, planned: Option<u64>) -> String {
 }
 
 const UNPLACED: usize = usize::MAX;
+
+/// The share of the budget the assignment search may spend; the pools' placements get the rest.
+const ASSIGNMENT_SHARE: f64 = 0.3;
+
+const ASSIGNMENT_SEED: u64 = 0x00A5_516E;
 
 /// The spread of buffers over pools while it is being decided: every placed buffer has an
 /// offset in its current candidate pool, and no two conflicting buffers of a pool overlap.
@@ -340,6 +353,17 @@ pub fn plan_pools<A: Algorithm + ?Sized>(
     };
     for k in 0..n {
         spread.place_buffer(spread.order[k]);
+    }
+    if candidates.iter().any(|c| c.len() > 1) {
+        let share = budget.share(ASSIGNMENT_SHARE);
+        let mut assignment = Assignment::new(&buffers, pools, &candidates, spread.order.clone(), &share);
+        assignment.search(ASSIGNMENT_SEED, &share);
+        spread.choice = assignment.choice;
+        spread.offset = assignment.offset;
+        for i in 0..n {
+            spread.placed_in[i] = spread.pool(i);
+        }
+        spread.real.fill(true);
     }
     for p in 0..pools.len() {
         let members = spread.members(p).len();

@@ -73,6 +73,12 @@ impl PoolProblem {
         self.sizes.is_empty()
     }
 
+    /// Work units (see [`Budget`]) of one placement of every buffer: one per buffer and one per
+    /// conflict it is placed next to.
+    pub fn placement_units(&self) -> u64 {
+        self.adj.iter().map(|a| 1 + a.len() as u64).sum()
+    }
+
     /// Largest end offset of a placement.
     pub fn peak(&self, offsets: &[u64]) -> u64 {
         offsets.iter().zip(&self.sizes).map(|(o, s)| o + s).max().unwrap_or(0)

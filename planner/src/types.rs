@@ -2,6 +2,8 @@
 //! and errors.
 
 use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// One buffer to place: an inter-operator tensor, operator scratch or a constant.
@@ -9,7 +11,8 @@ use std::time::{Duration, Instant};
 pub struct BufferInfo {
     pub name: String,
     pub size_bytes: u64,
-    /// Required alignment of the buffer's offset (a power of two).
+    /// Required alignment of the buffer's offset: any positive number (offsets are multiples of
+    /// it).
     pub alignment: u64,
     /// Indices of buffers that must not overlap this one (kept symmetric by [`normalize`]).
     pub conflicts: Vec<usize>,
@@ -108,47 +111,112 @@ impl Plan {
 /// offsets, ends and pool sizes never overflow `u64` in any algorithm.
 pub const MAX_POOL_BYTES: u64 = isize::MAX as u64;
 
-/// The largest buffer or pool alignment: the largest power of two not above [`MAX_POOL_BYTES`].
+/// The largest buffer or pool alignment (2^62).
 pub const MAX_ALIGNMENT: u64 = 1 << 62;
 
-/// How long planning may take.
-#[derive(Clone, Copy, Debug)]
+/// How much work planning may do: a count of work units — a placement of one buffer next to its
+/// conflicts, a step of a graph sweep, a node of the exact search — and, only when asked for, a
+/// wall-clock deadline.
+///
+/// Work units make planning a pure function of its input: the same problem and budget give the
+/// same plan on every run, thread count and machine (the searches that run on several threads
+/// split the budget into fixed shares before they start and combine their results in a fixed
+/// order). A deadline ([`Budget::with_time_limit_ms`]) caps the time on top of that, at the cost
+/// of reproducibility: where it cuts the search depends on the machine's speed and load.
+#[derive(Clone, Debug)]
 pub struct Budget {
-    pub deadline: Instant,
+    /// Units spent on this budget's counter, shared with the budgets [`share`](Self::share)d
+    /// from it.
+    spent: Arc<AtomicU64>,
+    /// The counter value at which the budget is exhausted.
+    limit: u64,
+    deadline: Option<Instant>,
 }
 
 impl Budget {
-    /// The planning time limit when none is given: small enough for interactive compiles,
-    /// enough for 10,000 buffers to come within 5% of the lower bound.
-    pub const DEFAULT_MILLIS: u64 = 500;
+    /// The work budget for planning a model (`heron compile`, `run`, the API): about half a
+    /// second on a 2020s core, enough for 10,000 buffers to come within 5% of the lower bound.
+    pub const DEFAULT_WORK: u64 = 50_000_000;
 
+    /// The work budget of `heron plan --buffers`, where a hard problem is the point: about half a
+    /// minute on a 2020s core (searches stop earlier when they reach the lower bound).
+    pub const PLAN_WORK: u64 = 3_000_000_000;
+
+    /// The default work budget for planning a model.
     pub fn default_limit() -> Budget {
-        Budget::millis(Budget::DEFAULT_MILLIS)
+        Budget::work(Budget::DEFAULT_WORK)
     }
 
-    /// A budget of `ms` milliseconds from now; limits beyond a century are a century (the
-    /// clock's range may end before `u64::MAX` milliseconds).
-    pub fn millis(ms: u64) -> Budget {
-        const CENTURY_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
-        Budget { deadline: Instant::now() + Duration::from_millis(ms.min(CENTURY_MS)) }
+    /// A budget of `units` work units and no deadline.
+    pub fn work(units: u64) -> Budget {
+        Budget { spent: Arc::new(AtomicU64::new(0)), limit: units, deadline: None }
     }
 
-    /// No limit to speak of (a century).
+    /// `units` of work, and a deadline `time_limit_ms` from now when one is given.
+    pub fn new(units: u64, time_limit_ms: Option<u64>) -> Budget {
+        let budget = Budget::work(units);
+        match time_limit_ms {
+            Some(ms) => budget.with_time_limit_ms(ms),
+            None => budget,
+        }
+    }
+
+    /// No limit to speak of.
     pub fn unlimited() -> Budget {
-        Budget::millis(u64::MAX)
+        Budget::work(u64::MAX)
     }
 
+    /// This budget, also ending `ms` milliseconds from now (limits beyond a century are a
+    /// century: the clock's range may end before `u64::MAX` milliseconds). Not reproducible.
+    pub fn with_time_limit_ms(self, ms: u64) -> Budget {
+        const CENTURY_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+        let end = Instant::now() + Duration::from_millis(ms.min(CENTURY_MS));
+        Budget { deadline: Some(self.deadline.map_or(end, |d| d.min(end))), ..self }
+    }
+
+    /// Records `units` of work done.
+    pub fn charge(&self, units: u64) {
+        self.spent.fetch_add(units, Ordering::Relaxed);
+    }
+
+    /// Work units spent on this budget's counter.
+    pub fn spent(&self) -> u64 {
+        self.spent.load(Ordering::Relaxed)
+    }
+
+    /// Work units left.
+    pub fn remaining(&self) -> u64 {
+        self.limit.saturating_sub(self.spent())
+    }
+
+    /// Whether the work is spent or the deadline passed.
     pub fn expired(&self) -> bool {
-        Instant::now() >= self.deadline
+        self.remaining() == 0 || self.past_deadline()
     }
 
-    pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+    /// Whether a deadline was given and has passed.
+    pub fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
-    /// A budget ending after `fraction` of the remaining time.
+    /// A budget for `fraction` of the remaining work, spent on the same counter (for work done
+    /// on this thread).
     pub fn share(&self, fraction: f64) -> Budget {
-        Budget { deadline: Instant::now() + self.remaining().mul_f64(fraction.clamp(0.0, 1.0)) }
+        let units = (self.remaining() as f64 * fraction.clamp(0.0, 1.0)) as u64;
+        Budget { spent: Arc::clone(&self.spent), limit: self.spent().saturating_add(units), deadline: self.deadline }
+    }
+
+    /// A budget for `fraction` of the remaining work on a counter of its own, for work done on
+    /// another thread: its share is fixed before it starts, whatever the other threads spend.
+    /// Charge what it spent back with [`absorb`](Self::absorb) once it is done.
+    pub fn detached(&self, fraction: f64) -> Budget {
+        let units = (self.remaining() as f64 * fraction.clamp(0.0, 1.0)) as u64;
+        Budget { spent: Arc::new(AtomicU64::new(0)), limit: units, deadline: self.deadline }
+    }
+
+    /// Charges the work a [`detached`](Self::detached) budget spent.
+    pub fn absorb(&self, detached: &Budget) {
+        self.charge(detached.spent());
     }
 }
 
@@ -278,13 +346,33 @@ fn symmetrize(buffers: &mut [BufferInfo]) {
     }
 }
 
-/// Checks a buffer's or pool's alignment: a power of two up to [`MAX_ALIGNMENT`].
+/// Checks a buffer's alignment: any positive number up to [`MAX_ALIGNMENT`] (offsets are
+/// multiples of it, whether or not it is a power of two).
 pub fn check_alignment(alignment: u64) -> Result<(), String> {
-    if !alignment.is_power_of_two() {
-        Err(format!("alignment {alignment} is not a power of two"))
+    if alignment == 0 {
+        Err("alignment must be positive".into())
     } else if alignment > MAX_ALIGNMENT {
         Err(format!("alignment {alignment} is too large (at most 2^62 = {MAX_ALIGNMENT})"))
     } else {
         Ok(())
+    }
+}
+
+/// The least common multiple of two alignments, if it is at most [`MAX_ALIGNMENT`].
+pub fn common_multiple(a: u64, b: u64) -> Option<u64> {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    (a / x.max(1)).checked_mul(b).filter(|&m| m <= MAX_ALIGNMENT)
+}
+
+/// Checks a pool's alignment, the alignment of its base address: a power of two (what memory
+/// allocators and linkers provide) up to [`MAX_ALIGNMENT`].
+pub fn check_pool_alignment(alignment: u64) -> Result<(), String> {
+    if !alignment.is_power_of_two() {
+        Err(format!("alignment {alignment} is not a power of two (a pool's base address needs one)"))
+    } else {
+        check_alignment(alignment)
     }
 }

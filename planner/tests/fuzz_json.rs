@@ -15,7 +15,7 @@
 use std::cell::Cell;
 
 use heron_planner::json::{PlanJson, parse_problem, plan_json};
-use heron_planner::{BufferInfo, Plan, PlanError, PoolAllocation, PoolInfo, registry, verify_plan};
+use heron_planner::{Budget, BufferInfo, Plan, PlanError, PoolAllocation, PoolInfo, registry, verify_plan};
 use proptest::prelude::*;
 use proptest::sample::{Index, select};
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
@@ -261,7 +261,7 @@ fn bump(c: &Cell<u64>) {
 fn check(text: &str, limit_ms: u64, tally: &Tally) -> Result<(), TestCaseError> {
     let parsed = parse_problem(text);
     for alg in registry() {
-        let result = plan_json(text, alg.name(), limit_ms);
+        let result = plan_json(text, alg.name(), &Budget::work(limit_ms * 100_000));
         bump(match &result {
             Ok(_) => &tally.plans,
             Err(PlanError::NoPoolFits { .. }) => &tally.no_fit,

@@ -25,9 +25,10 @@ fn plan_model(name: &str) -> (u64, u64) {
     flatten(&mut m);
     let problem = extract(&m, &ExtractOptions::default()).unwrap();
     let pools = vec![PoolInfo::workspace("workspace", None), PoolInfo::constant("constants", None)];
-    let plan = plan_extracted(&problem, &pools, algorithm("auto").unwrap().as_ref(), &Budget::millis(500)).unwrap();
+    let plan =
+        plan_extracted(&problem, &pools, algorithm("auto").unwrap().as_ref(), &Budget::work(50_000_000)).unwrap();
     let ws: Vec<usize> = (0..problem.buffers.len()).filter(|&i| plan.allocations[i].pool == 0).collect();
-    let lb = lower_bound(&PoolProblem::from_buffers(&problem.buffers, &ws, None), &Budget::millis(100));
+    let lb = lower_bound(&PoolProblem::from_buffers(&problem.buffers, &ws, None), &Budget::work(10_000_000));
     (plan.pool_sizes[0], lb)
 }
 

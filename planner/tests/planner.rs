@@ -20,7 +20,8 @@ fn interval_buffers(spec: &[(u64, u64, u64, u64)], pools: &[&str]) -> Vec<Buffer
         .map(|(i, &(start, len, size, align_log))| BufferInfo {
             name: format!("b{i}"),
             size_bytes: size,
-            alignment: 1 << align_log,
+            // Powers of two and others (1, 5, 4, 15, 16): any positive alignment is allowed.
+            alignment: if align_log % 2 == 0 { 1 << align_log } else { align_log * 5 },
             conflicts: problem.adj[i].iter().map(|&j| j as usize).collect(),
             pool_candidates: pools.iter().map(|s| s.to_string()).collect(),
             live_range: Some((start, start + len)),
@@ -39,12 +40,12 @@ proptest! {
         let buffers = interval_buffers(&spec, &["fast", "slow"]);
         let pools = vec![PoolInfo::workspace("fast", bounded.then_some(256)), PoolInfo::workspace("slow", None)];
         let all: Vec<usize> = (0..buffers.len()).collect();
-        let lb = lower_bound(&PoolProblem::from_buffers(&buffers, &all, None), &Budget::millis(50));
+        let lb = lower_bound(&PoolProblem::from_buffers(&buffers, &all, None), &Budget::work(5_000_000));
         let sizes: Vec<u64> = buffers.iter().map(|b| b.size_bytes).collect();
         let ivs: Vec<(u64, u64)> = buffers.iter().map(|b| b.live_range.unwrap()).collect();
         prop_assert_eq!(lb, max_load(&sizes, &ivs));
         for alg in registry() {
-            let plan = alg.plan(&buffers, &pools, &Budget::millis(20)).unwrap();
+            let plan = alg.plan(&buffers, &pools, &Budget::work(2_000_000)).unwrap();
             if let Err(e) = verify_plan(&buffers, &pools, &plan) {
                 return Err(TestCaseError::fail(format!("{}: {e:?}", alg.name())));
             }
@@ -76,9 +77,9 @@ proptest! {
         let mut sym = buffers.clone();
         heron_planner::normalize(&mut sym).unwrap();
         let all: Vec<usize> = (0..n).collect();
-        let lb = lower_bound(&PoolProblem::from_buffers(&sym, &all, None), &Budget::millis(50));
+        let lb = lower_bound(&PoolProblem::from_buffers(&sym, &all, None), &Budget::work(5_000_000));
         for alg in registry() {
-            let plan = alg.plan(&buffers, &pools, &Budget::millis(20)).unwrap();
+            let plan = alg.plan(&buffers, &pools, &Budget::work(2_000_000)).unwrap();
             if let Err(e) = verify_plan(&sym, &pools, &plan) {
                 return Err(TestCaseError::fail(format!("{}: {e:?}", alg.name())));
             }
@@ -116,14 +117,14 @@ fn broken_plans_are_rejected() {
 fn exact_search_finds_the_minimalloc_example_optimum() {
     // MiniMalloc's input.12.csv: capacity 12 is tight.
     let p = PoolProblem::from_intervals(vec![4, 4, 4, 4, 4], vec![(0, 3), (3, 9), (0, 9), (9, 21), (0, 21)], None);
-    match decide(&p, 12, &Budget::millis(1000)) {
+    match decide(&p, 12, &Budget::work(100_000_000)) {
         Decision::Feasible(o) => {
             assert!(p.is_valid(&o));
             assert!(p.peak(&o) <= 12);
         }
         other => panic!("expected a placement, got {other:?}"),
     }
-    assert_eq!(decide(&p, 11, &Budget::millis(1000)), Decision::Infeasible);
+    assert_eq!(decide(&p, 11, &Budget::work(100_000_000)), Decision::Infeasible);
 }
 
 /// Brute force: the best first-fit placement over all orders (first fit over all orders reaches
@@ -156,26 +157,26 @@ proptest! {
         let mut p = PoolProblem::from_intervals(spec.iter().map(|s| s.2).collect(), spec.iter().map(|s| (s.0, s.0 + s.1)).collect(), None);
         p.aligns = spec.iter().map(|s| 1 << s.3).collect();
         let optimum = brute_force_optimum(&p);
-        let exact = heron_planner::algorithm("exact").unwrap().place(&p, &Budget::millis(500));
+        let exact = heron_planner::algorithm("exact").unwrap().place(&p, &Budget::work(50_000_000));
         prop_assert!(p.is_valid(&exact));
         prop_assert_eq!(p.peak(&exact), optimum);
-        prop_assert_eq!(decide(&p, optimum - 1, &Budget::millis(500)), Decision::Infeasible);
+        prop_assert_eq!(decide(&p, optimum - 1, &Budget::work(50_000_000)), Decision::Infeasible);
         // The same problem given by its conflicts only (lifetimes recovered, as from JSON).
         let mut graph = p.clone();
         graph.intervals = heron_planner::intervals::recover_intervals(&graph.adj, &Budget::unlimited());
         prop_assert!(graph.intervals.is_some());
-        match decide(&graph, optimum, &Budget::millis(500)) {
+        match decide(&graph, optimum, &Budget::work(50_000_000)) {
             Decision::Feasible(o) => prop_assert!(p.is_valid(&o) && p.peak(&o) <= optimum),
             other => prop_assert!(false, "expected a placement at the optimum, got {:?}", other),
         }
-        prop_assert_eq!(decide(&graph, optimum - 1, &Budget::millis(500)), Decision::Infeasible);
+        prop_assert_eq!(decide(&graph, optimum - 1, &Budget::work(50_000_000)), Decision::Infeasible);
     }
 }
 
 #[test]
 fn json_interface_matches_the_documented_example() {
     let text = r#"{"pools":[{"name":"sram","size_hint_bytes":1024},{"name":"dram","size_hint_bytes":null}], "buffers":[{"name":"a","size_bytes":640,"alignment":16,"conflicts":["b"],"pool_candidates":["sram","dram"]},{"name":"b","size_bytes":512,"alignment":64,"conflicts":[],"pool_candidates":["sram","dram"]}]}"#;
-    let plan = plan_json(text, "auto", 100).unwrap();
+    let plan = plan_json(text, "auto", &Budget::work(10_000_000)).unwrap();
     let json = serde_json::to_value(&plan).unwrap();
     assert_eq!(json["lower_bound_bytes"], 1152);
     let sizes = &json["pool_sizes"];
@@ -205,8 +206,12 @@ fn json_interface_rejects_bad_input_clearly() {
             "size_bytes -4 is negative",
         ),
         (
-            r#"{"pools":[{"name":"p"}],"buffers":[{"name":"a","size_bytes":8,"alignment":12,"pool_candidates":["p"]}]}"#,
-            "not a power of two",
+            r#"{"pools":[{"name":"p","alignment":12}],"buffers":[{"name":"a","size_bytes":8,"pool_candidates":["p"]}]}"#,
+            "pool 'p': alignment 12 is not a power of two",
+        ),
+        (
+            r#"{"pools":[{"name":"p"}],"buffers":[{"name":"a","size_bytes":8,"alignment":0,"pool_candidates":["p"]}]}"#,
+            "alignment must be positive",
         ),
         (r#"{"pools":[{"name":"p"},{"name":"p"}],"buffers":[]}"#, "pool 'p' is defined twice"),
         (
@@ -219,12 +224,12 @@ fn json_interface_rejects_bad_input_clearly() {
         ),
     ];
     for (text, needle) in cases {
-        let err = plan_json(text, "auto", 50).map(|_| ()).unwrap_err().to_string();
+        let err = plan_json(text, "auto", &Budget::work(5_000_000)).map(|_| ()).unwrap_err().to_string();
         assert!(err.contains(needle), "{text}: {err}");
     }
     // With a fallback pool, a buffer too big for the first is no error.
     let ok = r#"{"pools":[{"name":"p","size_hint_bytes":100},{"name":"q"}],"buffers":[{"name":"big","size_bytes":200,"pool_candidates":["p","q"]}]}"#;
-    assert!(plan_json(ok, "auto", 50).is_ok());
+    assert!(plan_json(ok, "auto", &Budget::work(5_000_000)).is_ok());
 }
 
 proptest! {
@@ -285,7 +290,7 @@ func @main(%x: f32[4], %z: f32[4]) {
     fn buffers_go_only_to_pools_their_targets_reach() {
         let m = parse_module(TEXT).unwrap();
         let pools = [pool("vta_only", &[("vta", Access::ReadWrite)]), pool("host", &[("cpu", Access::ReadWrite)])];
-        let planned = plan_module(&m, &pools, "auto", &Budget::millis(100)).unwrap();
+        let planned = plan_module(&m, &pools, "auto", &Budget::work(10_000_000)).unwrap();
         assert_eq!(planned.problem.targets[0], vec!["cpu".to_string()]);
         assert_eq!(planned.problem.buffers[0].pool_candidates, vec!["host".to_string()]);
         assert_eq!(planned.plan.allocations[0].pool, 1, "placed in the pool the CPU can write");
@@ -296,9 +301,31 @@ func @main(%x: f32[4], %z: f32[4]) {
         let m = parse_module(TEXT).unwrap();
         for targets in [&[("vta", Access::ReadWrite)][..], &[("cpu", Access::ReadOnly)][..]] {
             let pools = [pool("p", targets)];
-            let err = plan_module(&m, &pools, "auto", &Budget::millis(100)).map(|_| ()).unwrap_err();
+            let err = plan_module(&m, &pools, "auto", &Budget::work(10_000_000)).map(|_| ()).unwrap_err();
             assert!(matches!(err, PlanError::NoPoolForTargets { .. }), "{err}");
             assert!(err.to_string().contains("buffer 't' is written by target(s) cpu"), "{err}");
         }
     }
+}
+
+#[test]
+fn alignments_need_not_be_powers_of_two() {
+    // As XLA's heap simulator allows: offsets are multiples of 20 (or 3, or 7).
+    let text = r#"{"pools":[{"name":"p"}],"buffers":[
+        {"name":"a","size_bytes":30,"alignment":20,"pool_candidates":["p"]},
+        {"name":"b","size_bytes":10,"alignment":20,"conflicts":["a"],"pool_candidates":["p"]},
+        {"name":"c","size_bytes":7,"alignment":3,"conflicts":["a","b"],"pool_candidates":["p"]},
+        {"name":"d","size_bytes":5,"alignment":7,"conflicts":["c"],"pool_candidates":["p"]}]}"#;
+    for alg in registry() {
+        let plan = plan_json(text, alg.name(), &Budget::work(5_000_000)).unwrap();
+        let offset = |name: &str| plan.allocations.iter().find(|a| a.buffer == name).unwrap().offset;
+        for (name, alignment) in [("a", 20), ("b", 20), ("c", 3), ("d", 7)] {
+            assert_eq!(offset(name) % alignment, 0, "{}: {name} at {}", alg.name(), offset(name));
+        }
+        // a and b need 30 + 10 bytes at multiples of 20: 50 at best (b at 0, a at 20).
+        assert!(plan.pool_sizes["p"].as_u64().unwrap() >= 50, "{}", alg.name());
+    }
+    // The optimum: b at 0, a at 20, c in the gap at 12 (a multiple of 3 ending by 20), d at 0.
+    let exact = plan_json(text, "exact", &Budget::work(5_000_000)).unwrap();
+    assert_eq!(exact.pool_sizes["p"].as_u64().unwrap(), 50);
 }

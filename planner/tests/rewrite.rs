@@ -30,7 +30,7 @@ fn check_planned(g: &Graph, inputs: &[Tensor], pools: Vec<PoolInfo>, alg: &str) 
         pools.iter().filter(|p| p.kind == heron_planner::PoolKind::Workspace).map(|p| p.name.clone()).collect();
     let opts = ExtractOptions { workspace_pools: ws, ..Default::default() };
     let problem = extract(&m, &opts).unwrap();
-    let plan = plan_extracted(&problem, &pools, algorithm(alg).unwrap().as_ref(), &Budget::millis(200)).unwrap();
+    let plan = plan_extracted(&problem, &pools, algorithm(alg).unwrap().as_ref(), &Budget::work(20_000_000)).unwrap();
     verify_plan(&problem.buffers, &pools, &plan).unwrap();
     let r = rewrite(&m, &problem, &pools, &plan).unwrap();
     verify_module(&r.module).unwrap();
@@ -111,7 +111,7 @@ fn a_plan_ignoring_implied_conflicts_is_refused() {
     let problem = extract(&m, &ExtractOptions::default()).unwrap();
     assert!(problem.implied.iter().filter(|&&i| i).count() >= 2, "mlp's constants");
     let pools = default_pools();
-    let naive = algorithm("greedy_by_size").unwrap().plan(&problem.buffers, &pools, &Budget::millis(100)).unwrap();
+    let naive = algorithm("greedy_by_size").unwrap().plan(&problem.buffers, &pools, &Budget::work(10_000_000)).unwrap();
     let Err(err) = rewrite(&m, &problem, &pools, &naive) else {
         panic!("a plan that breaks implied conflicts must be refused")
     };

@@ -47,7 +47,12 @@ pub struct CompileOptions {
     pub vectorize: bool,
     /// Planning algorithm (see `heron_planner::registry`).
     pub planner: String,
-    pub planner_time_limit_ms: u64,
+    /// Planning work budget in work units (see `heron_planner::Budget`): plans, and so the
+    /// compiled code, are the same on every run and machine.
+    pub planner_work: u64,
+    /// Also stop planning after this many milliseconds. Not reproducible: where the clock cuts
+    /// the search depends on the machine's speed and load.
+    pub planner_time_limit_ms: Option<u64>,
     /// Memory pools, most preferred first; empty means one unbounded workspace pool and one
     /// constant pool.
     pub pools: Vec<PoolInfo>,
@@ -75,7 +80,8 @@ impl Default for CompileOptions {
             opt_level: OptLevel::default(),
             vectorize: true,
             planner: "auto".into(),
-            planner_time_limit_ms: Budget::DEFAULT_MILLIS,
+            planner_work: Budget::DEFAULT_WORK,
+            planner_time_limit_ms: None,
             pools: Vec::new(),
             limits: Limits::DEFAULT,
             guard_pages: GuardPages::from_env(),
@@ -232,6 +238,7 @@ impl CompileOptions {
             limits: self.limits,
             pools: self.pools.clone(),
             planner: self.planner.clone(),
+            planner_work: self.planner_work,
             planner_time_limit_ms: self.planner_time_limit_ms,
             vta: self.vta,
         }

@@ -125,6 +125,26 @@ impl TargetFlags {
     }
 }
 
+/// How much work memory planning may do.
+#[derive(clap::Args)]
+struct EffortFlags {
+    /// Planning work budget in work units (buffer placements, search nodes): plans are the same
+    /// on every run and machine. Default: 3e9 for `plan --buffers` (about half a minute at most;
+    /// searches stop at the lower bound), 5e7 when planning a model (about half a second).
+    #[arg(long, value_name = "UNITS")]
+    work: Option<u64>,
+    /// Also stop planning after this many milliseconds. Plans then depend on the machine's speed
+    /// and load: not reproducible.
+    #[arg(long, value_name = "MS")]
+    time_limit_ms: Option<u64>,
+}
+
+impl EffortFlags {
+    fn budget(&self, default_work: u64) -> heron_planner::Budget {
+        heron_planner::Budget::new(self.work.unwrap_or(default_work), self.time_limit_ms)
+    }
+}
+
 /// Size limits (and, for commands that run models, guard pages), as every command taking a
 /// model accepts them.
 #[derive(clap::Args)]
@@ -294,9 +314,8 @@ enum Command {
         /// Planning algorithm (see `heron plan`).
         #[arg(long, default_value = "auto")]
         algorithm: String,
-        /// Time budget for planning.
-        #[arg(long, default_value_t = heron_planner::Budget::DEFAULT_MILLIS)]
-        time_limit_ms: u64,
+        #[command(flatten)]
+        effort: EffortFlags,
         /// `--target vta`: the object runs its int8 regions through libheron_vta.a's sessions
         /// (see include/heron_vta.h); its VTA pools are always provided by the caller.
         #[command(flatten)]
@@ -373,9 +392,8 @@ enum Command {
         /// Planning algorithm (auto, greedy_by_size, greedy_by_conflicts, hill_climb, best_fit, exact).
         #[arg(long, default_value = "auto")]
         algorithm: String,
-        /// Time budget for planning.
-        #[arg(long, default_value_t = heron_planner::Budget::DEFAULT_MILLIS)]
-        time_limit_ms: u64,
+        #[command(flatten)]
+        effort: EffortFlags,
         #[command(flatten)]
         limits: LimitFlags,
     },
@@ -488,12 +506,11 @@ fn main() -> ExitCode {
             embed_workspace,
             target_cpu,
             algorithm,
-            time_limit_ms,
+            effort,
             target,
             limits,
         } => {
-            let opts =
-                CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, time_limit_ms, target, limits };
+            let opts = CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, effort, target, limits };
             compile(&model, &output, &opts)
         }
         Command::Quantize { model, output, calibration, per_channel, skip, global_scale, percentile, scales } => {
@@ -509,10 +526,10 @@ fn main() -> ExitCode {
             };
             quantize(&model, &output, &calibration, &options)
         }
-        Command::Plan { model, buffers, pools, svg, algorithm, time_limit_ms, limits } => match (model, buffers) {
-            (_, Some(buffers)) => plan_buffers(&buffers, &algorithm, time_limit_ms),
+        Command::Plan { model, buffers, pools, svg, algorithm, effort, limits } => match (model, buffers) {
+            (_, Some(buffers)) => plan_buffers(&buffers, &algorithm, &effort.budget(heron_planner::Budget::PLAN_WORK)),
             (Some(model), None) => {
-                let opts = PlanOptions { pools, svg, algorithm, time_limit_ms, limits };
+                let opts = PlanOptions { pools, svg, algorithm, effort, limits };
                 plan_model(&model, &opts)
             }
             (None, None) => Err(anyhow::anyhow!("give a MODEL or --buffers FILE.json")),
@@ -727,9 +744,9 @@ fn lower(path: &Path, stage: Stage, full_constants: bool, target: &TargetFlags, 
     Ok(())
 }
 
-fn plan_buffers(path: &Path, algorithm: &str, time_limit_ms: u64) -> Result<()> {
+fn plan_buffers(path: &Path, algorithm: &str, budget: &heron_planner::Budget) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let plan = heron_planner::json::plan_json(&text, algorithm, time_limit_ms)?;
+    let plan = heron_planner::json::plan_json(&text, algorithm, budget)?;
     println!("{}", serde_json::to_string(&plan)?);
     Ok(())
 }
@@ -738,7 +755,7 @@ struct PlanOptions {
     pools: PoolFlags,
     svg: Option<PathBuf>,
     algorithm: String,
-    time_limit_ms: u64,
+    effort: EffortFlags,
     limits: LimitFlags,
 }
 
@@ -747,7 +764,7 @@ fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
     let pools = opts.pools.pools()?;
     let problem = heron_planner::extract::extract_for_pools(&module, &pools)?;
     let alg = heron_planner::algorithm(&opts.algorithm)?;
-    let budget = heron_planner::Budget::millis(opts.time_limit_ms);
+    let budget = opts.effort.budget(heron_planner::Budget::DEFAULT_WORK);
     let plan = heron_planner::plan_extracted(&problem, &pools, alg.as_ref(), &budget)?;
     println!("memory plan of {} ({} buffers, algorithm {})", path.display(), problem.buffers.len(), plan.algorithm);
     for (p, pool) in pools.iter().enumerate() {
@@ -759,7 +776,7 @@ fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
             heron_planner::bound::max_load(&sizes, &ranges)
         } else {
             let sub = heron_planner::PoolProblem::from_buffers(&problem.buffers, &members, None);
-            heron_planner::bound::lower_bound(&sub, &heron_planner::Budget::millis(100))
+            heron_planner::bound::lower_bound(&sub, &heron_planner::Budget::work(heron_planner::json::BOUND_WORK))
         };
         let ratio = if lb == 0 { 1.0 } else { plan.pool_sizes[p] as f64 / lb as f64 };
         let hint = pool.size_hint_bytes.map_or("unbounded".to_string(), |h| format!("limit {h}"));
@@ -788,7 +805,7 @@ struct CompileFlags {
     embed_workspace: bool,
     target_cpu: heron_jit::isa::TargetCpu,
     algorithm: String,
-    time_limit_ms: u64,
+    effort: EffortFlags,
     target: TargetFlags,
     limits: LimitFlags,
 }
@@ -798,7 +815,8 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
     let model = flags.limits.load(path)?;
     let options = CompileOptions {
         planner: flags.algorithm.clone(),
-        planner_time_limit_ms: flags.time_limit_ms,
+        planner_work: flags.effort.work.unwrap_or(heron_planner::Budget::DEFAULT_WORK),
+        planner_time_limit_ms: flags.effort.time_limit_ms,
         pools: flags.pools.pools()?,
         limits: flags.limits.limits(),
         vta: flags.target.vta()?,

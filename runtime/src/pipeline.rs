@@ -53,7 +53,12 @@ pub struct PipelineOptions {
     pub pools: Vec<PoolInfo>,
     /// Planning algorithm (see `heron_planner::registry`).
     pub planner: String,
-    pub planner_time_limit_ms: u64,
+    /// Planning work budget in work units (see `heron_planner::Budget`): plans, and so the
+    /// compiled code, are the same on every run and machine.
+    pub planner_work: u64,
+    /// Also stop planning after this many milliseconds. Not reproducible: where the clock cuts
+    /// the search depends on the machine's speed and load.
+    pub planner_time_limit_ms: Option<u64>,
     /// Offload int8 regions to VTA with this hardware configuration (`None`: CPU only).
     pub vta: Option<HwConfig>,
 }
@@ -64,7 +69,8 @@ impl Default for PipelineOptions {
             limits: Limits::DEFAULT,
             pools: Vec::new(),
             planner: "auto".into(),
-            planner_time_limit_ms: Budget::DEFAULT_MILLIS,
+            planner_work: Budget::DEFAULT_WORK,
+            planner_time_limit_ms: None,
             vta: None,
         }
     }
@@ -190,7 +196,7 @@ impl Pipeline {
     /// limit.
     pub fn plan(&self, flat: &Module) -> Result<Planned, RuntimeError> {
         let start = Instant::now();
-        let budget = Budget::millis(self.options.planner_time_limit_ms);
+        let budget = Budget::new(self.options.planner_work, self.options.planner_time_limit_ms);
         let planned = heron_planner::plan_module(flat, &self.pools(), &self.options.planner, &budget)?;
         let planning = start.elapsed();
         let rewritten = &planned.rewritten;

@@ -116,6 +116,8 @@ fn hottest_load(sizes: &[u64], intervals: &[(u64, u64)]) -> Vec<u64> {
 /// their relative order), until `PATIENCE` rounds bring nothing or the peak reaches `floor`.
 fn squeaky_wheel(p: &PoolProblem, start: Start, floor: u64, budget: &Budget) -> (Vec<usize>, Vec<u64>, u64) {
     let mut order = start.order;
+    let units = p.placement_units();
+    budget.charge(units);
     let (mut best_offsets, mut best_peak) = place_in_order(p, &order, start.fit);
     let mut best_order = order.clone();
     let (mut offsets, mut peak) = (best_offsets.clone(), best_peak);
@@ -125,6 +127,7 @@ fn squeaky_wheel(p: &PoolProblem, start: Start, floor: u64, budget: &Budget) -> 
         let (mut high, low): (Vec<usize>, Vec<usize>) = order.iter().partition(|&&i| offsets[i] + p.sizes[i] > line);
         high.extend(low);
         order = high;
+        budget.charge(units);
         (offsets, peak) = place_in_order(p, &order, start.fit);
         if peak < best_peak {
             (best_order, best_offsets, best_peak) = (order.clone(), offsets.clone(), peak);
@@ -136,12 +139,14 @@ fn squeaky_wheel(p: &PoolProblem, start: Start, floor: u64, budget: &Budget) -> 
     (best_order, best_offsets, best_peak)
 }
 
-/// Runs `job` on every item on all cores; items not started when the budget ends are skipped
-/// (the first one per core always runs, so there is a result whatever the budget). Results come
-/// in item order, whichever core finished first.
-fn run_parallel<T: Send, R: Send>(items: Vec<T>, budget: &Budget, job: impl Fn(T) -> R + Sync) -> Vec<R> {
+/// Runs `job` on every item on all cores, each with an equal share of the budget fixed before
+/// any starts (so what one finds does not depend on how fast the others run). Results come in
+/// item order, whichever core finished first.
+fn run_parallel<T: Send, R: Send>(items: Vec<T>, budget: &Budget, job: impl Fn(T, &Budget) -> R + Sync) -> Vec<R> {
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(items.len()).max(1);
-    let items: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let share = 1.0 / items.len().max(1) as f64;
+    let items: Vec<Mutex<Option<(T, Budget)>>> =
+        items.into_iter().map(|t| Mutex::new(Some((t, budget.detached(share))))).collect();
     let next = AtomicUsize::new(0);
     let results = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -149,19 +154,25 @@ fn run_parallel<T: Send, R: Send>(items: Vec<T>, budget: &Budget, job: impl Fn(T
             scope.spawn(|| {
                 loop {
                     let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= items.len() || (k >= workers && budget.expired()) {
+                    if k >= items.len() {
                         break;
                     }
-                    let item = items[k].lock().expect("unpoisoned").take().expect("taken once");
-                    let r = job(item);
-                    results.lock().expect("unpoisoned").push((k, r));
+                    let (item, share) = items[k].lock().expect("unpoisoned").take().expect("taken once");
+                    let r = job(item, &share);
+                    results.lock().expect("unpoisoned").push((k, r, share));
                 }
             });
         }
     });
     let mut results = results.into_inner().expect("unpoisoned");
-    results.sort_by_key(|&(k, _)| k);
-    results.into_iter().map(|(_, r)| r).collect()
+    results.sort_by_key(|&(k, _, _)| k);
+    results
+        .into_iter()
+        .map(|(_, r, share)| {
+            budget.absorb(&share);
+            r
+        })
+        .collect()
 }
 
 impl Algorithm for BestFit {
@@ -174,9 +185,9 @@ impl Algorithm for BestFit {
             return offsets;
         }
         let floor = lower_bound(p, &budget.share(0.05));
-        let results = run_parallel(starts(p), budget, |s| {
+        let results = run_parallel(starts(p), &budget.share(0.5), |s, share| {
             let fit = s.fit;
-            (squeaky_wheel(p, s, floor, budget), fit)
+            (squeaky_wheel(p, s, floor, share), fit)
         });
         let ((order, offsets, peak), fit) =
             results.into_iter().min_by_key(|((_, _, peak), _)| *peak).expect("at least one ordering");
@@ -239,10 +250,12 @@ pub(crate) fn improve_order(
         return offsets;
     }
     let mut rng = Rng::new(search.seed);
+    let units = p.placement_units();
     for _ in 0..search.max_steps {
         if budget.expired() || peak <= search.floor {
             break;
         }
+        budget.charge(units);
         let (a, b) = (rng.below(order.len()), rng.below(order.len()));
         let mut trial = order.clone();
         if !search.inserts || rng.next_u64() & 1 == 0 {

@@ -27,12 +27,12 @@
 //! family of attempts uses fixed orders (buffers of the fullest sections first); the other
 //! learns (as SAT solvers' VSIDS does): every section that fails a bound gains weight, recent
 //! failures more, and buffers of heavy sections are tried first. The families run side by side
-//! on two cores. Measured on MiniMalloc's challenging instances, given only their conflicts and
+//! on two threads, in rounds of one restart each, so the outcome is the same on any machine. Measured on MiniMalloc's challenging instances, given only their conflicts and
 //! with buffer names shuffled, the learned family decides the ones the fixed orders get lost on
 //! within seconds.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::mpsc;
 
 use crate::problem::{PoolProblem, Rng};
 use crate::types::Budget;
@@ -81,6 +81,10 @@ const LEARNED_ORDERS: [[Key; 3]; 4] = [
 
 /// Node limit of a restart: this many nodes per buffer times the Luby sequence.
 const RESTART_NODES_PER_BUFFER: u64 = 2;
+
+/// Work units of a search node (see [`Budget`]): about as long as placing this many buffers
+/// next to their conflicts.
+pub const NODE_UNITS: u64 = 1000;
 
 /// Growth of a section failure's weight from one restart to the next (VSIDS-style decay:
 /// recent failures count more). Measured on MiniMalloc's instances: 1.4-1.7 decide all within
@@ -271,9 +275,8 @@ struct Solver<'a> {
     counts: Vec<u32>,
     memory: &'a mut Memory,
     nodes_left: u64,
+    /// Consulted only for its deadline: the node limit is the work budget.
     budget: &'a Budget,
-    /// Set when another family has decided.
-    done: &'a AtomicBool,
 }
 
 impl Solver<'_> {
@@ -282,7 +285,7 @@ impl Solver<'_> {
             return true;
         }
         self.nodes_left -= 1;
-        if self.nodes_left.is_multiple_of(256) && (self.budget.expired() || self.done.load(AtomicOrdering::Relaxed)) {
+        if self.nodes_left.is_multiple_of(256) && self.budget.past_deadline() {
             self.nodes_left = 0;
             return true;
         }
@@ -659,7 +662,6 @@ impl Prepared {
         nodes: u64,
         memory: &'a mut Memory,
         budget: &'a Budget,
-        done: &'a AtomicBool,
     ) -> Solver<'a> {
         Solver {
             p,
@@ -683,14 +685,15 @@ impl Prepared {
             memory,
             nodes_left: nodes,
             budget,
-            done,
         }
     }
 }
 
 /// Is there a placement of `p` (which must have intervals) within `capacity`? The two families
-/// of attempts search side by side (on two threads when there are two cores) until one decides
-/// or the budget ends.
+/// of attempts search in rounds, each round one restart of each family (on two threads), until
+/// one decides or the budget ends. A round's node limits are fixed before it starts and its
+/// outcomes are taken in family order, so the decision does not depend on which thread is
+/// faster or how many cores there are.
 pub fn decide(p: &PoolProblem, capacity: u64, budget: &Budget) -> Decision {
     let intervals = p.intervals.as_ref().expect("the exact search needs lifetimes");
     if p.is_empty() {
@@ -703,63 +706,80 @@ pub fn decide(p: &PoolProblem, capacity: u64, budget: &Budget) -> Decision {
     if prep.total.iter().any(|&t| t > capacity) {
         return Decision::Infeasible;
     }
-    let families: Vec<Vec<[Key; 3]>> = if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
-        vec![FIXED_ORDERS.to_vec(), LEARNED_ORDERS.to_vec()]
-    } else {
-        vec![FIXED_ORDERS.iter().zip(&LEARNED_ORDERS).flat_map(|(a, b)| [*a, *b]).collect()]
-    };
-    let done = AtomicBool::new(false);
-    let decisions: Vec<Decision> = std::thread::scope(|scope| {
-        let handles: Vec<_> = families
-            .iter()
+    std::thread::scope(|scope| {
+        let families: Vec<(mpsc::Sender<u64>, mpsc::Receiver<Attempt>)> = [&FIXED_ORDERS, &LEARNED_ORDERS]
+            .into_iter()
             .map(|orders| {
-                let (prep, done) = (&prep, &done);
+                let (go, rounds) = mpsc::channel::<u64>();
+                let (report, outcomes) = mpsc::channel();
+                let prep = &prep;
                 std::thread::Builder::new()
                     .stack_size(SEARCH_STACK_BYTES)
-                    .spawn_scoped(scope, move || {
-                        let decision = restarts(prep, p, capacity, budget, done, orders);
-                        if decision != Decision::Unknown {
-                            done.store(true, AtomicOrdering::Relaxed);
-                        }
-                        decision
-                    })
-                    .expect("a search thread starts")
+                    .spawn_scoped(scope, move || family(prep, p, capacity, budget, orders, rounds, report))
+                    .expect("a search thread starts");
+                (go, outcomes)
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("the search thread does not panic")).collect()
-    });
-    decisions.into_iter().find(|d| *d != Decision::Unknown).unwrap_or(Decision::Unknown)
+        for round in 1u64.. {
+            let nodes_left = budget.remaining() / NODE_UNITS / families.len() as u64;
+            if nodes_left == 0 || budget.past_deadline() {
+                break;
+            }
+            let nodes = (RESTART_NODES_PER_BUFFER * p.len() as u64).saturating_mul(luby(round)).min(nodes_left);
+            for (go, _) in &families {
+                go.send(nodes).expect("the search thread waits for rounds");
+            }
+            let attempts: Vec<Attempt> =
+                families.iter().map(|(_, outcomes)| outcomes.recv().expect("the search thread reports")).collect();
+            for attempt in &attempts {
+                budget.charge(attempt.nodes.saturating_mul(NODE_UNITS));
+            }
+            if let Some(decided) = attempts.into_iter().find_map(|a| a.decision) {
+                return decided;
+            }
+        }
+        Decision::Unknown
+    })
 }
 
-/// One family's attempts: its orders in turn, with Luby-sequence node limits and a shared
-/// memory.
-fn restarts(
+/// One restart's outcome: the decision, if it reached one, and the nodes it searched.
+struct Attempt {
+    decision: Option<Decision>,
+    nodes: u64,
+}
+
+/// One family's attempts, one per round (the node limit arrives on `rounds`; the family ends when
+/// the channel closes): its orders in turn, with a memory shared across its attempts.
+fn family(
     prep: &Prepared,
     p: &PoolProblem,
     capacity: u64,
     budget: &Budget,
-    done: &AtomicBool,
     orders: &[[Key; 3]],
-) -> Decision {
+    rounds: mpsc::Receiver<u64>,
+    report: mpsc::Sender<Attempt>,
+) {
     let mut memory = Memory::new(prep.sec.len());
-    for attempt in 0u64.. {
-        if budget.expired() || done.load(AtomicOrdering::Relaxed) {
-            return Decision::Unknown;
-        }
-        let order = orders[attempt as usize % orders.len()];
-        let root = prep.root(p, order, attempt, &memory.weight);
-        let nodes = RESTART_NODES_PER_BUFFER * p.len() as u64 * luby(attempt + 1);
-        let mut solver = prep.solver(p, capacity, nodes, &mut memory, budget, done);
-        match solver.solve_split(&root) {
+    for (attempt, nodes) in rounds.iter().enumerate() {
+        let order = orders[attempt % orders.len()];
+        let root = prep.root(p, order, attempt as u64, &memory.weight);
+        let mut solver = prep.solver(p, capacity, nodes, &mut memory, budget);
+        let decision = match solver.solve_split(&root) {
             Status::Found => {
                 debug_assert!(p.is_valid(&solver.solution) && p.peak(&solver.solution) <= capacity);
-                return Decision::Feasible(solver.solution);
+                Some(Decision::Feasible(std::mem::take(&mut solver.solution)))
             }
-            Status::NotFound => return Decision::Infeasible,
-            Status::Stopped => memory.age(),
+            Status::NotFound => Some(Decision::Infeasible),
+            Status::Stopped => None,
+        };
+        let searched = nodes - solver.nodes_left;
+        if decision.is_none() {
+            memory.age();
+        }
+        if report.send(Attempt { decision, nodes: searched }).is_err() {
+            return;
         }
     }
-    unreachable!("attempts only end by returning")
 }
 
 /// The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, ... (restart lengths within a constant factor of

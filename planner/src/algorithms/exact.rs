@@ -20,9 +20,9 @@ impl Algorithm for Exact {
     }
 
     fn place(&self, p: &PoolProblem, budget: &Budget) -> Vec<u64> {
-        // The exact search needs time for at least a few restarts; when the budget cannot pay
-        // for them, the heuristics get everything.
-        let restarts = std::time::Duration::from_millis(20 + p.len() as u64 / 2);
+        // The exact search needs work for at least a few rounds of restarts; when the budget
+        // cannot pay for them, the heuristics get everything.
+        let restarts = 64 * p.len() as u64 * canonical::NODE_UNITS;
         // When every buffer conflicts with every other (a constant pool), placements are
         // stacking orders and the bound is missed only by alignment padding, which the
         // heuristics handle exactly.

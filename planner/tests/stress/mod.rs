@@ -124,6 +124,31 @@ pub fn clique_problem(pools: Pools<'_>, n: usize, seed: u64) -> String {
     problem_json(pools, &buffers)
 }
 
+/// TVM's bounded-pool problem (`test_bounded` of its hill-climb tests), generalised: `n` buffers
+/// of 1 B to 64 KiB, each picking `partners` random other buffers to conflict with; alignments
+/// of 1 to 24 bytes, powers of two or not.
+pub fn random_conflicts(pools: Pools<'_>, n: usize, partners: usize, seed: u64) -> String {
+    let mut rng = Rng::new(seed);
+    let mut conflicts = vec![std::collections::BTreeSet::new(); n];
+    for i in 0..n {
+        for _ in 0..partners {
+            let j = (i + 1 + rng.below(n - 1)) % n;
+            conflicts[i].insert(j);
+            conflicts[j].insert(i);
+        }
+    }
+    let buffers: Vec<Buffer> = conflicts
+        .into_iter()
+        .map(|c| Buffer {
+            size: 1 + rng.below(65_534) as u64,
+            alignment: 1 + rng.below(24) as u64,
+            conflicts: c.into_iter().collect(),
+            live_range: None,
+        })
+        .collect();
+    problem_json(pools, &buffers)
+}
+
 /// A named problem of the stress set.
 pub struct Stress {
     pub name: &'static str,
@@ -137,10 +162,12 @@ pub fn stress_set(scale: f64) -> Vec<Stress> {
     let n = |full: usize| ((full as f64 * scale) as usize).max(2);
     let two: Pools<'_> = &[("fast", Some(1 << 20)), ("slow", None)];
     let one: Pools<'_> = &[("ws", None)];
+    let bounded: Pools<'_> = &[("default", Some(65_535)), ("slow", None)];
     let lifetime = |pools, full, overlap, live, seed, size| lifetime_problem(pools, n(full), overlap, live, seed, size);
     vec![
         Stress { name: "fallback2000_conflicts", json: lifetime(two, 2_000, 40, false, 7, small) },
         Stress { name: "fallback2000_live", json: lifetime(two, 2_000, 40, true, 7, small) },
+        Stress { name: "bounded150_random_conflicts", json: random_conflicts(bounded, 150, 1, 5) },
         Stress { name: "clique3000", json: clique_problem(one, n(3_000), 3) },
         Stress { name: "clique3000_two_pools", json: clique_problem(two, n(3_000), 3) },
         Stress { name: "n100k_live", json: lifetime(one, 100_000, 20, true, 11, small) },
