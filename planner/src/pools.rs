@@ -351,10 +351,13 @@ pub fn plan_pools<A: Algorithm + ?Sized>(
         order,
         busy: Vec::new(),
     };
-    for k in 0..n {
-        spread.place_buffer(spread.order[k]);
-    }
-    if candidates.iter().any(|c| c.len() > 1) {
+    // With a choice of pools, the search decodes the first assignment itself (by the same rule);
+    // without, the first-fit pass is the assignment.
+    if candidates.iter().all(|c| c.len() == 1) {
+        for k in 0..n {
+            spread.place_buffer(spread.order[k]);
+        }
+    } else {
         let share = budget.share(ASSIGNMENT_SHARE);
         let mut assignment = Assignment::new(&buffers, pools, &candidates, spread.order.clone(), &share);
         assignment.search(ASSIGNMENT_SEED, &share);

@@ -213,82 +213,78 @@ fn scalar_kernel(
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// 12 × 32: 24 zmm accumulators, two B vectors, one broadcast.
-    #[target_feature(enable = "avx512f")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn kernel_avx512(
-        k: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        bias: *const f32,
-        relu: bool,
-    ) {
-        const MR: usize = 12;
-        // SAFETY (whole body): the caller guarantees MR rows of k at stride lda in `a`, k rows
-        // of 32 in `b`, MR rows of 32 at stride ldc in `c`, and 32 values in `bias`.
-        unsafe {
-            let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-            for p in 0..k {
-                let b0 = _mm512_loadu_ps(b.add(p * 32));
-                let b1 = _mm512_loadu_ps(b.add(p * 32 + 16));
-                for (r, row) in acc.iter_mut().enumerate() {
-                    let av = _mm512_set1_ps(*a.add(r * lda + p));
-                    row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-                    row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+    /// One microkernel per vector width: MR rows of two vectors of C each (2 * MR accumulators),
+    /// two B vectors and one broadcast in registers.
+    macro_rules! microkernel {
+        ($name:ident, $feature:literal, $mr:literal, $lanes:literal, $zero:ident, $load:ident, $splat:ident,
+         $fma:ident, $add:ident, $max:ident, $store:ident) => {
+            /// The caller guarantees MR rows of k at stride `lda` in `a`, k rows of `2 * lanes`
+            /// in `b`, MR rows of `2 * lanes` at stride `ldc` in `c`, and `2 * lanes` values in
+            /// `bias`, and that the CPU has the target feature.
+            #[target_feature(enable = $feature)]
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn $name(
+                k: usize,
+                a: *const f32,
+                lda: usize,
+                b: *const f32,
+                c: *mut f32,
+                ldc: usize,
+                bias: *const f32,
+                relu: bool,
+            ) {
+                const NR: usize = 2 * $lanes;
+                // SAFETY: every access is inside the extents the caller guarantees (above).
+                unsafe {
+                    let mut acc = [[$zero(); 2]; $mr];
+                    for p in 0..k {
+                        let b0 = $load(b.add(p * NR));
+                        let b1 = $load(b.add(p * NR + $lanes));
+                        for (r, row) in acc.iter_mut().enumerate() {
+                            let av = $splat(*a.add(r * lda + p));
+                            row[0] = $fma(av, b0, row[0]);
+                            row[1] = $fma(av, b1, row[1]);
+                        }
+                    }
+                    let (bias0, bias1) = ($load(bias), $load(bias.add($lanes)));
+                    let zero = $zero();
+                    for (r, row) in acc.iter().enumerate() {
+                        let (mut v0, mut v1) = ($add(row[0], bias0), $add(row[1], bias1));
+                        if relu {
+                            (v0, v1) = ($max(v0, zero), $max(v1, zero));
+                        }
+                        $store(c.add(r * ldc), v0);
+                        $store(c.add(r * ldc + $lanes), v1);
+                    }
                 }
             }
-            let (bias0, bias1) = (_mm512_loadu_ps(bias), _mm512_loadu_ps(bias.add(16)));
-            let zero = _mm512_setzero_ps();
-            for (r, row) in acc.iter().enumerate() {
-                let (mut v0, mut v1) = (_mm512_add_ps(row[0], bias0), _mm512_add_ps(row[1], bias1));
-                if relu {
-                    (v0, v1) = (_mm512_max_ps(v0, zero), _mm512_max_ps(v1, zero));
-                }
-                _mm512_storeu_ps(c.add(r * ldc), v0);
-                _mm512_storeu_ps(c.add(r * ldc + 16), v1);
-            }
-        }
+        };
     }
 
-    /// 6 × 16: 12 ymm accumulators, two B vectors, one broadcast.
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn kernel_avx2(
-        k: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        bias: *const f32,
-        relu: bool,
-    ) {
-        const MR: usize = 6;
-        // SAFETY (whole body): as for `kernel_avx512`, with 16 columns.
-        unsafe {
-            let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-            for p in 0..k {
-                let b0 = _mm256_loadu_ps(b.add(p * 16));
-                let b1 = _mm256_loadu_ps(b.add(p * 16 + 8));
-                for (r, row) in acc.iter_mut().enumerate() {
-                    let av = _mm256_set1_ps(*a.add(r * lda + p));
-                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-                }
-            }
-            let (bias0, bias1) = (_mm256_loadu_ps(bias), _mm256_loadu_ps(bias.add(8)));
-            let zero = _mm256_setzero_ps();
-            for (r, row) in acc.iter().enumerate() {
-                let (mut v0, mut v1) = (_mm256_add_ps(row[0], bias0), _mm256_add_ps(row[1], bias1));
-                if relu {
-                    (v0, v1) = (_mm256_max_ps(v0, zero), _mm256_max_ps(v1, zero));
-                }
-                _mm256_storeu_ps(c.add(r * ldc), v0);
-                _mm256_storeu_ps(c.add(r * ldc + 8), v1);
-            }
-        }
-    }
+    microkernel!(
+        kernel_avx512,
+        "avx512f",
+        12,
+        16,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_add_ps,
+        _mm512_max_ps,
+        _mm512_storeu_ps
+    );
+    microkernel!(
+        kernel_avx2,
+        "avx2,fma",
+        6,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_add_ps,
+        _mm256_max_ps,
+        _mm256_storeu_ps
+    );
 }
