@@ -2,10 +2,13 @@
 //! (default 64 -> 64 channels, 56x56), in f32 (GFLOP/s) and as u8 x i8 integer kernels with zero
 //! points (`MatMulInteger`, `ConvInteger`; GOP/s, one multiply-add counted as two operations):
 //! `cargo run --release -p heron-benches --example kernel_gflops [N] [RUNS] [CHANNELS] [SIZE]`.
+//! First, the precompiled f32 GEMM called directly on each ISA this CPU has, against that
+//! ISA's measured FMA peak (one thread).
 
 use std::time::Instant;
 
 use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, ValueId, Window};
+use heron_kernels::{Isa, gemm, peak};
 use heron_runtime::{CompileOptions, Compiler, Model};
 
 fn filled(shape: &[usize]) -> Tensor {
@@ -41,6 +44,46 @@ fn time(name: &str, g: Graph, inputs: Vec<Tensor>, ops: f64, runs: usize, unit: 
     println!("{name}: median {:.3} ms, {:.1} {unit}", median * 1e3, ops / median / 1e9);
 }
 
+/// Median seconds of `runs` calls of `f` (after one untimed call).
+fn median_seconds(runs: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times: Vec<f64> = (0..runs.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// The GEMM kernel on each available ISA against its FMA peak.
+fn direct_gemm(n: usize, runs: usize) {
+    let values = |len: usize| (0..len).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
+    let (a, b) = (values(n * n), values(n * n));
+    for isa in Isa::available() {
+        let iterations = 20_000_000 / if isa == Isa::Scalar { 16 } else { 1 };
+        let mut flops = 0.0;
+        let peak_seconds = median_seconds(5, || flops = peak::fma_flops(isa, iterations));
+        let peak = flops / peak_seconds / 1e9;
+        let mut packed = vec![0.0; gemm::packed_b_len(isa, n, n).expect("size")];
+        gemm::pack_b(isa, &b, (n, 1), (n, n), &mut packed).expect("pack");
+        let mut c = vec![0.0; n * n];
+        let runs = if isa == Isa::Scalar { 1 } else { runs };
+        let seconds = median_seconds(runs, || {
+            gemm::sgemm(isa, (n, n, n), &a, n, &packed, &mut c, n, gemm::Epilogue::default()).expect("gemm")
+        });
+        let gflops = 2.0 * (n * n * n) as f64 / seconds / 1e9;
+        println!(
+            "kernel sgemm {n}^3 {}: median {:.3} ms, {gflops:.1} GFLOP/s = {:.0}% of the measured FMA peak {peak:.1} GFLOP/s",
+            isa.name(),
+            seconds * 1e3,
+            100.0 * gflops / peak
+        );
+    }
+}
+
 /// The zero points of an integer kernel: the input's 128 (u8), the weights' 0 (i8).
 fn zero_points(g: &mut Graph) -> (ValueId, ValueId) {
     let zx = g.add_constant("zx", Tensor::from_vec::<u8>(&[], vec![128]).expect("scalar"));
@@ -58,6 +101,7 @@ fn main() {
     window.pads_begin = vec![1, 1];
     window.pads_end = vec![1, 1];
     let conv = Op::Conv(ConvAttrs { window: window.clone(), group: 1 });
+    direct_gemm(n, runs);
     let conv_ops = 2.0 * (c * c * 9 * hw * hw) as f64;
     let matmul_ops = 2.0 * (n * n * n) as f64;
 

@@ -1,9 +1,15 @@
 //! heron-kernels: precompiled CPU kernels for the hot loops Cranelift's 128-bit vectors cannot
 //! bring to peak (see `shared/notes/cpu-kernels-facts.md`). Each kernel has an AVX-512 variant
 //! and an AVX2+FMA variant, chosen at run time from CPUID ([`Isa::detect`]), and a scalar
-//! reference the variants are property-tested against. Kernels allocate nothing: packed
-//! operands and scratch are slices the caller provides (planned pool memory), sized by the
-//! kernel's `*_len` functions.
+//! reference the variants are property-tested against; all of them compute every element in
+//! the same order, so results are bit-identical across ISAs, tilings and thread counts.
+//! Kernels allocate nothing: packed operands and scratch are slices the caller provides
+//! (planned pool memory), sized by the kernel's `*_len` functions.
+//!
+//! - [`gemm`]: `C = A · B` with B packed (weights), bias per column, residual, clamp.
+//! - [`conv`]: 2-D convolution (GEMM form with packed weights and im2col panels; depthwise).
+//! - [`abi`]: the `extern "C"` entry points generated code calls, one share of the work per
+//!   task of a parallel loop.
 //!
 //! This is the only crate of the workspace with `unsafe` code besides the memory and loader
 //! modules: SIMD intrinsics behind `#[target_feature]`, called only after the feature was
@@ -11,9 +17,15 @@
 
 #![allow(unsafe_code)]
 
-pub mod sgemm;
+pub mod abi;
+pub mod conv;
+pub mod gemm;
+pub mod peak;
+mod tile;
 
-/// The instruction set a kernel runs with.
+/// The instruction set a kernel runs with. It also fixes the shapes packed operands have
+/// ([`gemm::panel_width`], [`gemm::block_rows`]); on a CPU without it, a kernel computes the
+/// same results with scalar code for those shapes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// AVX-512F: 16 f32 lanes, 32 vector registers.
@@ -27,16 +39,7 @@ pub enum Isa {
 impl Isa {
     /// The best instruction set this CPU supports.
     pub fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                return Isa::Avx512;
-            }
-            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                return Isa::Avx2Fma;
-            }
-        }
-        Isa::Scalar
+        Isa::available()[0]
     }
 
     /// Whether this CPU can run kernels of this instruction set.
@@ -56,6 +59,28 @@ impl Isa {
     pub fn available() -> Vec<Isa> {
         [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar].into_iter().filter(|i| i.is_available()).collect()
     }
+
+    /// The number generated code passes for this ISA (see [`abi`]).
+    pub fn code(self) -> i64 {
+        match self {
+            Isa::Scalar => 0,
+            Isa::Avx2Fma => 1,
+            Isa::Avx512 => 2,
+        }
+    }
+
+    pub fn from_code(code: i64) -> Option<Isa> {
+        [Isa::Scalar, Isa::Avx2Fma, Isa::Avx512].into_iter().find(|i| i.code() == code)
+    }
+
+    /// The name `heron lower` prints and `HERON_KERNEL_ISA` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx512 => "avx512",
+            Isa::Avx2Fma => "avx2",
+            Isa::Scalar => "scalar",
+        }
+    }
 }
 
 /// Why a kernel refused its arguments.
@@ -63,8 +88,37 @@ impl Isa {
 pub enum KernelError {
     #[error("{what} holds {got} elements, the kernel needs {need}")]
     TooShort { what: &'static str, got: usize, need: usize },
-    #[error("{isa:?} kernels do not run on this CPU")]
-    Unavailable { isa: Isa },
     #[error("the sizes overflow: {0}")]
     Overflow(&'static str),
+    #[error("bad convolution shape: {0}")]
+    Geometry(&'static str),
+    #[error("task {task} of {tasks}: the task must be below a positive task count")]
+    Share { task: usize, tasks: usize },
+}
+
+fn need(what: &'static str, got: usize, need: usize) -> Result<(), KernelError> {
+    if got < need { Err(KernelError::TooShort { what, got, need }) } else { Ok(()) }
+}
+
+/// Elements a row-major `rows × cols` matrix with leading dimension `ld` spans.
+fn span(rows: usize, cols: usize, ld: usize, what: &'static str) -> Result<usize, KernelError> {
+    if rows == 0 || cols == 0 {
+        return Ok(0);
+    }
+    if ld < cols {
+        return Err(KernelError::TooShort { what, got: ld, need: cols });
+    }
+    (rows - 1).checked_mul(ld).and_then(|x| x.checked_add(cols)).ok_or(KernelError::Overflow(what))
+}
+
+fn check_share(task: usize, tasks: usize) -> Result<(), KernelError> {
+    if task < tasks { Ok(()) } else { Err(KernelError::Share { task, tasks }) }
+}
+
+/// Items `lo..hi` of `0..items` for task `task` of `tasks`: contiguous, sizes differing by at
+/// most one (the thread pool's split, so a task's items are one thread's).
+fn share(items: usize, tasks: usize, task: usize) -> (usize, usize) {
+    let (base, rest) = (items / tasks, items % tasks);
+    let lo = task * base + task.min(rest);
+    (lo, lo + base + usize::from(task < rest))
 }

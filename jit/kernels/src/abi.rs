@@ -1,0 +1,198 @@
+//! The `extern "C"` entry points generated code calls (`call extern "heron_conv2d_f32"(...)`
+//! in loop IR, through the run context's routine table), each inside a parallel loop over
+//! `task in 0..tasks`: a call computes its task's share (see [`crate::conv::conv2d_share`],
+//! [`crate::gemm::sgemm_share`]). Shapes arrive as integers, the epilogue as [`flags`] and
+//! clamp bounds.
+//!
+//! The CPU target emits these calls only with shapes it checked against the buffers it
+//! passes; the entry points check the shapes again (consistency, overflow) and do nothing
+//! when they are wrong, but they trust each pointer to hold what the shapes say, as any
+//! routine does (`heron_jit::routines`).
+
+use crate::Isa;
+use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
+use crate::gemm::{Epilogue, sgemm_share};
+
+/// Routine names.
+pub const CONV2D_F32: &str = "heron_conv2d_f32";
+pub const GEMM_F32: &str = "heron_gemm_f32";
+
+/// Bits of the `flags` argument: which epilogue parts apply.
+pub mod flags {
+    pub const BIAS: i64 = 1;
+    pub const RESIDUAL: i64 = 2;
+    pub const CLAMP: i64 = 4;
+}
+
+fn size(v: i64) -> Option<usize> {
+    usize::try_from(v).ok()
+}
+
+/// A slice of `len` elements at `p`, or an empty one (`p` unused) when `len` is 0.
+///
+/// # Safety
+/// With `len > 0`, `p` points at `len` initialised elements no one else writes meanwhile.
+unsafe fn view<'a>(p: *const f32, len: usize) -> &'a [f32] {
+    if len == 0 || p.is_null() {
+        return &[];
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { std::slice::from_raw_parts(p, len) }
+}
+
+/// # Safety
+/// As [`view`], and no one else reads or writes the elements meanwhile.
+unsafe fn view_mut<'a>(p: *mut f32, len: usize) -> &'a mut [f32] {
+    if len == 0 || p.is_null() {
+        return &mut [];
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { std::slice::from_raw_parts_mut(p, len) }
+}
+
+/// `out = clamp(conv2d(x, w) + bias + residual)`, share `task` of `tasks`: `x` is the padded
+/// NCHW input `[batch, c, h, w]`, `w` the weights packed for `isa` ([`Conv2d::pack_weights`]),
+/// `out` `[batch, m, oh, ow]`, `scratch` [`Conv2d::scratch_len`] elements per task.
+///
+/// # Safety
+/// Every pointer holds the elements its shape says (scratch: `tasks` times the per-task
+/// length); concurrent calls differ in `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_conv2d_f32(
+    x: *const f32,
+    w: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+    out: *mut f32,
+    scratch: *mut f32,
+    isa: i64,
+    batch: i64,
+    c: i64,
+    h: i64,
+    width: i64,
+    m: i64,
+    oh: i64,
+    ow: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    dh: i64,
+    dw: i64,
+    groups: i64,
+    flags: i64,
+    lo: f32,
+    hi: f32,
+    task: i64,
+    tasks: i64,
+) {
+    let dims = [batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, task, tasks].map(size);
+    let Some(isa) = Isa::from_code(isa) else { return };
+    let [
+        Some(batch),
+        Some(c),
+        Some(h),
+        Some(width),
+        Some(m),
+        Some(oh),
+        Some(ow),
+        Some(kh),
+        Some(kw),
+        Some(sh),
+        Some(sw),
+        Some(dh),
+        Some(dw),
+        Some(groups),
+        Some(task),
+        Some(tasks),
+    ] = dims
+    else {
+        return;
+    };
+    let geo = Conv2d {
+        batch,
+        in_channels: c,
+        in_h: h,
+        in_w: width,
+        out_channels: m,
+        out_h: oh,
+        out_w: ow,
+        kernel: (kh, kw),
+        stride: (sh, sw),
+        dilation: (dh, dw),
+        groups,
+    };
+    let lens = (|| {
+        geo.check().ok()?;
+        let per_task = geo.scratch_len(isa).ok()?;
+        let at = per_task.checked_mul(task)?;
+        Some((geo.input_len().ok()?, geo.packed_weights_len(isa).ok()?, geo.output_len().ok()?, per_task, at))
+    })();
+    let Some((x_len, w_len, out_len, per_task, at)) = lens else { return };
+    // SAFETY: the caller guarantees each buffer holds what the checked shapes say.
+    unsafe {
+        let epilogue = ConvEpilogue {
+            bias: (flags & flags::BIAS != 0).then(|| view(bias, m)),
+            residual: (flags & flags::RESIDUAL != 0).then(|| view(residual, out_len)),
+            clamp: (flags & flags::CLAMP != 0).then_some((lo, hi)),
+        };
+        let scratch = if per_task == 0 { &mut [] } else { view_mut(scratch.add(at), per_task) };
+        let _ = conv2d_share(
+            isa,
+            &geo,
+            view(x, x_len),
+            view(w, w_len),
+            view_mut(out, out_len),
+            epilogue,
+            scratch,
+            (task, tasks),
+        );
+    }
+}
+
+/// `c = clamp(a · b + bias + residual)`, share `task` of `tasks`: `a` row-major `m × k`, `b`
+/// packed for `isa` ([`crate::gemm::pack_b`]), `bias` `n` values, `c` and `residual` `m × n`.
+///
+/// # Safety
+/// Every pointer holds the elements its shape says; concurrent calls differ in `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_gemm_f32(
+    a: *const f32,
+    b: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+    c: *mut f32,
+    isa: i64,
+    m: i64,
+    n: i64,
+    k: i64,
+    flags: i64,
+    lo: f32,
+    hi: f32,
+    task: i64,
+    tasks: i64,
+) {
+    let Some(isa) = Isa::from_code(isa) else { return };
+    let [Some(m), Some(n), Some(k), Some(task), Some(tasks)] = [m, n, k, task, tasks].map(size) else { return };
+    let lens = (|| Some((m.checked_mul(k)?, crate::gemm::packed_b_len(isa, k, n).ok()?, m.checked_mul(n)?)))();
+    let Some((a_len, b_len, c_len)) = lens else { return };
+    // SAFETY: the caller guarantees each buffer holds what the shapes say.
+    unsafe {
+        let epilogue = Epilogue {
+            bias: (flags & flags::BIAS != 0).then(|| view(bias, n)),
+            residual: (flags & flags::RESIDUAL != 0).then(|| (view(residual, c_len), n)),
+            clamp: (flags & flags::CLAMP != 0).then_some((lo, hi)),
+        };
+        let _ = sgemm_share(
+            isa,
+            (m, n, k),
+            (view(a, a_len), k),
+            view(b, b_len),
+            (view_mut(c, c_len), n),
+            epilogue,
+            (task, tasks),
+        );
+    }
+}

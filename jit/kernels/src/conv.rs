@@ -1,0 +1,446 @@
+//! f32 2-D convolution over NCHW tensors whose padding is already applied (the caller reads
+//! from a padded copy), with a fused epilogue (bias per output channel, residual, clamp).
+//!
+//! - **GEMM form** (every convolution that is not depthwise): per image and group,
+//!   `out[M × P] = W[M × K] · col[K × P]`, `K = C/g · KH · KW`, `P = OH · OW`. The weights are
+//!   packed once (at compile time) into slabs of [`block_rows`] output channels, k-major; the
+//!   input is packed into one panel of [`panel_width`] output pixels at a time (im2col straight
+//!   into the panel, in the caller's per-task scratch), which every slab then multiplies. A
+//!   1×1, stride-1 convolution reads full panels from the input itself.
+//! - **Depthwise** (`groups == C == M`): each channel plane on its own, vectors along the
+//!   output row (strides 1 and 2 in vectors, others scalar), any kernel size and dilation.
+//!
+//! Work is split into items (image, group, panel, slab range) or (image, channel), and task
+//! `t` of `T` runs a contiguous run of them: results do not depend on `T`.
+
+use crate::tile::{self, Tile};
+use crate::{Isa, KernelError, check_share, need, share};
+
+pub use crate::tile::{block_rows, panel_width};
+
+/// A convolution's shapes: input `[batch, in_channels, in_h, in_w]` (padding included),
+/// weights `[out_channels, in_channels / groups, kernel_h, kernel_w]`, output
+/// `[batch, out_channels, out_h, out_w]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2d {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub in_h: usize,
+    pub in_w: usize,
+    pub out_channels: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+    pub kernel: (usize, usize),
+    pub stride: (usize, usize),
+    pub dilation: (usize, usize),
+    pub groups: usize,
+}
+
+/// The fused tail of a convolution: `clamp(conv + bias + residual)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConvEpilogue<'a> {
+    /// One value per output channel.
+    pub bias: Option<&'a [f32]>,
+    /// A tensor shaped like the output, added to it.
+    pub residual: Option<&'a [f32]>,
+    pub clamp: Option<(f32, f32)>,
+}
+
+fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, KernelError> {
+    a.checked_mul(b).ok_or(KernelError::Overflow(what))
+}
+
+impl Conv2d {
+    /// Checks that the shapes are consistent: positive extents, channels divisible by the
+    /// groups, every tap of every output inside the input, sizes without overflow.
+    pub fn check(&self) -> Result<(), KernelError> {
+        let bad = |why: &'static str| Err(KernelError::Geometry(why));
+        let positive = [
+            self.in_channels,
+            self.in_h,
+            self.in_w,
+            self.out_channels,
+            self.out_h,
+            self.out_w,
+            self.kernel.0,
+            self.kernel.1,
+            self.stride.0,
+            self.stride.1,
+            self.dilation.0,
+            self.dilation.1,
+            self.groups,
+        ];
+        if positive.contains(&0) {
+            return bad("every extent, stride, dilation and the group count must be positive");
+        }
+        if !self.in_channels.is_multiple_of(self.groups) || !self.out_channels.is_multiple_of(self.groups) {
+            return bad("the channel counts must be multiples of the group count");
+        }
+        for (out, stride, kernel, dilation, input) in [
+            (self.out_h, self.stride.0, self.kernel.0, self.dilation.0, self.in_h),
+            (self.out_w, self.stride.1, self.kernel.1, self.dilation.1, self.in_w),
+        ] {
+            let last = mul(out - 1, stride, "taps")?
+                .checked_add(mul(kernel - 1, dilation, "taps")?)
+                .ok_or(KernelError::Overflow("taps"))?;
+            if last >= input {
+                return bad("the output's taps reach past the input");
+            }
+        }
+        self.input_len()?;
+        self.output_len()?;
+        self.weights_len()?;
+        for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
+            self.packed_weights_len(isa)?;
+            self.scratch_len(isa)?;
+        }
+        Ok(())
+    }
+
+    pub fn input_len(&self) -> Result<usize, KernelError> {
+        mul(mul(self.batch, self.in_channels, "input")?, mul(self.in_h, self.in_w, "input")?, "input")
+    }
+
+    pub fn output_len(&self) -> Result<usize, KernelError> {
+        mul(mul(self.batch, self.out_channels, "output")?, self.pixels()?, "output")
+    }
+
+    fn pixels(&self) -> Result<usize, KernelError> {
+        mul(self.out_h, self.out_w, "output")
+    }
+
+    /// The reduction length per output: `C/g · KH · KW`.
+    pub fn depth(&self) -> Result<usize, KernelError> {
+        mul(self.in_channels / self.groups.max(1), mul(self.kernel.0, self.kernel.1, "weights")?, "weights")
+    }
+
+    pub fn weights_len(&self) -> Result<usize, KernelError> {
+        mul(self.out_channels, self.depth()?, "weights")
+    }
+
+    /// One channel per group and one output per channel: the depthwise kernel runs it.
+    pub fn is_depthwise(&self) -> bool {
+        self.groups == self.in_channels && self.groups == self.out_channels && self.groups > 1
+    }
+
+    /// A 1×1, stride-1 convolution reading the whole input: its panels are the input's rows.
+    fn is_pointwise(&self) -> bool {
+        self.kernel == (1, 1) && self.stride == (1, 1) && (self.in_h, self.in_w) == (self.out_h, self.out_w)
+    }
+
+    /// Output channels per group, and slabs of `MR` of them.
+    fn slabs(&self, isa: Isa) -> usize {
+        (self.out_channels / self.groups.max(1)).div_ceil(block_rows(isa))
+    }
+
+    /// Elements of the weights packed for `isa` by [`Conv2d::pack_weights`].
+    pub fn packed_weights_len(&self, isa: Isa) -> Result<usize, KernelError> {
+        if self.is_depthwise() {
+            return self.weights_len();
+        }
+        mul(
+            mul(self.groups, self.slabs(isa), "packed weights")?,
+            mul(self.depth()?, block_rows(isa), "packed weights")?,
+            "packed weights",
+        )
+    }
+
+    /// Packs `[M, C/g, KH, KW]` weights for `isa`: per group, slabs of `MR` output channels
+    /// (the last zero-padded), each `K × MR`, k-major. Depthwise weights stay as they are.
+    pub fn pack_weights(&self, isa: Isa, w: &[f32], packed: &mut [f32]) -> Result<(), KernelError> {
+        self.check()?;
+        let (len, k) = (self.packed_weights_len(isa)?, self.depth()?);
+        need("weights", w.len(), self.weights_len()?)?;
+        need("packed weights", packed.len(), len)?;
+        if self.is_depthwise() {
+            packed[..len].copy_from_slice(&w[..len]);
+            return Ok(());
+        }
+        let (mr, mg) = (block_rows(isa), self.out_channels / self.groups);
+        for (slab_index, slab) in packed[..len].chunks_exact_mut(k * mr).enumerate() {
+            let (g, s) = (slab_index / self.slabs(isa), slab_index % self.slabs(isa));
+            for r in 0..mr {
+                let oc = s * mr + r;
+                for p in 0..k {
+                    slab[p * mr + r] = if oc < mg { w[(g * mg + oc) * k + p] } else { 0.0 };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Scratch elements one task needs (one packed input panel).
+    pub fn scratch_len(&self, isa: Isa) -> Result<usize, KernelError> {
+        if self.is_depthwise() { Ok(0) } else { mul(self.depth()?, panel_width(isa), "scratch") }
+    }
+}
+
+/// Share `task` of `tasks` of the convolution: `out = clamp(conv(x, w) + bias + residual)`,
+/// `w` packed by [`Conv2d::pack_weights`] for the same `isa`, `scratch` holding
+/// [`Conv2d::scratch_len`] elements for this task.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_share(
+    isa: Isa,
+    geo: &Conv2d,
+    x: &[f32],
+    packed_w: &[f32],
+    out: &mut [f32],
+    epilogue: ConvEpilogue<'_>,
+    scratch: &mut [f32],
+    (task, tasks): (usize, usize),
+) -> Result<(), KernelError> {
+    geo.check()?;
+    check_share(task, tasks)?;
+    need("input", x.len(), geo.input_len()?)?;
+    need("packed weights", packed_w.len(), geo.packed_weights_len(isa)?)?;
+    need("output", out.len(), geo.output_len()?)?;
+    need("scratch", scratch.len(), geo.scratch_len(isa)?)?;
+    if let Some(b) = epilogue.bias {
+        need("bias", b.len(), geo.out_channels)?;
+    }
+    if let Some(r) = epilogue.residual {
+        need("residual", r.len(), geo.output_len()?)?;
+    }
+    if geo.batch == 0 {
+        return Ok(());
+    }
+    if geo.is_depthwise() {
+        depthwise(isa, geo, x, packed_w, out, epilogue, (task, tasks));
+    } else {
+        gemm_form(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks));
+    }
+    Ok(())
+}
+
+/// The GEMM form; the caller checked every length.
+#[allow(clippy::too_many_arguments)]
+fn gemm_form(
+    isa: Isa,
+    geo: &Conv2d,
+    x: &[f32],
+    packed_w: &[f32],
+    out: &mut [f32],
+    epilogue: ConvEpilogue<'_>,
+    scratch: &mut [f32],
+    (task, tasks): (usize, usize),
+) {
+    let (mr, nr) = (block_rows(isa), panel_width(isa));
+    let (g, k, slabs) = (geo.groups, geo.depth().expect("checked"), geo.slabs(isa));
+    let (cg, mg) = (geo.in_channels / g, geo.out_channels / g);
+    let (pixels, plane) = (geo.out_h * geo.out_w, geo.in_h * geo.in_w);
+    let panels = pixels.div_ceil(nr);
+    // Few panels (small late layers) leave threads idle: split each panel's slabs as well.
+    let panel_items = geo.batch * g * panels;
+    let slab_parts = if panel_items >= 2 * tasks { 1 } else { slabs.min((2 * tasks).div_ceil(panel_items)) };
+    let (lo, hi) = share(panel_items * slab_parts, tasks, task);
+    let (clamp, (clo, chi)) = (epilogue.clamp.is_some(), epilogue.clamp.unwrap_or((0.0, 0.0)));
+    let mut packed: Option<usize> = None;
+    for item in lo..hi {
+        let (panel_item, part) = (item / slab_parts, item % slab_parts);
+        let (image_group, j) = (panel_item / panels, panel_item % panels);
+        let (n, grp) = (image_group / g, image_group % g);
+        let x_group = &x[(n * geo.in_channels + grp * cg) * plane..];
+        let (p0, cols) = (j * nr, (pixels - j * nr).min(nr));
+        let (b, ldb) = if geo.is_pointwise() && cols == nr {
+            (x_group[p0..].as_ptr(), plane)
+        } else {
+            if packed != Some(panel_item) {
+                pack_panel(geo, x_group, p0, cols, nr, &mut scratch[..k * nr]);
+                packed = Some(panel_item);
+            }
+            (scratch.as_ptr(), nr)
+        };
+        let (s_lo, s_hi) = share(slabs, slab_parts, part);
+        for s in s_lo..s_hi {
+            let oc = grp * mg + s * mr;
+            let at = (n * geo.out_channels + oc) * pixels + p0;
+            let t = Tile {
+                k,
+                a: packed_w[(grp * slabs + s) * k * mr..].as_ptr(),
+                lda: 0,
+                packed_a: true,
+                b,
+                ldb,
+                c: out[at..].as_mut_ptr(),
+                ldc: pixels,
+                rows: (mg - s * mr).min(mr),
+                cols,
+                row_bias: epilogue.bias.map_or(std::ptr::null(), |b| b[oc..].as_ptr()),
+                col_bias: std::ptr::null(),
+                residual: epilogue.residual.map_or(std::ptr::null(), |r| r[at..].as_ptr()),
+                ldr: pixels,
+                clamp,
+                lo: clo,
+                hi: chi,
+            };
+            // SAFETY: slab `s` of group `grp` holds k × MR packed weights; B is either the
+            // packed panel (k × NR in scratch) or, for a full pointwise panel, k input rows
+            // `plane` apart with NR values from `p0` (p0 + NR <= pixels = plane); the output
+            // and residual blocks are `rows` channels of `pixels` from `at`, `cols` wide.
+            unsafe { tile::run(isa, &t) };
+        }
+    }
+}
+
+/// im2col of output pixels `p0..p0 + cols` of one image and group into a `K × nr` panel,
+/// zero-padding columns past `cols`; row `k = (ci · KH + r) · KW + s`, as the weights.
+fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
+    let (kh, kw) = geo.kernel;
+    let (sh, sw) = geo.stride;
+    let (dh, dw) = geo.dilation;
+    let cg = geo.in_channels / geo.groups;
+    let plane = geo.in_h * geo.in_w;
+    let mut col = 0;
+    while col < cols {
+        // A run of pixels in one output row.
+        let (oh, ow) = ((p0 + col) / geo.out_w, (p0 + col) % geo.out_w);
+        let len = (geo.out_w - ow).min(cols - col);
+        for ci in 0..cg {
+            for r in 0..kh {
+                let src_row = &x_group[ci * plane + (oh * sh + r * dh) * geo.in_w..];
+                for s in 0..kw {
+                    let k = (ci * kh + r) * kw + s;
+                    let row = &mut dst[k * nr + col..k * nr + col + len];
+                    let first = ow * sw + s * dw;
+                    if sw == 1 {
+                        row.copy_from_slice(&src_row[first..first + len]);
+                    } else {
+                        for (c, v) in row.iter_mut().enumerate() {
+                            *v = src_row[first + c * sw];
+                        }
+                    }
+                }
+            }
+        }
+        col += len;
+    }
+    if cols < nr {
+        for row in dst.chunks_exact_mut(nr) {
+            row[cols..].fill(0.0);
+        }
+    }
+}
+
+/// The depthwise form; the caller checked every length.
+fn depthwise(
+    isa: Isa,
+    geo: &Conv2d,
+    x: &[f32],
+    w: &[f32],
+    out: &mut [f32],
+    epilogue: ConvEpilogue<'_>,
+    (task, tasks): (usize, usize),
+) {
+    let (plane_in, plane_out, taps) = (geo.in_h * geo.in_w, geo.out_h * geo.out_w, geo.kernel.0 * geo.kernel.1);
+    let (lo, hi) = share(geo.batch * geo.in_channels, tasks, task);
+    for item in lo..hi {
+        let ch = item % geo.in_channels;
+        let plane = Plane {
+            x: &x[item * plane_in..(item + 1) * plane_in],
+            w: &w[ch * taps..(ch + 1) * taps],
+            bias: epilogue.bias.map_or(0.0, |b| b[ch]),
+            residual: epilogue.residual.map(|r| &r[item * plane_out..(item + 1) * plane_out]),
+            clamp: epilogue.clamp,
+        };
+        depthwise_plane(isa, geo, &plane, &mut out[item * plane_out..(item + 1) * plane_out]);
+    }
+}
+
+/// One channel of a depthwise convolution.
+pub(crate) struct Plane<'a> {
+    pub x: &'a [f32],
+    pub w: &'a [f32],
+    pub bias: f32,
+    pub residual: Option<&'a [f32]>,
+    pub clamp: Option<(f32, f32)>,
+}
+
+fn depthwise_plane(isa: Isa, geo: &Conv2d, p: &Plane<'_>, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(geo.stride.1, 1 | 2) {
+        // SAFETY: `p.x` holds the padded plane (in_h × in_w), `out` and the residual the
+        // output plane, `p.w` the taps; `check` proved every tap of every output inside the
+        // plane, and the kernels read only those (masked loads at row ends).
+        if isa == Isa::Avx512 && Isa::Avx512.is_available() {
+            return unsafe { tile::x86::avx512::depthwise_plane(geo, p, out) };
+        }
+        if isa == Isa::Avx2Fma && Isa::Avx2Fma.is_available() {
+            return unsafe { tile::x86::avx2::depthwise_plane(geo, p, out) };
+        }
+    }
+    let (kh, kw) = geo.kernel;
+    for oh in 0..geo.out_h {
+        for ow in 0..geo.out_w {
+            let mut acc = p.bias;
+            for r in 0..kh {
+                let row = (oh * geo.stride.0 + r * geo.dilation.0) * geo.in_w;
+                for s in 0..kw {
+                    acc = p.w[r * kw + s].mul_add(p.x[row + ow * geo.stride.1 + s * geo.dilation.1], acc);
+                }
+            }
+            let at = oh * geo.out_w + ow;
+            if let Some(r) = p.residual {
+                acc += r[at];
+            }
+            if let Some((lo, hi)) = p.clamp {
+                acc = acc.max(lo).min(hi);
+            }
+            out[at] = acc;
+        }
+    }
+}
+
+/// The vector depthwise plane, written once over a module's vector helpers (see
+/// [`crate::tile`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! depthwise_kernel {
+    ($feature:literal) => {
+        /// # Safety
+        /// The CPU has the module's features; the plane's slices hold what `geo` says and
+        /// `geo.stride.1` is 1 or 2.
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn depthwise_plane(geo: &crate::conv::Conv2d, p: &crate::conv::Plane<'_>, out: &mut [f32]) {
+            let (kh, kw) = geo.kernel;
+            let (sh, sw) = geo.stride;
+            let (dh, dw) = geo.dilation;
+            let (lo, hi) = p.clamp.map_or((splat(0.0), splat(0.0)), |(l, h)| (splat(l), splat(h)));
+            let bias = splat(p.bias);
+            // SAFETY: for output column `ow + c` (c < n) the tap at `s` reads input column
+            // `(ow + c) * sw + s * dw <= (out_w - 1) * sw + (kw - 1) * dw < in_w`; stride 2
+            // reads the `2n - 1` values from `ow * 2 + s * dw`, the last of which is that tap.
+            unsafe {
+                for oh in 0..geo.out_h {
+                    let mut ow = 0;
+                    while ow < geo.out_w {
+                        let n = (geo.out_w - ow).min(LANES);
+                        let mut acc = bias;
+                        for r in 0..kh {
+                            let row = p.x.as_ptr().add((oh * sh + r * dh) * geo.in_w + ow * sw);
+                            for s in 0..kw {
+                                let at = row.add(s * dw);
+                                let xv = if sw == 1 {
+                                    if n == LANES { load(at) } else { load_n(at, n) }
+                                } else {
+                                    let m = 2 * n - 1;
+                                    even(load_n(at, m.min(LANES)), load_n(at.add(LANES), m.saturating_sub(LANES)))
+                                };
+                                acc = fma(splat(*p.w.get_unchecked(r * kw + s)), xv, acc);
+                            }
+                        }
+                        let at = oh * geo.out_w + ow;
+                        if let Some(res) = p.residual {
+                            acc = add(acc, load_n(res.as_ptr().add(at), n));
+                        }
+                        if p.clamp.is_some() {
+                            acc = min(max(acc, lo), hi);
+                        }
+                        store_n(out.as_mut_ptr().add(at), acc, n);
+                        ow += n;
+                    }
+                }
+            }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use depthwise_kernel;

@@ -1,0 +1,317 @@
+//! The GEMM microkernels every f32 contraction runs on: one call computes a tile of up to
+//! `MR × NR` outputs of `C = A · B` over the whole reduction, keeping the tile in registers
+//! (AVX-512: 12 × 32 in 24 zmm; AVX2: 6 × 16 in 12 ymm), starting from the bias and applying
+//! the epilogue (residual add, clamp) before its one store. A is read either row-major (an
+//! activation, `a[r * lda + p]`) or from a packed slab (weights packed at compile time,
+//! `a[p * MR + r]`); B rows are `NR` contiguous values `ldb` apart (a packed panel, or an
+//! activation whose rows are long enough). Column tails are masked, so nothing outside the
+//! tile's `rows × cols` block of C is touched.
+//!
+//! Every variant adds in the same order (fused multiply-adds over `p = 0..k`, from the bias),
+//! so the result of an element does not depend on the ISA, the tile it falls in or the thread
+//! that computes it.
+
+use crate::Isa;
+
+/// Columns of B per packed panel (the tile's width).
+pub fn panel_width(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512 => 32,
+        Isa::Avx2Fma => 16,
+        Isa::Scalar => 8,
+    }
+}
+
+/// Rows of C per full tile (the rows of a packed A slab).
+pub fn block_rows(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512 => 12,
+        Isa::Avx2Fma => 6,
+        Isa::Scalar => 4,
+    }
+}
+
+/// One tile's operands, as raw pointers: callers check every extent before building one.
+#[derive(Clone, Copy)]
+pub(crate) struct Tile {
+    pub k: usize,
+    /// The tile's first A row (row-major) or its slab (packed).
+    pub a: *const f32,
+    /// Row stride of a row-major A; ignored for a packed slab.
+    pub lda: usize,
+    pub packed_a: bool,
+    /// The first of `k` rows of `NR` values, `ldb` apart.
+    pub b: *const f32,
+    pub ldb: usize,
+    pub c: *mut f32,
+    pub ldc: usize,
+    /// `1..=MR` rows and `1..=NR` columns of C are written.
+    pub rows: usize,
+    pub cols: usize,
+    /// `rows` values (null: none), added to every column of their row.
+    pub row_bias: *const f32,
+    /// `cols` values (null: none), added to every row.
+    pub col_bias: *const f32,
+    /// A `rows × cols` block added after the products (null: none), row stride `ldr`.
+    pub residual: *const f32,
+    pub ldr: usize,
+    /// The result is clamped to `lo..=hi` when `clamp` is set.
+    pub clamp: bool,
+    pub lo: f32,
+    pub hi: f32,
+}
+
+/// Runs one tile with `isa`'s microkernel (the scalar one, with `isa`'s tile shape, when the
+/// CPU lacks the ISA).
+///
+/// # Safety
+/// Every pointer of `t` must be valid for the extents its fields describe: `rows` A rows of
+/// `k` (row-major) or `k × MR` values (packed), `k` B rows of `NR` at stride `ldb`, and the
+/// `rows × cols` blocks of C and the residual.
+pub(crate) unsafe fn run(isa: Isa, t: &Tile) {
+    debug_assert!(t.rows >= 1 && t.rows <= block_rows(isa) && t.cols >= 1 && t.cols <= panel_width(isa));
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! by_rows {
+            ($module:ident, $($n:literal)*) => {
+                match (t.rows, t.packed_a) {
+                    $(($n, true) => unsafe { x86::$module::tile::<$n, true>(t) },
+                      ($n, false) => unsafe { x86::$module::tile::<$n, false>(t) },)*
+                    _ => unreachable!("rows checked by the caller"),
+                }
+            };
+        }
+        if isa == Isa::Avx512 && Isa::Avx512.is_available() {
+            return by_rows!(avx512, 1 2 3 4 5 6 7 8 9 10 11 12);
+        }
+        if isa == Isa::Avx2Fma && Isa::Avx2Fma.is_available() {
+            return by_rows!(avx2, 1 2 3 4 5 6);
+        }
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { scalar_tile(t, block_rows(isa)) }
+}
+
+/// The reference microkernel: the same operations in the same order, one lane at a time.
+unsafe fn scalar_tile(t: &Tile, mr: usize) {
+    // SAFETY: the caller guarantees the extents (see `run`).
+    unsafe {
+        for r in 0..t.rows {
+            for col in 0..t.cols {
+                let mut acc = if t.col_bias.is_null() { 0.0f32 } else { *t.col_bias.add(col) };
+                if !t.row_bias.is_null() {
+                    acc += *t.row_bias.add(r);
+                }
+                for p in 0..t.k {
+                    let a = if t.packed_a { *t.a.add(p * mr + r) } else { *t.a.add(r * t.lda + p) };
+                    acc = a.mul_add(*t.b.add(p * t.ldb + col), acc);
+                }
+                if !t.residual.is_null() {
+                    acc += *t.residual.add(r * t.ldr + col);
+                }
+                if t.clamp {
+                    acc = acc.max(t.lo).min(t.hi);
+                }
+                *t.c.add(r * t.ldc + col) = acc;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86 {
+    /// The microkernel, written once over the vector helpers of the module it expands in
+    /// (`zero`, `load`, `load_n`, `store_n`, `splat`, `fma`, `add`, `max`, `min`, `LANES`,
+    /// `MR`): two vectors per row of C, `R` rows.
+    macro_rules! tile_kernel {
+        ($feature:literal) => {
+            /// # Safety
+            /// The CPU has the module's features and `t` satisfies [`super::super::run`]'s
+            /// contract with `t.rows == R`.
+            #[target_feature(enable = $feature)]
+            pub(crate) unsafe fn tile<const R: usize, const PACKED_A: bool>(t: &super::super::Tile) {
+                // SAFETY: every access is inside the extents the caller guarantees.
+                unsafe {
+                    let n0 = t.cols.min(LANES);
+                    let n1 = t.cols - n0;
+                    let mut init = [zero(), zero()];
+                    if !t.col_bias.is_null() {
+                        init = [load_n(t.col_bias, n0), load_n(t.col_bias.add(LANES), n1)];
+                    }
+                    let mut acc = [init; R];
+                    if !t.row_bias.is_null() {
+                        for (r, row) in acc.iter_mut().enumerate() {
+                            let rb = splat(*t.row_bias.add(r));
+                            *row = [add(row[0], rb), add(row[1], rb)];
+                        }
+                    }
+                    for p in 0..t.k {
+                        let bp = t.b.add(p * t.ldb);
+                        let (b0, b1) = (load(bp), load(bp.add(LANES)));
+                        for (r, row) in acc.iter_mut().enumerate() {
+                            let a = if PACKED_A { *t.a.add(p * MR + r) } else { *t.a.add(r * t.lda + p) };
+                            let av = splat(a);
+                            row[0] = fma(av, b0, row[0]);
+                            row[1] = fma(av, b1, row[1]);
+                        }
+                    }
+                    let (lo, hi) = (splat(t.lo), splat(t.hi));
+                    for (r, row) in acc.iter().enumerate() {
+                        let mut v = *row;
+                        if !t.residual.is_null() {
+                            let res = t.residual.add(r * t.ldr);
+                            v = [add(v[0], load_n(res, n0)), add(v[1], load_n(res.add(LANES), n1))];
+                        }
+                        if t.clamp {
+                            v = [min(max(v[0], lo), hi), min(max(v[1], lo), hi)];
+                        }
+                        let out = t.c.add(r * t.ldc);
+                        store_n(out, v[0], n0);
+                        if n1 > 0 {
+                            store_n(out.add(LANES), v[1], n1);
+                        }
+                    }
+                }
+            }
+        };
+    }
+    pub(crate) use tile_kernel;
+
+    pub(crate) mod avx512 {
+        use std::arch::x86_64::*;
+
+        pub(crate) const LANES: usize = 16;
+        pub(crate) const MR: usize = 12;
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn zero() -> __m512 {
+            _mm512_setzero_ps()
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) unsafe fn load(p: *const f32) -> __m512 {
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        /// The first `n` (0..=16) lanes from `p`, the rest zero; nothing past them is read.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) unsafe fn load_n(p: *const f32, n: usize) -> __m512 {
+            unsafe { _mm512_maskz_loadu_ps(mask(n), p) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) unsafe fn store_n(p: *mut f32, v: __m512, n: usize) {
+            unsafe { _mm512_mask_storeu_ps(p, mask(n), v) }
+        }
+        #[inline]
+        fn mask(n: usize) -> __mmask16 {
+            if n >= 16 { 0xFFFF } else { ((1u32 << n) - 1) as __mmask16 }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn splat(x: f32) -> __m512 {
+            _mm512_set1_ps(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+            _mm512_fmadd_ps(a, b, c)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn add(a: __m512, b: __m512) -> __m512 {
+            _mm512_add_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn max(a: __m512, b: __m512) -> __m512 {
+            _mm512_max_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn min(a: __m512, b: __m512) -> __m512 {
+            _mm512_min_ps(a, b)
+        }
+        /// The even lanes of the 32 values `lo ++ hi`.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn even(lo: __m512, hi: __m512) -> __m512 {
+            let idx = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            _mm512_permutex2var_ps(lo, idx, hi)
+        }
+
+        super::tile_kernel!("avx512f");
+        crate::conv::depthwise_kernel!("avx512f");
+    }
+
+    pub(crate) mod avx2 {
+        use std::arch::x86_64::*;
+
+        pub(crate) const LANES: usize = 8;
+        pub(crate) const MR: usize = 6;
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn zero() -> __m256 {
+            _mm256_setzero_ps()
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) unsafe fn load(p: *const f32) -> __m256 {
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn mask(n: usize) -> __m256i {
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(n.min(8) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+        }
+        /// The first `n` (0..=8) lanes from `p`, the rest zero; nothing past them is read.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) unsafe fn load_n(p: *const f32, n: usize) -> __m256 {
+            unsafe { _mm256_maskload_ps(p, mask(n)) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) unsafe fn store_n(p: *mut f32, v: __m256, n: usize) {
+            unsafe { _mm256_maskstore_ps(p, mask(n), v) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn splat(x: f32) -> __m256 {
+            _mm256_set1_ps(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+            _mm256_fmadd_ps(a, b, c)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn add(a: __m256, b: __m256) -> __m256 {
+            _mm256_add_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn max(a: __m256, b: __m256) -> __m256 {
+            _mm256_max_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn min(a: __m256, b: __m256) -> __m256 {
+            _mm256_min_ps(a, b)
+        }
+        /// The even lanes of the 16 values `lo ++ hi`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn even(lo: __m256, hi: __m256) -> __m256 {
+            // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then the 64-bit pairs in order 0 2 1 3.
+            let mixed = _mm256_shuffle_ps::<0b10_00_10_00>(lo, hi);
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(mixed)))
+        }
+
+        super::tile_kernel!("avx2,fma");
+        crate::conv::depthwise_kernel!("avx2,fma");
+    }
+}

@@ -1,0 +1,151 @@
+//! The f32 convolution (GEMM form and depthwise) on every ISA variant against a direct f64
+//! formula: random shapes with strides 1-3, dilations, groups, 1×1 and depthwise 3×3/5×5,
+//! every epilogue and task split; all ISAs give the same bits; bad shapes are errors.
+
+mod common;
+
+use common::{clamp, close, values};
+use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
+use heron_kernels::{Isa, KernelError};
+use proptest::prelude::*;
+
+fn reference(
+    geo: &Conv2d,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    bounds: Option<(f32, f32)>,
+) -> Vec<f64> {
+    let (cg, mg) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
+    let (kh, kw) = geo.kernel;
+    let mut out = vec![0.0; geo.output_len().unwrap()];
+    for n in 0..geo.batch {
+        for oc in 0..geo.out_channels {
+            let g = oc / mg;
+            for oh in 0..geo.out_h {
+                for ow in 0..geo.out_w {
+                    let mut acc = bias.map_or(0.0, |b| b[oc] as f64);
+                    for ci in 0..cg {
+                        for r in 0..kh {
+                            for s in 0..kw {
+                                let ih = oh * geo.stride.0 + r * geo.dilation.0;
+                                let iw = ow * geo.stride.1 + s * geo.dilation.1;
+                                let xi = ((n * geo.in_channels + g * cg + ci) * geo.in_h + ih) * geo.in_w + iw;
+                                let wi = ((oc * cg + ci) * kh + r) * kw + s;
+                                acc += x[xi] as f64 * w[wi] as f64;
+                            }
+                        }
+                    }
+                    let at = ((n * geo.out_channels + oc) * geo.out_h + oh) * geo.out_w + ow;
+                    acc += residual.map_or(0.0, |r| r[at] as f64);
+                    out[at] = clamp(acc, bounds);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn geometry() -> impl Strategy<Value = Conv2d> {
+    (
+        1usize..3,
+        prop_oneof![Just(1usize), 1usize..4, Just(4usize)],
+        1usize..7,
+        1usize..40,
+        (1usize..13, 1usize..23),
+        (1usize..6, 1usize..6),
+        (1usize..4, 1usize..4),
+        (1usize..3, 1usize..3),
+        any::<bool>(),
+    )
+        .prop_map(|(batch, groups, cg, mg, (oh, ow), kernel, stride, dilation, depthwise)| {
+            let (groups, cg, mg) = if depthwise { (groups.max(2) * 3, 1, 1) } else { (groups, cg, mg) };
+            let kernel = if depthwise { [(3, 3), (5, 5), kernel][kernel.0 % 3] } else { kernel };
+            let in_h = (oh - 1) * stride.0 + (kernel.0 - 1) * dilation.0 + 1 + stride.0 / 2;
+            let in_w = (ow - 1) * stride.1 + (kernel.1 - 1) * dilation.1 + 1 + stride.1 / 2;
+            Conv2d {
+                batch,
+                in_channels: groups * cg,
+                in_h,
+                in_w,
+                out_channels: groups * mg,
+                out_h: oh,
+                out_w: ow,
+                kernel,
+                stride,
+                dilation,
+                groups,
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn every_isa_matches_the_reference(
+        geo in geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        tasks in 1usize..4, seed in any::<u64>(),
+    ) {
+        let x = values(geo.input_len().unwrap(), seed);
+        let w = values(geo.weights_len().unwrap(), seed ^ 0x55);
+        let bias_values = values(geo.out_channels, seed ^ 0xAA);
+        let bias = bias.then_some(&bias_values[..]);
+        let residual_values = values(geo.output_len().unwrap(), seed ^ 0x33);
+        let residual = residual.then_some(&residual_values[..]);
+        let bounds = [None, Some((0.0, f32::INFINITY)), Some((0.0, 6.0))][clamp_kind];
+        let want = reference(&geo, &x, &w, bias, residual, bounds);
+        let mut first: Option<Vec<f32>> = None;
+        for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
+            let mut packed = vec![f32::NAN; geo.packed_weights_len(isa).unwrap()];
+            geo.pack_weights(isa, &w, &mut packed).unwrap();
+            let per_task = geo.scratch_len(isa).unwrap();
+            let mut scratch = vec![f32::NAN; per_task * tasks];
+            let mut out = vec![f32::NAN; geo.output_len().unwrap()];
+            let epilogue = ConvEpilogue { bias, residual, clamp: bounds };
+            for (task, s) in scratch.chunks_mut(per_task.max(1)).chain(std::iter::repeat_with(|| &mut [][..])).take(tasks).enumerate() {
+                conv2d_share(isa, &geo, &x, &packed, &mut out, epilogue, s, (task, tasks)).unwrap();
+            }
+            for (i, (&got, &w)) in out.iter().zip(&want).enumerate() {
+                prop_assert!(close(got, w), "{isa:?} {geo:?} [{i}]: {got} vs {w}");
+            }
+            match &first {
+                None => first = Some(out),
+                Some(f) => prop_assert!(f.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs"),
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let geo = Conv2d {
+        batch: 1,
+        in_channels: 4,
+        in_h: 5,
+        in_w: 5,
+        out_channels: 6,
+        out_h: 3,
+        out_w: 3,
+        kernel: (3, 3),
+        stride: (1, 1),
+        dilation: (1, 1),
+        groups: 2,
+    };
+    geo.check().unwrap();
+    assert!(matches!(Conv2d { out_w: 4, ..geo }.check(), Err(KernelError::Geometry(_))));
+    assert!(matches!(Conv2d { groups: 3, ..geo }.check(), Err(KernelError::Geometry(_))));
+    assert!(matches!(Conv2d { stride: (0, 1), ..geo }.check(), Err(KernelError::Geometry(_))));
+    assert!(matches!(
+        Conv2d { in_channels: usize::MAX / 2 + 1, groups: 1, ..geo }.check(),
+        Err(KernelError::Overflow(_))
+    ));
+    let isa = Isa::detect();
+    let x = vec![0.0; geo.input_len().unwrap()];
+    let w = vec![0.0; geo.packed_weights_len(isa).unwrap()];
+    let mut out = vec![0.0; geo.output_len().unwrap() - 1];
+    let mut scratch = vec![0.0; geo.scratch_len(isa).unwrap()];
+    let err = conv2d_share(isa, &geo, &x, &w, &mut out, ConvEpilogue::default(), &mut scratch, (0, 1)).unwrap_err();
+    assert!(matches!(err, KernelError::TooShort { what: "output", .. }), "{err}");
+}
