@@ -13,6 +13,7 @@ pub mod codegen;
 pub mod int8;
 pub mod isa;
 pub mod jit;
+pub mod kernels;
 pub mod math;
 pub mod outline;
 pub mod readonly;

@@ -1,4 +1,5 @@
-//! The CPU target: the first [`Target`]. It picks physical layouts for the CPU kernels and
+//! The CPU target: the first [`Target`]. With kernels on, it first replaces the contraction
+//! nests a precompiled kernel computes with kernel calls ([`crate::kernels`]). It picks physical layouts for the CPU kernels and
 //! reshapes integer dot products for VNNI ([`crate::schedule::choose_layouts`]), then marks
 //! loops vectorized and unrolled ([`crate::schedule::schedule`]), splits operators into
 //! one function per loop nest ([`crate::outline`]) and marks one loop of each parallel
@@ -8,12 +9,16 @@
 use heron_ir::loop_ir::Module;
 use heron_ir::loop_ir::target::{Target, TargetError};
 
+use crate::kernels::{KernelConfig, use_kernels};
 use crate::outline::split_loop_nests;
 use crate::schedule::{choose_layouts, mark_parallel, schedule};
 
 /// The host CPU.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct CpuTarget;
+pub struct CpuTarget {
+    /// Call precompiled kernels (`None`: generated code only).
+    pub kernels: Option<KernelConfig>,
+}
 
 impl CpuTarget {
     pub const NAME: &'static str = "cpu";
@@ -25,6 +30,9 @@ impl Target for CpuTarget {
     }
 
     fn apply(&self, module: &mut Module) -> Result<(), TargetError> {
+        if let Some(config) = self.kernels {
+            use_kernels(module, config);
+        }
         choose_layouts(module);
         schedule(module);
         split_loop_nests(module);

@@ -14,6 +14,7 @@ use heron_aot::{AotOptions, Artifacts, TensorSpec};
 use heron_ir::loop_ir::workspace::{WorkspaceSize, module_workspace};
 use heron_ir::{Limits, Tensor};
 use heron_jit::isa::OptLevel;
+use heron_jit::kernels::KernelConfig;
 use heron_jit::routines::{Routine, RoutineParam, RoutineSignature};
 use heron_jit::threads::ThreadPool;
 use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
@@ -71,6 +72,10 @@ pub struct CompileOptions {
     /// device (the simulator, or the driver `HERON_VTA_DRIVER` names) holding the workspace's
     /// VTA pools, so threads with their own workspaces run independently.
     pub vta: Option<HwConfig>,
+    /// Let the CPU target call precompiled AVX-512 / AVX2 kernels for convolutions and GEMMs
+    /// (JIT only; `HERON_KERNELS=off` also turns them off). Off: pure Cranelift code, for
+    /// comparison and for CPUs without AVX2.
+    pub kernels: bool,
 }
 
 impl Default for CompileOptions {
@@ -87,6 +92,7 @@ impl Default for CompileOptions {
             guard_pages: GuardPages::from_env(),
             threads: physical_cores(),
             vta: None,
+            kernels: true,
         }
     }
 }
@@ -241,6 +247,7 @@ impl CompileOptions {
             planner_work: self.planner_work,
             planner_time_limit_ms: self.planner_time_limit_ms,
             vta: self.vta,
+            kernels: if self.kernels && self.engine == Engine::Jit { KernelConfig::host(self.threads) } else { None },
         }
     }
 }
@@ -326,7 +333,7 @@ impl Compiler {
         let options = JitOptions {
             opt_level: self.options.opt_level,
             codegen: CodegenOptions { vectorize: self.options.vectorize, fma: true },
-            routines: self.options.vta.map(|_| vta_routine()).into_iter().collect(),
+            routines: self.options.vta.map(|_| vta_routine()).into_iter().chain(heron_jit::kernels::routines()).collect(),
         };
         let code = JitModule::compile(&rewritten.module, &read_only, options)?;
         let codegen = codegen_start.elapsed();

@@ -19,6 +19,7 @@ use heron_ir::loop_ir::flatten::flatten;
 use heron_ir::loop_ir::layout::apply_layout_transforms;
 use heron_ir::loop_ir::target::Target;
 use heron_ir::{Graph, Limits, passes};
+use heron_jit::kernels::KernelConfig;
 use heron_jit::target::CpuTarget;
 use heron_planner::{Access, Budget, PlannedModule, PoolInfo, PoolKind};
 use heron_vta::HwConfig;
@@ -61,6 +62,10 @@ pub struct PipelineOptions {
     pub planner_time_limit_ms: Option<u64>,
     /// Offload int8 regions to VTA with this hardware configuration (`None`: CPU only).
     pub vta: Option<HwConfig>,
+    /// The CPU target calls precompiled kernels with this ISA and task count (`None`: generated
+    /// code only). Default: this CPU's best ISA, one task per physical core, unless
+    /// `HERON_KERNELS=off`.
+    pub kernels: Option<KernelConfig>,
 }
 
 impl Default for PipelineOptions {
@@ -72,6 +77,7 @@ impl Default for PipelineOptions {
             planner_work: Budget::DEFAULT_WORK,
             planner_time_limit_ms: None,
             vta: None,
+            kernels: KernelConfig::host(crate::compiler::physical_cores()),
         }
     }
 }
@@ -119,7 +125,8 @@ pub struct Pipeline {
 impl Pipeline {
     /// The pipeline for the host CPU.
     pub fn new(options: PipelineOptions) -> Pipeline {
-        Pipeline { options, targets: vec![Box::new(CpuTarget)] }
+        let cpu = CpuTarget { kernels: options.kernels };
+        Pipeline { options, targets: vec![Box::new(cpu)] }
     }
 
     pub fn options(&self) -> &PipelineOptions {

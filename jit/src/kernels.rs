@@ -1,0 +1,622 @@
+//! The CPU target's kernel pass: operators that lowering emitted as an f32 contraction nest a
+//! precompiled kernel computes (`heron_kernels`) become a parallel loop of routine calls.
+//!
+//! A nest qualifies when its shape is recognised exactly, from the affine offsets of its loads:
+//! - **2-D convolution** over a (padded) NCHW input, dense or depthwise, weights a constant:
+//!   `heron_conv2d_f32`, weights packed at compile time for the chosen ISA;
+//! - **GEMM with a constant right operand** (`MatMul` / `Gemm`, batched rows contiguous):
+//!   `heron_gemm_f32`, B packed into panels at compile time.
+//!
+//! The accumulator's initial value (a convolution's bias) is fused; so is an epilogue made of
+//! additions of a bias per column or a residual shaped like the output, then a ReLU or Clip.
+//! Any other epilogue stays generated code: the kernel writes the raw result and a loop over
+//! the output applies the rest in place. Everything else keeps its loop nest. The calls print
+//! at the target stage with every shape, the ISA, the epilogue flags and the task split: the
+//! loop `for %task in 0..T parallel` runs share `task` of `T` on each thread (`T` is the
+//! compile-time thread count; results do not depend on it), with per-task scratch planned like
+//! any buffer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use heron_ir::loop_ir::analysis::affine_terms;
+use heron_ir::loop_ir::{
+    Arg, BinOp, Buffer, BufferId, Call, Callee, Expr, ForKind, MAIN, Module, PrimFunc, Scope, Stmt, VarDecl, VarId,
+};
+use heron_ir::{DType, Tensor};
+use heron_kernels::abi::{CONV2D_F32, GEMM_F32, flags};
+use heron_kernels::conv::Conv2d;
+use heron_kernels::{Isa, gemm};
+
+use crate::routines::{Routine, RoutineParam, RoutineSignature};
+
+/// What the kernel pass uses: the ISA weights are packed for, and the task count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelConfig {
+    pub isa: Isa,
+    pub tasks: usize,
+}
+
+impl KernelConfig {
+    /// Kernels for this CPU, unless `HERON_KERNELS=off` (pure generated code, for comparison).
+    /// `HERON_KERNEL_ISA=avx512|avx2|scalar` forces a variant (one this CPU has).
+    pub fn host(tasks: usize) -> Option<KernelConfig> {
+        if std::env::var("HERON_KERNELS").is_ok_and(|v| v == "off" || v == "0") {
+            return None;
+        }
+        let forced = std::env::var("HERON_KERNEL_ISA").ok();
+        let isa = Isa::available()
+            .into_iter()
+            .find(|i| forced.as_deref().is_none_or(|name| name == i.name()))
+            .unwrap_or_else(Isa::detect);
+        Some(KernelConfig { isa, tasks: tasks.max(1) })
+    }
+}
+
+/// The routines the kernel pass calls, with their addresses.
+pub fn routines() -> Vec<Routine> {
+    use RoutineParam::{Buffer as B, F32, I64};
+    let conv = [vec![B; 6], vec![I64; 16], vec![F32, F32, I64, I64]].concat();
+    let gemm = [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat();
+    vec![
+        Routine {
+            signature: RoutineSignature { name: CONV2D_F32.into(), params: conv },
+            features: Vec::new(),
+            address: heron_kernels::abi::heron_conv2d_f32 as *const u8,
+        },
+        Routine {
+            signature: RoutineSignature { name: GEMM_F32.into(), params: gemm },
+            features: Vec::new(),
+            address: heron_kernels::abi::heron_gemm_f32 as *const u8,
+        },
+    ]
+}
+
+/// Replaces every qualifying contraction nest of `module` with kernel calls.
+pub fn use_kernels(module: &mut Module, config: KernelConfig) {
+    let Some(main_index) = module.funcs.iter().position(|f| f.name == MAIN) else { return };
+    for k in 0..module.funcs.len() {
+        if k == main_index || module.funcs[k].target.is_some() {
+            continue;
+        }
+        let (before, rest) = module.funcs.split_at_mut(k.max(main_index));
+        let (f, main) = if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
+        if let Some(plan) = match_contraction(f, main) {
+            apply(plan, f, main, config);
+        }
+    }
+}
+
+/// The kernel a nest maps to.
+enum Kernel {
+    Conv { geo: Conv2d, input: BufferId, bias: Option<BufferId> },
+    Gemm { m: usize, n: usize, k: usize, a: BufferId, b_strides: (usize, usize) },
+}
+
+/// What fuses into the kernel's epilogue.
+#[derive(Default)]
+struct Fused {
+    col_bias: Option<BufferId>,
+    residual: Option<BufferId>,
+    clamp: Option<(f32, f32)>,
+}
+
+struct Plan {
+    kernel: Kernel,
+    /// The weights parameter (position in `f.params`) and the constant it is in `main`.
+    weights: (usize, BufferId),
+    out: BufferId,
+    /// The output loops (variable, extent), outermost first.
+    out_loops: Vec<(VarId, i64)>,
+    /// `Some(epilogue)`: fused; `None`: the store's expression runs after the kernel, in place.
+    fused: Option<Fused>,
+    acc: BufferId,
+    epilogue: Expr,
+    /// Statements before the nest (a padded copy of the input) that stay.
+    prelude: Vec<Stmt>,
+}
+
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<i64> {
+    let mut s = vec![1i64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1].saturating_mul(shape[d + 1] as i64);
+    }
+    s
+}
+
+/// A load's flat element offset as `coefficient per variable + constant`.
+fn flat_offset(f: &PrimFunc, buffer: BufferId, indices: &[Expr]) -> Option<(HashMap<VarId, i64>, i64)> {
+    let shape = &f.buffer(buffer).shape;
+    if indices.len() != shape.len() {
+        return None;
+    }
+    let (mut terms, mut constant) = (HashMap::new(), 0i64);
+    for (idx, stride) in indices.iter().zip(strides(shape)) {
+        let (t, c) = affine_terms(idx)?;
+        constant = constant.checked_add(c.checked_mul(stride)?)?;
+        for (v, k) in t {
+            let e = terms.entry(v).or_insert(0i64);
+            *e = e.checked_add(k.checked_mul(stride)?)?;
+        }
+    }
+    terms.retain(|_, k| *k != 0);
+    Some((terms, constant))
+}
+
+/// Peels a perfect nest of serial loops with constant extents.
+fn peel(s: &Stmt) -> (Vec<(VarId, i64)>, &Stmt) {
+    let mut loops = Vec::new();
+    let mut cur = s;
+    while let Stmt::For { var, extent, kind: ForKind::Serial, body } = cur {
+        let Some(n) = extent.as_int() else { break };
+        loops.push((*var, n));
+        cur = body;
+    }
+    (loops, cur)
+}
+
+fn is_acc(e: &Expr, acc: BufferId) -> bool {
+    matches!(e, Expr::Load { buffer, indices } if *buffer == acc && indices.len() == 1 && indices[0].as_int() == Some(0))
+}
+
+/// The buffer a constant parameter of `f` is bound to in `main`, when `f` is called once and
+/// the constant is passed to nothing else.
+fn sole_constant(f: &PrimFunc, main: &PrimFunc, param: BufferId) -> Option<(usize, BufferId)> {
+    let pos = f.params.iter().position(|&p| p == param)?;
+    let mut calls = Vec::new();
+    main.body.walk(&mut |s| {
+        if let Stmt::Evaluate(Call { callee: Callee::Func(name), args }) = s
+            && *name == f.name
+        {
+            calls.push(args.clone());
+        }
+    });
+    let [args] = &calls[..] else { return None };
+    let Some(Arg::Buffer(bound)) = args.get(pos) else { return None };
+    let mut is_const = false;
+    let mut uses = 0;
+    main.body.walk(&mut |s| match s {
+        Stmt::AllocateConst { buffer, .. } if buffer == bound => is_const = true,
+        Stmt::Evaluate(call) => uses += call.args.iter().filter(|a| matches!(a, Arg::Buffer(b) if b == bound)).count(),
+        _ => {}
+    });
+    (is_const && uses == 1).then_some((pos, *bound))
+}
+
+fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
+    let Stmt::Seq(items) = &f.body else { return None };
+    let (nest, head) = items.split_last()?;
+    let (acc_alloc, prelude) = head.split_last()?;
+    let Stmt::Allocate { buffer: acc, .. } = acc_alloc else { return None };
+    let acc = *acc;
+    if f.buffer(acc).scope != Scope::Local || f.buffer(acc).dtype != DType::F32 {
+        return None;
+    }
+    // The prelude may only allocate and fill a scratch copy (the padded input).
+    if prelude.len() > 2 || prelude.iter().any(|s| !matches!(s, Stmt::Allocate { .. } | Stmt::For { .. })) {
+        return None;
+    }
+    let (out_loops, body) = peel(nest);
+    let Stmt::Seq(parts) = body else { return None };
+    let [Stmt::Store { buffer: a0, indices: i0, value: init }, reduce, Stmt::Store { buffer: out, indices: out_idx, value: epilogue }] =
+        &parts[..]
+    else {
+        return None;
+    };
+    if *a0 != acc || i0.len() != 1 || i0[0].as_int() != Some(0) {
+        return None;
+    }
+    let out = *out;
+    let out_shape = f.buffer(out).shape.clone();
+    if f.buffer(out).dtype != DType::F32
+        || !f.params.contains(&out)
+        || out_loops.len() != out_shape.len()
+        || out_loops.iter().zip(&out_shape).any(|((_, n), &s)| *n != s as i64)
+        || out_idx.len() != out_loops.len()
+        || out_idx.iter().zip(&out_loops).any(|(e, (v, _))| !matches!(e, Expr::Var(x) if x == v))
+    {
+        return None;
+    }
+    let (red_loops, red_body) = peel(reduce);
+    let Stmt::Store { buffer: a1, indices: i1, value: update } = red_body else { return None };
+    if *a1 != acc || i1.len() != 1 || i1[0].as_int() != Some(0) {
+        return None;
+    }
+    let Expr::Binary { op: BinOp::Add, lhs, rhs } = update else { return None };
+    if !is_acc(lhs, acc) {
+        return None;
+    }
+    let Expr::Binary { op: BinOp::Mul, lhs: l, rhs: r } = &**rhs else { return None };
+    let (Expr::Load { buffer: lb, indices: li }, Expr::Load { buffer: rb, indices: ri }) = (&**l, &**r) else {
+        return None;
+    };
+    if [*lb, *rb].iter().any(|&b| f.buffer(b).dtype != DType::F32) {
+        return None;
+    }
+    let loads = [(*lb, li.as_slice()), (*rb, ri.as_slice())];
+    let (kernel, weights) = match (out_loops.len(), red_loops.len()) {
+        (4, 3) => match_conv(f, main, &loads, &out_loops, &red_loops, init)?,
+        (r, 1) if r >= 2 => match_gemm(f, main, &loads, &out_loops, red_loops[0], init)?,
+        _ => return None,
+    };
+    let fused = fuse_epilogue(f, epilogue, acc, &out_loops, out, matches!(kernel, Kernel::Gemm { .. }));
+    Some(Plan { kernel, weights, out, out_loops, fused, acc, epilogue: epilogue.clone(), prelude: prelude.to_vec() })
+}
+
+fn coefficient(terms: &HashMap<VarId, i64>, v: VarId) -> i64 {
+    terms.get(&v).copied().unwrap_or(0)
+}
+
+fn match_conv(
+    f: &PrimFunc,
+    main: &PrimFunc,
+    loads: &[(BufferId, &[Expr]); 2],
+    out_loops: &[(VarId, i64)],
+    red_loops: &[(VarId, i64)],
+    init: &Expr,
+) -> Option<(Kernel, (usize, BufferId))> {
+    let [(n, batch), (oc, m), (oh, out_h), (ow, out_w)] = out_loops.try_into().ok()?;
+    let [(ci, cg), (r, kh), (s, kw)] = red_loops.try_into().ok()?;
+    // The weights: `w[oc, ci, r, s]`, a constant.
+    let is_weights = |(b, idx): &(BufferId, &[Expr])| {
+        let want = [oc, ci, r, s];
+        idx.len() == 4
+            && idx.iter().zip(want).all(|(e, v)| matches!(e, Expr::Var(x) if *x == v))
+            && f.buffer(*b).shape == [m as usize, cg as usize, kh as usize, kw as usize]
+    };
+    let (w, x) = if is_weights(&loads[0]) { (loads[0], loads[1]) } else if is_weights(&loads[1]) { (loads[1], loads[0]) } else { return None };
+    let weights = sole_constant(f, main, w.0)?;
+    let x_shape = f.buffer(x.0).shape.clone();
+    let [xb, c, in_h, in_w] = <[usize; 4]>::try_from(x_shape).ok()?;
+    let (terms, constant) = flat_offset(f, x.0, x.1)?;
+    let plane = (in_h * in_w) as i64;
+    let known = [n, oc, oh, ow, ci, r, s];
+    if constant != 0 || terms.keys().any(|v| !known.contains(v)) || xb as i64 != batch {
+        return None;
+    }
+    let co = |v| coefficient(&terms, v);
+    let (w_, c_) = (in_w as i64, c as i64);
+    // Each variable's coefficient, or any value when its loop runs once.
+    let fits = |v: VarId, extent: i64, want: i64| extent == 1 || co(v) == want;
+    let groups = if co(oc) == 0 && cg == c_ { 1 } else if m == c_ && cg == 1 && co(oc) == plane { c_ } else { return None };
+    let step = |v: VarId, extent: i64, unit: i64| -> Option<usize> {
+        if extent == 1 {
+            return Some(1);
+        }
+        let k = co(v);
+        (k > 0 && k % unit == 0).then(|| (k / unit) as usize)
+    };
+    let (sh, sw) = (step(oh, out_h, w_)?, step(ow, out_w, 1)?);
+    let (dh, dw) = (step(r, kh, w_)?, step(s, kw, 1)?);
+    if !fits(n, batch, c_ * plane) || !fits(ci, cg, plane) {
+        return None;
+    }
+    let geo = Conv2d {
+        batch: batch as usize,
+        in_channels: c,
+        in_h,
+        in_w,
+        out_channels: m as usize,
+        out_h: out_h as usize,
+        out_w: out_w as usize,
+        kernel: (kh as usize, kw as usize),
+        stride: (sh, sw),
+        dilation: (dh, dw),
+        groups: groups as usize,
+    };
+    geo.check().ok()?;
+    let bias = match init {
+        Expr::Float { value, .. } if *value == 0.0 => None,
+        Expr::Load { buffer, indices }
+            if f.buffer(*buffer).shape == [m as usize]
+                && matches!(&indices[..], [Expr::Var(v)] if *v == oc)
+                && f.buffer(*buffer).dtype == DType::F32 =>
+        {
+            Some(*buffer)
+        }
+        _ => return None,
+    };
+    Some((Kernel::Conv { geo, input: x.0, bias }, weights))
+}
+
+fn match_gemm(
+    f: &PrimFunc,
+    main: &PrimFunc,
+    loads: &[(BufferId, &[Expr]); 2],
+    out_loops: &[(VarId, i64)],
+    (kv, k): (VarId, i64),
+    init: &Expr,
+) -> Option<(Kernel, (usize, BufferId))> {
+    if !matches!(init, Expr::Float { value, .. } if *value == 0.0) {
+        return None;
+    }
+    let (nv, n) = *out_loops.last()?;
+    let rows = &out_loops[..out_loops.len() - 1];
+    let m: i64 = rows.iter().map(|(_, e)| e).product();
+    // B: depends on the reduction and the column only, a constant.
+    let b_strides = |(b, idx): &(BufferId, &[Expr])| -> Option<(usize, usize)> {
+        let (terms, constant) = flat_offset(f, *b, idx)?;
+        let (sk, sn) = (coefficient(&terms, kv), coefficient(&terms, nv));
+        let only = terms.keys().all(|v| *v == kv || *v == nv);
+        let elements = f.buffer(*b).num_elements() as i64;
+        (constant == 0 && only && sk >= 0 && sn >= 0 && (k - 1) * sk + (n - 1) * sn < elements)
+            .then_some((sk as usize, sn as usize))
+    };
+    let pick = [(0, 1), (1, 0)].into_iter().find_map(|(bi, ai)| {
+        let strides = b_strides(&loads[bi])?;
+        let weights = sole_constant(f, main, loads[bi].0)?;
+        Some((strides, weights, loads[ai]))
+    });
+    let (b_strides, weights, a) = pick?;
+    // A: rows of k contiguous values, the output's row loops flattened in order.
+    let (terms, constant) = flat_offset(f, a.0, a.1)?;
+    let mut stride = k;
+    for &(v, extent) in rows.iter().rev() {
+        if extent != 1 && coefficient(&terms, v) != stride {
+            return None;
+        }
+        stride = stride.checked_mul(extent)?;
+    }
+    let known: Vec<VarId> = rows.iter().map(|(v, _)| *v).chain([kv]).collect();
+    if constant != 0
+        || coefficient(&terms, kv) != 1
+        || terms.keys().any(|v| !known.contains(v))
+        || f.buffer(a.0).num_elements() as i64 != m.checked_mul(k)?
+    {
+        return None;
+    }
+    Some((Kernel::Gemm { m: m as usize, n: n as usize, k: k as usize, a: a.0, b_strides }, weights))
+}
+
+/// The epilogue as fused parts (`Some`), or `None` when it must stay generated code.
+fn fuse_epilogue(f: &PrimFunc, e: &Expr, acc: BufferId, out_loops: &[(VarId, i64)], out: BufferId, gemm: bool) -> Option<Fused> {
+    let mut fused = Fused::default();
+    // The clamp: max(x, lo), min(x, hi), min(max(x, lo), hi) or max(min(x, hi), lo).
+    fn bounded(e: &Expr, op: BinOp) -> Option<(&Expr, f32)> {
+        match e {
+            Expr::Binary { op: o, lhs, rhs: bound } if *o == op => match **bound {
+                Expr::Float { value, .. } => Some((&**lhs, value as f32)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+    let mut sum = e;
+    let clamp = match (bounded(e, BinOp::Max), bounded(e, BinOp::Min)) {
+        (Some((x, lo)), _) => Some(match bounded(x, BinOp::Min) {
+            Some((y, hi)) => (y, lo, hi),
+            None => (x, lo, f32::INFINITY),
+        }),
+        (_, Some((x, hi))) => Some(match bounded(x, BinOp::Max) {
+            Some((y, lo)) => (y, lo, hi),
+            None => (x, f32::NEG_INFINITY, hi),
+        }),
+        _ => None,
+    };
+    if let Some((inner, lo, hi)) = clamp {
+        if lo.is_nan() || hi.is_nan() || lo > hi {
+            return None;
+        }
+        fused.clamp = Some((lo, hi));
+        sum = inner;
+    }
+    // The rest: a sum of the accumulator, a bias per column and a residual.
+    let mut terms = Vec::new();
+    let mut stack = vec![sum];
+    while let Some(t) = stack.pop() {
+        match t {
+            Expr::Binary { op: BinOp::Add, lhs, rhs } => {
+                stack.push(rhs);
+                stack.push(lhs);
+            }
+            other => terms.push(other),
+        }
+    }
+    let mut seen_acc = false;
+    let out_vars: Vec<VarId> = out_loops.iter().map(|(v, _)| *v).collect();
+    for t in terms {
+        if is_acc(t, acc) && !seen_acc {
+            seen_acc = true;
+            continue;
+        }
+        let Expr::Load { buffer, indices } = t else { return None };
+        if f.buffer(*buffer).dtype != DType::F32 || *buffer == out || !f.params.contains(buffer) {
+            return None;
+        }
+        let residual_like = f.buffer(*buffer).shape == f.buffer(out).shape
+            && indices.iter().zip(&out_vars).all(|(e, v)| matches!(e, Expr::Var(x) if x == v));
+        if residual_like && fused.residual.is_none() {
+            fused.residual = Some(*buffer);
+            continue;
+        }
+        let (n_var, n) = *out_loops.last()?;
+        let (terms, constant) = flat_offset(f, *buffer, indices)?;
+        let per_column = constant == 0
+            && terms.len() == 1
+            && coefficient(&terms, n_var) == 1
+            && f.buffer(*buffer).num_elements() as i64 == n;
+        if gemm && per_column && fused.col_bias.is_none() {
+            fused.col_bias = Some(*buffer);
+            continue;
+        }
+        return None;
+    }
+    seen_acc.then_some(fused)
+}
+
+fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig) {
+    let isa = config.isa;
+    let (pos, constant) = plan.weights;
+    // Pack the weights into a new constant, in kernel order.
+    let mut data = None;
+    main.body.walk(&mut |s| {
+        if let Stmt::AllocateConst { buffer, data: d, .. } = s
+            && *buffer == constant
+        {
+            data = Some(d.clone());
+        }
+    });
+    let Some(data) = data else { return };
+    let Some(values) = data.as_array::<f32>().map(|a| a.iter().copied().collect::<Vec<f32>>()) else { return };
+    let packed = match &plan.kernel {
+        Kernel::Conv { geo, .. } => geo.packed_weights_len(isa).ok().and_then(|len| {
+            let mut p = vec![0.0; len];
+            geo.pack_weights(isa, &values, &mut p).ok().map(|()| p)
+        }),
+        Kernel::Gemm { n, k, b_strides, .. } => gemm::packed_b_len(isa, *k, *n).ok().and_then(|len| {
+            let mut p = vec![0.0; len];
+            gemm::pack_b(isa, &values, *b_strides, (*k, *n), &mut p).ok().map(|()| p)
+        }),
+    };
+    let Some(packed) = packed else { return };
+    let scratch_len = match &plan.kernel {
+        Kernel::Conv { geo, .. } => match geo.scratch_len(isa).ok().and_then(|s| s.checked_mul(config.tasks)) {
+            Some(s) => s,
+            None => return,
+        },
+        Kernel::Gemm { .. } => 0,
+    };
+    let len = packed.len();
+    let Ok(tensor) = Tensor::from_vec(&[len], packed) else { return };
+    let name = format!("{}_{}", main.buffer(constant).name, isa.name());
+    main.buffers.push(Buffer::new(name, DType::F32, vec![len]));
+    let new_const = BufferId(main.buffers.len() as u32 - 1);
+    let mut body = main.take_body();
+    let mut uses_left = 0;
+    for s in &mut body {
+        match s {
+            Stmt::Evaluate(Call { callee: Callee::Func(callee), args }) if *callee == f.name => {
+                args[pos] = Arg::Buffer(new_const);
+            }
+            Stmt::Evaluate(call) => {
+                uses_left += call.args.iter().filter(|a| matches!(a, Arg::Buffer(b) if *b == constant)).count()
+            }
+            _ => {}
+        }
+    }
+    let mut rewritten = Vec::with_capacity(body.len() + 1);
+    for s in body {
+        match s {
+            Stmt::AllocateConst { buffer, data, pools } if buffer == constant => {
+                rewritten.push(Stmt::AllocateConst {
+                    buffer: new_const,
+                    data: Arc::new(tensor.clone()),
+                    pools: pools.clone(),
+                });
+                if uses_left > 0 {
+                    rewritten.push(Stmt::AllocateConst { buffer, data, pools });
+                }
+            }
+            other => rewritten.push(other),
+        }
+    }
+    main.body = Stmt::Seq(rewritten);
+
+    // The function: its weights parameter now holds the packed weights.
+    let weights_param = f.params[pos];
+    f.buffers[weights_param.0 as usize].shape = vec![len];
+    let out = plan.out;
+    let (fused, generic) = match plan.fused {
+        Some(fused) => (fused, None),
+        None => (Fused::default(), Some(plan.epilogue)),
+    };
+    let mut flag_bits = 0;
+    let mut buffer_or_out = |b: Option<BufferId>, bit: i64| {
+        b.map_or(Arg::Buffer(out), |b| {
+            flag_bits |= bit;
+            Arg::Buffer(b)
+        })
+    };
+    let i = |v: usize| Arg::Expr(Expr::index(v as i64));
+    f.vars.push(VarDecl { name: "task".into(), dtype: DType::I64 });
+    let task = VarId(f.vars.len() as u32 - 1);
+    let mut stmts = plan.prelude;
+    let (routine, mut args) = match &plan.kernel {
+        Kernel::Conv { geo, input, bias } => {
+            let scratch = if scratch_len > 0 {
+                f.buffers.push(Buffer::new("kernel_scratch", DType::F32, vec![scratch_len]));
+                let s = BufferId(f.buffers.len() as u32 - 1);
+                stmts.push(Stmt::Allocate { buffer: s, pools: vec![] });
+                s
+            } else {
+                out
+            };
+            let mut args = vec![
+                Arg::Buffer(*input),
+                Arg::Buffer(weights_param),
+                buffer_or_out(*bias, flags::BIAS),
+                buffer_or_out(fused.residual, flags::RESIDUAL),
+                Arg::Buffer(out),
+                Arg::Buffer(scratch),
+                Arg::Expr(Expr::index(isa.code())),
+            ];
+            args.extend(
+                [
+                    geo.batch,
+                    geo.in_channels,
+                    geo.in_h,
+                    geo.in_w,
+                    geo.out_channels,
+                    geo.out_h,
+                    geo.out_w,
+                    geo.kernel.0,
+                    geo.kernel.1,
+                    geo.stride.0,
+                    geo.stride.1,
+                    geo.dilation.0,
+                    geo.dilation.1,
+                    geo.groups,
+                ]
+                .map(i),
+            );
+            (CONV2D_F32, args)
+        }
+        Kernel::Gemm { m, n, k, a, .. } => {
+            let args = vec![
+                Arg::Buffer(*a),
+                Arg::Buffer(weights_param),
+                buffer_or_out(fused.col_bias, flags::BIAS),
+                buffer_or_out(fused.residual, flags::RESIDUAL),
+                Arg::Buffer(out),
+                Arg::Expr(Expr::index(isa.code())),
+                i(*m),
+                i(*n),
+                i(*k),
+            ];
+            (GEMM_F32, args)
+        }
+    };
+    let (lo, hi) = fused.clamp.map_or((0.0, 0.0), |(lo, hi)| {
+        flag_bits |= flags::CLAMP;
+        (lo, hi)
+    });
+    args.extend([
+        Arg::Expr(Expr::index(flag_bits)),
+        Arg::Expr(Expr::float(f64::from(lo), DType::F32)),
+        Arg::Expr(Expr::float(f64::from(hi), DType::F32)),
+        Arg::Expr(Expr::Var(task)),
+        i(config.tasks),
+    ]);
+    stmts.push(Stmt::For {
+        var: task,
+        extent: Expr::index(config.tasks as i64),
+        kind: if config.tasks > 1 { ForKind::Parallel } else { ForKind::Serial },
+        body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(routine.into()), args })),
+    });
+    if let Some(e) = generic {
+        // The rest of the epilogue, in place: the accumulator is the kernel's output.
+        let idx: Vec<Expr> = plan.out_loops.iter().map(|(v, _)| Expr::Var(*v)).collect();
+        let here = Expr::load(out, idx.clone());
+        let acc = plan.acc;
+        let value = e.map(&mut |x| if is_acc(&x, acc) { here.clone() } else { x });
+        let store = Stmt::Store { buffer: out, indices: idx, value };
+        stmts.push(plan.out_loops.iter().rev().fold(store, |body, &(var, n)| Stmt::For {
+            var,
+            extent: Expr::index(n),
+            kind: ForKind::Serial,
+            body: Box::new(body),
+        }));
+    }
+    f.body = Stmt::Seq(stmts);
+}
