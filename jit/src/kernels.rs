@@ -20,13 +20,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use heron_ir::loop_ir::analysis::affine_terms;
+use heron_ir::loop_ir::interp::{ExternArg, Externs};
 use heron_ir::loop_ir::{
     Arg, BinOp, Buffer, BufferId, Call, Callee, Expr, ForKind, MAIN, Module, PrimFunc, Scope, Stmt, VarDecl, VarId,
 };
 use heron_ir::{DType, Tensor};
 use heron_kernels::abi::{CONV2D_F32, GEMM_F32, flags};
-use heron_kernels::conv::Conv2d;
-use heron_kernels::{Isa, gemm};
+use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
+pub use heron_kernels::Isa;
+use heron_kernels::gemm;
 
 use crate::routines::{Routine, RoutineParam, RoutineSignature};
 
@@ -414,7 +416,12 @@ fn fuse_epilogue(f: &PrimFunc, e: &Expr, acc: BufferId, out_loops: &[(VarId, i64
         }
     }
     let mut seen_acc = false;
-    let out_vars: Vec<VarId> = out_loops.iter().map(|(v, _)| *v).collect();
+    let out_index: Vec<Expr> = out_loops.iter().map(|(v, _)| Expr::Var(*v)).collect();
+    // Variables of loops that run once index nothing.
+    let out_offset = flat_offset(f, out, &out_index).map(|(mut t, c)| {
+        t.retain(|v, _| out_loops.iter().any(|(x, n)| x == v && *n > 1));
+        (t, c)
+    });
     for t in terms {
         if is_acc(t, acc) && !seen_acc {
             seen_acc = true;
@@ -424,8 +431,12 @@ fn fuse_epilogue(f: &PrimFunc, e: &Expr, acc: BufferId, out_loops: &[(VarId, i64
         if f.buffer(*buffer).dtype != DType::F32 || *buffer == out || !f.params.contains(buffer) {
             return None;
         }
-        let residual_like = f.buffer(*buffer).shape == f.buffer(out).shape
-            && indices.iter().zip(&out_vars).all(|(e, v)| matches!(e, Expr::Var(x) if x == v));
+        // Shaped like the output, or broadcast only along axes of extent 1.
+        let residual_like = f.buffer(*buffer).num_elements() == f.buffer(out).num_elements()
+            && flat_offset(f, *buffer, indices).is_some_and(|(mut t, c)| {
+                t.retain(|v, _| out_loops.iter().any(|(x, n)| x == v && *n > 1));
+                out_offset.as_ref().is_some_and(|(want, _)| c == 0 && t == *want)
+            });
         if residual_like && fused.residual.is_none() {
             fused.residual = Some(*buffer);
             continue;
@@ -619,4 +630,94 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         }));
     }
     f.body = Stmt::Seq(stmts);
+}
+
+/// The kernel routines for the loop-IR interpreter: the same kernels on copies of the buffers,
+/// so modules with kernel calls are checked against the graph interpreter too.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelExterns;
+
+fn floats(arg: &ExternArg) -> Result<Vec<f32>, String> {
+    match arg {
+        ExternArg::Buffer(bytes) => {
+            Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect())
+        }
+        _ => Err("expected a buffer".into()),
+    }
+}
+
+fn ints(args: &[ExternArg]) -> Result<Vec<usize>, String> {
+    args.iter()
+        .map(|a| match a {
+            ExternArg::Int(v) => usize::try_from(*v).map_err(|_| format!("negative argument {v}")),
+            _ => Err("expected an integer".into()),
+        })
+        .collect()
+}
+
+fn float(arg: &ExternArg) -> Result<f32, String> {
+    match arg {
+        ExternArg::Float(v) => Ok(*v as f32),
+        _ => Err("expected a float".into()),
+    }
+}
+
+impl Externs for KernelExterns {
+    fn call(&self, name: &str, args: &mut [ExternArg]) -> Result<Vec<usize>, String> {
+        let isa_of = |a: &ExternArg| match a {
+            ExternArg::Int(code) => Isa::from_code(*code).ok_or_else(|| format!("unknown ISA code {code}")),
+            _ => Err("expected an ISA code".to_string()),
+        };
+        let (out_pos, result) = match name {
+            CONV2D_F32 if args.len() == 26 => {
+                let isa = isa_of(&args[6])?;
+                let d = ints(&args[7..22])?;
+                let t = ints(&args[24..26])?;
+                let geo = Conv2d {
+                    batch: d[0],
+                    in_channels: d[1],
+                    in_h: d[2],
+                    in_w: d[3],
+                    out_channels: d[4],
+                    out_h: d[5],
+                    out_w: d[6],
+                    kernel: (d[7], d[8]),
+                    stride: (d[9], d[10]),
+                    dilation: (d[11], d[12]),
+                    groups: d[13],
+                };
+                let bits = d[14] as i64;
+                let (x, w, bias, residual) = (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
+                let mut out = floats(&args[4])?;
+                let per_task = geo.scratch_len(isa).map_err(|e| e.to_string())?;
+                let mut scratch = vec![0.0; per_task];
+                let epilogue = ConvEpilogue {
+                    bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
+                    residual: (bits & flags::RESIDUAL != 0).then_some(&residual[..]),
+                    clamp: (bits & flags::CLAMP != 0).then_some((float(&args[22])?, float(&args[23])?)),
+                };
+                let r = conv2d_share(isa, &geo, &x, &w, &mut out, epilogue, &mut scratch, (t[0], t[1]));
+                (4, r.map(|()| out))
+            }
+            GEMM_F32 if args.len() == 14 => {
+                let isa = isa_of(&args[5])?;
+                let d = ints(&args[6..10])?;
+                let t = ints(&args[12..14])?;
+                let (m, n, k, bits) = (d[0], d[1], d[2], d[3] as i64);
+                let (a, b, bias, residual) = (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
+                let mut c = floats(&args[4])?;
+                let epilogue = gemm::Epilogue {
+                    bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
+                    residual: (bits & flags::RESIDUAL != 0).then_some((&residual[..], n)),
+                    clamp: (bits & flags::CLAMP != 0).then_some((float(&args[10])?, float(&args[11])?)),
+                };
+                let r = gemm::sgemm_share(isa, (m, n, k), (&a, k), &b, (&mut c, n), epilogue, (t[0], t[1]));
+                (4, r.map(|()| c))
+            }
+            _ => return Err(format!("no kernel routine '{name}' with {} arguments", args.len())),
+        };
+        let out = result.map_err(|e| e.to_string())?;
+        args[out_pos] = ExternArg::Buffer(out.iter().flat_map(|v| v.to_le_bytes()).collect());
+        Ok(vec![out_pos])
+    }
 }

@@ -274,8 +274,13 @@ impl Compiler {
 
     /// The pipeline up to code generation (see [`Pipeline`]), shared by the JIT and AOT paths.
     /// `workspace_sizes`: also run the per-function workspace-size query (AOT metadata only).
-    fn plan(&self, model: &Model, workspace_sizes: bool) -> Result<Planned, RuntimeError> {
-        let pipeline = Pipeline::new(self.options.pipeline());
+    /// Objects do not call kernels (`jit`: the kernels may be on).
+    fn plan(&self, model: &Model, workspace_sizes: bool, jit: bool) -> Result<Planned, RuntimeError> {
+        let mut options = self.options.pipeline();
+        if !jit {
+            options.kernels = None;
+        }
+        let pipeline = Pipeline::new(options);
         let flat = pipeline.module(model, Stage::Flat)?;
         let workspace = if workspace_sizes { module_workspace(&flat) } else { Vec::new() };
         let pipeline::Planned { planned, planning } = pipeline.plan(&flat)?;
@@ -321,7 +326,7 @@ impl Compiler {
     }
 
     fn compile_jit(&self, model: &Model) -> Result<(Executable, Duration, Duration), RuntimeError> {
-        let Planned { planned, planning, .. } = self.plan(model, false)?;
+        let Planned { planned, planning, .. } = self.plan(model, false, true)?;
         let rewritten = planned.rewritten;
         let (inputs, outputs) = (model.inputs().len(), model.outputs().len());
         let read_only: Vec<bool> = (0..inputs)
@@ -376,7 +381,7 @@ impl Compiler {
     /// blobs (see `heron_aot`). Pools come from the compile options; `aot` says which are
     /// embedded in the object.
     pub fn compile_aot(&self, model: &Model, aot: &AotOptions) -> Result<Artifacts, RuntimeError> {
-        let Planned { planned, workspace, .. } = self.plan(model, true)?;
+        let Planned { planned, workspace, .. } = self.plan(model, true, false)?;
         let spec = |infos: Vec<TensorInfo>| {
             infos.into_iter().map(|i| TensorSpec { name: i.name, ty: i.ty }).collect::<Vec<_>>()
         };

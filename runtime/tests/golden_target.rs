@@ -10,14 +10,18 @@ use std::path::PathBuf;
 use heron_ir::loop_ir::print::{ConstData, print_module};
 use heron_ir::testing::{assert_close, assert_float_rule, data};
 use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, PoolAttrs, Tensor, TensorType, UnaryOp, Window};
+use heron_jit::kernels::{Isa, KernelConfig};
 use heron_runtime::Model;
 use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage};
 
 fn golden(name: &str, graph: Graph, inputs: &[Tensor]) {
     let model = Model::from_graph(name, graph.clone()).expect("valid graph");
-    let module = Pipeline::new(PipelineOptions::default()).module(&model, Stage::Target).expect("target stage");
+    // Kernels pinned, so the text does not depend on this machine's ISA or cores.
+    let kernels = Some(KernelConfig { isa: Isa::Avx512, tasks: 2 });
+    let options = PipelineOptions { kernels, ..PipelineOptions::default() };
+    let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
     let want = heron_ir::interp::run(&graph, inputs).expect("graph interpreter");
-    let got = heron_ir::loop_ir::interp::run(&module, inputs).expect("loop-IR interpreter");
+    let got = heron_ir::loop_ir::interp::run_with(&module, inputs, Some(&heron_jit::kernels::KernelExterns)).expect("loop-IR interpreter");
     for (g, w) in got.iter().zip(&want) {
         let g = g.reshape(w.shape()).expect("output shape");
         let r = if w.dtype().is_float() { assert_float_rule(&g, w) } else { assert_close(&g, w, 0.0, 0.0) };

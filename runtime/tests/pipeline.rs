@@ -42,7 +42,7 @@ fn run_from_text(name: &str, model: &Model, input: &Tensor) -> Vec<Tensor> {
     let options = JitOptions {
         opt_level: Default::default(),
         codegen: CodegenOptions { vectorize: true, fma: true },
-        routines: Vec::new(),
+        routines: heron_jit::kernels::routines(),
     };
     let jit = JitModule::compile(&parsed, &read_only, options).unwrap_or_else(|e| panic!("{name}: {e}"));
     // What the target marked vectorized is what the code generator emitted vectorized.
@@ -81,7 +81,7 @@ fn target_stage_matches(name: &str) {
     let want = read_npy(&shared_dir().join("reference").join(format!("{name}.ref.npy"))).expect("reference output");
     let module = Pipeline::new(PipelineOptions::default()).module(&model, Stage::Target).expect("target stage");
     assert!(module.funcs.iter().all(|f| f.target.as_deref() == Some("cpu")), "{name}: every function has a target");
-    let got = loop_ir::interp::run(&module, std::slice::from_ref(&input)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let got = loop_ir::interp::run_with(&module, std::slice::from_ref(&input), Some(&heron_jit::kernels::KernelExterns)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let got = got[0].reshape(want.shape()).expect("output shape");
     assert_float_rule(&got, &want).unwrap_or_else(|e| panic!("{name}: {e}"));
 }

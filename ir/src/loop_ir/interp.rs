@@ -236,8 +236,26 @@ struct Frame<'m> {
     vars: Vec<Option<Val>>,
 }
 
+/// An argument of a `call extern`, as the interpreter hands it to [`Externs`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExternArg {
+    /// A copy of the buffer's bytes (little-endian elements).
+    Buffer(Vec<u8>),
+    Int(i64),
+    Float(f64),
+}
+
+/// Precompiled routines the interpreter can run for `call extern "name"(...)` (the CPU
+/// kernels), so a module that calls them is still checked here.
+pub trait Externs {
+    /// Runs routine `name` on `args`; returns the positions of the buffers it wrote, whose
+    /// bytes are copied back.
+    fn call(&self, name: &str, args: &mut [ExternArg]) -> Result<Vec<usize>, String>;
+}
+
 struct Machine<'m> {
     funcs: std::collections::HashMap<&'m str, &'m PrimFunc>,
+    externs: Option<&'m dyn Externs>,
     /// Guards against unbounded recursion through calls.
     depth: usize,
 }
@@ -388,8 +406,9 @@ impl<'m> Frame<'m> {
                 self.buffers[buffer.0 as usize] = Some(View { memory: p.memory, base: start });
             }
             Stmt::Evaluate(call) => {
-                let Callee::Func(name) = &call.callee else {
-                    return Err(self.err(format!("extern call {:?} cannot be interpreted", call.callee)));
+                let name = match &call.callee {
+                    Callee::Func(name) => name,
+                    Callee::Extern(name) => return self.call_extern(name, &call.args, m),
                 };
                 let mut bufs = Vec::with_capacity(call.args.len());
                 for a in &call.args {
@@ -412,6 +431,36 @@ impl<'m> Frame<'m> {
             Stmt::Let { var, value } => {
                 let v = convert(self.eval(value, m)?, self.func.var(*var).dtype);
                 self.vars[var.0 as usize] = Some(v);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'m> Frame<'m> {
+    fn call_extern(&self, name: &str, call_args: &[Arg], m: &Machine<'_>) -> Result<(), LoopInterpError> {
+        let Some(externs) = m.externs else {
+            return Err(self.err(format!("extern call '{name}' cannot be interpreted without its routines")));
+        };
+        let mut args = Vec::with_capacity(call_args.len());
+        for a in call_args {
+            args.push(match a {
+                Arg::Buffer(b) => {
+                    let view = self.storage(*b)?;
+                    let size = self.func.buffer(*b).size_bytes();
+                    ExternArg::Buffer(view.memory.borrow()[view.base..view.base + size].to_vec())
+                }
+                Arg::Expr(e) => match self.eval(e, m)? {
+                    Val::F(x) => ExternArg::Float(x),
+                    v => ExternArg::Int(v.as_i128() as i64),
+                },
+            });
+        }
+        let written = externs.call(name, &mut args).map_err(|e| self.err(format!("routine '{name}': {e}")))?;
+        for k in written {
+            if let (Some(Arg::Buffer(b)), Some(ExternArg::Buffer(bytes))) = (call_args.get(k), args.get(k)) {
+                let view = self.storage(*b)?;
+                view.memory.borrow_mut()[view.base..view.base + bytes.len()].copy_from_slice(bytes);
             }
         }
         Ok(())
@@ -451,6 +500,15 @@ impl<'m> Machine<'m> {
 /// Runs `main` of `module` with `params[i]` bound to main's i-th parameter (zero-filled when
 /// `None`), and returns every parameter's final contents with main's parameter shapes.
 pub fn run_params(module: &Module, params: Vec<Option<Tensor>>) -> Result<Vec<Tensor>, LoopInterpError> {
+    run_params_with(module, params, None)
+}
+
+/// [`run_params`], running `call extern` with `externs`.
+pub fn run_params_with(
+    module: &Module,
+    params: Vec<Option<Tensor>>,
+    externs: Option<&dyn Externs>,
+) -> Result<Vec<Tensor>, LoopInterpError> {
     let main = module.main().ok_or_else(|| LoopInterpError::NoFunction(MAIN.into()))?;
     if params.len() > main.params.len() {
         return Err(LoopInterpError::Arity { func: MAIN.into(), expected: main.params.len(), got: params.len() });
@@ -475,7 +533,7 @@ pub fn run_params(module: &Module, params: Vec<Option<Tensor>>) -> Result<Vec<Te
         args.push((View { memory: Rc::new(RefCell::new(bytes)), base: 0 }, b));
     }
     let all = args.clone();
-    Machine { funcs: module.by_name(), depth: 0 }.call(MAIN, args)?;
+    Machine { funcs: module.by_name(), externs, depth: 0 }.call(MAIN, args)?;
     Ok(all
         .iter()
         .map(|(v, b)| {
@@ -488,7 +546,12 @@ pub fn run_params(module: &Module, params: Vec<Option<Tensor>>) -> Result<Vec<Te
 /// Runs `main` of `module`. `inputs` fill main's first parameters in order; the remaining
 /// parameters are outputs, returned with main's parameter shapes.
 pub fn run(module: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, LoopInterpError> {
+    run_with(module, inputs, None)
+}
+
+/// [`run`], running `call extern` with `externs`.
+pub fn run_with(module: &Module, inputs: &[Tensor], externs: Option<&dyn Externs>) -> Result<Vec<Tensor>, LoopInterpError> {
     let n = inputs.len();
-    let mut all = run_params(module, inputs.iter().cloned().map(Some).collect())?;
+    let mut all = run_params_with(module, inputs.iter().cloned().map(Some).collect(), externs)?;
     Ok(all.split_off(n))
 }
