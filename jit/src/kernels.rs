@@ -25,9 +25,9 @@ use heron_ir::loop_ir::{
     Arg, BinOp, Buffer, BufferId, Call, Callee, Expr, ForKind, MAIN, Module, PrimFunc, Scope, Stmt, VarDecl, VarId,
 };
 use heron_ir::{DType, Tensor};
+pub use heron_kernels::Isa;
 use heron_kernels::abi::{CONV2D_F32, GEMM_F32, flags};
 use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
-pub use heron_kernels::Isa;
 use heron_kernels::gemm;
 
 use crate::routines::{Routine, RoutineParam, RoutineSignature};
@@ -82,7 +82,8 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             continue;
         }
         let (before, rest) = module.funcs.split_at_mut(k.max(main_index));
-        let (f, main) = if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
+        let (f, main) =
+            if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
         if let Some(plan) = match_contraction(f, main) {
             apply(plan, f, main, config);
         }
@@ -201,8 +202,11 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
     }
     let (out_loops, body) = peel(nest);
     let Stmt::Seq(parts) = body else { return None };
-    let [Stmt::Store { buffer: a0, indices: i0, value: init }, reduce, Stmt::Store { buffer: out, indices: out_idx, value: epilogue }] =
-        &parts[..]
+    let [
+        Stmt::Store { buffer: a0, indices: i0, value: init },
+        reduce,
+        Stmt::Store { buffer: out, indices: out_idx, value: epilogue },
+    ] = &parts[..]
     else {
         return None;
     };
@@ -267,7 +271,13 @@ fn match_conv(
             && idx.iter().zip(want).all(|(e, v)| matches!(e, Expr::Var(x) if *x == v))
             && f.buffer(*b).shape == [m as usize, cg as usize, kh as usize, kw as usize]
     };
-    let (w, x) = if is_weights(&loads[0]) { (loads[0], loads[1]) } else if is_weights(&loads[1]) { (loads[1], loads[0]) } else { return None };
+    let (w, x) = if is_weights(&loads[0]) {
+        (loads[0], loads[1])
+    } else if is_weights(&loads[1]) {
+        (loads[1], loads[0])
+    } else {
+        return None;
+    };
     let weights = sole_constant(f, main, w.0)?;
     let x_shape = f.buffer(x.0).shape.clone();
     let [xb, c, in_h, in_w] = <[usize; 4]>::try_from(x_shape).ok()?;
@@ -281,7 +291,13 @@ fn match_conv(
     let (w_, c_) = (in_w as i64, c as i64);
     // Each variable's coefficient, or any value when its loop runs once.
     let fits = |v: VarId, extent: i64, want: i64| extent == 1 || co(v) == want;
-    let groups = if co(oc) == 0 && cg == c_ { 1 } else if m == c_ && cg == 1 && co(oc) == plane { c_ } else { return None };
+    let groups = if co(oc) == 0 && cg == c_ {
+        1
+    } else if m == c_ && cg == 1 && co(oc) == plane {
+        c_
+    } else {
+        return None;
+    };
     let step = |v: VarId, extent: i64, unit: i64| -> Option<usize> {
         if extent == 1 {
             return Some(1);
@@ -372,7 +388,14 @@ fn match_gemm(
 }
 
 /// The epilogue as fused parts (`Some`), or `None` when it must stay generated code.
-fn fuse_epilogue(f: &PrimFunc, e: &Expr, acc: BufferId, out_loops: &[(VarId, i64)], out: BufferId, gemm: bool) -> Option<Fused> {
+fn fuse_epilogue(
+    f: &PrimFunc,
+    e: &Expr,
+    acc: BufferId,
+    out_loops: &[(VarId, i64)],
+    out: BufferId,
+    gemm: bool,
+) -> Option<Fused> {
     let mut fused = Fused::default();
     // The clamp: max(x, lo), min(x, hi), min(max(x, lo), hi) or max(min(x, hi), lo).
     fn bounded(e: &Expr, op: BinOp) -> Option<(&Expr, f32)> {
@@ -687,7 +710,8 @@ impl Externs for KernelExterns {
                     groups: d[13],
                 };
                 let bits = d[14] as i64;
-                let (x, w, bias, residual) = (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
+                let (x, w, bias, residual) =
+                    (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
                 let mut out = floats(&args[4])?;
                 let per_task = geo.scratch_len(isa).map_err(|e| e.to_string())?;
                 let mut scratch = vec![0.0; per_task];
@@ -704,7 +728,8 @@ impl Externs for KernelExterns {
                 let d = ints(&args[6..10])?;
                 let t = ints(&args[12..14])?;
                 let (m, n, k, bits) = (d[0], d[1], d[2], d[3] as i64);
-                let (a, b, bias, residual) = (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
+                let (a, b, bias, residual) =
+                    (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
                 let mut c = floats(&args[4])?;
                 let epilogue = gemm::Epilogue {
                     bias: (bits & flags::BIAS != 0).then_some(&bias[..]),

@@ -338,7 +338,13 @@ impl Compiler {
         let options = JitOptions {
             opt_level: self.options.opt_level,
             codegen: CodegenOptions { vectorize: self.options.vectorize, fma: true },
-            routines: self.options.vta.map(|_| vta_routine()).into_iter().chain(heron_jit::kernels::routines()).collect(),
+            routines: self
+                .options
+                .vta
+                .map(|_| vta_routine())
+                .into_iter()
+                .chain(heron_jit::kernels::routines())
+                .collect(),
         };
         let code = JitModule::compile(&rewritten.module, &read_only, options)?;
         let codegen = codegen_start.elapsed();

@@ -28,7 +28,8 @@ fn check_pipeline_stages(graph: &Graph, inputs: &[Tensor], want: &[Tensor]) {
     for stage in [Stage::Target, Stage::Layout, Stage::Flat] {
         let m = pipeline.module(&model, stage).expect("pipeline");
         heron_ir::loop_ir::verify::verify_module(&m).unwrap_or_else(|e| panic!("{stage:?}: {e}"));
-        let got = heron_ir::loop_ir::interp::run_with(&m, inputs, Some(&heron_jit::kernels::KernelExterns)).unwrap_or_else(|e| panic!("{stage:?}: {e}"));
+        let got = heron_ir::loop_ir::interp::run_with(&m, inputs, Some(&heron_jit::kernels::KernelExterns))
+            .unwrap_or_else(|e| panic!("{stage:?}: {e}"));
         for ((g, w), &o) in got.iter().zip(want).zip(&graph.outputs) {
             let g = g.reshape(&graph.ty(o).shape).unwrap();
             let r = if w.dtype().is_float() { assert_float_rule(&g, w) } else { assert_close(&g, w, 0.0, 0.0) };

@@ -21,7 +21,8 @@ fn golden(name: &str, graph: Graph, inputs: &[Tensor]) {
     let options = PipelineOptions { kernels, ..PipelineOptions::default() };
     let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
     let want = heron_ir::interp::run(&graph, inputs).expect("graph interpreter");
-    let got = heron_ir::loop_ir::interp::run_with(&module, inputs, Some(&heron_jit::kernels::KernelExterns)).expect("loop-IR interpreter");
+    let got = heron_ir::loop_ir::interp::run_with(&module, inputs, Some(&heron_jit::kernels::KernelExterns))
+        .expect("loop-IR interpreter");
     for (g, w) in got.iter().zip(&want) {
         let g = g.reshape(w.shape()).expect("output shape");
         let r = if w.dtype().is_float() { assert_float_rule(&g, w) } else { assert_close(&g, w, 0.0, 0.0) };

@@ -81,7 +81,9 @@ fn target_stage_matches(name: &str) {
     let want = read_npy(&shared_dir().join("reference").join(format!("{name}.ref.npy"))).expect("reference output");
     let module = Pipeline::new(PipelineOptions::default()).module(&model, Stage::Target).expect("target stage");
     assert!(module.funcs.iter().all(|f| f.target.as_deref() == Some("cpu")), "{name}: every function has a target");
-    let got = loop_ir::interp::run_with(&module, std::slice::from_ref(&input), Some(&heron_jit::kernels::KernelExterns)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let got =
+        loop_ir::interp::run_with(&module, std::slice::from_ref(&input), Some(&heron_jit::kernels::KernelExterns))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
     let got = got[0].reshape(want.shape()).expect("output shape");
     assert_float_rule(&got, &want).unwrap_or_else(|e| panic!("{name}: {e}"));
 }

@@ -550,7 +550,11 @@ pub fn run(module: &Module, inputs: &[Tensor]) -> Result<Vec<Tensor>, LoopInterp
 }
 
 /// [`run`], running `call extern` with `externs`.
-pub fn run_with(module: &Module, inputs: &[Tensor], externs: Option<&dyn Externs>) -> Result<Vec<Tensor>, LoopInterpError> {
+pub fn run_with(
+    module: &Module,
+    inputs: &[Tensor],
+    externs: Option<&dyn Externs>,
+) -> Result<Vec<Tensor>, LoopInterpError> {
     let n = inputs.len();
     let mut all = run_params_with(module, inputs.iter().cloned().map(Some).collect(), externs)?;
     Ok(all.split_off(n))
