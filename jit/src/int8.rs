@@ -134,7 +134,7 @@ pub fn rewrite(module: &mut Module) {
 
 /// The perfectly nested serial loops of constant extent at the top of `s`, and what they
 /// hold.
-fn peel(s: &Stmt) -> (Vec<(VarId, i64)>, &Stmt) {
+pub(crate) fn peel(s: &Stmt) -> (Vec<(VarId, i64)>, &Stmt) {
     let mut loops = Vec::new();
     let mut cur = s;
     while let Stmt::For { var, extent, kind: ForKind::Serial, body } = cur {

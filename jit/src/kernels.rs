@@ -30,6 +30,7 @@ use heron_kernels::abi::{CONV2D_F32, GEMM_F32, flags};
 use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::gemm;
 
+use crate::int8::peel;
 use crate::routines::{Routine, RoutineParam, RoutineSignature};
 
 /// What the kernel pass uses: the ISA weights are packed for, and the task count.
@@ -145,18 +146,6 @@ fn flat_offset(f: &PrimFunc, buffer: BufferId, indices: &[Expr]) -> Option<(Hash
     }
     terms.retain(|_, k| *k != 0);
     Some((terms, constant))
-}
-
-/// Peels a perfect nest of serial loops with constant extents.
-fn peel(s: &Stmt) -> (Vec<(VarId, i64)>, &Stmt) {
-    let mut loops = Vec::new();
-    let mut cur = s;
-    while let Stmt::For { var, extent, kind: ForKind::Serial, body } = cur {
-        let Some(n) = extent.as_int() else { break };
-        loops.push((*var, n));
-        cur = body;
-    }
-    (loops, cur)
 }
 
 fn is_acc(e: &Expr, acc: BufferId) -> bool {
