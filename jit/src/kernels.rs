@@ -2,8 +2,10 @@
 //! precompiled kernel computes (`heron_kernels`) become a parallel loop of routine calls.
 //!
 //! A nest qualifies when its shape is recognised exactly, from the affine offsets of its loads:
-//! - **2-D convolution** over a (padded) NCHW input, dense or depthwise, weights a constant:
-//!   `heron_conv2d_f32`, weights packed at compile time for the chosen ISA;
+//! - **2-D convolution** over an NCHW input, dense or depthwise, weights a constant:
+//!   `heron_conv2d_f32`, weights packed at compile time for the chosen ISA. The zero-padded
+//!   copy of the input that lowering makes goes away: the kernel reads the input itself and
+//!   applies the padding where it packs;
 //! - **GEMM with a constant right operand** (`MatMul` / `Gemm`, batched rows contiguous):
 //!   `heron_gemm_f32`, B packed into panels at compile time.
 //!
@@ -59,7 +61,7 @@ impl KernelConfig {
 /// The routines the kernel pass calls, with their addresses.
 pub fn routines() -> Vec<Routine> {
     use RoutineParam::{Buffer as B, F32, I64};
-    let conv = [vec![B; 6], vec![I64; 16], vec![F32, F32, I64, I64]].concat();
+    let conv = [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat();
     let gemm = [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat();
     vec![
         Routine {
@@ -230,13 +232,69 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
         return None;
     }
     let loads = [(*lb, li.as_slice()), (*rb, ri.as_slice())];
-    let (kernel, weights) = match (out_loops.len(), red_loops.len()) {
+    let (mut kernel, weights) = match (out_loops.len(), red_loops.len()) {
         (4, 3) => match_conv(f, main, &loads, &out_loops, &red_loops, init)?,
         (r, 1) if r >= 2 => match_gemm(f, main, &loads, &out_loops, red_loops[0], init)?,
         _ => return None,
     };
+    let mut prelude = prelude.to_vec();
+    if let Kernel::Conv { geo, input, .. } = &mut kernel
+        && let Some((source, pad)) = padded_copy(f, &prelude, *input)
+    {
+        let [_, _, in_h, in_w] = <[usize; 4]>::try_from(f.buffer(source).shape.as_slice()).ok()?;
+        let unpadded = Conv2d { in_h, in_w, pad, ..*geo };
+        if unpadded.check().is_ok() {
+            (*geo, *input) = (unpadded, source);
+            prelude.clear();
+        }
+    }
     let fused = fuse_epilogue(f, epilogue, acc, &out_loops, out, matches!(kernel, Kernel::Gemm { .. }));
-    Some(Plan { kernel, weights, out, out_loops, fused, acc, epilogue: epilogue.clone(), prelude: prelude.to_vec() })
+    Some(Plan { kernel, weights, out, out_loops, fused, acc, epilogue: epilogue.clone(), prelude })
+}
+
+/// When `prelude` is exactly lowering's zero-padded copy of an NCHW tensor into `padded`
+/// (`allocate`, then `padded[n, c, y, x] = select(in range, source[n, c, clamp(y - top),
+/// clamp(x - left)], 0.0)`), the source and `(top, left)`.
+fn padded_copy(f: &PrimFunc, prelude: &[Stmt], padded: BufferId) -> Option<(BufferId, (usize, usize))> {
+    use heron_ir::loop_ir::build::{and, idx, in_range, max, min, sub};
+    let [Stmt::Allocate { buffer, .. }, nest @ Stmt::For { .. }] = prelude else { return None };
+    if *buffer != padded {
+        return None;
+    }
+    let (loops, body) = peel(nest);
+    let Stmt::Store { buffer: dst, indices, value } = body else { return None };
+    let shape = &f.buffer(padded).shape;
+    let vars: Vec<Expr> = loops.iter().map(|(v, _)| Expr::Var(*v)).collect();
+    if *dst != padded
+        || loops.len() != 4
+        || *indices != vars
+        || loops.iter().zip(shape).any(|((_, n), &s)| *n != s as i64)
+    {
+        return None;
+    }
+    let Expr::Select { then, .. } = value else { return None };
+    let Expr::Load { buffer: source, indices: src_idx } = &**then else { return None };
+    let src_shape = &f.buffer(*source).shape;
+    if src_shape.len() != 4 || f.buffer(*source).dtype != DType::F32 || src_shape[..2] != shape[..2] {
+        return None;
+    }
+    // The offsets, read off `min(max(v - offset, 0), extent - 1)`, then the whole expression
+    // rebuilt as lowering builds it and compared.
+    let offset = |e: &Expr| -> Option<i64> {
+        let Expr::Binary { op: BinOp::Min, lhs, .. } = e else { return None };
+        let Expr::Binary { op: BinOp::Max, lhs, .. } = &**lhs else { return None };
+        let Expr::Binary { op: BinOp::Sub, rhs, .. } = &**lhs else { return None };
+        rhs.as_int().filter(|&o| o >= 0)
+    };
+    let (top, left) = (offset(src_idx.get(2)?)?, offset(src_idx.get(3)?)?);
+    let clamp = |e: Expr, n: usize| min(max(e, idx(0)), idx(n as i64 - 1));
+    let (y, x) = (sub(vars[2].clone(), idx(top)), sub(vars[3].clone(), idx(left)));
+    let expected = Expr::select(
+        and(in_range(y.clone(), src_shape[2]), in_range(x.clone(), src_shape[3])),
+        Expr::load(*source, vec![vars[0].clone(), vars[1].clone(), clamp(y, src_shape[2]), clamp(x, src_shape[3])]),
+        Expr::float(0.0, DType::F32),
+    );
+    (*value == expected && src_shape[2] > 0 && src_shape[3] > 0).then_some((*source, (top as usize, left as usize)))
 }
 
 fn coefficient(terms: &HashMap<VarId, i64>, v: VarId) -> i64 {
@@ -311,6 +369,7 @@ fn match_conv(
         stride: (sh, sw),
         dilation: (dh, dw),
         groups: groups as usize,
+        pad: (0, 0),
     };
     geo.check().ok()?;
     let bias = match init {
@@ -590,6 +649,8 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
                     geo.dilation.0,
                     geo.dilation.1,
                     geo.groups,
+                    geo.pad.0,
+                    geo.pad.1,
                 ]
                 .map(i),
             );
@@ -681,10 +742,10 @@ impl Externs for KernelExterns {
             _ => Err("expected an ISA code".to_string()),
         };
         let (out_pos, result) = match name {
-            CONV2D_F32 if args.len() == 26 => {
+            CONV2D_F32 if args.len() == 28 => {
                 let isa = isa_of(&args[6])?;
-                let d = ints(&args[7..22])?;
-                let t = ints(&args[24..26])?;
+                let d = ints(&args[7..24])?;
+                let t = ints(&args[26..28])?;
                 let geo = Conv2d {
                     batch: d[0],
                     in_channels: d[1],
@@ -697,8 +758,9 @@ impl Externs for KernelExterns {
                     stride: (d[9], d[10]),
                     dilation: (d[11], d[12]),
                     groups: d[13],
+                    pad: (d[14], d[15]),
                 };
-                let bits = d[14] as i64;
+                let bits = d[16] as i64;
                 let (x, w, bias, residual) =
                     (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
                 let mut out = floats(&args[4])?;
@@ -707,7 +769,7 @@ impl Externs for KernelExterns {
                 let epilogue = ConvEpilogue {
                     bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
                     residual: (bits & flags::RESIDUAL != 0).then_some(&residual[..]),
-                    clamp: (bits & flags::CLAMP != 0).then_some((float(&args[22])?, float(&args[23])?)),
+                    clamp: (bits & flags::CLAMP != 0).then_some((float(&args[24])?, float(&args[25])?)),
                 };
                 let r = conv2d_share(isa, &geo, &x, &w, &mut out, epilogue, &mut scratch, (t[0], t[1]));
                 (4, r.map(|()| out))

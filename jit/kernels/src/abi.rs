@@ -50,9 +50,10 @@ unsafe fn view_mut<'a>(p: *mut f32, len: usize) -> &'a mut [f32] {
     unsafe { std::slice::from_raw_parts_mut(p, len) }
 }
 
-/// `out = clamp(conv2d(x, w) + bias + residual)`, share `task` of `tasks`: `x` is the padded
-/// NCHW input `[batch, c, h, w]`, `w` the weights packed for `isa` ([`Conv2d::pack_weights`]),
-/// `out` `[batch, m, oh, ow]`, `scratch` [`Conv2d::scratch_len`] elements per task.
+/// `out = clamp(conv2d(x, w) + bias + residual)`, share `task` of `tasks`: `x` is the NCHW
+/// input `[batch, c, h, w]` with `pad_top` zero rows above and `pad_left` zero columns left
+/// (see [`Conv2d`]), `w` the weights packed for `isa` ([`Conv2d::pack_weights`]), `out`
+/// `[batch, m, oh, ow]`, `scratch` [`Conv2d::scratch_len`] elements per task.
 ///
 /// # Safety
 /// Every pointer holds the elements its shape says (scratch: `tasks` times the per-task
@@ -81,13 +82,16 @@ pub unsafe extern "C" fn heron_conv2d_f32(
     dh: i64,
     dw: i64,
     groups: i64,
+    pad_top: i64,
+    pad_left: i64,
     flags: i64,
     lo: f32,
     hi: f32,
     task: i64,
     tasks: i64,
 ) {
-    let dims = [batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, task, tasks].map(size);
+    let dims =
+        [batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, task, tasks].map(size);
     let Some(isa) = Isa::from_code(isa) else { return };
     let [
         Some(batch),
@@ -104,6 +108,8 @@ pub unsafe extern "C" fn heron_conv2d_f32(
         Some(dh),
         Some(dw),
         Some(groups),
+        Some(pad_top),
+        Some(pad_left),
         Some(task),
         Some(tasks),
     ] = dims
@@ -122,6 +128,7 @@ pub unsafe extern "C" fn heron_conv2d_f32(
         stride: (sh, sw),
         dilation: (dh, dw),
         groups,
+        pad: (pad_top, pad_left),
     };
     let lens = (|| {
         geo.check().ok()?;

@@ -1,14 +1,17 @@
-//! f32 2-D convolution over NCHW tensors whose padding is already applied (the caller reads
-//! from a padded copy), with a fused epilogue (bias per output channel, residual, clamp).
+//! f32 2-D convolution over NCHW tensors with zero padding, and a fused epilogue (bias per
+//! output channel, residual, clamp). The padding is applied where the input is packed, never
+//! as a padded copy of the whole tensor.
 //!
 //! - **GEMM form** (every convolution that is not depthwise): per image and group,
 //!   `out[M × P] = W[M × K] · col[K × P]`, `K = C/g · KH · KW`, `P = OH · OW`. The weights are
 //!   packed once (at compile time) into slabs of [`block_rows`] output channels, k-major; the
 //!   input is packed into one panel of [`panel_width`] output pixels at a time (im2col straight
-//!   into the panel, in the caller's per-task scratch), which every slab then multiplies. A
-//!   1×1, stride-1 convolution reads full panels from the input itself.
+//!   into the panel, in the caller's per-task scratch, taps in the padding read as zero),
+//!   which every slab then multiplies. An unpadded 1×1, stride-1 convolution reads full
+//!   panels from the input itself.
 //! - **Depthwise** (`groups == C == M`): each channel plane on its own, vectors along the
-//!   output row (strides 1 and 2 in vectors, others scalar), any kernel size and dilation.
+//!   output row (strides 1 and 2 in vectors, others scalar), any kernel size and dilation; a
+//!   padded plane is first copied into the task's scratch with its zero border.
 //!
 //! Work is split into items (image, group, panel, slab range) or (image, channel), and task
 //! `t` of `T` runs a contiguous run of them: results do not depend on `T`.
@@ -18,9 +21,11 @@ use crate::{Isa, KernelError, check_share, need, share};
 
 pub use crate::tile::{block_rows, panel_width};
 
-/// A convolution's shapes: input `[batch, in_channels, in_h, in_w]` (padding included),
-/// weights `[out_channels, in_channels / groups, kernel_h, kernel_w]`, output
-/// `[batch, out_channels, out_h, out_w]`.
+/// A convolution's shapes: input `[batch, in_channels, in_h, in_w]`, weights
+/// `[out_channels, in_channels / groups, kernel_h, kernel_w]`, output
+/// `[batch, out_channels, out_h, out_w]`. The input is read as if `pad.0` rows of zeros were
+/// above it and `pad.1` columns left of it, and as many below and right as the output's taps
+/// reach: output `(oy, ox)` tap `(r, s)` reads input `(oy·sh + r·dh − pad.0, ox·sw + s·dw − pad.1)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conv2d {
     pub batch: usize,
@@ -34,6 +39,8 @@ pub struct Conv2d {
     pub stride: (usize, usize),
     pub dilation: (usize, usize),
     pub groups: usize,
+    /// Zero rows above and zero columns left of the input.
+    pub pad: (usize, usize),
 }
 
 /// The fused tail of a convolution: `clamp(conv + bias + residual)`.
@@ -52,7 +59,7 @@ fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, KernelError> {
 
 impl Conv2d {
     /// Checks that the shapes are consistent: positive extents, channels divisible by the
-    /// groups, every tap of every output inside the input, sizes without overflow.
+    /// groups, sizes (the padded plane's included) without overflow.
     pub fn check(&self) -> Result<(), KernelError> {
         let bad = |why: &'static str| Err(KernelError::Geometry(why));
         let positive = [
@@ -76,17 +83,10 @@ impl Conv2d {
         if !self.in_channels.is_multiple_of(self.groups) || !self.out_channels.is_multiple_of(self.groups) {
             return bad("the channel counts must be multiples of the group count");
         }
-        for (out, stride, kernel, dilation, input) in [
-            (self.out_h, self.stride.0, self.kernel.0, self.dilation.0, self.in_h),
-            (self.out_w, self.stride.1, self.kernel.1, self.dilation.1, self.in_w),
-        ] {
-            let last = mul(out - 1, stride, "taps")?
-                .checked_add(mul(kernel - 1, dilation, "taps")?)
-                .ok_or(KernelError::Overflow("taps"))?;
-            if last >= input {
-                return bad("the output's taps reach past the input");
-            }
-        }
+        let (ph, pw) = self.padded_extent()?;
+        mul(ph, pw, "padded plane")?;
+        self.pad.0.checked_add(self.in_h).ok_or(KernelError::Overflow("padding"))?;
+        self.pad.1.checked_add(self.in_w).ok_or(KernelError::Overflow("padding"))?;
         self.input_len()?;
         self.output_len()?;
         self.weights_len()?;
@@ -95,6 +95,26 @@ impl Conv2d {
             self.scratch_len(isa)?;
         }
         Ok(())
+    }
+
+    /// The extent of the padded plane the taps span: `(oh − 1)·sh + (kh − 1)·dh + 1` rows
+    /// (and the same for columns).
+    fn padded_extent(&self) -> Result<(usize, usize), KernelError> {
+        let extent = |out: usize, stride, kernel: usize, dilation| {
+            mul(out.saturating_sub(1), stride, "taps")?
+                .checked_add(mul(kernel.saturating_sub(1), dilation, "taps")?)
+                .and_then(|last| last.checked_add(1))
+                .ok_or(KernelError::Overflow("taps"))
+        };
+        Ok((
+            extent(self.out_h, self.stride.0, self.kernel.0, self.dilation.0)?,
+            extent(self.out_w, self.stride.1, self.kernel.1, self.dilation.1)?,
+        ))
+    }
+
+    /// Whether some tap falls outside the input (in the zero padding).
+    fn reads_padding(&self) -> bool {
+        self.pad != (0, 0) || self.padded_extent().is_ok_and(|(ph, pw)| ph > self.in_h || pw > self.in_w)
     }
 
     pub fn input_len(&self) -> Result<usize, KernelError> {
@@ -123,9 +143,13 @@ impl Conv2d {
         self.groups == self.in_channels && self.groups == self.out_channels && self.groups > 1
     }
 
-    /// A 1×1, stride-1 convolution reading the whole input: its panels are the input's rows.
+    /// An unpadded 1×1, stride-1 convolution reading the whole input: its panels are the
+    /// input's rows.
     fn is_pointwise(&self) -> bool {
-        self.kernel == (1, 1) && self.stride == (1, 1) && (self.in_h, self.in_w) == (self.out_h, self.out_w)
+        self.kernel == (1, 1)
+            && self.stride == (1, 1)
+            && self.pad == (0, 0)
+            && (self.in_h, self.in_w) == (self.out_h, self.out_w)
     }
 
     /// Output channels per group, and slabs of `MR` of them.
@@ -169,9 +193,17 @@ impl Conv2d {
         Ok(())
     }
 
-    /// Scratch elements one task needs (one packed input panel).
+    /// Scratch elements one task needs: one packed input panel, or for a depthwise
+    /// convolution that reads padding, one padded plane.
     pub fn scratch_len(&self, isa: Isa) -> Result<usize, KernelError> {
-        if self.is_depthwise() { Ok(0) } else { mul(self.depth()?, panel_width(isa), "scratch") }
+        if !self.is_depthwise() {
+            return mul(self.depth()?, panel_width(isa), "scratch");
+        }
+        if !self.reads_padding() {
+            return Ok(0);
+        }
+        let (ph, pw) = self.padded_extent()?;
+        mul(ph, pw, "scratch")
     }
 }
 
@@ -205,7 +237,7 @@ pub fn conv2d_share(
         return Ok(());
     }
     if geo.is_depthwise() {
-        depthwise(isa, geo, x, packed_w, out, epilogue, (task, tasks));
+        depthwise(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks));
     } else {
         gemm_form(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks));
     }
@@ -283,11 +315,13 @@ fn gemm_form(
 }
 
 /// im2col of output pixels `p0..p0 + cols` of one image and group into a `K × nr` panel,
-/// zero-padding columns past `cols`; row `k = (ci · KH + r) · KW + s`, as the weights.
+/// zero-padding columns past `cols` and taps in the padding; row `k = (ci · KH + r) · KW + s`,
+/// as the weights.
 fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
     let (kh, kw) = geo.kernel;
     let (sh, sw) = geo.stride;
     let (dh, dw) = geo.dilation;
+    let (pt, pl) = geo.pad;
     let cg = geo.in_channels / geo.groups;
     let plane = geo.in_h * geo.in_w;
     let mut col = 0;
@@ -297,16 +331,32 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
         let len = (geo.out_w - ow).min(cols - col);
         for ci in 0..cg {
             for r in 0..kh {
-                let src_row = &x_group[ci * plane + (oh * sh + r * dh) * geo.in_w..];
+                // The tap row in padded coordinates; outside the input it is all zeros.
+                let y = (oh * sh + r * dh).checked_sub(pt).filter(|&y| y < geo.in_h);
                 for s in 0..kw {
                     let k = (ci * kh + r) * kw + s;
                     let row = &mut dst[k * nr + col..k * nr + col + len];
+                    let Some(y) = y else {
+                        row.fill(0.0);
+                        continue;
+                    };
+                    let src_row = &x_group[ci * plane + y * geo.in_w..ci * plane + (y + 1) * geo.in_w];
+                    // Columns `first + c·sw` (padded) for c < len; those in `pl..pl + in_w`
+                    // are `c_lo..c_hi`.
                     let first = ow * sw + s * dw;
+                    let c_lo = pl.saturating_sub(first).div_ceil(sw).min(len);
+                    let c_hi = (pl + geo.in_w).saturating_sub(first).div_ceil(sw).clamp(c_lo, len);
+                    row[..c_lo].fill(0.0);
+                    row[c_hi..].fill(0.0);
+                    if c_lo == c_hi {
+                        continue;
+                    }
+                    let x0 = first + c_lo * sw - pl;
                     if sw == 1 {
-                        row.copy_from_slice(&src_row[first..first + len]);
+                        row[c_lo..c_hi].copy_from_slice(&src_row[x0..x0 + (c_hi - c_lo)]);
                     } else {
-                        for (c, v) in row.iter_mut().enumerate() {
-                            *v = src_row[first + c * sw];
+                        for (c, v) in row[c_lo..c_hi].iter_mut().enumerate() {
+                            *v = src_row[x0 + c * sw];
                         }
                     }
                 }
@@ -322,6 +372,7 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
 }
 
 /// The depthwise form; the caller checked every length.
+#[allow(clippy::too_many_arguments)]
 fn depthwise(
     isa: Isa,
     geo: &Conv2d,
@@ -329,20 +380,47 @@ fn depthwise(
     w: &[f32],
     out: &mut [f32],
     epilogue: ConvEpilogue<'_>,
+    scratch: &mut [f32],
     (task, tasks): (usize, usize),
 ) {
     let (plane_in, plane_out, taps) = (geo.in_h * geo.in_w, geo.out_h * geo.out_w, geo.kernel.0 * geo.kernel.1);
+    // A plane that reads padding is copied into the scratch plane, whose border is zeroed
+    // once: the plane kernel then reads only memory it owns.
+    let padded = geo.reads_padding();
+    let (ph, pw) = geo.padded_extent().expect("checked");
+    let plane_geo = if padded { Conv2d { in_h: ph, in_w: pw, pad: (0, 0), ..*geo } } else { *geo };
     let (lo, hi) = share(geo.batch * geo.in_channels, tasks, task);
+    if padded && lo < hi {
+        scratch[..ph * pw].fill(0.0);
+    }
     for item in lo..hi {
         let ch = item % geo.in_channels;
+        let src = &x[item * plane_in..(item + 1) * plane_in];
+        if padded {
+            copy_into_padded(geo, src, (ph, pw), &mut scratch[..ph * pw]);
+        }
         let plane = Plane {
-            x: &x[item * plane_in..(item + 1) * plane_in],
+            x: if padded { &scratch[..ph * pw] } else { src },
             w: &w[ch * taps..(ch + 1) * taps],
             bias: epilogue.bias.map_or(0.0, |b| b[ch]),
             residual: epilogue.residual.map(|r| &r[item * plane_out..(item + 1) * plane_out]),
             clamp: epilogue.clamp,
         };
-        depthwise_plane(isa, geo, &plane, &mut out[item * plane_out..(item + 1) * plane_out]);
+        depthwise_plane(isa, &plane_geo, &plane, &mut out[item * plane_out..(item + 1) * plane_out]);
+    }
+}
+
+/// Copies the input plane's rows and columns that the taps reach into the `ph × pw` padded
+/// plane `dst` (whose border is already zero).
+fn copy_into_padded(geo: &Conv2d, src: &[f32], (ph, pw): (usize, usize), dst: &mut [f32]) {
+    let (pt, pl) = geo.pad;
+    let width = geo.in_w.min(pw.saturating_sub(pl));
+    if width == 0 {
+        return;
+    }
+    for y in pt..ph.min(pt + geo.in_h) {
+        let from = (y - pt) * geo.in_w;
+        dst[y * pw + pl..y * pw + pl + width].copy_from_slice(&src[from..from + width]);
     }
 }
 
@@ -358,9 +436,10 @@ pub(crate) struct Plane<'a> {
 fn depthwise_plane(isa: Isa, geo: &Conv2d, p: &Plane<'_>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if matches!(geo.stride.1, 1 | 2) {
-        // SAFETY: `p.x` holds the padded plane (in_h × in_w), `out` and the residual the
-        // output plane, `p.w` the taps; `check` proved every tap of every output inside the
-        // plane, and the kernels read only those (masked loads at row ends).
+        // SAFETY: `p.x` holds the plane (in_h × in_w, padding included: `depthwise` passes
+        // the padded copy whenever a tap would fall outside), `out` and the residual the
+        // output plane, `p.w` the taps; every tap of every output is inside the plane, and
+        // the kernels read only those (masked loads at row ends).
         if isa == Isa::Avx512 && Isa::Avx512.is_available() {
             return unsafe { tile::x86::avx512::depthwise_plane(geo, p, out) };
         }

@@ -1,6 +1,7 @@
 //! The f32 convolution (GEMM form and depthwise) on every ISA variant against a direct f64
 //! formula: random shapes with strides 1-3, dilations, groups, 1×1 and depthwise 3×3/5×5,
-//! every epilogue and task split; all ISAs give the same bits; bad shapes are errors.
+//! zero padding on every side (inputs larger than the taps reach, too), every epilogue and
+//! task split; all ISAs give the same bits; bad shapes are errors.
 
 mod common;
 
@@ -29,8 +30,11 @@ fn reference(
                     for ci in 0..cg {
                         for r in 0..kh {
                             for s in 0..kw {
-                                let ih = oh * geo.stride.0 + r * geo.dilation.0;
-                                let iw = ow * geo.stride.1 + s * geo.dilation.1;
+                                let ih = (oh * geo.stride.0 + r * geo.dilation.0).wrapping_sub(geo.pad.0);
+                                let iw = (ow * geo.stride.1 + s * geo.dilation.1).wrapping_sub(geo.pad.1);
+                                if ih >= geo.in_h || iw >= geo.in_w {
+                                    continue;
+                                }
                                 let xi = ((n * geo.in_channels + g * cg + ci) * geo.in_h + ih) * geo.in_w + iw;
                                 let wi = ((oc * cg + ci) * kh + r) * kw + s;
                                 acc += x[xi] as f64 * w[wi] as f64;
@@ -58,26 +62,36 @@ fn geometry() -> impl Strategy<Value = Conv2d> {
         (1usize..4, 1usize..4),
         (1usize..3, 1usize..3),
         any::<bool>(),
+        // Padding: (top, left, bottom, right), and whether the input is wider than the taps.
+        (0usize..4, 0usize..4, 0usize..4, 0usize..4, any::<bool>()),
     )
-        .prop_map(|(batch, groups, cg, mg, (oh, ow), kernel, stride, dilation, depthwise)| {
-            let (groups, cg, mg) = if depthwise { (groups.max(2) * 3, 1, 1) } else { (groups, cg, mg) };
-            let kernel = if depthwise { [(3, 3), (5, 5), kernel][kernel.0 % 3] } else { kernel };
-            let in_h = (oh - 1) * stride.0 + (kernel.0 - 1) * dilation.0 + 1 + stride.0 / 2;
-            let in_w = (ow - 1) * stride.1 + (kernel.1 - 1) * dilation.1 + 1 + stride.1 / 2;
-            Conv2d {
-                batch,
-                in_channels: groups * cg,
-                in_h,
-                in_w,
-                out_channels: groups * mg,
-                out_h: oh,
-                out_w: ow,
-                kernel,
-                stride,
-                dilation,
-                groups,
-            }
-        })
+        .prop_map(
+            |(batch, groups, cg, mg, (oh, ow), kernel, stride, dilation, depthwise, (pt, pl, pb, pr, slack))| {
+                let (groups, cg, mg) = if depthwise { (groups.max(2) * 3, 1, 1) } else { (groups, cg, mg) };
+                let kernel = if depthwise { [(3, 3), (5, 5), kernel][kernel.0 % 3] } else { kernel };
+                let (pt, pl, pb, pr) = if pt == 3 { (0, 0, 0, 0) } else { (pt, pl, pb, pr) };
+                let extra = |s: usize| if slack { s / 2 } else { 0 };
+                let reach = |o: usize, k: usize, s: usize, d: usize, p: usize| {
+                    ((o - 1) * s + (k - 1) * d + 1).saturating_sub(p).max(1) + extra(s)
+                };
+                let in_h = reach(oh, kernel.0, stride.0, dilation.0, pt + pb);
+                let in_w = reach(ow, kernel.1, stride.1, dilation.1, pl + pr);
+                Conv2d {
+                    batch,
+                    in_channels: groups * cg,
+                    in_h,
+                    in_w,
+                    out_channels: groups * mg,
+                    out_h: oh,
+                    out_w: ow,
+                    kernel,
+                    stride,
+                    dilation,
+                    groups,
+                    pad: (pt, pl),
+                }
+            },
+        )
 }
 
 proptest! {
@@ -132,9 +146,11 @@ fn bad_shapes_are_errors() {
         stride: (1, 1),
         dilation: (1, 1),
         groups: 2,
+        pad: (0, 0),
     };
     geo.check().unwrap();
-    assert!(matches!(Conv2d { out_w: 4, ..geo }.check(), Err(KernelError::Geometry(_))));
+    assert!(matches!(Conv2d { dilation: (1, 0), ..geo }.check(), Err(KernelError::Geometry(_))));
+    assert!(matches!(Conv2d { pad: (0, usize::MAX), ..geo }.check(), Err(KernelError::Overflow(_))));
     assert!(matches!(Conv2d { groups: 3, ..geo }.check(), Err(KernelError::Geometry(_))));
     assert!(matches!(Conv2d { stride: (0, 1), ..geo }.check(), Err(KernelError::Geometry(_))));
     assert!(matches!(
