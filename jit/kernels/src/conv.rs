@@ -324,40 +324,44 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
     let (pt, pl) = geo.pad;
     let cg = geo.in_channels / geo.groups;
     let plane = geo.in_h * geo.in_w;
+    let padded = geo.reads_padding();
     let mut col = 0;
     while col < cols {
         // A run of pixels in one output row.
         let (oh, ow) = ((p0 + col) / geo.out_w, (p0 + col) % geo.out_w);
         let len = (geo.out_w - ow).min(cols - col);
+        let mut k = 0;
         for ci in 0..cg {
             for r in 0..kh {
                 // The tap row in padded coordinates; outside the input it is all zeros.
                 let y = (oh * sh + r * dh).checked_sub(pt).filter(|&y| y < geo.in_h);
+                let src_row = y.map(|y| &x_group[ci * plane + y * geo.in_w..ci * plane + (y + 1) * geo.in_w]);
                 for s in 0..kw {
-                    let k = (ci * kh + r) * kw + s;
                     let row = &mut dst[k * nr + col..k * nr + col + len];
-                    let Some(y) = y else {
+                    k += 1;
+                    let Some(src_row) = src_row else {
                         row.fill(0.0);
                         continue;
                     };
-                    let src_row = &x_group[ci * plane + y * geo.in_w..ci * plane + (y + 1) * geo.in_w];
                     // Columns `first + c·sw` (padded) for c < len; those in `pl..pl + in_w`
                     // are `c_lo..c_hi`.
                     let first = ow * sw + s * dw;
-                    let c_lo = pl.saturating_sub(first).div_ceil(sw).min(len);
-                    let c_hi = (pl + geo.in_w).saturating_sub(first).div_ceil(sw).clamp(c_lo, len);
-                    row[..c_lo].fill(0.0);
-                    row[c_hi..].fill(0.0);
-                    if c_lo == c_hi {
+                    if !padded {
+                        copy_strided(row, &src_row[first..], sw);
                         continue;
                     }
-                    let x0 = first + c_lo * sw - pl;
-                    if sw == 1 {
-                        row[c_lo..c_hi].copy_from_slice(&src_row[x0..x0 + (c_hi - c_lo)]);
+                    let (c_lo, c_hi) = if sw == 1 {
+                        // No divisions on the common path: they cost more than the copy.
+                        let c_lo = pl.saturating_sub(first).min(len);
+                        (c_lo, (pl + geo.in_w).saturating_sub(first).clamp(c_lo, len))
                     } else {
-                        for (c, v) in row[c_lo..c_hi].iter_mut().enumerate() {
-                            *v = src_row[x0 + c * sw];
-                        }
+                        let c_lo = pl.saturating_sub(first).div_ceil(sw).min(len);
+                        (c_lo, (pl + geo.in_w).saturating_sub(first).div_ceil(sw).clamp(c_lo, len))
+                    };
+                    row[..c_lo].fill(0.0);
+                    row[c_hi..].fill(0.0);
+                    if c_lo < c_hi {
+                        copy_strided(&mut row[c_lo..c_hi], &src_row[first + c_lo * sw - pl..], sw);
                     }
                 }
             }
@@ -367,6 +371,17 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
     if cols < nr {
         for row in dst.chunks_exact_mut(nr) {
             row[cols..].fill(0.0);
+        }
+    }
+}
+
+/// `dst[c] = src[c · stride]`.
+fn copy_strided(dst: &mut [f32], src: &[f32], stride: usize) {
+    if stride == 1 {
+        dst.copy_from_slice(&src[..dst.len()]);
+    } else {
+        for (c, v) in dst.iter_mut().enumerate() {
+            *v = src[c * stride];
         }
     }
 }
