@@ -3,11 +3,13 @@
 //! points (`MatMulInteger`, `ConvInteger`; GOP/s, one multiply-add counted as two operations):
 //! `cargo run --release -p heron-benches --example kernel_gflops [N] [RUNS] [CHANNELS] [SIZE]`.
 //! First, the precompiled f32 GEMM called directly on each ISA this CPU has, against that
-//! ISA's measured FMA peak (one thread).
+//! ISA's measured FMA peak (one thread), then the precompiled convolution on the layer shapes
+//! of ResNet-18 and MobileNet-v2 (one thread, the best ISA).
 
 use std::time::Instant;
 
 use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, ValueId, Window};
+use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::{Isa, gemm, peak};
 use heron_runtime::{CompileOptions, Compiler, Model};
 
@@ -84,6 +86,65 @@ fn direct_gemm(n: usize, runs: usize) {
     }
 }
 
+/// The convolution kernel on typical CNN layers: `(channels in, out, size, kernel, stride,
+/// depthwise)`, padded to keep the size (divided by the stride).
+fn direct_convs(runs: usize) {
+    let isa = Isa::detect();
+    let mut flops = 0.0;
+    let peak_seconds = median_seconds(5, || flops = peak::fma_flops(isa, 20_000_000));
+    let peak = flops / peak_seconds / 1e9;
+    let layers = [
+        (64, 64, 56, 3, 1, false),
+        (128, 128, 28, 3, 1, false),
+        (256, 256, 14, 3, 1, false),
+        (512, 512, 7, 3, 1, false),
+        (64, 128, 56, 3, 2, false),
+        (256, 512, 14, 1, 2, false),
+        (3, 64, 224, 7, 2, false),
+        (32, 192, 56, 1, 1, false),
+        (192, 32, 56, 1, 1, false),
+        (144, 144, 56, 3, 1, true),
+        (144, 144, 56, 3, 2, true),
+        (960, 960, 7, 3, 1, true),
+    ];
+    for (c, m, size, k, stride, depthwise) in layers {
+        let out = size / stride;
+        let geo = Conv2d {
+            batch: 1,
+            in_channels: c,
+            in_h: size,
+            in_w: size,
+            out_channels: m,
+            out_h: out,
+            out_w: out,
+            kernel: (k, k),
+            stride: (stride, stride),
+            dilation: (1, 1),
+            groups: if depthwise { c } else { 1 },
+            pad: (k / 2, k / 2),
+        };
+        let values = |len: usize| (0..len).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
+        let (x, w) = (values(geo.input_len().expect("size")), values(geo.weights_len().expect("size")));
+        let mut packed = vec![0.0; geo.packed_weights_len(isa).expect("size")];
+        geo.pack_weights(isa, &w, &mut packed).expect("pack");
+        let mut scratch = vec![0.0; geo.scratch_len(isa).expect("size")];
+        let mut y = vec![0.0; geo.output_len().expect("size")];
+        let bias = values(m);
+        let epilogue = ConvEpilogue { bias: Some(&bias), residual: None, clamp: Some((0.0, f32::INFINITY)) };
+        let seconds = median_seconds(runs, || {
+            conv2d_share(isa, &geo, &x, &packed, &mut y, epilogue, &mut scratch, (0, 1)).expect("conv")
+        });
+        let gflops = 2.0 * (m * out * out * (c / geo.groups) * k * k) as f64 / seconds / 1e9;
+        let kind = if depthwise { "depthwise" } else { "conv" };
+        println!(
+            "kernel {kind} {k}x{k}/{stride} {c}->{m} {size}x{size} {}: median {:.3} ms, {gflops:.1} GFLOP/s = {:.0}% of peak {peak:.1}",
+            isa.name(),
+            seconds * 1e3,
+            100.0 * gflops / peak
+        );
+    }
+}
+
 /// The zero points of an integer kernel: the input's 128 (u8), the weights' 0 (i8).
 fn zero_points(g: &mut Graph) -> (ValueId, ValueId) {
     let zx = g.add_constant("zx", Tensor::from_vec::<u8>(&[], vec![128]).expect("scalar"));
@@ -102,6 +163,7 @@ fn main() {
     window.pads_end = vec![1, 1];
     let conv = Op::Conv(ConvAttrs { window: window.clone(), group: 1 });
     direct_gemm(n, runs);
+    direct_convs(runs * 5);
     let conv_ops = 2.0 * (c * c * 9 * hw * hw) as f64;
     let matmul_ops = 2.0 * (n * n * n) as f64;
 

@@ -486,6 +486,10 @@ fn depthwise_plane(isa: Isa, geo: &Conv2d, p: &Plane<'_>, out: &mut [f32]) {
 
 /// The vector depthwise plane, written once over a module's vector helpers (see
 /// [`crate::tile`]).
+///
+/// The plane is cut into blocks of `R` output rows × `V` vectors along a row, `R·V` ≤ 4, each
+/// vector with its own accumulator: a single chain of FMAs per output vector would wait out the
+/// FMA latency at every tap, and the kernel would run at a fraction of its throughput.
 #[cfg(target_arch = "x86_64")]
 macro_rules! depthwise_kernel {
     ($feature:literal) => {
@@ -494,42 +498,92 @@ macro_rules! depthwise_kernel {
         /// `geo.stride.1` is 1 or 2.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn depthwise_plane(geo: &crate::conv::Conv2d, p: &crate::conv::Plane<'_>, out: &mut [f32]) {
+            let mut ow = 0;
+            while ow < geo.out_w {
+                let cols = (geo.out_w - ow).min(4 * LANES);
+                let vectors = cols.div_ceil(LANES);
+                let rows = 4 / vectors;
+                let mut oh = 0;
+                // SAFETY: forwarded; each block stays inside the output plane.
+                unsafe {
+                    while oh + rows <= geo.out_h {
+                        match (rows, vectors) {
+                            (4, 1) => depthwise_block::<4, 1>(geo, p, out, (oh, ow, cols)),
+                            (2, 2) => depthwise_block::<2, 2>(geo, p, out, (oh, ow, cols)),
+                            (1, 3) => depthwise_block::<1, 3>(geo, p, out, (oh, ow, cols)),
+                            _ => depthwise_block::<1, 4>(geo, p, out, (oh, ow, cols)),
+                        }
+                        oh += rows;
+                    }
+                    while oh < geo.out_h {
+                        match vectors {
+                            1 => depthwise_block::<1, 1>(geo, p, out, (oh, ow, cols)),
+                            _ => depthwise_block::<1, 2>(geo, p, out, (oh, ow, cols)),
+                        }
+                        oh += 1;
+                    }
+                }
+                ow += cols;
+            }
+        }
+
+        /// Output rows `oh..oh + R`, columns `ow..ow + cols` (`cols` in `(V - 1)·LANES + 1 ..=
+        /// V·LANES`).
+        ///
+        /// # Safety
+        /// As [`depthwise_plane`], and the block lies inside the output plane.
+        #[target_feature(enable = $feature)]
+        unsafe fn depthwise_block<const R: usize, const V: usize>(
+            geo: &crate::conv::Conv2d,
+            p: &crate::conv::Plane<'_>,
+            out: &mut [f32],
+            (oh, ow, cols): (usize, usize, usize),
+        ) {
             let (kh, kw) = geo.kernel;
             let (sh, sw) = geo.stride;
             let (dh, dw) = geo.dilation;
-            let (lo, hi) = p.clamp.map_or((splat(0.0), splat(0.0)), |(l, h)| (splat(l), splat(h)));
-            let bias = splat(p.bias);
-            // SAFETY: for output column `ow + c` (c < n) the tap at `s` reads input column
-            // `(ow + c) * sw + s * dw <= (out_w - 1) * sw + (kw - 1) * dw < in_w`; stride 2
-            // reads the `2n - 1` values from `ow * 2 + s * dw`, the last of which is that tap.
+            let last = cols - (V - 1) * LANES;
+            let lanes = |j: usize| if j == V - 1 { last } else { LANES };
+            let mut acc = [[splat(p.bias); V]; R];
+            // SAFETY: for output column `c` of the block the tap at `s` reads input column
+            // `c * sw + s * dw <= (out_w - 1) * sw + (kw - 1) * dw < in_w`, row likewise;
+            // stride 2 reads the `2n - 1` values from the vector's first tap, the last of
+            // which is that tap.
             unsafe {
-                for oh in 0..geo.out_h {
-                    let mut ow = 0;
-                    while ow < geo.out_w {
-                        let n = (geo.out_w - ow).min(LANES);
-                        let mut acc = bias;
-                        for r in 0..kh {
-                            let row = p.x.as_ptr().add((oh * sh + r * dh) * geo.in_w + ow * sw);
-                            for s in 0..kw {
-                                let at = row.add(s * dw);
+                let mut weights = p.w.as_ptr();
+                for r in 0..kh {
+                    let rows: [*const f32; R] =
+                        std::array::from_fn(|i| p.x.as_ptr().add(((oh + i) * sh + r * dh) * geo.in_w + ow * sw));
+                    for s in 0..kw {
+                        let w = splat(*weights);
+                        weights = weights.add(1);
+                        for (row, acc_row) in rows.iter().zip(acc.iter_mut()) {
+                            let row = row.add(s * dw);
+                            for (j, a) in acc_row.iter_mut().enumerate() {
+                                let (at, n) = (row.add(j * LANES * sw), lanes(j));
                                 let xv = if sw == 1 {
                                     if n == LANES { load(at) } else { load_n(at, n) }
                                 } else {
                                     let m = 2 * n - 1;
                                     even(load_n(at, m.min(LANES)), load_n(at.add(LANES), m.saturating_sub(LANES)))
                                 };
-                                acc = fma(splat(*p.w.get_unchecked(r * kw + s)), xv, acc);
+                                *a = fma(w, xv, *a);
                             }
                         }
-                        let at = oh * geo.out_w + ow;
+                    }
+                }
+                let (lo, hi) = p.clamp.map_or((splat(0.0), splat(0.0)), |(l, h)| (splat(l), splat(h)));
+                for (i, acc_row) in acc.iter().enumerate() {
+                    for (j, a) in acc_row.iter().enumerate() {
+                        let (at, n) = ((oh + i) * geo.out_w + ow + j * LANES, lanes(j));
+                        let mut v = *a;
                         if let Some(res) = p.residual {
-                            acc = add(acc, load_n(res.as_ptr().add(at), n));
+                            v = add(v, load_n(res.as_ptr().add(at), n));
                         }
                         if p.clamp.is_some() {
-                            acc = min(max(acc, lo), hi);
+                            v = min(max(v, lo), hi);
                         }
-                        store_n(out.as_mut_ptr().add(at), acc, n);
-                        ow += n;
+                        store_n(out.as_mut_ptr().add(at), v, n);
                     }
                 }
             }
