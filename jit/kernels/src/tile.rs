@@ -72,11 +72,14 @@ pub(crate) unsafe fn run(isa: Isa, t: &Tile) {
     debug_assert!(t.rows >= 1 && t.rows <= block_rows(isa) && t.cols >= 1 && t.cols <= panel_width(isa));
     #[cfg(target_arch = "x86_64")]
     {
+        // A tile at most one vector wide (a narrow last panel) computes one vector per row.
         macro_rules! by_rows {
             ($module:ident, $($n:literal)*) => {
-                match (t.rows, t.packed_a) {
-                    $(($n, true) => unsafe { x86::$module::tile::<$n, true>(t) },
-                      ($n, false) => unsafe { x86::$module::tile::<$n, false>(t) },)*
+                match (t.rows, t.packed_a, t.cols <= x86::$module::LANES) {
+                    $(($n, true, false) => unsafe { x86::$module::tile::<$n, true, 2>(t) },
+                      ($n, false, false) => unsafe { x86::$module::tile::<$n, false, 2>(t) },
+                      ($n, true, true) => unsafe { x86::$module::tile::<$n, true, 1>(t) },
+                      ($n, false, true) => unsafe { x86::$module::tile::<$n, false, 1>(t) },)*
                     _ => unreachable!("rows checked by the caller"),
                 }
             };
@@ -122,53 +125,54 @@ unsafe fn scalar_tile(t: &Tile, mr: usize) {
 pub(crate) mod x86 {
     /// The microkernel, written once over the vector helpers of the module it expands in
     /// (`zero`, `load`, `load_n`, `store_n`, `splat`, `fma`, `add`, `max`, `min`, `LANES`,
-    /// `MR`): two vectors per row of C, `R` rows.
+    /// `MR`): `W` (1 or 2) vectors per row of C, `R` rows.
     macro_rules! tile_kernel {
         ($feature:literal) => {
             /// # Safety
             /// The CPU has the module's features and `t` satisfies [`super::super::run`]'s
             /// contract with `t.rows == R`.
             #[target_feature(enable = $feature)]
-            pub(crate) unsafe fn tile<const R: usize, const PACKED_A: bool>(t: &super::super::Tile) {
+            pub(crate) unsafe fn tile<const R: usize, const PACKED_A: bool, const W: usize>(t: &super::super::Tile) {
                 // SAFETY: every access is inside the extents the caller guarantees.
                 unsafe {
-                    let n0 = t.cols.min(LANES);
-                    let n1 = t.cols - n0;
-                    let mut init = [zero(), zero()];
+                    // Lanes of C's row in each of the `W` vectors.
+                    let n: [usize; W] = std::array::from_fn(|w| t.cols.saturating_sub(w * LANES).min(LANES));
+                    let mut init = [zero(); W];
                     if !t.col_bias.is_null() {
-                        init = [load_n(t.col_bias, n0), load_n(t.col_bias.add(LANES), n1)];
+                        init = std::array::from_fn(|w| load_n(t.col_bias.add(w * LANES), n[w]));
                     }
                     let mut acc = [init; R];
                     if !t.row_bias.is_null() {
                         for (r, row) in acc.iter_mut().enumerate() {
                             let rb = splat(*t.row_bias.add(r));
-                            *row = [add(row[0], rb), add(row[1], rb)];
+                            row.iter_mut().for_each(|v| *v = add(*v, rb));
                         }
                     }
                     for p in 0..t.k {
                         let bp = t.b.add(p * t.ldb);
-                        let (b0, b1) = (load(bp), load(bp.add(LANES)));
+                        let b: [_; W] = std::array::from_fn(|w| load(bp.add(w * LANES)));
                         for (r, row) in acc.iter_mut().enumerate() {
                             let a = if PACKED_A { *t.a.add(p * MR + r) } else { *t.a.add(r * t.lda + p) };
                             let av = splat(a);
-                            row[0] = fma(av, b0, row[0]);
-                            row[1] = fma(av, b1, row[1]);
+                            for (v, bw) in row.iter_mut().zip(b) {
+                                *v = fma(av, bw, *v);
+                            }
                         }
                     }
                     let (lo, hi) = (splat(t.lo), splat(t.hi));
                     for (r, row) in acc.iter().enumerate() {
-                        let mut v = *row;
-                        if !t.residual.is_null() {
-                            let res = t.residual.add(r * t.ldr);
-                            v = [add(v[0], load_n(res, n0)), add(v[1], load_n(res.add(LANES), n1))];
-                        }
-                        if t.clamp {
-                            v = [min(max(v[0], lo), hi), min(max(v[1], lo), hi)];
-                        }
                         let out = t.c.add(r * t.ldc);
-                        store_n(out, v[0], n0);
-                        if n1 > 0 {
-                            store_n(out.add(LANES), v[1], n1);
+                        for (w, &v) in row.iter().enumerate() {
+                            let mut v = v;
+                            if !t.residual.is_null() {
+                                v = add(v, load_n(t.residual.add(r * t.ldr + w * LANES), n[w]));
+                            }
+                            if t.clamp {
+                                v = min(max(v, lo), hi);
+                            }
+                            if n[w] > 0 {
+                                store_n(out.add(w * LANES), v, n[w]);
+                            }
                         }
                     }
                 }
