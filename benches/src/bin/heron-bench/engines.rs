@@ -70,17 +70,18 @@ pub fn prepare(
     threads: usize,
     ort_lib: Option<&Path>,
 ) -> Result<Box<dyn Runner>> {
-    engine.check_built()?;
     match engine {
         EngineKind::Heron => Ok(Box::new(HeronRunner::new(model, inputs, threads)?)),
         #[cfg(feature = "ort")]
         EngineKind::Ort => Ok(Box::new(ort_engine::OrtRunner::new(model, inputs, threads, ort_lib)?)),
         #[cfg(feature = "tract")]
         EngineKind::Tract => Ok(Box::new(tract_engine::TractRunner::new(model, inputs, threads)?)),
+        // An engine this binary was built without: check_built says which feature it needs.
         #[allow(unreachable_patterns)]
-        _ => {
+        missing => {
             let _ = ort_lib;
-            unreachable!("check_built rejected engines this binary lacks")
+            missing.check_built()?;
+            bail!("{} is not built into heron-bench", missing.name())
         }
     }
 }
