@@ -540,15 +540,25 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         }
     });
     let Some(data) = data else { return };
-    let Some(values) = data.as_array::<f32>().map(|a| a.iter().copied().collect::<Vec<f32>>()) else { return };
+    let Some(array) = data.as_array::<f32>() else { return };
+    // A standard-layout constant is read in place: copying a large model's weights element by
+    // element through ndarray's iterator shows in the compile time.
+    let owned;
+    let values = match array.as_slice() {
+        Some(v) => v,
+        None => {
+            owned = array.iter().copied().collect::<Vec<f32>>();
+            &owned
+        }
+    };
     let packed = match &plan.kernel {
         Kernel::Conv { geo, .. } => geo.packed_weights_len(isa).ok().and_then(|len| {
             let mut p = vec![0.0; len];
-            geo.pack_weights(isa, &values, &mut p).ok().map(|()| p)
+            geo.pack_weights(isa, values, &mut p).ok().map(|()| p)
         }),
         Kernel::Gemm { n, k, b_strides, .. } => gemm::packed_b_len(isa, *k, *n).ok().and_then(|len| {
             let mut p = vec![0.0; len];
-            gemm::pack_b(isa, &values, *b_strides, (*k, *n), &mut p).ok().map(|()| p)
+            gemm::pack_b(isa, values, *b_strides, (*k, *n), &mut p).ok().map(|()| p)
         }),
     };
     let Some(packed) = packed else { return };
@@ -561,7 +571,12 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
     };
     let len = packed.len();
     let Ok(tensor) = Tensor::from_vec(&[len], packed) else { return };
-    let name = format!("{}_{}", main.buffer(constant).name, isa.name());
+    let tensor = Arc::new(tensor);
+    // The name shows the packing in `heron lower`: the ISA and, for a convolution, its method.
+    let name = match &plan.kernel {
+        Kernel::Conv { geo, .. } => format!("{}_{}_{}", main.buffer(constant).name, isa.name(), geo.method().name()),
+        Kernel::Gemm { .. } => format!("{}_{}", main.buffer(constant).name, isa.name()),
+    };
     main.buffers.push(Buffer::new(name, DType::F32, vec![len]));
     let new_const = BufferId(main.buffers.len() as u32 - 1);
     let mut body = main.take_body();
@@ -583,7 +598,7 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
             Stmt::AllocateConst { buffer, data, pools } if buffer == constant => {
                 rewritten.push(Stmt::AllocateConst {
                     buffer: new_const,
-                    data: Arc::new(tensor.clone()),
+                    data: Arc::clone(&tensor),
                     pools: pools.clone(),
                 });
                 if uses_left > 0 {

@@ -7,7 +7,8 @@
 //! (planned pool memory), sized by the kernel's `*_len` functions.
 //!
 //! - [`gemm`]: `C = A · B` with B packed (weights), bias per column, residual, clamp.
-//! - [`conv`]: 2-D convolution (GEMM form with packed weights and im2col panels; depthwise).
+//! - [`conv`]: 2-D convolution (GEMM form with packed weights and im2col panels; Winograd
+//!   F(2×2, 3×3) for 3×3 stride-1 layers; depthwise).
 //! - [`abi`]: the `extern "C"` entry points generated code calls, one share of the work per
 //!   task of a parallel loop.
 //!
@@ -22,6 +23,7 @@ pub mod conv;
 pub mod gemm;
 pub mod peak;
 mod tile;
+mod winograd;
 
 /// The instruction set a kernel runs with. It also fixes the shapes packed operands have
 /// ([`gemm::panel_width`], [`gemm::block_rows`]); on a CPU without it, a kernel computes the

@@ -245,8 +245,47 @@ pub(crate) mod x86 {
             _mm512_permutex2var_ps(lo, idx, hi)
         }
 
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn sub(a: __m512, b: __m512) -> __m512 {
+            _mm512_sub_ps(a, b)
+        }
+        /// The lanes whose bit is set, from `p + lane`; the others are zero and read nothing.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) unsafe fn load_bits(p: *const f32, bits: u32) -> __m512 {
+            unsafe { _mm512_maskz_loadu_ps(bits as __mmask16, p) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) unsafe fn store_bits(p: *mut f32, bits: u32, v: __m512) {
+            unsafe { _mm512_mask_storeu_ps(p, bits as __mmask16, v) }
+        }
+        /// The odd lanes of the 32 values `lo ++ hi`.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn odd(lo: __m512, hi: __m512) -> __m512 {
+            let idx = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            _mm512_permutex2var_ps(lo, idx, hi)
+        }
+        /// The first halves of `a` and `b` interleaved: `a0 b0 a1 b1 … a7 b7`.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn zip_lo(a: __m512, b: __m512) -> __m512 {
+            let idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            _mm512_permutex2var_ps(a, idx, b)
+        }
+        /// The second halves of `a` and `b` interleaved: `a8 b8 … a15 b15`.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn zip_hi(a: __m512, b: __m512) -> __m512 {
+            let idx = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+            _mm512_permutex2var_ps(a, idx, b)
+        }
+
         super::tile_kernel!("avx512f");
         crate::conv::depthwise_kernel!("avx512f");
+        crate::winograd::winograd_kernel!(#[target_feature(enable = "avx512f")]);
     }
 
     pub(crate) mod avx2 {
@@ -315,7 +354,50 @@ pub(crate) mod x86 {
             _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(mixed)))
         }
 
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn sub(a: __m256, b: __m256) -> __m256 {
+            _mm256_sub_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn bit_mask(bits: u32) -> __m256i {
+            let bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+            _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits as i32), bit), bit)
+        }
+        /// The lanes whose bit is set, from `p + lane`; the others are zero and read nothing.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) unsafe fn load_bits(p: *const f32, bits: u32) -> __m256 {
+            unsafe { _mm256_maskload_ps(p, bit_mask(bits)) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) unsafe fn store_bits(p: *mut f32, bits: u32, v: __m256) {
+            unsafe { _mm256_maskstore_ps(p, bit_mask(bits), v) }
+        }
+        /// The odd lanes of the 16 values `lo ++ hi`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn odd(lo: __m256, hi: __m256) -> __m256 {
+            let mixed = _mm256_shuffle_ps::<0b11_01_11_01>(lo, hi);
+            _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(mixed)))
+        }
+        /// The first halves of `a` and `b` interleaved: `a0 b0 a1 b1 a2 b2 a3 b3`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn zip_lo(a: __m256, b: __m256) -> __m256 {
+            _mm256_permute2f128_ps::<0x20>(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b))
+        }
+        /// The second halves of `a` and `b` interleaved: `a4 b4 … a7 b7`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn zip_hi(a: __m256, b: __m256) -> __m256 {
+            _mm256_permute2f128_ps::<0x31>(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b))
+        }
+
         super::tile_kernel!("avx2,fma");
         crate::conv::depthwise_kernel!("avx2,fma");
+        crate::winograd::winograd_kernel!(#[target_feature(enable = "avx2,fma")]);
     }
 }

@@ -1,4 +1,4 @@
-//! The f32 convolution (GEMM form and depthwise) on every ISA variant against a direct f64
+//! The f32 convolution (GEMM form, Winograd and depthwise) on every ISA variant against a direct f64
 //! formula: random shapes with strides 1-3, dilations, groups, 1×1 and depthwise 3×3/5×5,
 //! zero padding on every side (inputs larger than the taps reach, too), every epilogue and
 //! task split; all ISAs give the same bits; bad shapes are errors.
@@ -95,6 +95,73 @@ fn geometry() -> impl Strategy<Value = Conv2d> {
         )
 }
 
+/// Winograd F(2×2, 3×3) geometries: 3×3, stride 1, at least 16 channels in and out, odd and
+/// even output extents, padding on any side, several tile blocks per image.
+fn winograd_geometry() -> impl Strategy<Value = Conv2d> {
+    (
+        1usize..3,
+        16usize..40,
+        16usize..30,
+        1usize..12,
+        // Rows of more than one full segment of tiles (16 lanes: 32 outputs), sometimes.
+        prop_oneof![3 => 1usize..20, 1 => 30usize..70],
+        (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+    )
+        .prop_map(|(batch, c, m, oh, ow, (pt, pl, pb, pr))| Conv2d {
+            batch,
+            in_channels: c,
+            in_h: (oh + 2).saturating_sub(pt + pb).max(1),
+            in_w: (ow + 2).saturating_sub(pl + pr).max(1),
+            out_channels: m,
+            out_h: oh,
+            out_w: ow,
+            kernel: (3, 3),
+            stride: (1, 1),
+            dilation: (1, 1),
+            groups: 1,
+            pad: (pt, pl),
+        })
+}
+
+/// Runs `geo` on every ISA variant (split into `tasks` shares) and checks each against the
+/// reference and against the first variant, bit for bit.
+fn check_every_isa(
+    geo: &Conv2d,
+    (bias, residual, clamp_kind): (bool, bool, usize),
+    tasks: usize,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let x = values(geo.input_len().unwrap(), seed);
+    let w = values(geo.weights_len().unwrap(), seed ^ 0x55);
+    let bias_values = values(geo.out_channels, seed ^ 0xAA);
+    let bias = bias.then_some(&bias_values[..]);
+    let residual_values = values(geo.output_len().unwrap(), seed ^ 0x33);
+    let residual = residual.then_some(&residual_values[..]);
+    let bounds = [None, Some((0.0, f32::INFINITY)), Some((0.0, 6.0))][clamp_kind];
+    let want = reference(geo, &x, &w, bias, residual, bounds);
+    let mut first: Option<Vec<f32>> = None;
+    for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
+        let mut packed = vec![f32::NAN; geo.packed_weights_len(isa).unwrap()];
+        geo.pack_weights(isa, &w, &mut packed).unwrap();
+        let per_task = geo.scratch_len(isa).unwrap();
+        let mut scratch = vec![f32::NAN; per_task * tasks];
+        let mut out = vec![f32::NAN; geo.output_len().unwrap()];
+        let epilogue = ConvEpilogue { bias, residual, clamp: bounds };
+        let shares = scratch.chunks_mut(per_task.max(1)).chain(std::iter::repeat_with(|| &mut [][..]));
+        for (task, s) in shares.take(tasks).enumerate() {
+            conv2d_share(isa, geo, &x, &packed, &mut out, epilogue, s, (task, tasks)).unwrap();
+        }
+        for (i, (&got, &w)) in out.iter().zip(&want).enumerate() {
+            prop_assert!(close(got, w), "{isa:?} {geo:?} [{i}]: {got} vs {w}");
+        }
+        match &first {
+            None => first = Some(out),
+            Some(f) => prop_assert!(f.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs"),
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -103,33 +170,15 @@ proptest! {
         geo in geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
-        let x = values(geo.input_len().unwrap(), seed);
-        let w = values(geo.weights_len().unwrap(), seed ^ 0x55);
-        let bias_values = values(geo.out_channels, seed ^ 0xAA);
-        let bias = bias.then_some(&bias_values[..]);
-        let residual_values = values(geo.output_len().unwrap(), seed ^ 0x33);
-        let residual = residual.then_some(&residual_values[..]);
-        let bounds = [None, Some((0.0, f32::INFINITY)), Some((0.0, 6.0))][clamp_kind];
-        let want = reference(&geo, &x, &w, bias, residual, bounds);
-        let mut first: Option<Vec<f32>> = None;
-        for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
-            let mut packed = vec![f32::NAN; geo.packed_weights_len(isa).unwrap()];
-            geo.pack_weights(isa, &w, &mut packed).unwrap();
-            let per_task = geo.scratch_len(isa).unwrap();
-            let mut scratch = vec![f32::NAN; per_task * tasks];
-            let mut out = vec![f32::NAN; geo.output_len().unwrap()];
-            let epilogue = ConvEpilogue { bias, residual, clamp: bounds };
-            for (task, s) in scratch.chunks_mut(per_task.max(1)).chain(std::iter::repeat_with(|| &mut [][..])).take(tasks).enumerate() {
-                conv2d_share(isa, &geo, &x, &packed, &mut out, epilogue, s, (task, tasks)).unwrap();
-            }
-            for (i, (&got, &w)) in out.iter().zip(&want).enumerate() {
-                prop_assert!(close(got, w), "{isa:?} {geo:?} [{i}]: {got} vs {w}");
-            }
-            match &first {
-                None => first = Some(out),
-                Some(f) => prop_assert!(f.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?} differs"),
-            }
-        }
+        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
+    }
+
+    #[test]
+    fn winograd_matches_the_reference(
+        geo in winograd_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        tasks in 1usize..4, seed in any::<u64>(),
+    ) {
+        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
     }
 }
 
