@@ -98,18 +98,15 @@ pub(crate) fn pack_weights(geo: &Conv2d, isa: Isa, w: &[f32], packed: &mut [f32]
     // Slab by slab and channel by channel, so the 16 destinations are written in order.
     for s in 0..slabs {
         for ci in 0..c {
-            let u: [[f32; XI]; 32] = std::array::from_fn(|r| {
-                let k = s * mr + r;
-                if r < mr && k < geo.out_channels {
-                    transform_filter(&w[(k * c + ci) * 9..(k * c + ci + 1) * 9])
-                } else {
-                    [0.0; XI]
-                }
-            });
+            // The slab's transformed filters, zero past the last output channel.
+            let mut u = [[0.0f32; XI]; 32];
+            for (k, filter) in (s * mr..geo.out_channels.min((s + 1) * mr)).zip(u.iter_mut()) {
+                *filter = transform_filter(&w[(k * c + ci) * 9..(k * c + ci + 1) * 9]);
+            }
             for xi in 0..XI {
                 let at = ((xi * slabs + s) * c + ci) * mr;
-                for (r, v) in packed[at..at + mr].iter_mut().enumerate() {
-                    *v = u[r][xi];
+                for (dst, filter) in packed[at..at + mr].iter_mut().zip(&u) {
+                    *dst = filter[xi];
                 }
             }
         }
