@@ -307,9 +307,8 @@ fn gemm_form(
     let (cg, mg) = (geo.in_channels / g, geo.out_channels / g);
     let (pixels, plane) = (geo.out_h * geo.out_w, geo.in_h * geo.in_w);
     let panels = pixels.div_ceil(nr);
-    // Few panels (small late layers) leave threads idle: split each panel's slabs as well.
     let panel_items = geo.batch * g * panels;
-    let slab_parts = if panel_items >= 2 * tasks { 1 } else { slabs.min((2 * tasks).div_ceil(panel_items)) };
+    let slab_parts = slab_parts(panel_items, slabs, tasks);
     let (lo, hi) = share(panel_items * slab_parts, tasks, task);
     let (clamp, (clo, chi)) = (epilogue.clamp.is_some(), epilogue.clamp.unwrap_or((0.0, 0.0)));
     let mut packed: Option<usize> = None;
@@ -358,6 +357,12 @@ fn gemm_form(
             unsafe { tile::run(isa, &t) };
         }
     }
+}
+
+/// How many parts each of `items` column panels' `slabs` is split into: few panels (small
+/// late layers) would leave threads idle, so their slabs are shared out as well.
+pub(crate) fn slab_parts(items: usize, slabs: usize, tasks: usize) -> usize {
+    if items >= 2 * tasks { 1 } else { slabs.min((2 * tasks).div_ceil(items)) }
 }
 
 /// im2col of output pixels `p0..p0 + cols` of one image and group into a `K × nr` panel,

@@ -179,9 +179,8 @@ pub(crate) fn conv_share(
     let (th, tw) = tiles(geo);
     let (blocks, slabs) = ((th * tw).div_ceil(nr), slabs(geo, isa));
     let (plane_in, pixels) = (geo.in_h * geo.in_w, geo.out_h * geo.out_w);
-    // Few blocks (small late layers) leave threads idle: split each block's slabs as well.
     let block_items = geo.batch * blocks;
-    let slab_parts = if block_items >= 2 * tasks { 1 } else { slabs.min((2 * tasks).div_ceil(block_items)) };
+    let slab_parts = crate::conv::slab_parts(block_items, slabs, tasks);
     let (lo, hi) = share(block_items * slab_parts, tasks, task);
     let (panels, products) = scratch.split_at_mut(XI * c * nr);
     let products = &mut products[..XI * mr * nr];
