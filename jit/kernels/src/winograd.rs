@@ -95,11 +95,12 @@ fn transform_filter(g: &[f32]) -> [f32; XI] {
 /// with zeros), each `C × MR`, k-major. The caller checked the lengths.
 pub(crate) fn pack_weights(geo: &Conv2d, isa: Isa, w: &[f32], packed: &mut [f32]) {
     let (mr, c, slabs) = (block_rows(isa), geo.in_channels, slabs(geo, isa));
+    assert!(mr <= 12, "every ISA's slabs are at most 12 rows");
     // Slab by slab and channel by channel, so the 16 destinations are written in order.
     for s in 0..slabs {
         for ci in 0..c {
-            // The slab's transformed filters, zero past the last output channel.
-            let mut u = [[0.0f32; XI]; 32];
+            // The slab's transformed filters, zero past the last output channel (MR <= 12).
+            let mut u = [[0.0f32; XI]; 12];
             for (k, filter) in (s * mr..geo.out_channels.min((s + 1) * mr)).zip(u.iter_mut()) {
                 *filter = transform_filter(&w[(k * c + ci) * 9..(k * c + ci + 1) * 9]);
             }
