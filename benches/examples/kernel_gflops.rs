@@ -106,6 +106,12 @@ fn direct_convs(runs: usize) {
         (144, 144, 56, 3, 1, true),
         (144, 144, 56, 3, 2, true),
         (960, 960, 7, 3, 1, true),
+        (32, 32, 112, 3, 1, true),
+        (96, 96, 112, 3, 2, true),
+        (192, 192, 28, 3, 1, true),
+        (192, 192, 28, 3, 2, true),
+        (384, 384, 14, 3, 1, true),
+        (576, 576, 14, 3, 2, true),
     ];
     for (c, m, size, k, stride, depthwise) in layers {
         let out = size / stride;

@@ -12,15 +12,14 @@
 //!   which every slab then multiplies. An unpadded 1×1, stride-1 convolution reads full
 //!   panels from the input itself.
 //! - **Depthwise** (`groups == C == M`): each channel plane on its own, vectors along the
-//!   output row (strides 1 and 2 in vectors, others scalar), any kernel size and dilation; a
-//!   padded plane is first copied into the task's scratch with its zero border.
+//!   output row; see the `depthwise` module.
 //!
 //! Work is split into items (image, group, panel or tile block, slab range) or (image,
 //! channel), and task
 //! `t` of `T` runs a contiguous run of them: results do not depend on `T`.
 
 use crate::tile::{self, Tile};
-use crate::{Isa, KernelError, check_share, need, share, winograd};
+use crate::{Isa, KernelError, check_share, depthwise, need, share, winograd};
 
 pub use crate::tile::{block_rows, panel_width};
 
@@ -123,7 +122,7 @@ impl Conv2d {
 
     /// The extent of the padded plane the taps span: `(oh − 1)·sh + (kh − 1)·dh + 1` rows
     /// (and the same for columns).
-    fn padded_extent(&self) -> Result<(usize, usize), KernelError> {
+    pub(crate) fn padded_extent(&self) -> Result<(usize, usize), KernelError> {
         let extent = |out: usize, stride, kernel: usize, dilation| {
             mul(out.saturating_sub(1), stride, "taps")?
                 .checked_add(mul(kernel.saturating_sub(1), dilation, "taps")?)
@@ -137,7 +136,7 @@ impl Conv2d {
     }
 
     /// Whether some tap falls outside the input (in the zero padding).
-    fn reads_padding(&self) -> bool {
+    pub(crate) fn reads_padding(&self) -> bool {
         self.pad != (0, 0) || self.padded_extent().is_ok_and(|(ph, pw)| ph > self.in_h || pw > self.in_w)
     }
 
@@ -242,14 +241,10 @@ impl Conv2d {
         if winograd::applies(self) {
             return winograd::scratch_len(self, isa);
         }
-        if !self.is_depthwise() {
-            return mul(self.depth()?, panel_width(isa), "scratch");
+        if self.is_depthwise() {
+            return depthwise::scratch_len(self);
         }
-        if !self.reads_padding() {
-            return Ok(0);
-        }
-        let (ph, pw) = self.padded_extent()?;
-        mul(ph, pw, "scratch")
+        mul(self.depth()?, panel_width(isa), "scratch")
     }
 }
 
@@ -283,7 +278,7 @@ pub fn conv2d_share(
         return Ok(());
     }
     match geo.method() {
-        ConvMethod::Depthwise => depthwise(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
+        ConvMethod::Depthwise => depthwise::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
         ConvMethod::Winograd => winograd::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
         ConvMethod::Gemm => gemm_form(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
     }
@@ -436,210 +431,3 @@ fn copy_strided(dst: &mut [f32], src: &[f32], stride: usize) {
         }
     }
 }
-
-/// The depthwise form; the caller checked every length.
-#[allow(clippy::too_many_arguments)]
-fn depthwise(
-    isa: Isa,
-    geo: &Conv2d,
-    x: &[f32],
-    w: &[f32],
-    out: &mut [f32],
-    epilogue: ConvEpilogue<'_>,
-    scratch: &mut [f32],
-    (task, tasks): (usize, usize),
-) {
-    let (plane_in, plane_out, taps) = (geo.in_h * geo.in_w, geo.out_h * geo.out_w, geo.kernel.0 * geo.kernel.1);
-    // A plane that reads padding is copied into the scratch plane, whose border is zeroed
-    // once: the plane kernel then reads only memory it owns.
-    let padded = geo.reads_padding();
-    let (ph, pw) = geo.padded_extent().expect("checked");
-    let plane_geo = if padded { Conv2d { in_h: ph, in_w: pw, pad: (0, 0), ..*geo } } else { *geo };
-    let (lo, hi) = share(geo.batch * geo.in_channels, tasks, task);
-    if padded && lo < hi {
-        scratch[..ph * pw].fill(0.0);
-    }
-    for item in lo..hi {
-        let ch = item % geo.in_channels;
-        let src = &x[item * plane_in..(item + 1) * plane_in];
-        if padded {
-            copy_into_padded(geo, src, (ph, pw), &mut scratch[..ph * pw]);
-        }
-        let plane = Plane {
-            x: if padded { &scratch[..ph * pw] } else { src },
-            w: &w[ch * taps..(ch + 1) * taps],
-            bias: epilogue.bias.map_or(0.0, |b| b[ch]),
-            residual: epilogue.residual.map(|r| &r[item * plane_out..(item + 1) * plane_out]),
-            clamp: epilogue.clamp,
-        };
-        depthwise_plane(isa, &plane_geo, &plane, &mut out[item * plane_out..(item + 1) * plane_out]);
-    }
-}
-
-/// Copies the input plane's rows and columns that the taps reach into the `ph × pw` padded
-/// plane `dst` (whose border is already zero).
-fn copy_into_padded(geo: &Conv2d, src: &[f32], (ph, pw): (usize, usize), dst: &mut [f32]) {
-    let (pt, pl) = geo.pad;
-    let width = geo.in_w.min(pw.saturating_sub(pl));
-    if width == 0 {
-        return;
-    }
-    for y in pt..ph.min(pt + geo.in_h) {
-        let from = (y - pt) * geo.in_w;
-        dst[y * pw + pl..y * pw + pl + width].copy_from_slice(&src[from..from + width]);
-    }
-}
-
-/// One channel of a depthwise convolution.
-pub(crate) struct Plane<'a> {
-    pub x: &'a [f32],
-    pub w: &'a [f32],
-    pub bias: f32,
-    pub residual: Option<&'a [f32]>,
-    pub clamp: Option<(f32, f32)>,
-}
-
-fn depthwise_plane(isa: Isa, geo: &Conv2d, p: &Plane<'_>, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if matches!(geo.stride.1, 1 | 2) {
-        // SAFETY: `p.x` holds the plane (in_h × in_w, padding included: `depthwise` passes
-        // the padded copy whenever a tap would fall outside), `out` and the residual the
-        // output plane, `p.w` the taps; every tap of every output is inside the plane, and
-        // the kernels read only those (masked loads at row ends).
-        if isa == Isa::Avx512 && Isa::Avx512.is_available() {
-            return unsafe { tile::x86::avx512::depthwise_plane(geo, p, out) };
-        }
-        if isa == Isa::Avx2Fma && Isa::Avx2Fma.is_available() {
-            return unsafe { tile::x86::avx2::depthwise_plane(geo, p, out) };
-        }
-    }
-    let (kh, kw) = geo.kernel;
-    for oh in 0..geo.out_h {
-        for ow in 0..geo.out_w {
-            let mut acc = p.bias;
-            for r in 0..kh {
-                let row = (oh * geo.stride.0 + r * geo.dilation.0) * geo.in_w;
-                for s in 0..kw {
-                    acc = p.w[r * kw + s].mul_add(p.x[row + ow * geo.stride.1 + s * geo.dilation.1], acc);
-                }
-            }
-            let at = oh * geo.out_w + ow;
-            if let Some(r) = p.residual {
-                acc += r[at];
-            }
-            if let Some((lo, hi)) = p.clamp {
-                acc = acc.max(lo).min(hi);
-            }
-            out[at] = acc;
-        }
-    }
-}
-
-/// The vector depthwise plane, written once over a module's vector helpers (see
-/// [`crate::tile`]).
-///
-/// The plane is cut into blocks of `R` output rows × `V` vectors along a row, `R·V` ≤ 4, each
-/// vector with its own accumulator: a single chain of FMAs per output vector would wait out the
-/// FMA latency at every tap, and the kernel would run at a fraction of its throughput.
-#[cfg(target_arch = "x86_64")]
-macro_rules! depthwise_kernel {
-    ($feature:literal) => {
-        /// # Safety
-        /// The CPU has the module's features; the plane's slices hold what `geo` says and
-        /// `geo.stride.1` is 1 or 2.
-        #[target_feature(enable = $feature)]
-        pub(crate) unsafe fn depthwise_plane(geo: &crate::conv::Conv2d, p: &crate::conv::Plane<'_>, out: &mut [f32]) {
-            let mut ow = 0;
-            while ow < geo.out_w {
-                let cols = (geo.out_w - ow).min(4 * LANES);
-                let vectors = cols.div_ceil(LANES);
-                let rows = 4 / vectors;
-                let mut oh = 0;
-                // SAFETY: forwarded; each block stays inside the output plane.
-                unsafe {
-                    while oh + rows <= geo.out_h {
-                        match (rows, vectors) {
-                            (4, 1) => depthwise_block::<4, 1>(geo, p, out, (oh, ow, cols)),
-                            (2, 2) => depthwise_block::<2, 2>(geo, p, out, (oh, ow, cols)),
-                            (1, 3) => depthwise_block::<1, 3>(geo, p, out, (oh, ow, cols)),
-                            _ => depthwise_block::<1, 4>(geo, p, out, (oh, ow, cols)),
-                        }
-                        oh += rows;
-                    }
-                    while oh < geo.out_h {
-                        match vectors {
-                            1 => depthwise_block::<1, 1>(geo, p, out, (oh, ow, cols)),
-                            _ => depthwise_block::<1, 2>(geo, p, out, (oh, ow, cols)),
-                        }
-                        oh += 1;
-                    }
-                }
-                ow += cols;
-            }
-        }
-
-        /// Output rows `oh..oh + R`, columns `ow..ow + cols` (`cols` in `(V - 1)·LANES + 1 ..=
-        /// V·LANES`).
-        ///
-        /// # Safety
-        /// As [`depthwise_plane`], and the block lies inside the output plane.
-        #[target_feature(enable = $feature)]
-        unsafe fn depthwise_block<const R: usize, const V: usize>(
-            geo: &crate::conv::Conv2d,
-            p: &crate::conv::Plane<'_>,
-            out: &mut [f32],
-            (oh, ow, cols): (usize, usize, usize),
-        ) {
-            let (kh, kw) = geo.kernel;
-            let (sh, sw) = geo.stride;
-            let (dh, dw) = geo.dilation;
-            let last = cols - (V - 1) * LANES;
-            let lanes = |j: usize| if j == V - 1 { last } else { LANES };
-            let mut acc = [[splat(p.bias); V]; R];
-            // SAFETY: for output column `c` of the block the tap at `s` reads input column
-            // `c * sw + s * dw <= (out_w - 1) * sw + (kw - 1) * dw < in_w`, row likewise;
-            // stride 2 reads the `2n - 1` values from the vector's first tap, the last of
-            // which is that tap.
-            unsafe {
-                let mut weights = p.w.as_ptr();
-                for r in 0..kh {
-                    let rows: [*const f32; R] =
-                        std::array::from_fn(|i| p.x.as_ptr().add(((oh + i) * sh + r * dh) * geo.in_w + ow * sw));
-                    for s in 0..kw {
-                        let w = splat(*weights);
-                        weights = weights.add(1);
-                        for (row, acc_row) in rows.iter().zip(acc.iter_mut()) {
-                            let row = row.add(s * dw);
-                            for (j, a) in acc_row.iter_mut().enumerate() {
-                                let (at, n) = (row.add(j * LANES * sw), lanes(j));
-                                let xv = if sw == 1 {
-                                    if n == LANES { load(at) } else { load_n(at, n) }
-                                } else {
-                                    let m = 2 * n - 1;
-                                    even(load_n(at, m.min(LANES)), load_n(at.add(LANES), m.saturating_sub(LANES)))
-                                };
-                                *a = fma(w, xv, *a);
-                            }
-                        }
-                    }
-                }
-                let (lo, hi) = p.clamp.map_or((splat(0.0), splat(0.0)), |(l, h)| (splat(l), splat(h)));
-                for (i, acc_row) in acc.iter().enumerate() {
-                    for (j, a) in acc_row.iter().enumerate() {
-                        let (at, n) = ((oh + i) * geo.out_w + ow + j * LANES, lanes(j));
-                        let mut v = *a;
-                        if let Some(res) = p.residual {
-                            v = add(v, load_n(res.as_ptr().add(at), n));
-                        }
-                        if p.clamp.is_some() {
-                            v = min(max(v, lo), hi);
-                        }
-                        store_n(out.as_mut_ptr().add(at), v, n);
-                    }
-                }
-            }
-        }
-    };
-}
-#[cfg(target_arch = "x86_64")]
-pub(crate) use depthwise_kernel;

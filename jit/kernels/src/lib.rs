@@ -20,6 +20,7 @@
 
 pub mod abi;
 pub mod conv;
+mod depthwise;
 pub mod gemm;
 pub mod peak;
 mod tile;

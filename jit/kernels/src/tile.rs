@@ -186,6 +186,10 @@ pub(crate) mod x86 {
 
         pub(crate) const LANES: usize = 16;
         pub(crate) const MR: usize = 12;
+        /// The depthwise row kernel's block: output rows, vectors along a row.
+        pub(crate) const DW_ROWS: usize = 4;
+        pub(crate) const DW_VECTORS: usize = 2;
+        pub(crate) type Vector = __m512;
 
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -283,8 +287,27 @@ pub(crate) mod x86 {
             _mm512_permutex2var_ps(a, idx, b)
         }
 
+        /// Lanes `s..s + 16` of `lo ++ hi`, for `s` ≤ 4.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn shifted(lo: __m512, hi: __m512, s: usize) -> __m512 {
+            #[inline]
+            #[target_feature(enable = "avx512f")]
+            fn align<const S: i32>(lo: __m512, hi: __m512) -> __m512 {
+                _mm512_castsi512_ps(_mm512_alignr_epi32::<S>(_mm512_castps_si512(hi), _mm512_castps_si512(lo)))
+            }
+            debug_assert!(s <= 4);
+            match s {
+                0 => lo,
+                1 => align::<1>(lo, hi),
+                2 => align::<2>(lo, hi),
+                3 => align::<3>(lo, hi),
+                _ => align::<4>(lo, hi),
+            }
+        }
+
         super::tile_kernel!("avx512f");
-        crate::conv::depthwise_kernel!("avx512f");
+        crate::depthwise::depthwise_kernel!("avx512f");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx512f")]);
     }
 
@@ -293,6 +316,10 @@ pub(crate) mod x86 {
 
         pub(crate) const LANES: usize = 8;
         pub(crate) const MR: usize = 6;
+        /// The depthwise row kernel's block: output rows, vectors along a row.
+        pub(crate) const DW_ROWS: usize = 4;
+        pub(crate) const DW_VECTORS: usize = 1;
+        pub(crate) type Vector = __m256;
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -396,8 +423,26 @@ pub(crate) mod x86 {
             _mm256_permute2f128_ps::<0x31>(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b))
         }
 
+        /// Lanes `s..s + 8` of `lo ++ hi`, for `s` ≤ 4.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn shifted(lo: __m256, hi: __m256, s: usize) -> __m256 {
+            // `mid` is lanes 4..12; `alignr` shifts within each 128-bit half, taking the next
+            // half's lanes from `mid`.
+            let mid = _mm256_permute2f128_ps::<0x21>(lo, hi);
+            let (lo_bits, mid_bits) = (_mm256_castps_si256(lo), _mm256_castps_si256(mid));
+            debug_assert!(s <= 4);
+            match s {
+                0 => lo,
+                1 => _mm256_castsi256_ps(_mm256_alignr_epi8::<4>(mid_bits, lo_bits)),
+                2 => _mm256_castsi256_ps(_mm256_alignr_epi8::<8>(mid_bits, lo_bits)),
+                3 => _mm256_castsi256_ps(_mm256_alignr_epi8::<12>(mid_bits, lo_bits)),
+                _ => mid,
+            }
+        }
+
         super::tile_kernel!("avx2,fma");
-        crate::conv::depthwise_kernel!("avx2,fma");
+        crate::depthwise::depthwise_kernel!("avx2,fma");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx2,fma")]);
     }
 }

@@ -123,6 +123,35 @@ fn winograd_geometry() -> impl Strategy<Value = Conv2d> {
         })
 }
 
+/// Depthwise geometries the row kernel takes: 3×3 and 5×5 taps, strides (1, 1) and (2, 2),
+/// padding up to 3 on any side (more than a tap's reach, too), planes from 1×1 to rows wider
+/// than a block (2 vectors of 16), inputs wider than the taps reach.
+fn depthwise_row_geometry() -> impl Strategy<Value = Conv2d> {
+    (
+        1usize..3,
+        2usize..7,
+        prop_oneof![Just(3usize), Just(5usize)],
+        1usize..3,
+        (1usize..11, prop_oneof![3 => 1usize..20, 1 => 30usize..70]),
+        (0usize..4, 0usize..4, 0usize..4, 0usize..4),
+        (0usize..2, 0usize..2),
+    )
+        .prop_map(|(batch, c, k, stride, (oh, ow), (pt, pl, pb, pr), (slack_h, slack_w))| Conv2d {
+            batch,
+            in_channels: c,
+            in_h: ((oh - 1) * stride + k).saturating_sub(pt + pb).max(1) + slack_h,
+            in_w: ((ow - 1) * stride + k).saturating_sub(pl + pr).max(1) + slack_w,
+            out_channels: c,
+            out_h: oh,
+            out_w: ow,
+            kernel: (k, k),
+            stride: (stride, stride),
+            dilation: (1, 1),
+            groups: c,
+            pad: (pt, pl),
+        })
+}
+
 /// Runs `geo` on every ISA variant (split into `tasks` shares) and checks each against the
 /// reference and against the first variant, bit for bit.
 fn check_every_isa(
@@ -168,6 +197,14 @@ proptest! {
     #[test]
     fn every_isa_matches_the_reference(
         geo in geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        tasks in 1usize..4, seed in any::<u64>(),
+    ) {
+        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
+    }
+
+    #[test]
+    fn depthwise_rows_match_the_reference(
+        geo in depthwise_row_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
         check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
