@@ -4,6 +4,8 @@
 //!
 //! - **Winograd F(2×2, 3×3)** (3×3, stride 1, undilated, ungrouped, at least 16 channels in
 //!   and out): see the `winograd` module; 2.25× fewer multiplies than the GEMM form.
+//! - **Direct** (at most 8 input channels, taps 3-7 wide at strides 1-2: first layers): see
+//!   the `direct` module; the GEMM form's weights and bits without its im2col panels.
 //! - **GEMM form** (every other convolution that is not depthwise): per image and group,
 //!   `out[M × P] = W[M × K] · col[K × P]`, `K = C/g · KH · KW`, `P = OH · OW`. The weights are
 //!   packed once (at compile time) into slabs of [`block_rows`] output channels, k-major; the
@@ -19,7 +21,7 @@
 //! `t` of `T` runs a contiguous run of them: results do not depend on `T`.
 
 use crate::tile::{self, Tile};
-use crate::{Isa, KernelError, check_share, depthwise, need, share, winograd};
+use crate::{Isa, KernelError, check_share, depthwise, direct, need, share, winograd};
 
 pub use crate::tile::{block_rows, panel_width};
 
@@ -52,6 +54,8 @@ pub enum ConvMethod {
     Gemm,
     /// Winograd F(2×2, 3×3): transformed patches times transformed weights.
     Winograd,
+    /// Few input channels: taps' windows made in registers from the input rows.
+    Direct,
     /// One channel plane at a time.
     Depthwise,
 }
@@ -61,6 +65,7 @@ impl ConvMethod {
         match self {
             ConvMethod::Gemm => "gemm",
             ConvMethod::Winograd => "winograd",
+            ConvMethod::Direct => "direct",
             ConvMethod::Depthwise => "depthwise",
         }
     }
@@ -172,6 +177,8 @@ impl Conv2d {
             ConvMethod::Depthwise
         } else if winograd::applies(self) {
             ConvMethod::Winograd
+        } else if direct::applies(self) {
+            ConvMethod::Direct
         } else {
             ConvMethod::Gemm
         }
@@ -234,9 +241,9 @@ impl Conv2d {
         Ok(())
     }
 
-    /// Scratch elements one task needs: one packed input panel, a Winograd block's transformed
-    /// panels and products, or for a depthwise convolution that reads padding, one padded
-    /// plane.
+    /// Scratch elements one task needs: one packed input panel (the direct form's too: a CPU
+    /// without the ISA runs it as the GEMM form), a Winograd block's transformed panels and
+    /// products, or for a depthwise convolution that reads padding, one padded plane.
     pub fn scratch_len(&self, isa: Isa) -> Result<usize, KernelError> {
         if winograd::applies(self) {
             return winograd::scratch_len(self, isa);
@@ -280,7 +287,12 @@ pub fn conv2d_share(
     match geo.method() {
         ConvMethod::Depthwise => depthwise::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
         ConvMethod::Winograd => winograd::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
-        ConvMethod::Gemm => gemm_form(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
+        ConvMethod::Direct if direct::available(isa) => {
+            direct::conv_share(isa, geo, x, packed_w, out, epilogue, (task, tasks))
+        }
+        ConvMethod::Gemm | ConvMethod::Direct => {
+            gemm_form(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks))
+        }
     }
     Ok(())
 }
@@ -425,6 +437,14 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
 fn copy_strided(dst: &mut [f32], src: &[f32], stride: usize) {
     if stride == 1 {
         dst.copy_from_slice(&src[..dst.len()]);
+    } else if stride == 2 && !dst.is_empty() {
+        // Pairs, so that the compiler vectorizes it (loads and shuffles): element by element
+        // the first layers' panels cost more than their multiplies.
+        let (last, body) = dst.split_last_mut().expect("not empty");
+        for (v, pair) in body.iter_mut().zip(src.chunks_exact(2)) {
+            *v = pair[0];
+        }
+        *last = src[2 * body.len()];
     } else {
         for (c, v) in dst.iter_mut().enumerate() {
             *v = src[c * stride];

@@ -21,6 +21,7 @@
 pub mod abi;
 pub mod conv;
 mod depthwise;
+mod direct;
 pub mod gemm;
 pub mod peak;
 mod tile;

@@ -308,6 +308,7 @@ pub(crate) mod x86 {
 
         super::tile_kernel!("avx512f");
         crate::depthwise::depthwise_kernel!("avx512f");
+        crate::direct::direct_kernel!("avx512f");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx512f")]);
     }
 
@@ -443,6 +444,7 @@ pub(crate) mod x86 {
 
         super::tile_kernel!("avx2,fma");
         crate::depthwise::depthwise_kernel!("avx2,fma");
+        crate::direct::direct_kernel!("avx2,fma");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx2,fma")]);
     }
 }
