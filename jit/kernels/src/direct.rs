@@ -109,30 +109,54 @@ macro_rules! direct_kernel {
             // SAFETY: forwarded.
             unsafe {
                 match (geo.kernel.1, geo.stride.1) {
-                    (3, 1) => direct_row_taps::<3, 1>(geo, job, out),
-                    (5, 1) => direct_row_taps::<5, 1>(geo, job, out),
-                    (3, _) => direct_row_taps::<3, 2>(geo, job, out),
-                    (5, _) => direct_row_taps::<5, 2>(geo, job, out),
-                    _ => direct_row_taps::<7, 2>(geo, job, out),
+                    (3, 1) => direct_row_rows::<3, 1>(geo, job, out),
+                    (5, 1) => direct_row_rows::<5, 1>(geo, job, out),
+                    (3, _) => direct_row_rows::<3, 2>(geo, job, out),
+                    (5, _) => direct_row_rows::<5, 2>(geo, job, out),
+                    _ => direct_row_rows::<7, 2>(geo, job, out),
                 }
             }
         }
 
-        /// [`direct_row`] with taps `KW` wide at column stride `S`. Input row `y` is read as
+        /// [`direct_row`] with as many accumulators as the slab's rows need, in thirds of
+        /// `MR`: a layer with few output channels (or a last slab with few) would otherwise
+        /// multiply padding rows.
+        ///
+        /// # Safety
+        /// As [`direct_row_taps`].
+        #[target_feature(enable = $feature)]
+        unsafe fn direct_row_rows<const KW: usize, const S: usize>(
+            geo: &crate::conv::Conv2d,
+            job: &crate::direct::SlabRow<'_>,
+            out: &mut [f32],
+        ) {
+            const THIRD: usize = MR / 3;
+            // SAFETY: forwarded; `job.rows` ≤ the accumulators.
+            unsafe {
+                match job.rows.div_ceil(THIRD) {
+                    1 => direct_row_taps::<KW, S, THIRD>(geo, job, out),
+                    2 => direct_row_taps::<KW, S, { 2 * THIRD }>(geo, job, out),
+                    _ => direct_row_taps::<KW, S, MR>(geo, job, out),
+                }
+            }
+        }
+
+        /// [`direct_row`] with taps `KW` wide at column stride `S`, `R` accumulators. Input row `y` is read as
         /// `S + 1` vectors from column `ow·S − pad.1`: at stride 1 tap `s` is lanes
         /// `s..s + LANES` of the first two; at stride 2, the even (or odd) lanes of the first
         /// two followed by those of the third, shifted by `s / 2`.
         ///
         /// # Safety
-        /// As [`direct_row`], with `geo.kernel.1 == KW` and `geo.stride.1 == S`.
+        /// As [`direct_row`], with `geo.kernel.1 == KW`, `geo.stride.1 == S` and
+        /// `job.rows ≤ R ≤ MR`.
         #[target_feature(enable = $feature)]
-        unsafe fn direct_row_taps<const KW: usize, const S: usize>(
+        unsafe fn direct_row_taps<const KW: usize, const S: usize, const R: usize>(
             geo: &crate::conv::Conv2d,
             job: &crate::direct::SlabRow<'_>,
             out: &mut [f32],
         ) {
             let (kh, plane, pixels) = (geo.kernel.0, geo.in_h * geo.in_w, geo.out_h * geo.out_w);
-            let mut bias = [0.0f32; MR];
+            let mut bias = [0.0f32; R];
             if let Some(b) = job.bias {
                 bias[..job.rows].copy_from_slice(&b[..job.rows]);
             }
@@ -144,7 +168,7 @@ macro_rules! direct_kernel {
                     *b = crate::winograd::window(first + (j * LANES) as isize, geo.in_w);
                 }
                 // The GEMM form's order: zero plus the bias, then the products by `k`.
-                let mut acc = [zero(); MR];
+                let mut acc = [zero(); R];
                 for (a, &b) in acc.iter_mut().zip(&bias) {
                     *a = add(zero(), splat(b));
                 }

@@ -374,14 +374,18 @@ macro_rules! winograd_kernel {
                     // inside it (masked loads touch nothing else, so the pointer may lie
                     // outside); the stores write `n` panel columns from `col + n <= nr`.
                     unsafe {
-                        let d: [[_; 4]; 4] = std::array::from_fn(|i| {
+                        // Loops, not `array::from_fn`: this closure was not inlined (a call
+                        // per patch row, measured).
+                        let mut d = [[zero(); 4]; 4];
+                        for (i, d) in d.iter_mut().enumerate() {
                             let y = 2 * ty as isize - pt + i as isize;
-                            if y < 0 || y >= geo.in_h as isize {
-                                return [zero(); 4];
+                            if (0..geo.in_h as isize).contains(&y) {
+                                let row = base.wrapping_add(y as usize * w);
+                                for (k, v) in d.iter_mut().enumerate() {
+                                    *v = load_bits(row.wrapping_offset(x0 + offsets[k]), bits[k]);
+                                }
                             }
-                            let row = base.wrapping_add(y as usize * w);
-                            std::array::from_fn(|k| load_bits(row.wrapping_offset(x0 + offsets[k]), bits[k]))
-                        });
+                        }
                         let t: [[_; 4]; 4] = [
                             std::array::from_fn(|k| sub(d[0][k], d[2][k])),
                             std::array::from_fn(|k| add(d[1][k], d[2][k])),
