@@ -1,5 +1,5 @@
-//! The CPU target's kernel pass: operators that lowering emitted as an f32 contraction nest a
-//! precompiled kernel computes (`heron_kernels`) become a parallel loop of routine calls.
+//! The CPU target's kernel pass: operators that lowering emitted as an f32 nest a precompiled
+//! kernel computes (`heron_kernels`) become a parallel loop of routine calls.
 //!
 //! A nest qualifies when its shape is recognised exactly, from the affine offsets of its loads:
 //! - **2-D convolution** over an NCHW input, dense or depthwise, weights a constant:
@@ -7,7 +7,9 @@
 //!   copy of the input that lowering makes goes away: the kernel reads the input itself and
 //!   applies the padding where it packs;
 //! - **GEMM with a constant right operand** (`MatMul` / `Gemm`, batched rows contiguous):
-//!   `heron_gemm_f32`, B packed into panels at compile time.
+//!   `heron_gemm_f32`, B packed into panels at compile time;
+//! - **2-D max pooling** over NCHW (lowering's `acc`/`found` nest, a constant window, the
+//!   in-bounds tests the simplifier left): `heron_maxpool2d_f32`.
 //!
 //! The accumulator's initial value (a convolution's bias) is fused; so is an epilogue made of
 //! additions of a bias per column or a residual shaped like the output, then a ReLU or Clip.
@@ -28,9 +30,10 @@ use heron_ir::loop_ir::{
 };
 use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
-use heron_kernels::abi::{CONV2D_F32, GEMM_F32, flags};
+use heron_kernels::abi::{CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, flags};
 use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::gemm;
+use heron_kernels::pool::max_pool2d_share;
 
 use crate::int8::peel;
 use crate::routines::{Routine, RoutineParam, RoutineSignature};
@@ -63,6 +66,7 @@ pub fn routines() -> Vec<Routine> {
     use RoutineParam::{Buffer as B, F32, I64};
     let conv = [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat();
     let gemm = [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat();
+    let max_pool = [vec![B; 2], vec![I64; 17]].concat();
     vec![
         Routine {
             signature: RoutineSignature { name: CONV2D_F32.into(), params: conv },
@@ -73,6 +77,11 @@ pub fn routines() -> Vec<Routine> {
             signature: RoutineSignature { name: GEMM_F32.into(), params: gemm },
             features: Vec::new(),
             address: heron_kernels::abi::heron_gemm_f32 as *const u8,
+        },
+        Routine {
+            signature: RoutineSignature { name: MAXPOOL2D_F32.into(), params: max_pool },
+            features: Vec::new(),
+            address: heron_kernels::abi::heron_maxpool2d_f32 as *const u8,
         },
     ]
 }
@@ -89,6 +98,8 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
         if let Some(plan) = match_contraction(f, main) {
             apply(plan, f, main, config);
+        } else if let Some(pool) = match_max_pool(f) {
+            apply_max_pool(pool, f, config);
         }
     }
 }
@@ -720,6 +731,169 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
     f.body = Stmt::Seq(stmts);
 }
 
+/// A max pool nest as lowering emits it (locals `acc` and `found`, every tap of a constant
+/// window visited with its in-bounds test, the output stored unchanged), after the
+/// simplifier dropped the bounds it proved: the window's geometry (a depthwise convolution's,
+/// see `heron_kernels::pool`), input and output.
+struct MaxPoolPlan {
+    geo: Conv2d,
+    input: BufferId,
+    out: BufferId,
+}
+
+/// `e` without `min(·, constant)` / `max(·, constant)` wrappers (the clamps of a tap's index).
+fn unclamped(mut e: &Expr) -> &Expr {
+    while let Expr::Binary { op: BinOp::Min | BinOp::Max, lhs, rhs } = e
+        && rhs.as_int().is_some()
+    {
+        e = lhs;
+    }
+    e
+}
+
+fn match_max_pool(f: &PrimFunc) -> Option<MaxPoolPlan> {
+    use heron_ir::loop_ir::CmpOp;
+    let Stmt::Seq(items) = &f.body else { return None };
+    let [Stmt::Allocate { buffer: acc, .. }, Stmt::Allocate { buffer: found, .. }, nest] = &items[..] else {
+        return None;
+    };
+    let (acc, found) = (*acc, *found);
+    let (out_loops, body) = peel(nest);
+    let Stmt::Seq(parts) = body else { return None };
+    let [init_found, init_acc, reduce, store] = &parts[..] else { return None };
+    let (red_loops, red_body) = peel(reduce);
+    let (&[(n, batch), (c, channels), (oy, oh), (ox, ow)], &[(r, kh), (s, kw)]) = (&out_loops[..], &red_loops[..])
+    else {
+        return None;
+    };
+    let get = |b: BufferId| Expr::load(b, vec![Expr::index(0)]);
+    let set = |b: BufferId, v: Expr| Stmt::Store { buffer: b, indices: vec![Expr::index(0)], value: v };
+    let Stmt::Store { buffer: out, indices: out_idx, value: stored } = store else { return None };
+    let o = [n, c, oy, ox].map(Expr::Var);
+    if *init_found != set(found, Expr::bool(false))
+        || *init_acc != set(acc, Expr::float(f64::NEG_INFINITY, DType::F32))
+        || *out_idx != o
+        || *stored != get(acc)
+    {
+        return None;
+    }
+    // `if (bounds && (!found || x > acc)) { acc = x; found = true }`, `bounds` possibly gone.
+    let Stmt::If { cond, then, otherwise: None } = red_body else { return None };
+    let (bounds, better) = match cond {
+        Expr::Binary { op: BinOp::And, lhs, rhs } => (Some(&**lhs), &**rhs),
+        other => (None, other),
+    };
+    let Expr::Binary { op: BinOp::Or, lhs: not_found, rhs: greater } = better else { return None };
+    let Expr::Cmp { op: CmpOp::Gt, lhs: load, rhs: current } = &**greater else { return None };
+    let Expr::Load { buffer: input, indices } = &**load else { return None };
+    if **not_found != Expr::Not(Box::new(get(found)))
+        || **current != get(acc)
+        || **then != Stmt::Seq(vec![set(acc, (**load).clone()), set(found, Expr::bool(true))])
+    {
+        return None;
+    }
+    let (input, out) = (*input, *out);
+    let [b, ch, in_h, in_w] = <[usize; 4]>::try_from(f.buffer(input).shape.as_slice()).ok()?;
+    let [i0, i1, y, x] = &indices[..] else { return None };
+    if *i0 != o[0] || *i1 != o[1] {
+        return None;
+    }
+    // A tap's position `o·stride + k·dilation − pad`: (stride, dilation, pad).
+    let (y_terms, x_terms) = (affine_terms(unclamped(y))?, affine_terms(unclamped(x))?);
+    let window = |(terms, constant): &(HashMap<VarId, i64>, i64), o: VarId, k: VarId| {
+        let (stride, dilation) = (*terms.get(&o)?, *terms.get(&k)?);
+        (terms.len() == 2).then_some(())?;
+        Some((usize::try_from(stride).ok()?, usize::try_from(dilation).ok()?, usize::try_from(-constant).ok()?))
+    };
+    let ((sh, dh, pt), (sw, dw, pl)) = (window(&y_terms, oy, r)?, window(&x_terms, ox, s)?);
+    let size = |v: i64| usize::try_from(v).ok();
+    let geo = Conv2d {
+        batch: b,
+        in_channels: ch,
+        in_h,
+        in_w,
+        out_channels: ch,
+        out_h: size(oh)?,
+        out_w: size(ow)?,
+        kernel: (size(kh)?, size(kw)?),
+        stride: (sh, sw),
+        dilation: (dh, dw),
+        groups: ch,
+        pad: (pt, pl),
+    };
+    let f32_param = |b: BufferId| f.params.contains(&b) && f.buffer(b).dtype == DType::F32;
+    if !f32_param(input)
+        || !f32_param(out)
+        || f.buffer(out).shape != [b, ch, geo.out_h, geo.out_w]
+        || (size(batch)?, size(channels)?) != (b, ch)
+        || heron_kernels::pool::check(&geo).is_err()
+    {
+        return None;
+    }
+    // The bounds left are tests `position >= 0` and `position < extent` of the two positions;
+    // each one missing must hold for every tap (the simplifier proved it).
+    let mut tested = [false; 4];
+    let mut conjuncts = bounds.into_iter().collect::<Vec<_>>();
+    while let Some(e) = conjuncts.pop() {
+        match e {
+            Expr::Binary { op: BinOp::And, lhs, rhs } => conjuncts.extend([&**lhs, &**rhs]),
+            Expr::Cmp { op, lhs, rhs } => {
+                let terms = affine_terms(lhs)?;
+                let axis = [&y_terms, &x_terms].iter().position(|t| **t == terms)?;
+                match (op, rhs.as_int()?) {
+                    (CmpOp::Ge, 0) => tested[2 * axis] = true,
+                    (CmpOp::Lt, end) if size(end)? == [in_h, in_w][axis] => tested[2 * axis + 1] = true,
+                    _ => return None,
+                }
+            }
+            _ => return None,
+        }
+    }
+    let last = |o: usize, stride: usize, k: usize, dilation: usize| (o - 1) * stride + (k - 1) * dilation;
+    let always = [
+        pt == 0,
+        last(geo.out_h, sh, geo.kernel.0, dh) < in_h + pt,
+        pl == 0,
+        last(geo.out_w, sw, geo.kernel.1, dw) < in_w + pl,
+    ];
+    tested.iter().zip(always).all(|(&t, a)| t || a).then_some(MaxPoolPlan { geo, input, out })
+}
+
+/// The max pool nest becomes a parallel loop of kernel calls.
+fn apply_max_pool(plan: MaxPoolPlan, f: &mut PrimFunc, config: KernelConfig) {
+    let MaxPoolPlan { geo, input, out } = plan;
+    f.vars.push(VarDecl { name: "task".into(), dtype: DType::I64 });
+    let task = VarId(f.vars.len() as u32 - 1);
+    let i = |v: usize| Arg::Expr(Expr::index(v as i64));
+    let mut args = vec![Arg::Buffer(input), Arg::Buffer(out), Arg::Expr(Expr::index(config.isa.code()))];
+    args.extend(
+        [
+            geo.batch,
+            geo.in_channels,
+            geo.in_h,
+            geo.in_w,
+            geo.out_h,
+            geo.out_w,
+            geo.kernel.0,
+            geo.kernel.1,
+            geo.stride.0,
+            geo.stride.1,
+            geo.dilation.0,
+            geo.dilation.1,
+            geo.pad.0,
+            geo.pad.1,
+        ]
+        .map(i),
+    );
+    args.extend([Arg::Expr(Expr::Var(task)), i(config.tasks)]);
+    f.body = Stmt::Seq(vec![Stmt::For {
+        var: task,
+        extent: Expr::index(config.tasks as i64),
+        kind: if config.tasks > 1 { ForKind::Parallel } else { ForKind::Serial },
+        body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(MAXPOOL2D_F32.into()), args })),
+    }]);
+}
+
 /// The kernel routines for the loop-IR interpreter: the same kernels on copies of the buffers,
 /// so modules with kernel calls are checked against the graph interpreter too.
 #[derive(Clone, Copy, Debug, Default)]
@@ -804,6 +978,28 @@ impl Externs for KernelExterns {
                 };
                 let r = gemm::sgemm_share(isa, (m, n, k), (&a, k), &b, (&mut c, n), epilogue, (t[0], t[1]));
                 (4, r.map(|()| c))
+            }
+            MAXPOOL2D_F32 if args.len() == 19 => {
+                let isa = isa_of(&args[2])?;
+                let d = ints(&args[3..19])?;
+                let geo = Conv2d {
+                    batch: d[0],
+                    in_channels: d[1],
+                    in_h: d[2],
+                    in_w: d[3],
+                    out_channels: d[1],
+                    out_h: d[4],
+                    out_w: d[5],
+                    kernel: (d[6], d[7]),
+                    stride: (d[8], d[9]),
+                    dilation: (d[10], d[11]),
+                    groups: d[1],
+                    pad: (d[12], d[13]),
+                };
+                let x = floats(&args[0])?;
+                let mut out = floats(&args[1])?;
+                let r = max_pool2d_share(isa, &geo, &x, &mut out, (d[14], d[15]));
+                (1, r.map(|()| out))
             }
             _ => return Err(format!("no kernel routine '{name}' with {} arguments", args.len())),
         };

@@ -1,7 +1,7 @@
 //! The `extern "C"` entry points generated code calls (`call extern "heron_conv2d_f32"(...)`
 //! in loop IR, through the run context's routine table), each inside a parallel loop over
 //! `task in 0..tasks`: a call computes its task's share (see [`crate::conv::conv2d_share`],
-//! [`crate::gemm::sgemm_share`]). Shapes arrive as integers, the epilogue as [`flags`] and
+//! [`crate::gemm::sgemm_share`], [`crate::pool::max_pool2d_share`]). Shapes arrive as integers, the epilogue as [`flags`] and
 //! clamp bounds.
 //!
 //! The CPU target emits these calls only with shapes it checked against the buffers it
@@ -12,10 +12,12 @@
 use crate::Isa;
 use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use crate::gemm::{Epilogue, sgemm_share};
+use crate::pool::max_pool2d_share;
 
 /// Routine names.
 pub const CONV2D_F32: &str = "heron_conv2d_f32";
 pub const GEMM_F32: &str = "heron_gemm_f32";
+pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 
 /// Bits of the `flags` argument: which epilogue parts apply.
 pub mod flags {
@@ -201,5 +203,79 @@ pub unsafe extern "C" fn heron_gemm_f32(
             epilogue,
             (task, tasks),
         );
+    }
+}
+
+/// `out = max_pool(x)`, share `task` of `tasks`: `x` the NCHW input `[batch, c, h, w]` read
+/// as if `pad_top` rows above and `pad_left` columns left lay outside it (never candidates),
+/// `out` `[batch, c, oh, ow]`, the window `kh × kw` at strides `sh, sw` and dilations
+/// `dh, dw`.
+///
+/// # Safety
+/// Both pointers hold the elements their shapes say; concurrent calls differ in `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_maxpool2d_f32(
+    x: *const f32,
+    out: *mut f32,
+    isa: i64,
+    batch: i64,
+    c: i64,
+    h: i64,
+    width: i64,
+    oh: i64,
+    ow: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    dh: i64,
+    dw: i64,
+    pad_top: i64,
+    pad_left: i64,
+    task: i64,
+    tasks: i64,
+) {
+    let Some(isa) = Isa::from_code(isa) else { return };
+    let dims = [batch, c, h, width, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left, task, tasks].map(size);
+    let [
+        Some(batch),
+        Some(c),
+        Some(h),
+        Some(width),
+        Some(oh),
+        Some(ow),
+        Some(kh),
+        Some(kw),
+        Some(sh),
+        Some(sw),
+        Some(dh),
+        Some(dw),
+        Some(pad_top),
+        Some(pad_left),
+        Some(task),
+        Some(tasks),
+    ] = dims
+    else {
+        return;
+    };
+    let geo = Conv2d {
+        batch,
+        in_channels: c,
+        in_h: h,
+        in_w: width,
+        out_channels: c,
+        out_h: oh,
+        out_w: ow,
+        kernel: (kh, kw),
+        stride: (sh, sw),
+        dilation: (dh, dw),
+        groups: c,
+        pad: (pad_top, pad_left),
+    };
+    let Some((x_len, out_len)) = (|| Some((geo.input_len().ok()?, geo.output_len().ok()?)))() else { return };
+    // SAFETY: the caller guarantees each buffer holds what the shapes say.
+    unsafe {
+        let _ = max_pool2d_share(isa, &geo, view(x, x_len), view_mut(out, out_len), (task, tasks));
     }
 }

@@ -9,6 +9,7 @@
 //! - [`gemm`]: `C = A · B` with B packed (weights), bias per column, residual, clamp.
 //! - [`conv`]: 2-D convolution (GEMM form with packed weights and im2col panels; Winograd
 //!   F(2×2, 3×3) for 3×3 stride-1 layers; depthwise).
+//! - [`pool`]: 2-D max pooling.
 //! - [`abi`]: the `extern "C"` entry points generated code calls, one share of the work per
 //!   task of a parallel loop.
 //!
@@ -24,6 +25,7 @@ mod depthwise;
 mod direct;
 pub mod gemm;
 pub mod peak;
+pub mod pool;
 mod tile;
 mod winograd;
 

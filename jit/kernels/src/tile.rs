@@ -306,9 +306,17 @@ pub(crate) mod x86 {
             }
         }
 
+        /// `if_set` in the lanes whose bit is set, `otherwise` in the others.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn select(bits: u32, if_set: __m512, otherwise: __m512) -> __m512 {
+            _mm512_mask_blend_ps(bits as __mmask16, otherwise, if_set)
+        }
+
         super::tile_kernel!("avx512f");
         crate::depthwise::depthwise_kernel!("avx512f");
         crate::direct::direct_kernel!("avx512f");
+        crate::pool::max_pool_kernel!("avx512f");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx512f")]);
     }
 
@@ -442,9 +450,17 @@ pub(crate) mod x86 {
             }
         }
 
+        /// `if_set` in the lanes whose bit is set, `otherwise` in the others.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn select(bits: u32, if_set: __m256, otherwise: __m256) -> __m256 {
+            _mm256_blendv_ps(otherwise, if_set, _mm256_castsi256_ps(bit_mask(bits)))
+        }
+
         super::tile_kernel!("avx2,fma");
         crate::depthwise::depthwise_kernel!("avx2,fma");
         crate::direct::direct_kernel!("avx2,fma");
+        crate::pool::max_pool_kernel!("avx2,fma");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx2,fma")]);
     }
 }

@@ -1,0 +1,125 @@
+//! Max pooling on every ISA variant against a direct formula of the interpreter's semantics
+//! (taps inside the input in window order, the first taken, a later one when greater): random
+//! windows with strides 1-3, dilations, padding on any side (outputs past every tap, too),
+//! rows wider than a vector, NaN, ±∞ and ±0 among the values, every task split. All ISAs give
+//! the reference's bits.
+
+mod common;
+
+use common::values;
+use heron_kernels::conv::Conv2d;
+use heron_kernels::pool::max_pool2d_share;
+use heron_kernels::{Isa, KernelError};
+use proptest::prelude::*;
+
+fn reference(geo: &Conv2d, x: &[f32]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(geo.output_len().unwrap());
+    for plane in 0..geo.batch * geo.in_channels {
+        for oy in 0..geo.out_h {
+            for ox in 0..geo.out_w {
+                let (mut acc, mut found) = (f32::NEG_INFINITY, false);
+                for r in 0..geo.kernel.0 {
+                    for s in 0..geo.kernel.1 {
+                        let y = (oy * geo.stride.0 + r * geo.dilation.0) as isize - geo.pad.0 as isize;
+                        let c = (ox * geo.stride.1 + s * geo.dilation.1) as isize - geo.pad.1 as isize;
+                        if y < 0 || c < 0 || y >= geo.in_h as isize || c >= geo.in_w as isize {
+                            continue;
+                        }
+                        let v = x[(plane * geo.in_h + y as usize) * geo.in_w + c as usize];
+                        if !found || v > acc {
+                            (acc, found) = (v, true);
+                        }
+                    }
+                }
+                out.push(acc);
+            }
+        }
+    }
+    out
+}
+
+fn geometry() -> impl Strategy<Value = Conv2d> {
+    (
+        1usize..3,
+        1usize..5,
+        (1usize..4, 1usize..4),
+        (1usize..4, 1usize..4),
+        (1usize..3, 1usize..3),
+        (1usize..8, prop_oneof![3 => 1usize..20, 1 => 30usize..60]),
+        (0usize..4, 0usize..4, 0usize..4, 0usize..4),
+    )
+        .prop_map(|(batch, c, kernel, stride, dilation, (oh, ow), (pt, pl, pb, pr))| {
+            let reach = |o: usize, k: usize, s: usize, d: usize, p: usize| {
+                ((o - 1) * s + (k - 1) * d + 1).saturating_sub(p).max(1)
+            };
+            Conv2d {
+                batch,
+                in_channels: c,
+                in_h: reach(oh, kernel.0, stride.0, dilation.0, pt + pb),
+                in_w: reach(ow, kernel.1, stride.1, dilation.1, pl + pr),
+                out_channels: c,
+                out_h: oh,
+                out_w: ow,
+                kernel,
+                stride,
+                dilation,
+                groups: c,
+                pad: (pt, pl),
+            }
+        })
+}
+
+/// Random values with NaN, ±∞ and ±0 sprinkled in.
+fn special_values(len: usize, seed: u64) -> Vec<f32> {
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+    values(len, seed)
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| if (i as u64 ^ seed) % 7 == 0 { specials[(i / 7) % specials.len()] } else { v })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn every_isa_matches_the_reference(geo in geometry(), tasks in 1usize..4, seed in any::<u64>()) {
+        let x = special_values(geo.input_len().unwrap(), seed);
+        let want = reference(&geo, &x);
+        for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
+            let mut out = vec![1234.5; geo.output_len().unwrap()];
+            for task in 0..tasks {
+                max_pool2d_share(isa, &geo, &x, &mut out, (task, tasks)).unwrap();
+            }
+            for (i, (g, w)) in out.iter().zip(&want).enumerate() {
+                prop_assert!(g.to_bits() == w.to_bits(), "{isa:?} {geo:?} [{i}]: {g} vs {w}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_windows_are_errors() {
+    let geo = Conv2d {
+        batch: 1,
+        in_channels: 2,
+        in_h: 4,
+        in_w: 4,
+        out_channels: 2,
+        out_h: 2,
+        out_w: 2,
+        kernel: (2, 2),
+        stride: (2, 2),
+        dilation: (1, 1),
+        groups: 2,
+        pad: (0, 0),
+    };
+    let (x, mut out) = (vec![0.0; 32], vec![0.0; 8]);
+    max_pool2d_share(Isa::detect(), &geo, &x, &mut out, (0, 1)).unwrap();
+    let err = max_pool2d_share(Isa::detect(), &Conv2d { out_channels: 4, groups: 1, ..geo }, &x, &mut out, (0, 1));
+    assert!(matches!(err, Err(KernelError::Geometry(_))), "{err:?}");
+    let err = max_pool2d_share(Isa::detect(), &geo, &x[..31], &mut out, (0, 1));
+    assert!(matches!(err, Err(KernelError::TooShort { what: "input", .. })), "{err:?}");
+    let err = max_pool2d_share(Isa::detect(), &geo, &x, &mut out, (1, 1));
+    assert!(matches!(err, Err(KernelError::Share { .. })), "{err:?}");
+}
