@@ -4,6 +4,9 @@
 //!
 //! - **Winograd F(2×2, 3×3)** (3×3, stride 1, undilated, ungrouped, at least 16 channels in
 //!   and out): see the `winograd` module; 2.25× fewer multiplies than the GEMM form.
+//! - **Transposed** (pointwise, at least 384 channels in, planes of at most 64 pixels): see
+//!   the `transposed` module; the output channels in the vector lanes, where a small plane's
+//!   pixels would leave lanes idle.
 //! - **Direct** (at most 8 input channels, taps 3-7 wide at strides 1-2: first layers): see
 //!   the `direct` module; the GEMM form's weights and bits without its im2col panels.
 //! - **GEMM form** (every other convolution that is not depthwise): per image and group,
@@ -21,7 +24,7 @@
 //! `t` of `T` runs a contiguous run of them: results do not depend on `T`.
 
 use crate::tile::{self, Tile};
-use crate::{Isa, KernelError, check_share, depthwise, direct, need, share, winograd};
+use crate::{Isa, KernelError, check_share, depthwise, direct, need, share, transposed, winograd};
 
 pub use crate::tile::{block_rows, panel_width};
 
@@ -56,6 +59,8 @@ pub enum ConvMethod {
     Winograd,
     /// Few input channels: taps' windows made in registers from the input rows.
     Direct,
+    /// A pointwise convolution on a small plane: output channels in the vector lanes.
+    Transposed,
     /// One channel plane at a time.
     Depthwise,
 }
@@ -66,6 +71,7 @@ impl ConvMethod {
             ConvMethod::Gemm => "gemm",
             ConvMethod::Winograd => "winograd",
             ConvMethod::Direct => "direct",
+            ConvMethod::Transposed => "transposed",
             ConvMethod::Depthwise => "depthwise",
         }
     }
@@ -177,6 +183,8 @@ impl Conv2d {
             ConvMethod::Depthwise
         } else if winograd::applies(self) {
             ConvMethod::Winograd
+        } else if transposed::applies(self) {
+            ConvMethod::Transposed
         } else if direct::applies(self) {
             ConvMethod::Direct
         } else {
@@ -206,6 +214,9 @@ impl Conv2d {
         if winograd::applies(self) {
             return winograd::packed_weights_len(self, isa);
         }
+        if transposed::applies(self) {
+            return transposed::packed_weights_len(self, isa);
+        }
         mul(
             mul(self.groups, self.slabs(isa), "packed weights")?,
             mul(self.depth()?, block_rows(isa), "packed weights")?,
@@ -228,6 +239,9 @@ impl Conv2d {
             winograd::pack_weights(self, isa, w, &mut packed[..len]);
             return Ok(());
         }
+        if transposed::applies(self) {
+            return transposed::pack_weights(self, isa, w, &mut packed[..len]);
+        }
         let (mr, mg) = (block_rows(isa), self.out_channels / self.groups);
         for (slab_index, slab) in packed[..len].chunks_exact_mut(k * mr).enumerate() {
             let (g, s) = (slab_index / self.slabs(isa), slab_index % self.slabs(isa));
@@ -247,6 +261,9 @@ impl Conv2d {
     pub fn scratch_len(&self, isa: Isa) -> Result<usize, KernelError> {
         if winograd::applies(self) {
             return winograd::scratch_len(self, isa);
+        }
+        if transposed::applies(self) {
+            return transposed::scratch_len(self, isa);
         }
         if self.is_depthwise() {
             return depthwise::scratch_len(self);
@@ -287,6 +304,7 @@ pub fn conv2d_share(
     match geo.method() {
         ConvMethod::Depthwise => depthwise::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
         ConvMethod::Winograd => winograd::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
+        ConvMethod::Transposed => transposed::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
         ConvMethod::Direct if direct::available(isa) => {
             direct::conv_share(isa, geo, x, packed_w, out, epilogue, (task, tasks))
         }

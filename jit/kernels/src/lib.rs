@@ -27,6 +27,7 @@ pub mod gemm;
 pub mod peak;
 pub mod pool;
 mod tile;
+mod transposed;
 mod winograd;
 
 /// The instruction set a kernel runs with. It also fixes the shapes packed operands have

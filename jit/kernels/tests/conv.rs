@@ -181,6 +181,25 @@ fn direct_geometry() -> impl Strategy<Value = Conv2d> {
         })
 }
 
+/// Pointwise geometries run transposed: at least 384 channels in, output channels across
+/// panel tails, planes of 1 to 64 pixels (several pixel blocks).
+fn transposed_geometry() -> impl Strategy<Value = Conv2d> {
+    (1usize..3, 384usize..420, 1usize..70, 1usize..9, 1usize..9).prop_map(|(batch, c, m, h, w)| Conv2d {
+        batch,
+        in_channels: c,
+        in_h: h,
+        in_w: w,
+        out_channels: m,
+        out_h: h,
+        out_w: w,
+        kernel: (1, 1),
+        stride: (1, 1),
+        dilation: (1, 1),
+        groups: 1,
+        pad: (0, 0),
+    })
+}
+
 /// Runs `geo` on every ISA variant (split into `tasks` shares) and checks each against the
 /// reference and against the first variant, bit for bit.
 fn check_every_isa(
@@ -245,6 +264,15 @@ proptest! {
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
         prop_assert_eq!(geo.method(), heron_kernels::conv::ConvMethod::Direct);
+        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
+    }
+
+    #[test]
+    fn transposed_matches_the_reference(
+        geo in transposed_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        tasks in 1usize..4, seed in any::<u64>(),
+    ) {
+        prop_assert_eq!(geo.method(), heron_kernels::conv::ConvMethod::Transposed);
         check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
     }
 
