@@ -7,8 +7,9 @@
 //! - **Transposed** (pointwise, at least 384 channels in, planes of at most 64 pixels): see
 //!   the `transposed` module; the output channels in the vector lanes, where a small plane's
 //!   pixels would leave lanes idle.
-//! - **Direct** (at most 8 input channels, taps 3-7 wide at strides 1-2: first layers): see
-//!   the `direct` module; the GEMM form's weights and bits without its im2col panels.
+//! - **Direct** (taps 3-7 wide at strides 1-2, with at most 8 input channels or output rows
+//!   at least 12 wide: first layers, strided 3×3 layers): see the `direct` module; the GEMM
+//!   form's weights and bits without its im2col panels.
 //! - **GEMM form** (every other convolution that is not depthwise): per image and group,
 //!   `out[M × P] = W[M × K] · col[K × P]`, `K = C/g · KH · KW`, `P = OH · OW`. The weights are
 //!   packed once (at compile time) into slabs of [`block_rows`] output channels, k-major; the

@@ -152,32 +152,38 @@ fn depthwise_row_geometry() -> impl Strategy<Value = Conv2d> {
         })
 }
 
-/// Geometries of the direct form: ungrouped, 1-8 input channels, taps 3 or 5 wide at column
-/// stride 1 and 3, 5 or 7 wide at stride 2, any kernel height, row stride and row dilation,
-/// padding on any side, rows wider than a vector, output channels past one slab.
+/// Geometries of the direct form: ungrouped, 1-8 input channels (or more, on output rows at
+/// least 12 wide), taps 3 or 5 wide at column stride 1 and 3, 5 or 7 wide at stride 2, any
+/// kernel height, row stride and row dilation, padding on any side, rows wider than a vector,
+/// output channels past one slab.
 fn direct_geometry() -> impl Strategy<Value = Conv2d> {
     (
         1usize..3,
-        1usize..9,
+        prop_oneof![3 => 1usize..9, 1 => 9usize..40],
         1usize..30,
         (1usize..8, prop_oneof![Just((3usize, 1usize)), Just((5, 1)), Just((3, 2)), Just((5, 2)), Just((7, 2))]),
         (1usize..3, 1usize..3),
         (1usize..9, prop_oneof![3 => 1usize..20, 1 => 30usize..70]),
         (0usize..4, 0usize..4, 0usize..4, 0usize..4),
     )
-        .prop_map(|(batch, c, m, (kh, (kw, sw)), (sh, dh), (oh, ow), (pt, pl, pb, pr))| Conv2d {
-            batch,
-            in_channels: c,
-            in_h: ((oh - 1) * sh + (kh - 1) * dh + 1).saturating_sub(pt + pb).max(1),
-            in_w: ((ow - 1) * sw + kw).saturating_sub(pl + pr).max(1),
-            out_channels: m,
-            out_h: oh,
-            out_w: ow,
-            kernel: (kh, kw),
-            stride: (sh, sw),
-            dilation: (dh, 1),
-            groups: 1,
-            pad: (pt, pl),
+        .prop_map(|(batch, c, m, (kh, (kw, sw)), (sh, dh), (oh, ow), (pt, pl, pb, pr))| {
+            // Deeper inputs take the direct form on wide rows; fewer than 16 outputs keep
+            // 3×3 stride-1 layers off Winograd.
+            let (m, ow) = if c > 8 { (m % 15 + 1, ow.max(12)) } else { (m, ow) };
+            Conv2d {
+                batch,
+                in_channels: c,
+                in_h: ((oh - 1) * sh + (kh - 1) * dh + 1).saturating_sub(pt + pb).max(1),
+                in_w: ((ow - 1) * sw + kw).saturating_sub(pl + pr).max(1),
+                out_channels: m,
+                out_h: oh,
+                out_w: ow,
+                kernel: (kh, kw),
+                stride: (sh, sw),
+                dilation: (dh, 1),
+                groups: 1,
+                pad: (pt, pl),
+            }
         })
 }
 
