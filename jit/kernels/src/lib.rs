@@ -7,8 +7,9 @@
 //! (planned pool memory), sized by the kernel's `*_len` functions.
 //!
 //! - [`gemm`]: `C = A · B` with B packed (weights), bias per column, residual, clamp.
-//! - [`conv`]: 2-D convolution (GEMM form with packed weights and im2col panels; Winograd
-//!   F(2×2, 3×3) for 3×3 stride-1 layers; depthwise).
+//! - [`conv`]: 2-D convolution (GEMM form with packed weights and im2col panels; direct for
+//!   first and strided layers; transposed pointwise for small planes; Winograd F(2×2, 3×3)
+//!   for 3×3 stride-1 layers; depthwise).
 //! - [`pool`]: 2-D max pooling.
 //! - [`abi`]: the `extern "C"` entry points generated code calls, one share of the work per
 //!   task of a parallel loop.
