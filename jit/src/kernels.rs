@@ -33,7 +33,7 @@ pub use heron_kernels::Isa;
 use heron_kernels::abi::{CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, flags};
 use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::gemm;
-use heron_kernels::pool::max_pool2d_share;
+use heron_kernels::pool::{max_pool2d_share, window_dims, window_from_dims};
 
 use crate::int8::peel;
 use crate::routines::{Routine, RoutineParam, RoutineSignature};
@@ -807,20 +807,8 @@ fn match_max_pool(f: &PrimFunc) -> Option<MaxPoolPlan> {
     };
     let ((sh, dh, pt), (sw, dw, pl)) = (window(&y_terms, oy, r)?, window(&x_terms, ox, s)?);
     let size = |v: i64| usize::try_from(v).ok();
-    let geo = Conv2d {
-        batch: b,
-        in_channels: ch,
-        in_h,
-        in_w,
-        out_channels: ch,
-        out_h: size(oh)?,
-        out_w: size(ow)?,
-        kernel: (size(kh)?, size(kw)?),
-        stride: (sh, sw),
-        dilation: (dh, dw),
-        groups: ch,
-        pad: (pt, pl),
-    };
+    let (oh, ow, kh, kw) = (size(oh)?, size(ow)?, size(kh)?, size(kw)?);
+    let geo = window_from_dims([b, ch, in_h, in_w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl]);
     let f32_param = |b: BufferId| f.params.contains(&b) && f.buffer(b).dtype == DType::F32;
     if !f32_param(input)
         || !f32_param(out)
@@ -866,25 +854,7 @@ fn apply_max_pool(plan: MaxPoolPlan, f: &mut PrimFunc, config: KernelConfig) {
     let task = VarId(f.vars.len() as u32 - 1);
     let i = |v: usize| Arg::Expr(Expr::index(v as i64));
     let mut args = vec![Arg::Buffer(input), Arg::Buffer(out), Arg::Expr(Expr::index(config.isa.code()))];
-    args.extend(
-        [
-            geo.batch,
-            geo.in_channels,
-            geo.in_h,
-            geo.in_w,
-            geo.out_h,
-            geo.out_w,
-            geo.kernel.0,
-            geo.kernel.1,
-            geo.stride.0,
-            geo.stride.1,
-            geo.dilation.0,
-            geo.dilation.1,
-            geo.pad.0,
-            geo.pad.1,
-        ]
-        .map(i),
-    );
+    args.extend(window_dims(&geo).map(i));
     args.extend([Arg::Expr(Expr::Var(task)), i(config.tasks)]);
     f.body = Stmt::Seq(vec![Stmt::For {
         var: task,
@@ -982,20 +952,7 @@ impl Externs for KernelExterns {
             MAXPOOL2D_F32 if args.len() == 19 => {
                 let isa = isa_of(&args[2])?;
                 let d = ints(&args[3..19])?;
-                let geo = Conv2d {
-                    batch: d[0],
-                    in_channels: d[1],
-                    in_h: d[2],
-                    in_w: d[3],
-                    out_channels: d[1],
-                    out_h: d[4],
-                    out_w: d[5],
-                    kernel: (d[6], d[7]),
-                    stride: (d[8], d[9]),
-                    dilation: (d[10], d[11]),
-                    groups: d[1],
-                    pad: (d[12], d[13]),
-                };
+                let geo = window_from_dims(d[..14].try_into().expect("14 dimensions"));
                 let x = floats(&args[0])?;
                 let mut out = floats(&args[1])?;
                 let r = max_pool2d_share(isa, &geo, &x, &mut out, (d[14], d[15]));

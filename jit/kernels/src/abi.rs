@@ -12,7 +12,7 @@
 use crate::Isa;
 use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use crate::gemm::{Epilogue, sgemm_share};
-use crate::pool::max_pool2d_share;
+use crate::pool::{max_pool2d_share, window_from_dims};
 
 /// Routine names.
 pub const CONV2D_F32: &str = "heron_conv2d_f32";
@@ -28,6 +28,15 @@ pub mod flags {
 
 fn size(v: i64) -> Option<usize> {
     usize::try_from(v).ok()
+}
+
+/// Every value as a size, or `None` if one is negative.
+fn sizes<const N: usize>(values: [i64; N]) -> Option<[usize; N]> {
+    let mut out = [0; N];
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = size(v)?;
+    }
+    Some(out)
 }
 
 /// A slice of `len` elements at `p`, or an empty one (`p` unused) when `len` is 0.
@@ -92,29 +101,10 @@ pub unsafe extern "C" fn heron_conv2d_f32(
     task: i64,
     tasks: i64,
 ) {
-    let dims =
-        [batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, task, tasks].map(size);
     let Some(isa) = Isa::from_code(isa) else { return };
-    let [
-        Some(batch),
-        Some(c),
-        Some(h),
-        Some(width),
-        Some(m),
-        Some(oh),
-        Some(ow),
-        Some(kh),
-        Some(kw),
-        Some(sh),
-        Some(sw),
-        Some(dh),
-        Some(dw),
-        Some(groups),
-        Some(pad_top),
-        Some(pad_left),
-        Some(task),
-        Some(tasks),
-    ] = dims
+    let dims = [batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, task, tasks];
+    let Some([batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, task, tasks]) =
+        sizes(dims)
     else {
         return;
     };
@@ -237,42 +227,9 @@ pub unsafe extern "C" fn heron_maxpool2d_f32(
     tasks: i64,
 ) {
     let Some(isa) = Isa::from_code(isa) else { return };
-    let dims = [batch, c, h, width, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left, task, tasks].map(size);
-    let [
-        Some(batch),
-        Some(c),
-        Some(h),
-        Some(width),
-        Some(oh),
-        Some(ow),
-        Some(kh),
-        Some(kw),
-        Some(sh),
-        Some(sw),
-        Some(dh),
-        Some(dw),
-        Some(pad_top),
-        Some(pad_left),
-        Some(task),
-        Some(tasks),
-    ] = dims
-    else {
-        return;
-    };
-    let geo = Conv2d {
-        batch,
-        in_channels: c,
-        in_h: h,
-        in_w: width,
-        out_channels: c,
-        out_h: oh,
-        out_w: ow,
-        kernel: (kh, kw),
-        stride: (sh, sw),
-        dilation: (dh, dw),
-        groups: c,
-        pad: (pad_top, pad_left),
-    };
+    let Some(dims) = sizes([batch, c, h, width, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left]) else { return };
+    let Some([task, tasks]) = sizes([task, tasks]) else { return };
+    let geo = window_from_dims(dims);
     let Some((x_len, out_len)) = (|| Some((geo.input_len().ok()?, geo.output_len().ok()?)))() else { return };
     // SAFETY: the caller guarantees each buffer holds what the shapes say.
     unsafe {

@@ -24,6 +24,47 @@ pub fn check(geo: &Conv2d) -> Result<(), KernelError> {
     Ok(())
 }
 
+/// The window geometry from the 14 integers the entry point takes (see
+/// [`crate::abi::heron_maxpool2d_f32`]): batch, channels, input height and width, output
+/// height and width, kernel, strides, dilations (each height then width), top and left pad.
+pub fn window_from_dims(d: [usize; 14]) -> Conv2d {
+    Conv2d {
+        batch: d[0],
+        in_channels: d[1],
+        in_h: d[2],
+        in_w: d[3],
+        out_channels: d[1],
+        out_h: d[4],
+        out_w: d[5],
+        kernel: (d[6], d[7]),
+        stride: (d[8], d[9]),
+        dilation: (d[10], d[11]),
+        groups: d[1],
+        pad: (d[12], d[13]),
+    }
+}
+
+/// The 14 integers of [`window_from_dims`] for `geo`.
+pub fn window_dims(geo: &Conv2d) -> [usize; 14] {
+    let g = geo;
+    [
+        g.batch,
+        g.in_channels,
+        g.in_h,
+        g.in_w,
+        g.out_h,
+        g.out_w,
+        g.kernel.0,
+        g.kernel.1,
+        g.stride.0,
+        g.stride.1,
+        g.dilation.0,
+        g.dilation.1,
+        g.pad.0,
+        g.pad.1,
+    ]
+}
+
 /// Share `task` of `tasks` of `out = max_pool(x)` over the window `geo` (see [`check`]).
 pub fn max_pool2d_share(
     isa: Isa,
