@@ -334,12 +334,17 @@ fn gemm_form(
     let (pixels, plane) = (geo.out_h * geo.out_w, geo.in_h * geo.in_w);
     let panels = pixels.div_ceil(nr);
     let panel_items = geo.batch * g * panels;
-    let slab_parts = slab_parts(panel_items, slabs, tasks);
+    // Few panels (a small plane, whose last panel is narrow) split by panels would load the
+    // tasks unevenly; a pointwise convolution packs nothing, so each task then takes every
+    // panel and its share of the slabs.
+    let by_slabs = geo.is_pointwise() && tasks > 1 && panel_items < 8 * tasks;
+    let slab_parts = if by_slabs { tasks.min(slabs) } else { slab_parts(panel_items, slabs, tasks) };
     let (lo, hi) = share(panel_items * slab_parts, tasks, task);
     let (clamp, (clo, chi)) = (epilogue.clamp.is_some(), epilogue.clamp.unwrap_or((0.0, 0.0)));
     let mut packed: Option<usize> = None;
     for item in lo..hi {
-        let (panel_item, part) = (item / slab_parts, item % slab_parts);
+        let (panel_item, part) =
+            if by_slabs { (item % panel_items, item / panel_items) } else { (item / slab_parts, item % slab_parts) };
         let (image_group, j) = (panel_item / panels, panel_item % panels);
         let (n, grp) = (image_group / g, image_group % g);
         let x_group = &x[(n * geo.in_channels + grp * cg) * plane..];
