@@ -147,6 +147,16 @@ impl Conv2d {
         ))
     }
 
+    /// The input row tap `r` of output row `oy` reads, `None` in the padding.
+    pub(crate) fn tap_row(&self, oy: usize, r: usize) -> Option<usize> {
+        (oy * self.stride.0 + r * self.dilation.0).checked_sub(self.pad.0).filter(|&y| y < self.in_h)
+    }
+
+    /// The input column tap `s` of output column `ox` reads, `None` in the padding.
+    pub(crate) fn tap_col(&self, ox: usize, s: usize) -> Option<usize> {
+        (ox * self.stride.1 + s * self.dilation.1).checked_sub(self.pad.1).filter(|&x| x < self.in_w)
+    }
+
     /// Whether some tap falls outside the input (in the zero padding).
     pub(crate) fn reads_padding(&self) -> bool {
         self.pad != (0, 0) || self.padded_extent().is_ok_and(|(ph, pw)| ph > self.in_h || pw > self.in_w)
@@ -401,9 +411,9 @@ pub(crate) fn slab_parts(items: usize, slabs: usize, tasks: usize) -> usize {
 /// as the weights.
 fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
     let (kh, kw) = geo.kernel;
-    let (sh, sw) = geo.stride;
-    let (dh, dw) = geo.dilation;
-    let (pt, pl) = geo.pad;
+    let sw = geo.stride.1;
+    let dw = geo.dilation.1;
+    let pl = geo.pad.1;
     let cg = geo.in_channels / geo.groups;
     let plane = geo.in_h * geo.in_w;
     let padded = geo.reads_padding();
@@ -416,7 +426,7 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
         for ci in 0..cg {
             for r in 0..kh {
                 // The tap row in padded coordinates; outside the input it is all zeros.
-                let y = (oh * sh + r * dh).checked_sub(pt).filter(|&y| y < geo.in_h);
+                let y = geo.tap_row(oh, r);
                 let src_row = y.map(|y| &x_group[ci * plane + y * geo.in_w..ci * plane + (y + 1) * geo.in_w]);
                 for s in 0..kw {
                     let row = &mut dst[k * nr + col..k * nr + col + len];

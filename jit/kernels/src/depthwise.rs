@@ -166,16 +166,13 @@ fn run_planes(kernel: PlaneKernel, isa: Isa, geo: &Conv2d, planes: &[Plane<'_>],
 /// The reference every vector kernel matches bit for bit.
 fn scalar_plane(geo: &Conv2d, p: &Plane<'_>, out: &mut [f32]) {
     let (kh, kw) = geo.kernel;
-    let at_input = |o: usize, stride: usize, tap: usize, dilation: usize, pad: usize, extent: usize| {
-        (o * stride + tap * dilation).checked_sub(pad).filter(|&i| i < extent)
-    };
     for oh in 0..geo.out_h {
         for ow in 0..geo.out_w {
             let mut acc = p.bias;
             for r in 0..kh {
-                let row = at_input(oh, geo.stride.0, r, geo.dilation.0, geo.pad.0, geo.in_h);
+                let row = geo.tap_row(oh, r);
                 for s in 0..kw {
-                    let col = at_input(ow, geo.stride.1, s, geo.dilation.1, geo.pad.1, geo.in_w);
+                    let col = geo.tap_col(ow, s);
                     let x = match (row, col) {
                         (Some(y), Some(c)) => p.x[y * geo.in_w + c],
                         _ => 0.0,

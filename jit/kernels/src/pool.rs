@@ -102,16 +102,13 @@ pub fn max_pool2d_share(
 
 /// The reference the vector kernels match bit for bit.
 fn scalar_plane(geo: &Conv2d, x: &[f32], out: &mut [f32]) {
-    let at_input = |o: usize, stride: usize, tap: usize, dilation: usize, pad: usize, extent: usize| {
-        (o * stride + tap * dilation).checked_sub(pad).filter(|&i| i < extent)
-    };
     for oy in 0..geo.out_h {
         for ox in 0..geo.out_w {
             let mut acc: Option<f32> = None;
             for r in 0..geo.kernel.0 {
-                let Some(y) = at_input(oy, geo.stride.0, r, geo.dilation.0, geo.pad.0, geo.in_h) else { continue };
+                let Some(y) = geo.tap_row(oy, r) else { continue };
                 for s in 0..geo.kernel.1 {
-                    let Some(c) = at_input(ox, geo.stride.1, s, geo.dilation.1, geo.pad.1, geo.in_w) else { continue };
+                    let Some(c) = geo.tap_col(ox, s) else { continue };
                     let v = x[y * geo.in_w + c];
                     acc = Some(match acc {
                         Some(a) if v > a => v,
