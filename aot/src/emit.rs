@@ -1,7 +1,8 @@
 //! The object file: the shared code generator (`heron_jit::emit_module`) through
 //! cranelift-object, embedded pools as data symbols, and the exported C entries:
-//! `heron_<name>_run`, which checks the caller's pointers and calls the generated `main`, and
-//! `heron_<name>_run_checked`, which also checks the byte size the caller gives for each buffer.
+//! `heron_<name>_run`, which checks the caller's pointers and calls the generated `main`,
+//! `heron_<name>_run_checked`, which also checks the byte size the caller gives for each buffer,
+//! and `_run_ctx` / `_run_checked_ctx`, the same with a run context (threads, routines).
 
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::I32;
@@ -105,6 +106,7 @@ pub fn emit_object(rewritten: &Rewritten, meta: &Metadata, options: &crate::AotO
     define_entry(&mut module, &meta.entry, emitted.entry, &sources, Entry::Plain)?;
     define_entry(&mut module, &meta.entry_checked, emitted.entry, &sources, Entry::Checked)?;
     define_entry(&mut module, &meta.entry_ctx, emitted.entry, &sources, Entry::Context)?;
+    define_entry(&mut module, &meta.entry_checked_ctx, emitted.entry, &sources, Entry::CheckedContext)?;
     let product = module.finish();
     product.emit().map_err(|e| AotError::Object(e.to_string()))
 }
@@ -122,6 +124,8 @@ enum Entry {
     Checked,
     /// `heron_<name>_run_ctx`: a run context last (parallel loops on its threads; NULL: none).
     Context,
+    /// `heron_<name>_run_checked_ctx`: both.
+    CheckedContext,
 }
 
 /// `int32_t name(const Inputs*, Outputs*, const Workspaces*, const Parameters*)`: loads every
@@ -141,10 +145,11 @@ fn define_entry(
 ) -> Result<(), AotError> {
     let ptr = module.target_config().pointer_type();
     let mut sig = module.make_signature();
-    let checked = kind == Entry::Checked;
+    let checked = matches!(kind, Entry::Checked | Entry::CheckedContext);
     let structs_per_kind = if checked { 2 } else { 1 };
     sig.params.extend((0..4 * structs_per_kind).map(|_| AbiParam::new(ptr)));
-    if kind == Entry::Context {
+    let with_context = matches!(kind, Entry::Context | Entry::CheckedContext);
+    if with_context {
         sig.params.push(AbiParam::new(ptr));
     }
     sig.returns.push(AbiParam::new(I32));
@@ -215,7 +220,7 @@ fn define_entry(
         let args = b.ins().stack_addr(ptr, args_slot, 0);
         let status = b.ins().stack_addr(ptr, status_slot, 0);
         // Without a context (or with a NULL one) everything runs on the calling thread.
-        let context = if kind == Entry::Context { params[4] } else { b.ins().iconst(ptr, 0) };
+        let context = if with_context { params[4 * structs_per_kind] } else { b.ins().iconst(ptr, 0) };
         b.ins().call(inner_ref, &[args, status, context]);
         let code = b.ins().stack_load(ptr, I32, status_slot, 0);
         let failed = b.ins().icmp_imm_s(IntCC::NotEqual, code, 0);

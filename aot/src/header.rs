@@ -41,8 +41,9 @@ const STATUS_CODES: &str = "#ifndef HERON_STATUS_CODES
 #define HERON_ERROR_SIZE 3
 #endif
 #ifndef HERON_ERROR_CONTEXT
-/* The model calls routines (e.g. its VTA regions) that need a run context providing them:
-   call heron_<name>_run_ctx with one (for VTA: heron_vta_context). */
+/* The model calls routines (precompiled kernels, VTA regions) that need a run context
+   providing them: call heron_<name>_run_ctx with one (heron_threads_context; for VTA:
+   heron_vta_context). */
 #define HERON_ERROR_CONTEXT 4
 #endif
 ";
@@ -106,6 +107,14 @@ pub fn header(meta: &Metadata) -> String {
          the model has no user-provided pool of that kind. Not reentrant when a workspace is\n   \
          embedded; otherwise each concurrent call needs its own workspace buffers. */"
     );
+    if !meta.routines.is_empty() {
+        let _ = writeln!(
+            h,
+            "/* This model calls precompiled routines ({}): heron_{name}_run and _run_checked return\n   \
+             HERON_ERROR_CONTEXT; run it with heron_{name}_run_ctx and the context their library makes. */",
+            meta.routines.join(", ")
+        );
+    }
     let _ = writeln!(
         h,
         "int32_t heron_{name}_run(const HeronInputs_{name}* inputs, HeronOutputs_{name}* outputs, \
@@ -138,6 +147,15 @@ pub fn header(meta: &Metadata) -> String {
         h,
         "int32_t heron_{name}_run_ctx(const HeronInputs_{name}* inputs, HeronOutputs_{name}* outputs,\n    \
          const HeronWorkspaces_{name}* workspaces, const HeronParameters_{name}* parameters, const void* context);\n"
+    );
+    let _ = writeln!(h, "/* heron_{name}_run_checked with a run context, as heron_{name}_run_ctx. */");
+    let _ = writeln!(
+        h,
+        "int32_t heron_{name}_run_checked_ctx(const HeronInputs_{name}* inputs, const HeronInputSizes_{name}* input_sizes,\n    \
+         HeronOutputs_{name}* outputs, const HeronOutputSizes_{name}* output_sizes,\n    \
+         const HeronWorkspaces_{name}* workspaces, const HeronWorkspaceSizes_{name}* workspace_sizes,\n    \
+         const HeronParameters_{name}* parameters, const HeronParameterSizes_{name}* parameter_sizes,\n    \
+         const void* context);\n"
     );
     let _ = writeln!(h, "#ifdef __cplusplus\n}}\n#endif\n\n#endif /* {guard} */");
     h

@@ -109,6 +109,13 @@ pub struct AotOptions {
     /// context must provide (`heron_<name>_run_ctx`); e.g. VTA's `heron_vta_region`, whose
     /// context `heron_vta_context` makes. Without routines the object needs libc and libm only.
     pub routines: Vec<heron_jit::routines::RoutineSignature>,
+    /// Convolutions, GEMMs and max pools call the precompiled kernels (`heron compile
+    /// --kernels`), with weights packed at compile time for this machine's best ISA (a CPU
+    /// without it runs the kernels' scalar path, with the same results). Such an object runs
+    /// through `heron_<name>_run_ctx` with a context from `heron_threads_context` (or
+    /// `heron_vta_context`) and links `libheron_threads.a` (or `libheron_vta.a`), which carry
+    /// the kernels. Off: generated code only.
+    pub kernels: bool,
 }
 
 impl AotOptions {
@@ -120,6 +127,7 @@ impl AotOptions {
             embed_workspace: false,
             embed_parameters: true,
             routines: Vec::new(),
+            kernels: false,
         }
     }
 }
@@ -300,6 +308,7 @@ fn metadata_of(
         entry: format!("heron_{c_name}_run"),
         entry_checked: format!("heron_{c_name}_run_checked"),
         entry_ctx: format!("heron_{c_name}_run_ctx"),
+        entry_checked_ctx: format!("heron_{c_name}_run_checked_ctx"),
         routines: options.routines.iter().map(|r| r.name.clone()).collect(),
         device_slots: heron_jit::routines::device_slots(&options.routines),
         target_cpu: format!("{:?}", options.target_cpu),

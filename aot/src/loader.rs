@@ -5,10 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
+use heron_jit::threads::{RunContext, ThreadPool};
+
 use crate::metadata::{Metadata, PoolMeta, PoolRole, TensorMeta};
 use crate::{AotError, io_error};
 
-/// `heron_<name>_run_checked`: each pointer struct followed by its sizes struct.
+/// `heron_<name>_run_checked_ctx`: each pointer struct followed by its sizes struct, then the
+/// run context.
 type EntryFn = unsafe extern "C" fn(
     *const *const u8,
     *const usize,
@@ -18,6 +21,7 @@ type EntryFn = unsafe extern "C" fn(
     *const usize,
     *const *const u8,
     *const usize,
+    *const RunContext,
 ) -> i32;
 
 /// A model's shared library, loaded.
@@ -63,15 +67,21 @@ impl AotLibrary {
         if modified(&shared).is_none() || modified(&shared) < modified(&object) {
             crate::link::link_shared(&[&object], &shared)?;
         }
+        if metadata.entry_checked_ctx.is_empty() {
+            return Err(AotError::Metadata(format!(
+                "{}: no entry_checked_ctx (compiled by an older heron; run `heron compile` again)",
+                json_path.display()
+            )));
+        }
         // SAFETY: the library is an object heron compiled: it has no initialisers and exports
-        // `metadata.entry_checked` with the C signature `EntryFn` (see `emit::define_entry`).
+        // `metadata.entry_checked_ctx` with the C signature `EntryFn` (see `emit::define_entry`).
         let library = unsafe { libloading::Library::new(&shared) }
             .map_err(|e| AotError::Load { path: shared.display().to_string(), reason: e.to_string() })?;
         // SAFETY: as above; the pointer stays valid while `library` lives, which `AotLibrary`
         // guarantees by owning it.
         let entry = unsafe {
             *library
-                .get::<EntryFn>(metadata.entry_checked.as_bytes())
+                .get::<EntryFn>(metadata.entry_checked_ctx.as_bytes())
                 .map_err(|e| AotError::Load { path: shared.display().to_string(), reason: e.to_string() })?
         };
         Ok(AotLibrary { metadata, dir: dir.to_path_buf(), entry, _library: library })
@@ -103,17 +113,19 @@ impl AotLibrary {
             .collect()
     }
 
-    /// Runs the model. Buffers in metadata order; `workspaces` / `parameters` are the
-    /// user-provided pools only. Counts, sizes and alignments are checked before the call, and
-    /// the call goes through the checked entry, so the object checks every size itself too
-    /// (whatever the metadata file says). Nothing is allocated for up to 32 buffers of each
-    /// kind.
+    /// Runs the model, its parallel loops on `threads` (whose context also provides the
+    /// kernels an object compiled with them calls; `None`: the calling thread, no routines).
+    /// Buffers in metadata order; `workspaces` / `parameters` are the user-provided pools
+    /// only. Counts, sizes and alignments are checked before the call, and the call goes
+    /// through the checked entry, so the object checks every size itself too (whatever the
+    /// metadata file says). Nothing is allocated for up to 32 buffers of each kind.
     pub fn run<'a>(
         &self,
         inputs: impl IntoIterator<Item = &'a [u8]>,
         outputs: impl IntoIterator<Item = &'a mut [u8]>,
         workspaces: impl IntoIterator<Item = &'a mut [u8]>,
         parameters: impl IntoIterator<Item = &'a [u8]>,
+        threads: Option<&ThreadPool>,
     ) -> Result<(), AotError> {
         let m = &self.metadata;
         let ins =
@@ -137,7 +149,8 @@ impl AotLibrary {
         // entry per field, in metadata order; NULL for an empty struct), every size is the
         // length of the slice the pointer came from, and every buffer was checked to be large
         // enough and aligned for what the compiled code reads and writes; outputs and
-        // workspaces came from exclusive borrows.
+        // workspaces came from exclusive borrows; the pool (borrowed, so it outlives the call
+        // and runs no other job meanwhile) gives a context valid while it lives.
         let code = unsafe {
             (self.entry)(
                 ins.pointers().cast(),
@@ -148,6 +161,7 @@ impl AotLibrary {
                 ws.sizes(),
                 ps.pointers().cast(),
                 ps.sizes(),
+                threads.map_or(std::ptr::null(), ThreadPool::context),
             )
         };
         match code {
@@ -155,6 +169,10 @@ impl AotLibrary {
             1 => Err(AotError::Run("the model rejected a NULL or misaligned pointer".into())),
             2 => Err(AotError::Run("a data-dependent index (e.g. Gather) was out of range".into())),
             3 => Err(AotError::Run("the model rejected a buffer smaller than it needs".into())),
+            4 => Err(AotError::Run(format!(
+                "the model calls routines ({}) that its run context does not provide",
+                m.routines.join(", ")
+            ))),
             other => Err(AotError::Run(format!("the model returned status {other}"))),
         }
     }

@@ -116,6 +116,9 @@ pub struct Metadata {
     /// The exported function that takes a run context (threads), `heron_<c_name>_run_ctx`.
     #[serde(default)]
     pub entry_ctx: String,
+    /// Both: `heron_<c_name>_run_checked_ctx` (what the loader calls).
+    #[serde(default)]
+    pub entry_checked_ctx: String,
     /// Routines the run context of `entry_ctx` must provide, in table order.
     #[serde(default)]
     pub routines: Vec<String>,

@@ -39,6 +39,7 @@ use heron_ir::loop_ir::analysis::affine_terms;
 use crate::CodegenError;
 use crate::math;
 use crate::routines::{RoutineParam, RoutineSignature};
+use crate::threads::{RoutineEntry, routine_id};
 
 /// Code generation choices.
 #[derive(Clone, Copy, Debug)]
@@ -872,8 +873,8 @@ impl<'a> FuncTranslator<'a> {
     /// Calls precompiled routine `name` through the run context's routine table. Its
     /// registered signature decides the call: the arguments must match it. Routines are trusted
     /// to stay inside the buffers they are given. Without a context, or with one whose tables
-    /// lack the routine or a device slot it takes, the call is skipped and the status word gets
-    /// [`MISSING_ROUTINE`].
+    /// lack the routine (too short, or another routine's id at its index) or a device slot it
+    /// takes, the call is skipped and the status word gets [`MISSING_ROUTINE`].
     fn routine_call(&mut self, name: &str, call_args: &[Arg]) -> Result<(), CodegenError> {
         let routines = self.callees.routines;
         let Some(k) = routines.iter().position(|r| r.name == name) else {
@@ -900,8 +901,20 @@ impl<'a> FuncTranslator<'a> {
             self.b.ins().load(self.ptr, flags, self.context, crate::threads::RunContext::DEVICE_COUNT_OFFSET);
         let has_routine = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, routine_count, k as i64);
         let has_devices = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, device_count, needed_devices);
-        let ok = self.b.ins().band(has_routine, has_devices);
-        self.b.ins().brif(ok, call, &[], fail, &[]);
+        let counts_ok = self.b.ins().band(has_routine, has_devices);
+        // The entry is read only once the count says it exists.
+        let check_id = self.b.create_block();
+        self.b.ins().brif(counts_ok, check_id, &[], fail, &[]);
+        self.b.switch_to_block(check_id);
+        let entry_offset = k
+            .checked_mul(RoutineEntry::SIZE)
+            .and_then(|o| i32::try_from(o).ok())
+            .ok_or_else(|| self.unsupported("routine table size"))?;
+        let table = self.b.ins().load(self.ptr, flags, self.context, crate::threads::RunContext::ROUTINES_OFFSET);
+        let id = self.b.ins().load(I64, flags, table, entry_offset + RoutineEntry::ID_OFFSET);
+        let expected = self.b.ins().iconst(I64, routine_id(name) as i64);
+        let same = self.b.ins().icmp(IntCC::Equal, id, expected);
+        self.b.ins().brif(same, call, &[], fail, &[]);
         self.b.switch_to_block(fail);
         let code = self.b.ins().iconst(I32, i64::from(MISSING_ROUTINE));
         self.record_status(code);
@@ -941,10 +954,7 @@ impl<'a> FuncTranslator<'a> {
             sig.params.push(AbiParam::new(ty));
             args.push(value);
         }
-        let table = self.b.ins().load(self.ptr, flags, self.context, crate::threads::RunContext::ROUTINES_OFFSET);
-        let offset =
-            i32::try_from(k * self.ptr.bytes() as usize).map_err(|_| self.unsupported("routine table size"))?;
-        let address = self.b.ins().load(self.ptr, flags, table, offset);
+        let address = self.b.ins().load(self.ptr, flags, table, entry_offset + RoutineEntry::ADDRESS_OFFSET);
         let sig = self.b.import_signature(sig);
         self.b.ins().call_indirect(sig, address, &args);
         self.b.ins().jump(done, &[]);

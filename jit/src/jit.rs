@@ -14,7 +14,7 @@ use crate::CodegenError;
 use crate::codegen::{CodegenOptions, emit_module};
 use crate::isa::{OptLevel, TargetCpu, build_isa};
 use crate::routines::Routine;
-use crate::threads::{DeviceHandle, RunContext, ThreadPool};
+use crate::threads::{DeviceHandle, RoutineEntry, RunContext, ThreadPool};
 
 /// Why a run of generated code failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -69,8 +69,8 @@ pub struct JitModule {
     params: Vec<(usize, String, bool)>,
     func_names: Vec<String>,
     scalar_vector_loops: Vec<String>,
-    /// Addresses of the registered routines, in the order the code indexes them.
-    routine_table: Vec<*const u8>,
+    /// The registered routines, in the order the code indexes them.
+    routine_table: Vec<RoutineEntry>,
     /// Device slots the registered routines take (a run must provide this many).
     device_slots: usize,
 }
@@ -129,7 +129,7 @@ impl JitModule {
             params,
             func_names: emitted.func_names,
             scalar_vector_loops: emitted.scalar_vector_loops,
-            routine_table: options.routines.iter().map(|r| r.address).collect(),
+            routine_table: options.routines.iter().map(|r| RoutineEntry::new(&r.signature.name, r.address)).collect(),
             device_slots: crate::routines::device_slots(&signatures),
         })
     }

@@ -61,29 +61,25 @@ impl KernelConfig {
     }
 }
 
-/// The routines the kernel pass calls, with their addresses.
+/// The routines the kernel pass calls, with their addresses, in the kernels' table order
+/// ([`heron_kernels::abi::ROUTINE_NAMES`]: the order of every run context's table).
 pub fn routines() -> Vec<Routine> {
     use RoutineParam::{Buffer as B, F32, I64};
-    let conv = [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat();
-    let gemm = [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat();
-    let max_pool = [vec![B; 2], vec![I64; 17]].concat();
-    vec![
-        Routine {
-            signature: RoutineSignature { name: CONV2D_F32.into(), params: conv },
+    let params = |name: &str| match name {
+        CONV2D_F32 => [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat(),
+        GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
+        MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
+        other => unreachable!("kernel routine '{other}' has no signature"),
+    };
+    heron_kernels::abi::ROUTINE_NAMES
+        .iter()
+        .zip(heron_kernels::abi::routine_addresses())
+        .map(|(&name, address)| Routine {
+            signature: RoutineSignature { name: name.into(), params: params(name) },
             features: Vec::new(),
-            address: heron_kernels::abi::heron_conv2d_f32 as *const u8,
-        },
-        Routine {
-            signature: RoutineSignature { name: GEMM_F32.into(), params: gemm },
-            features: Vec::new(),
-            address: heron_kernels::abi::heron_gemm_f32 as *const u8,
-        },
-        Routine {
-            signature: RoutineSignature { name: MAXPOOL2D_F32.into(), params: max_pool },
-            features: Vec::new(),
-            address: heron_kernels::abi::heron_maxpool2d_f32 as *const u8,
-        },
-    ]
+            address,
+        })
+        .collect()
 }
 
 /// Replaces every qualifying contraction nest of `module` with kernel calls.

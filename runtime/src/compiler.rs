@@ -65,16 +65,17 @@ pub struct CompileOptions {
     pub guard_pages: GuardPages,
     /// Threads a run uses (the caller and `threads - 1` workers of each [`Workspace`]'s pool)
     /// for the loops the target marked parallel; results are bit-identical for any count.
-    /// Default: the number of physical cores. JIT only (AOT libraries run single-threaded).
+    /// Default: the number of physical cores. The JIT and the in-process AOT engine.
     pub threads: usize,
     /// Offload the int8 regions of a quantized model to VTA with this hardware configuration
     /// (`None`: everything on the CPU). Each [`Workspace`] then owns a device session: its own
     /// device (the simulator, or the driver `HERON_VTA_DRIVER` names) holding the workspace's
     /// VTA pools, so threads with their own workspaces run independently.
     pub vta: Option<HwConfig>,
-    /// Let the CPU target call precompiled AVX-512 / AVX2 kernels for convolutions and GEMMs
-    /// (JIT only; `HERON_KERNELS=off` also turns them off). Off: pure Cranelift code, for
-    /// comparison and for CPUs without AVX2.
+    /// Let the CPU target call precompiled AVX-512 / AVX2 kernels for convolutions, GEMMs and
+    /// max pooling (`HERON_KERNELS=off` also turns them off). Off: pure Cranelift code, for
+    /// comparison and for CPUs without AVX2. The JIT and the in-process AOT engine call them
+    /// through their run context; [`Compiler::compile_aot`] only with `AotOptions::kernels`.
     pub kernels: bool,
 }
 
@@ -129,8 +130,25 @@ pub struct PoolLayout {
     pub name: String,
     pub kind: PoolKind,
     pub size_bytes: u64,
+    /// The alignment the compiled code assumes for the pool's base.
+    pub alignment: u64,
     /// Device memory (a VTA pool), allocated by each workspace's session.
     pub device: bool,
+}
+
+impl PoolLayout {
+    /// The alignment of the pool's host memory: at least [`ALIGN`]; a pool asking for more
+    /// than a page (or not a power of two: metadata read from disk) is refused.
+    fn block_align(&self) -> Result<usize, RuntimeError> {
+        let align = usize::try_from(self.alignment).unwrap_or(usize::MAX).max(ALIGN);
+        if !align.is_power_of_two() || align > 4096 {
+            return Err(RuntimeError::Compile(format!(
+                "pool '{}' asks for {}-byte alignment: a power of two up to 4096 is supported",
+                self.name, self.alignment
+            )));
+        }
+        Ok(align)
+    }
 }
 
 /// What compiling took.
@@ -247,7 +265,11 @@ impl CompileOptions {
             planner_work: self.planner_work,
             planner_time_limit_ms: self.planner_time_limit_ms,
             vta: self.vta,
-            kernels: if self.kernels && self.engine == Engine::Jit { KernelConfig::host(self.threads) } else { None },
+            kernels: if self.kernels && self.engine != Engine::Interpreter {
+                KernelConfig::host(self.threads)
+            } else {
+                None
+            },
         }
     }
 }
@@ -274,10 +296,10 @@ impl Compiler {
 
     /// The pipeline up to code generation (see [`Pipeline`]), shared by the JIT and AOT paths.
     /// `workspace_sizes`: also run the per-function workspace-size query (AOT metadata only).
-    /// Objects do not call kernels (`jit`: the kernels may be on).
-    fn plan(&self, model: &Model, workspace_sizes: bool, jit: bool) -> Result<Planned, RuntimeError> {
+    /// `kernels`: the CPU target may call the kernels (if the options let it).
+    fn plan(&self, model: &Model, workspace_sizes: bool, kernels: bool) -> Result<Planned, RuntimeError> {
         let mut options = self.options.pipeline();
-        if !jit {
+        if !kernels {
             options.kernels = None;
         }
         let pipeline = Pipeline::new(options);
@@ -356,20 +378,25 @@ impl Compiler {
                 name: p.name.clone(),
                 kind: p.kind,
                 size_bytes: size,
+                alignment: p.alignment,
                 device: pipeline::is_device_pool(p),
             })
-            .collect();
+            .collect::<Vec<_>>();
         let guard = self.options.guard_pages;
         let memory = rewritten
             .images
             .iter()
             .zip(&rewritten.pools)
-            .map(|(img, pool)| match img.as_deref() {
+            .zip(&pools)
+            .map(|((img, pool), layout)| match img.as_deref() {
                 _ if pipeline::is_device_pool(pool) => Ok(PoolMemory::Device(img.as_deref().map(Into::into))),
                 None => Ok(PoolMemory::PerWorkspace),
-                Some(b) => {
-                    Ok(PoolMemory::Shared(Block::read_only_copy(b, ALIGN, guard, &format!("pool '{}'", pool.name))?))
-                }
+                Some(b) => Ok(PoolMemory::Shared(Block::read_only_copy(
+                    b,
+                    layout.block_align()?,
+                    guard,
+                    &format!("pool '{}'", pool.name),
+                )?)),
             })
             .collect::<Result<_, RuntimeError>>()?;
         let exe = Executable {
@@ -385,17 +412,22 @@ impl Compiler {
 
     /// Compiles `model` ahead of time: an object file, its C header, metadata and parameter
     /// blobs (see `heron_aot`). Pools come from the compile options; `aot` says which are
-    /// embedded in the object.
+    /// embedded in the object and whether it calls the kernels (packed for this machine's ISA,
+    /// split into `threads` tasks).
     pub fn compile_aot(&self, model: &Model, aot: &AotOptions) -> Result<Artifacts, RuntimeError> {
-        let Planned { planned, workspace, .. } = self.plan(model, true, false)?;
+        let Planned { planned, workspace, .. } = self.plan(model, true, aot.kernels)?;
         let spec = |infos: Vec<TensorInfo>| {
             infos.into_iter().map(|i| TensorSpec { name: i.name, ty: i.ty }).collect::<Vec<_>>()
         };
         let mut aot = aot.clone();
         aot.opt_level = self.options.opt_level;
-        if self.options.vta.is_some() {
-            aot.routines = vec![vta_routine().signature];
-        }
+        // The routine table's order: VTA's routine, then the kernels (as every context lists
+        // them).
+        let kernels = aot.kernels && self.options.pipeline().kernels.is_some();
+        aot.routines = (self.options.vta.map(|_| vta_routine()).into_iter())
+            .chain(kernels.then(heron_jit::kernels::routines).into_iter().flatten())
+            .map(|r| r.signature)
+            .collect();
         Ok(heron_aot::compile(&planned, &workspace, &spec(model.inputs()), &spec(model.outputs()), &aot)?)
     }
 
@@ -413,6 +445,7 @@ impl Compiler {
         let start = Instant::now();
         let mut aot = AotOptions::new("model");
         aot.target_cpu = heron_jit::isa::TargetCpu::Native;
+        aot.kernels = true;
         // Constants in heap memory like the JIT's, not file-backed .rodata: large weight sets
         // stream measurably slower from 4 KiB file pages (resnet_ish: ~1.4x).
         aot.embed_parameters = false;
@@ -423,7 +456,7 @@ impl Compiler {
         let loaded = artifacts
             .write(&dir)
             .map_err(RuntimeError::from)
-            .and_then(|()| aot_executable(AotLibrary::open(&dir)?, guard));
+            .and_then(|()| aot_executable(AotLibrary::open(&dir)?, guard, self.options.threads));
         // Best effort: a leftover scratch directory is harmless.
         let _ = std::fs::remove_dir_all(&dir);
         let exe = loaded?;
@@ -431,8 +464,9 @@ impl Compiler {
     }
 }
 
-/// A loaded AOT library with its pools: parameter blobs read, workspaces per [`Workspace`].
-fn aot_executable(library: AotLibrary, guard: GuardPages) -> Result<Executable, RuntimeError> {
+/// A loaded AOT library with its pools: parameter blobs read, workspaces per [`Workspace`],
+/// parallel loops on `threads`.
+fn aot_executable(library: AotLibrary, guard: GuardPages, threads: usize) -> Result<Executable, RuntimeError> {
     let mut parameters = library.read_parameters()?.into_iter();
     let meta = library.metadata();
     let pools = meta
@@ -442,24 +476,27 @@ fn aot_executable(library: AotLibrary, guard: GuardPages) -> Result<Executable, 
             name: p.name.clone(),
             kind: if p.kind == PoolRole::Parameter { PoolKind::Constant } else { PoolKind::Workspace },
             size_bytes: p.size_bytes,
+            alignment: p.alignment,
             device: false,
         })
-        .collect();
+        .collect::<Vec<_>>();
     let memory = meta
         .pools
         .iter()
-        .map(|p| {
+        .zip(&pools)
+        .map(|(p, layout)| {
             Ok(match (p.source, p.kind) {
                 (PoolSource::Embedded, _) => PoolMemory::Internal,
                 (PoolSource::User, PoolRole::Parameter) => {
                     let bytes = parameters.next().unwrap_or_default();
-                    PoolMemory::Shared(Block::read_only_copy(&bytes, ALIGN, guard, &format!("pool '{}'", p.name))?)
+                    let align = layout.block_align()?;
+                    PoolMemory::Shared(Block::read_only_copy(&bytes, align, guard, &format!("pool '{}'", p.name))?)
                 }
                 (PoolSource::User, _) => PoolMemory::PerWorkspace,
             })
         })
         .collect::<Result<_, RuntimeError>>()?;
-    Ok(Executable { code: Code::Aot(library), pools, memory, guard_pages: guard, threads: 1, vta: None })
+    Ok(Executable { code: Code::Aot(library), pools, memory, guard_pages: guard, threads, vta: None })
 }
 
 impl Model {
@@ -477,7 +514,7 @@ impl Model {
         let inputs = meta.inputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
         let outputs = meta.outputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
         let name = meta.name.clone();
-        let exe = aot_executable(library, GuardPages::from_env())?;
+        let exe = aot_executable(library, GuardPages::from_env(), physical_cores())?;
         let stats = CompileStats { total: start.elapsed(), planning: Duration::ZERO, codegen: Duration::ZERO };
         Ok(CompiledModel { name, inputs, outputs, backend: Backend::Compiled(Box::new(exe)), stats })
     }
@@ -547,16 +584,20 @@ impl CompiledModel {
             .map(|(p, m)| {
                 let size = usize::try_from(p.size_bytes).unwrap_or(usize::MAX);
                 matches!(m, PoolMemory::PerWorkspace)
-                    .then(|| Block::zeroed(size, ALIGN, guard, &format!("pool '{}'", p.name)))
+                    .then(|| Ok(Block::zeroed(size, p.block_align()?, guard, &format!("pool '{}'", p.name))?))
                     .transpose()
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, RuntimeError>>()?;
+        // An AOT library's routines (the kernels) come from the pool's context, so a library
+        // that calls any gets a pool even for one thread.
         let threads = match (&exe.code, exe.threads) {
-            (Code::Jit(_), n) if n > 1 => {
-                Some(ThreadPool::new(n).map_err(|e| RuntimeError::Compile(format!("cannot start {n} threads: {e}")))?)
-            }
+            (Code::Jit(_), n) if n > 1 => Some(n),
+            (Code::Aot(library), n) if n > 1 || !library.metadata().routines.is_empty() => Some(n),
             _ => None,
         };
+        let threads = threads
+            .map(|n| ThreadPool::new(n).map_err(|e| RuntimeError::Compile(format!("cannot start {n} threads: {e}"))))
+            .transpose()?;
         let vta = match exe.vta {
             None => None,
             Some(config) => {
@@ -675,6 +716,7 @@ impl CompiledModel {
                     ws.outputs.iter_mut().map(Block::bytes_mut),
                     ws.pools.iter_mut().flatten().map(Block::bytes_mut),
                     parameters,
+                    ws.threads.as_ref(),
                 )?;
             }
         }

@@ -311,6 +311,16 @@ enum Command {
         /// ISA of the object: native, x86-64-v2, x86-64-v3, or the portable x86-64 (SSE4.1).
         #[arg(long, default_value = "x86-64", value_parser = parse_target_cpu)]
         target_cpu: heron_jit::isa::TargetCpu,
+        /// Convolutions, GEMMs and max pools call the precompiled AVX-512 / AVX2 kernels,
+        /// weights packed for this machine's best ISA (elsewhere the kernels' scalar path gives
+        /// the same results). The object then runs through heron_<name>_run_ctx with a context
+        /// from heron_threads_context and links libheron_threads.a, which carries the kernels.
+        #[arg(long)]
+        kernels: bool,
+        /// With --kernels: the tasks each kernel call splits into (a pool of any size runs
+        /// them; default: this machine's physical cores).
+        #[arg(long, requires = "kernels")]
+        threads: Option<usize>,
         /// Planning algorithm (see `heron plan`).
         #[arg(long, default_value = "auto")]
         algorithm: String,
@@ -505,12 +515,24 @@ fn main() -> ExitCode {
             pools,
             embed_workspace,
             target_cpu,
+            kernels,
+            threads,
             algorithm,
             effort,
             target,
             limits,
         } => {
-            let opts = CompileFlags { name, pools, embed_workspace, target_cpu, algorithm, effort, target, limits };
+            let opts = CompileFlags {
+                name,
+                pools,
+                embed_workspace,
+                target_cpu,
+                kernels: kernels.then(|| threads.unwrap_or_else(heron_runtime::physical_cores)),
+                algorithm,
+                effort,
+                target,
+                limits,
+            };
             compile(&model, &output, &opts)
         }
         Command::Quantize { model, output, calibration, per_channel, skip, global_scale, percentile, scales } => {
@@ -804,6 +826,8 @@ struct CompileFlags {
     pools: PoolFlags,
     embed_workspace: bool,
     target_cpu: heron_jit::isa::TargetCpu,
+    /// Kernels on, split into this many tasks.
+    kernels: Option<usize>,
     algorithm: String,
     effort: EffortFlags,
     target: TargetFlags,
@@ -820,9 +844,11 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
         pools: flags.pools.pools()?,
         limits: flags.limits.limits(),
         vta: flags.target.vta()?,
+        threads: flags.kernels.unwrap_or(1),
         ..CompileOptions::default()
     };
     let mut aot = heron_aot::AotOptions::new(flags.name.clone());
+    aot.kernels = flags.kernels.is_some();
     aot.target_cpu = flags.target_cpu;
     aot.embed_workspace = flags.embed_workspace;
     aot.embed_parameters = flags.pools.parameter_pools.is_empty();
@@ -847,11 +873,19 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
     }
     println!("imports: {}", meta.undefined_symbols.join(" "));
     if !meta.routines.is_empty() {
+        let (context, library) = if meta.device_slots > 0 {
+            ("heron_vta_context", "libheron_vta.a")
+        } else {
+            ("heron_threads_context", "libheron_threads.a")
+        };
         println!(
-            "routines from the run context: {} (run with heron_{}_run_ctx and heron_vta_context; link libheron_vta.a)",
+            "routines from the run context: {} (run with heron_{}_run_ctx and {context})",
             meta.routines.join(" "),
             meta.c_name
         );
+        println!("link: cc prog.c {}/{}.o {library} -lpthread -ldl -lm", dir.display(), meta.name);
+    } else {
+        println!("link: cc prog.c {}/{}.o -lm", dir.display(), meta.name);
     }
     Ok(())
 }

@@ -15,11 +15,9 @@ use heron_planner::spec::parse_pool_spec;
 use heron_planner::{PoolInfo, PoolKind};
 use heron_runtime::{CompileOptions, Compiler, Engine, Model};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("heron-aot-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A fresh directory, removed when the value drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("heron-aot-test-{name}-")).tempdir().expect("scratch dir")
 }
 
 fn examples() -> PathBuf {
@@ -60,7 +58,12 @@ fn compile_into(model: &Model, dir: &Path, name: &str, pools: Vec<PoolInfo>, emb
     let c_name = &artifacts.metadata.c_name;
     assert_eq!(
         exported,
-        [format!("heron_{c_name}_run"), format!("heron_{c_name}_run_checked"), format!("heron_{c_name}_run_ctx")]
+        [
+            format!("heron_{c_name}_run"),
+            format!("heron_{c_name}_run_checked"),
+            format!("heron_{c_name}_run_checked_ctx"),
+            format!("heron_{c_name}_run_ctx")
+        ]
     );
     artifacts
 }
@@ -82,13 +85,14 @@ fn run_program(exe: &Path, args: &[&Path]) {
 
 #[test]
 fn u1_single_model_with_embedded_workspace_and_constants() {
-    let dir = scratch("u1");
+    let tmp = scratch("u1");
+    let dir = tmp.path();
     let (model, input, want) = reference("lenet");
-    let artifacts = compile_into(&model, &dir, "lenet", pools(&["workspace"], &[]), true);
+    let artifacts = compile_into(&model, dir, "lenet", pools(&["workspace"], &[]), true);
     assert!(!artifacts.header.contains("WORKSPACE_BUFFER_SIZE 0"));
     assert!(artifacts.header.contains("void* reserved;"), "no user pools: placeholder members");
     let exe = dir.join("u1");
-    build_c_program(&[&examples().join("u1_embedded/main.c")], &[&dir.join("lenet.o")], &dir, &exe).expect("cc");
+    build_c_program(&[&examples().join("u1_embedded/main.c")], &[&dir.join("lenet.o")], dir, &exe).expect("cc");
     write_raw(&input, &dir.join("in.bin"));
     run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
     let got = read_raw(&dir.join("out.bin"), &want);
@@ -99,16 +103,17 @@ fn u1_single_model_with_embedded_workspace_and_constants() {
 
 #[test]
 fn u2_two_models_share_one_workspace_buffer() {
-    let dir = scratch("u2");
+    let tmp = scratch("u2");
+    let dir = tmp.path();
     let (lenet, lenet_in, _) = reference("lenet");
     let (mlp, mlp_in, _) = reference("mlp");
-    let a = compile_into(&lenet, &dir, "lenet", pools(&["shared"], &[]), false);
-    let b = compile_into(&mlp, &dir, "mlp", pools(&["shared"], &[]), false);
+    let a = compile_into(&lenet, dir, "lenet", pools(&["shared"], &[]), false);
+    let b = compile_into(&mlp, dir, "mlp", pools(&["shared"], &[]), false);
     let size = |art: &Artifacts| art.metadata.pools[0].size_bytes;
     assert_ne!(size(&a), size(&b), "the models need different workspace sizes");
     let exe = dir.join("u2");
     let objects = [dir.join("lenet.o"), dir.join("mlp.o")];
-    build_c_program(&[&examples().join("u2_shared_workspace/main.c")], &[&objects[0], &objects[1]], &dir, &exe)
+    build_c_program(&[&examples().join("u2_shared_workspace/main.c")], &[&objects[0], &objects[1]], dir, &exe)
         .expect("cc");
     write_raw(&lenet_in, &dir.join("lenet_in.bin"));
     write_raw(&mlp_in, &dir.join("mlp_in.bin"));
@@ -122,9 +127,10 @@ fn u2_two_models_share_one_workspace_buffer() {
 
 #[test]
 fn u3_two_workspace_pools_with_fallback_and_user_parameters() {
-    let dir = scratch("u3");
+    let tmp = scratch("u3");
+    let dir = tmp.path();
     let (model, input, want) = reference("mobilenet_ish");
-    let artifacts = compile_into(&model, &dir, "net", pools(&["sram:size_hint=262144", "dram"], &["flash"]), false);
+    let artifacts = compile_into(&model, dir, "net", pools(&["sram:size_hint=262144", "dram"], &["flash"]), false);
     let meta = &artifacts.metadata;
     let pool = |name: &str| meta.pools.iter().find(|p| p.name == name).expect("pool");
     assert!(pool("sram").size_bytes > 0 && pool("sram").size_bytes <= 262144, "the fast pool holds something");
@@ -132,26 +138,31 @@ fn u3_two_workspace_pools_with_fallback_and_user_parameters() {
     assert_eq!(pool("flash").params_file.as_deref(), Some("net.flash.params"));
     assert_eq!(std::fs::metadata(dir.join("net.flash.params")).expect("params blob").len(), pool("flash").size_bytes);
     let exe = dir.join("u3");
-    build_c_program(&[&examples().join("u3_pools_and_parameters/main.c")], &[&dir.join("net.o")], &dir, &exe)
+    build_c_program(&[&examples().join("u3_pools_and_parameters/main.c")], &[&dir.join("net.o")], dir, &exe)
         .expect("cc");
     write_raw(&input, &dir.join("in.bin"));
     run_program(&exe, &[&dir.join("net.flash.params"), &dir.join("in.bin"), &dir.join("out.bin")]);
     // mobilenet_ish is big: checked against the stored ONNX Runtime output.
     assert_float_rule(&read_raw(&dir.join("out.bin"), &want), &want).expect("U3 equals ONNX Runtime");
     // The same directory loads in-process through the inference API.
-    let loaded = Model::load_aot(&dir).expect("load_aot");
+    let loaded = Model::load_aot(dir).expect("load_aot");
     assert_eq!(loaded.engine(), Engine::Aot);
     let got = loaded.run(std::slice::from_ref(&input)).expect("run the shared library");
     assert_float_rule(&got[0], &want).expect("shared library equals ONNX Runtime");
 }
 
 /// The shared library built for this CPU computes exactly what the JIT computes with the same
-/// generated code (objects do not call the precompiled kernels).
+/// generated code, with the kernels off, and on (the object calls them through its workspace's
+/// pool context) at 1 and 2 threads.
 #[test]
 fn shared_library_equals_the_jit_bit_for_bit() {
-    for name in ["tiny_relu", "mlp", "lenet", "mobilenet_ish", "resnet_ish"] {
+    let settings = [(false, 1), (true, 1), (true, 2)];
+    for (name, (kernels, threads)) in ["tiny_relu", "mlp", "lenet", "mobilenet_ish", "resnet_ish"]
+        .into_iter()
+        .flat_map(|name| settings.iter().map(move |&s| (name, s)))
+    {
         let (model, input, want) = reference(name);
-        let options = |engine| CompileOptions { engine, kernels: false, ..CompileOptions::default() };
+        let options = |engine| CompileOptions { engine, kernels, threads, ..CompileOptions::default() };
         let compile = |engine| Compiler::new(options(engine)).compile(&model);
         let jit = compile(Engine::Jit).expect("jit");
         let aot = compile(Engine::Aot).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -179,8 +190,9 @@ fn awkward_names_follow_the_identifier_rule() {
     let square = g.add_op("A_B", Op::Binary(BinaryOp::Mul), &[c, c]).expect("mul");
     g.set_outputs(vec![sum, diff, square]);
     let model = Model::from_graph("odd model", g).expect("graph verifies");
-    let dir = scratch("names");
-    let artifacts = compile_into(&model, &dir, "odd model", pools(&["work.pool"], &[]), false);
+    let tmp = scratch("names");
+    let dir = tmp.path();
+    let artifacts = compile_into(&model, dir, "odd model", pools(&["work.pool"], &[]), false);
     let ids = &artifacts.metadata.identifiers;
     assert_eq!(ids.model["odd model"], "odd_model");
     assert_eq!(ids.pools["work.pool"], "work_pool");
@@ -229,7 +241,7 @@ int main(void) {
 "#;
     std::fs::write(dir.join("main.c"), program).expect("write program");
     let exe = dir.join("names");
-    build_c_program(&[&dir.join("main.c")], &[&dir.join("odd model.o")], &dir, &exe).expect("cc");
+    build_c_program(&[&dir.join("main.c")], &[&dir.join("odd model.o")], dir, &exe).expect("cc");
     run_program(&exe, &[]);
 }
 
@@ -261,18 +273,108 @@ fn int8_convolutions_use_vnni_dot_products() {
     let mut aot = AotOptions::new("int8conv");
     aot.target_cpu = heron_jit::isa::TargetCpu::Native;
     let artifacts = Compiler::new(CompileOptions::default()).compile_aot(&model, &aot).expect("compile_aot");
-    let dir = scratch("vnni");
-    artifacts.write(&dir).expect("write artifacts");
+    let tmp = scratch("vnni");
+    let dir = tmp.path();
+    artifacts.write(dir).expect("write artifacts");
     let listing = Command::new("objdump").arg("-d").arg(dir.join("int8conv.o")).output().expect("objdump runs");
     let text = String::from_utf8_lossy(&listing.stdout);
     assert!(text.contains("vpdpbusd"), "no vpdpbusd in the int8 convolution:\n{text}");
 }
 
+/// An object compiled with the kernels runs from C with a context of libheron_threads.a, which
+/// carries them: bit-identical on 1-3 threads, through `_run_ctx` and `_run_checked_ctx`; without
+/// a context it refuses to run.
+#[test]
+fn objects_call_the_kernels_through_the_thread_pool_context() {
+    let tmp = scratch("kernels");
+    let dir = tmp.path();
+    let (model, input, want) = reference("mobilenet_ish");
+    let mut aot = AotOptions::new("net");
+    aot.kernels = true;
+    let options = CompileOptions { threads: 2, pools: pools(&["workspace"], &[]), ..CompileOptions::default() };
+    let artifacts = Compiler::new(options).compile_aot(&model, &aot).expect("compile_aot");
+    let kernels: Vec<String> = heron_jit::kernels::routines().into_iter().map(|r| r.signature.name).collect();
+    assert_eq!(artifacts.metadata.routines, kernels);
+    artifacts.write(dir).expect("write artifacts");
+    let imports = undefined_symbols(&artifacts.object).expect("object parses");
+    assert!(imports.iter().all(|s| ALLOWED_IMPORTS.contains(&s.as_str())), "kernels are not linked: {imports:?}");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../jit/threads/include");
+    std::fs::copy(include.join("heron_threads.h"), dir.join("heron_threads.h")).expect("header");
+    std::fs::write(
+        dir.join("main.c"),
+        r#"#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "net.h"
+#include "heron_threads.h"
+static float input[HERON_NET_INPUT_SIZE], first[HERON_NET_FC_111_SIZE], again[HERON_NET_FC_111_SIZE];
+int main(int argc, char** argv) {
+  FILE* f = fopen(argv[1], "rb");
+  if (!f || fread(input, 1, sizeof input, f) != sizeof input) return 10;
+  fclose(f);
+  uint8_t* ws = aligned_alloc(HERON_NET_WORKSPACE_ALIGNMENT, HERON_NET_WORKSPACE_WORKSPACE_BUFFER_SIZE);
+  if (!ws) return 11;
+  HeronInputs_net in = { .input = input };
+  HeronOutputs_net out = { .fc_111 = first };
+  HeronWorkspaces_net w = { .workspace = ws };
+  /* The kernels come from a context: none, no run. */
+  if (heron_net_run(&in, &out, &w, NULL) != HERON_ERROR_CONTEXT) return 12;
+  if (heron_net_run_ctx(&in, &out, &w, NULL, NULL) != HERON_ERROR_CONTEXT) return 13;
+  HeronThreads* one = heron_threads_new(1);
+  if (!one || heron_net_run_ctx(&in, &out, &w, NULL, heron_threads_context(one)) != HERON_OK) return 14;
+  heron_threads_free(one);
+  out.fc_111 = again;
+  for (size_t threads = 1; threads <= 3; threads++) {
+    HeronThreads* pool = heron_threads_new(threads);
+    if (!pool) return 15;
+    memset(again, 0, sizeof again);
+    if (heron_net_run_ctx(&in, &out, &w, NULL, heron_threads_context(pool)) != HERON_OK) return 16;
+    if (memcmp(again, first, sizeof first) != 0) return 17;
+    HeronInputSizes_net in_sizes = { .input = sizeof input };
+    HeronOutputSizes_net out_sizes = { .fc_111 = sizeof again };
+    HeronWorkspaceSizes_net w_sizes = { .workspace = HERON_NET_WORKSPACE_WORKSPACE_BUFFER_SIZE };
+    memset(again, 0, sizeof again);
+    if (heron_net_run_checked_ctx(&in, &in_sizes, &out, &out_sizes, &w, &w_sizes, NULL, NULL,
+                                  heron_threads_context(pool)) != HERON_OK) return 18;
+    if (memcmp(again, first, sizeof first) != 0) return 19;
+    w_sizes.workspace -= 1;
+    if (heron_net_run_checked_ctx(&in, &in_sizes, &out, &out_sizes, &w, &w_sizes, NULL, NULL,
+                                  heron_threads_context(pool)) != HERON_ERROR_SIZE) return 20;
+    heron_threads_free(pool);
+  }
+  free(ws);
+  f = fopen(argv[2], "wb");
+  if (!f || fwrite(first, 1, sizeof first, f) != sizeof first) return 21;
+  fclose(f);
+  return 0;
+}
+"#,
+    )
+    .expect("write main.c");
+    let exe = dir.join("kernels");
+    let threads = heron_ir::testing::static_library("heron_threads");
+    heron_aot::link::build_c_program_with_runtime(
+        &[&dir.join("main.c")],
+        &[&dir.join("net.o")],
+        Some(&threads),
+        dir,
+        &exe,
+    )
+    .expect("cc");
+    write_raw(&input, &dir.join("in.bin"));
+    run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
+    let got = read_raw(&dir.join("out.bin"), &want);
+    assert_float_rule(&got, &model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter")[0])
+        .expect("equals the interpreter");
+    assert_float_rule(&got, &want).expect("equals ONNX Runtime");
+}
+
 #[test]
 fn run_ctx_splits_parallel_loops_across_a_c_thread_pool() {
-    let dir = scratch("ctx");
+    let tmp = scratch("ctx");
+    let dir = tmp.path();
     let (model, input, want) = reference("mobilenet_ish");
-    let artifacts = compile_into(&model, &dir, "net", pools(&["workspace"], &[]), true);
+    let artifacts = compile_into(&model, dir, "net", pools(&["workspace"], &[]), true);
     assert!(artifacts.header.contains("int32_t heron_net_run_ctx("), "the header declares the entry");
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../jit/threads/include");
     std::fs::copy(include.join("heron_threads.h"), dir.join("heron_threads.h")).expect("header");
@@ -320,7 +422,7 @@ int main(int argc, char** argv) {
         &[&dir.join("main.c")],
         &[&dir.join("net.o")],
         Some(&threads),
-        &dir,
+        dir,
         &exe,
     )
     .expect("cc");

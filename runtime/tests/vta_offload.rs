@@ -300,9 +300,8 @@ fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
     use heron_ir::npy::read_npy;
     use heron_ir::quantize::{QuantizeOptions, quantize_model};
     use std::process::Command;
-    let dir = std::env::temp_dir().join(format!("heron-vta-aot-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("heron-vta-aot-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let reference = heron_ir::testing::shared_dir().join("reference");
     let input = read_npy(&reference.join("resnet18.input.npy")).unwrap();
     let float = std::fs::read(reference.join("resnet18.onnx")).unwrap();
@@ -345,6 +344,12 @@ fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
     assert_eq!(got, want, "the C program's output differs from the JIT's VTA run");
     let printed = String::from_utf8_lossy(&run.stdout);
     assert!(printed.contains(&counters), "counters: C printed {printed}, the JIT run had {counters}");
+    // Loaded in-process, the object gets a thread pool's context, which lists the kernels and
+    // not the region routine: the entry's id check refuses the call instead of calling a
+    // kernel with a region's arguments.
+    let loaded = Model::load_aot(&dir).unwrap();
+    let err = loaded.run(std::slice::from_ref(&input)).unwrap_err().to_string();
+    assert!(err.contains("heron_vta_region") && err.contains("does not provide"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -358,8 +363,8 @@ fn quantized_models_offload_what_vta_runs_exactly() {
         let v: Vec<f32> = ints(seed, 192, -300, 300).into_iter().map(|v| v as f32 / 100.0).collect();
         Tensor::from_vec(&[1, 3, 8, 8], v).unwrap()
     };
-    let dir = std::env::temp_dir().join(format!("heron-vta-qdq-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("heron-vta-qdq-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     for (scales, regions) in [(ScaleKind::Pow2, 4), (ScaleKind::Float, 0)] {
         let options = QuantizeOptions { scales, ..QuantizeOptions::default() };
         let (bytes, _) = quantize_model(&heron_ir::testing::onnx::small_cnn(), &[vec![x(1)]], &options).unwrap();
@@ -417,7 +422,8 @@ fn quantized_mobilenet_ish_equals_the_cpu() {
     let input = read_npy(&reference.join("mobilenet_ish.input.npy")).unwrap();
     let float = std::fs::read(reference.join("mobilenet_ish.onnx")).unwrap();
     let (bytes, _) = quantize_model(&float, &[vec![input.clone()]], &QuantizeOptions::default()).unwrap();
-    let path = std::env::temp_dir().join(format!("heron-vta-mobilenet-{}.onnx", std::process::id()));
+    let tmp = tempfile::Builder::new().prefix("heron-vta-mobilenet-").tempdir().unwrap();
+    let path = tmp.path().join("file.onnx");
     std::fs::write(&path, bytes).unwrap();
     let model = Model::load(&path).unwrap();
     let _ = std::fs::remove_file(&path);

@@ -180,7 +180,9 @@ void heron_vta_set_work_limit(uint64_t cycles);
    An object compiled by `heron compile --target vta` runs its int8 regions through a session:
    a device of the simulator (or of the driver HERON_VTA_DRIVER names) with the device memory of
    the object's VTA pools. Its entry heron_<name>_run_ctx takes the context of
-   heron_vta_context_new; heron_<name>_run (no context) returns HERON_ERROR_CONTEXT.
+   heron_vta_context_new; heron_<name>_run (no context) returns HERON_ERROR_CONTEXT. The
+   context also lists Heron's precompiled CPU kernels (this library carries them), for objects
+   compiled with `--kernels` as well.
 
      HeronVtaSession* s = heron_vta_session_new(NULL);              // default configuration
      void* vws = heron_vta_session_alloc(s, HERON_NET_VTA_WORKSPACE_WORKSPACE_BUFFER_SIZE, NULL, 0);

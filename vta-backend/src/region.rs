@@ -571,11 +571,14 @@ pub extern "C" fn heron_vta_session_last_error() -> *const std::ffi::c_char {
     LAST_ERROR.with(|e| if e.borrow().is_empty() { std::ptr::null() } else { e.borrow().as_ptr() })
 }
 
+/// The name region functions call [`heron_vta_region`] by (its routine table entry's id).
+pub const ROUTINE: &str = "heron_vta_region";
+
 /// A run context for `heron_<name>_run_ctx` of an object with VTA regions: the routine table
-/// `[heron_vta_region]`, the session in device slot 0, and parallel loops on `threads` (NULL:
-/// the calling thread).
+/// `[heron_vta_region, the kernels...]` (the JIT's order), the session in device slot 0, and
+/// parallel loops on `threads` (NULL: the calling thread).
 pub struct VtaContext {
-    routines: [*const u8; 1],
+    routines: [heron_threads::RoutineEntry; 1 + heron_threads::KERNEL_ROUTINES],
     devices: [heron_threads::DeviceHandle; 1],
     context: heron_threads::RunContext,
 }
@@ -596,7 +599,10 @@ pub unsafe extern "C" fn heron_vta_context_new(
     // SAFETY: `threads` is NULL or a live pool (the contract).
     let pool = unsafe { threads.as_ref() };
     let mut ctx = Box::new(VtaContext {
-        routines: [heron_vta_region as *const u8],
+        routines: std::array::from_fn(|k| match k {
+            0 => heron_threads::RoutineEntry::new(ROUTINE, heron_vta_region as *const u8),
+            k => heron_threads::kernel_routines()[k - 1],
+        }),
         devices: [session as heron_threads::DeviceHandle],
         context: heron_threads::RunContext::new(None, &[], &[]),
     });

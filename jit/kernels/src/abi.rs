@@ -19,6 +19,16 @@ pub const CONV2D_F32: &str = "heron_conv2d_f32";
 pub const GEMM_F32: &str = "heron_gemm_f32";
 pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 
+/// The kernels' routine table, in the one order every run context lists them
+/// (`heron_threads_context`, the JIT's, VTA's after its own routine): generated code indexes
+/// it by position, fixed when the module was compiled.
+pub const ROUTINE_NAMES: [&str; 3] = [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32];
+
+/// The entry points of [`ROUTINE_NAMES`], in that order.
+pub fn routine_addresses() -> [*const u8; 3] {
+    [heron_conv2d_f32 as *const u8, heron_gemm_f32 as *const u8, heron_maxpool2d_f32 as *const u8]
+}
+
 /// Bits of the `flags` argument: which epilogue parts apply.
 pub mod flags {
     pub const BIAS: i64 = 1;

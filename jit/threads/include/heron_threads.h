@@ -13,6 +13,11 @@
  * Link: cc prog.c mymodel.o libheron_threads.a -lpthread -ldl -lm
  * (libheron_threads.a is built by `cargo build --release -p heron-threads` into target/release/).
  *
+ * The library also carries Heron's precompiled CPU kernels (AVX-512 / AVX2, chosen from CPUID),
+ * and a pool's context lists them: an object compiled with `heron compile --kernels` calls
+ * them through it, so it runs only through heron_<name>_run_ctx with a pool's context (any
+ * thread count; without one it returns HERON_ERROR_CONTEXT).
+ *
  * One pool serves one run at a time: threads running models concurrently need a pool each. */
 #ifndef HERON_THREADS_H
 #define HERON_THREADS_H

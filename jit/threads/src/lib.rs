@@ -11,7 +11,9 @@
 //!
 //! C programs running an AOT object's `heron_<name>_run_ctx` get a context from this crate's
 //! static library (`libheron_threads.a`, declared in `include/heron_threads.h`):
-//! `heron_threads_new`, `heron_threads_context`, `heron_threads_free`.
+//! `heron_threads_new`, `heron_threads_context`, `heron_threads_free`. A pool's context also
+//! lists the precompiled kernels ([`KERNEL_ROUTINES`]), which the library carries, so objects
+//! compiled to call them (`heron compile --kernels`) run with it.
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;
@@ -39,8 +41,8 @@ pub struct RunContext {
     pub parallel_for: ParallelForFn,
     /// The pool's state; NULL runs parallel loops on the calling thread.
     shared: *const Shared,
-    /// Entry points of the precompiled routines, in the order the module was compiled with.
-    routines: *const *const u8,
+    /// The precompiled routines, in the order the module was compiled with.
+    routines: *const RoutineEntry,
     routine_count: usize,
     /// Device handles by slot, handed to routines that take one.
     devices: *const DeviceHandle,
@@ -48,7 +50,7 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// Byte offset of the routine table pointer.
+    /// Byte offset of the routine table pointer ([`RoutineEntry`] elements).
     pub const ROUTINES_OFFSET: i32 = std::mem::offset_of!(RunContext, routines) as i32;
     /// Byte offset of the device table pointer.
     pub const DEVICES_OFFSET: i32 = std::mem::offset_of!(RunContext, devices) as i32;
@@ -58,7 +60,7 @@ impl RunContext {
 
     /// A context running parallel loops on `pool` (or on the calling thread), with `routines`
     /// and `devices`, which must outlive every run given this context.
-    pub fn new(pool: Option<&ThreadPool>, routines: &[*const u8], devices: &[DeviceHandle]) -> RunContext {
+    pub fn new(pool: Option<&ThreadPool>, routines: &[RoutineEntry], devices: &[DeviceHandle]) -> RunContext {
         RunContext {
             parallel_for,
             shared: pool.map_or(std::ptr::null(), |p| Arc::as_ptr(&p.shared)),
@@ -107,11 +109,57 @@ struct Shared {
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
+/// One entry of a run context's routine table. Generated code calls entry `k` only if its `id`
+/// is the [`routine_id`] of the name it was compiled to call there; any other table (an older
+/// library, another model's context) fails the run with a status instead of calling the wrong
+/// function. A routine's name stands for its C signature: a new signature takes a new name.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct RoutineEntry {
+    pub id: u64,
+    pub address: *const u8,
+}
+
+impl RoutineEntry {
+    /// Byte offsets generated code loads from, and the entry's size.
+    pub const ID_OFFSET: i32 = std::mem::offset_of!(RoutineEntry, id) as i32;
+    pub const ADDRESS_OFFSET: i32 = std::mem::offset_of!(RoutineEntry, address) as i32;
+    pub const SIZE: usize = size_of::<RoutineEntry>();
+
+    pub fn new(name: &str, address: *const u8) -> RoutineEntry {
+        RoutineEntry { id: routine_id(name), address }
+    }
+}
+
+/// A routine's id: the 64-bit FNV-1a hash of its name (stable across builds and machines).
+pub const fn routine_id(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+    let mut k = 0;
+    while k < bytes.len() {
+        hash = (hash ^ bytes[k] as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        k += 1;
+    }
+    hash
+}
+
+/// How many routines a pool's context lists: the kernels, in `heron_kernels::abi` order.
+pub const KERNEL_ROUTINES: usize = heron_kernels::abi::ROUTINE_NAMES.len();
+
+/// The kernels' routine entries in table order, for contexts that list them after their own
+/// routines (VTA's).
+pub fn kernel_routines() -> [RoutineEntry; KERNEL_ROUTINES] {
+    let addresses = heron_kernels::abi::routine_addresses();
+    std::array::from_fn(|k| RoutineEntry::new(heron_kernels::abi::ROUTINE_NAMES[k], addresses[k]))
+}
+
 /// The calling thread plus `threads - 1` persistent workers.
 pub struct ThreadPool {
     shared: Arc<Shared>,
     joins: Vec<JoinHandle<()>>,
     context: Box<RunContext>,
+    /// The context's routine table (boxed: the context points at it).
+    _kernels: Box<[RoutineEntry; KERNEL_ROUTINES]>,
 }
 
 // SAFETY: the context's pointer targets `shared`, owned by the pool; a pool runs one job at a
@@ -157,23 +205,24 @@ impl ThreadPool {
             }
         }
         shared.workers.set(joins.iter().map(|h| h.thread().clone()).collect()).expect("set once, here");
+        let kernels = Box::new(kernel_routines());
         let context = Box::new(RunContext {
             parallel_for,
             shared: Arc::as_ptr(&shared),
-            routines: std::ptr::null(),
-            routine_count: 0,
+            routines: kernels.as_ptr(),
+            routine_count: KERNEL_ROUTINES,
             devices: std::ptr::null(),
             device_count: 0,
         });
-        Ok(ThreadPool { shared, joins, context })
+        Ok(ThreadPool { shared, joins, context, _kernels: kernels })
     }
 
     pub fn threads(&self) -> usize {
         self.shared.threads
     }
 
-    /// The context to hand to generated code that calls no precompiled routine (AOT objects);
-    /// valid while the pool lives.
+    /// The context for AOT objects: the pool's threads and the kernels as routines (the table
+    /// an object compiled with kernels indexes); valid while the pool lives.
     pub fn context(&self) -> *const RunContext {
         &*self.context
     }

@@ -32,7 +32,7 @@ use crate::layout::{activation_map, conv_weight_map, dense_weight_map, packed_bi
 use crate::partition::{Partition, RegionKind};
 
 /// The routine every region function calls.
-pub const ROUTINE: &str = "heron_vta_region";
+pub const ROUTINE: &str = heron_vta::region::ROUTINE;
 /// The target name recorded on region functions and in pool targets.
 pub const TARGET: &str = "vta";
 
