@@ -102,8 +102,8 @@ fn fuzz_random_models() {
 
 #[test]
 fn fuzz_npy() {
-    let dir = std::env::temp_dir().join(format!("heron-fuzz-npy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let tmp = tempfile::Builder::new().prefix("heron-fuzz-npy-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let samples = [
         Tensor::from_vec::<f32>(&[2, 3], vec![1.0; 6]).unwrap(),
         Tensor::from_vec::<i64>(&[0, 4], vec![]).unwrap(),

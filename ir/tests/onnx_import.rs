@@ -484,8 +484,8 @@ fn external_data_is_read_beside_the_model_and_nowhere_else() {
     use heron_ir::onnx::load_model;
     use heron_ir::onnx::proto::StringStringEntryProto;
     use heron_ir::testing::onnx::OnnxModel;
-    let dir = std::env::temp_dir().join(format!("heron-external-data-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::Builder::new().prefix("heron-external-data-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     std::fs::create_dir_all(dir.join("model")).unwrap();
     let bias: Vec<f32> = vec![1.5, -2.0, 0.25];
     let mut data = vec![7u8; 16]; // a header the offset skips

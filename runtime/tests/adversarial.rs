@@ -34,11 +34,9 @@ struct Outcome {
     elapsed: Duration,
 }
 
-fn scratch() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("heron-adversarial-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
+/// A fresh directory, removed when the value drops.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("heron-adversarial-").tempdir().expect("scratch dir")
 }
 
 /// Runs one case in one mode; `Err` describes a failure of the promise.
@@ -136,7 +134,8 @@ fn compare(dir: &Path, case: &AdversarialCase) -> Result<(), String> {
 fn hostile_models_fail_cleanly_or_run_correctly() {
     let full = std::env::var_os("HERON_ADVERSARIAL_FULL").is_some();
     let cases = corpus(if full { Scale::FULL } else { Scale::CI });
-    let dir = scratch();
+    let tmp = scratch();
+    let dir = tmp.path();
     for case in &cases {
         std::fs::write(dir.join(format!("{}.onnx", case.name)), &case.model).expect("write model");
         for (i, t) in case.inputs.iter().enumerate() {
@@ -158,7 +157,7 @@ fn hostile_models_fail_cleanly_or_run_correctly() {
                         *n - 1
                     };
                     let Some(&(c, mode)) = jobs.get(k) else { break };
-                    let r = run(&dir, &cases[c], mode);
+                    let r = run(dir, &cases[c], mode);
                     results.lock().unwrap().push((c, mode, r));
                 }
             });
@@ -177,7 +176,7 @@ fn hostile_models_fail_cleanly_or_run_correctly() {
     for (c, case) in cases.iter().enumerate() {
         if outcome(c, Mode::Interp).is_some_and(|o| o.ok)
             && outcome(c, Mode::Jit).is_some_and(|o| o.ok)
-            && let Err(e) = compare(&dir, case)
+            && let Err(e) = compare(dir, case)
         {
             failures.push(format!("{}: {e}", case.name));
         }
@@ -186,7 +185,7 @@ fn hostile_models_fail_cleanly_or_run_correctly() {
     for (t, what) in slowest.iter().take(8) {
         println!("slowest: {what} {:.2} s", t.as_secs_f64());
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     assert!(
         failures.is_empty(),
         "{} of {} runs broke the promise:\n{}",

@@ -22,10 +22,28 @@ fn mlp() -> PathBuf {
     shared().join("reference/mlp.onnx")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("heron-bad-input-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A path in a fresh directory, removed (with whatever was written there) when this drops.
+struct ScratchFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for ScratchFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for ScratchFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn scratch(name: &str) -> ScratchFile {
+    let dir = tempfile::Builder::new().prefix("heron-bad-input-").tempdir().unwrap();
+    ScratchFile { path: dir.path().join(name), _dir: dir }
 }
 
 /// Runs `heron args...` and checks it fails cleanly with an error mentioning every `needle`.
@@ -90,7 +108,7 @@ fn graph(nodes: Vec<NodeProto>, inits: Vec<TensorProto>) -> GraphProto {
     }
 }
 
-fn write_model(name: &str, m: &ModelProto) -> PathBuf {
+fn write_model(name: &str, m: &ModelProto) -> ScratchFile {
     let p = scratch(name);
     std::fs::write(&p, m.encode_to_vec()).unwrap();
     p
@@ -300,7 +318,7 @@ fn value_defined_twice() {
     fails_with(&["run", s(&p)], &["'y'", "more than once"]);
 }
 
-fn write_input(name: &str, t: &Tensor) -> PathBuf {
+fn write_input(name: &str, t: &Tensor) -> ScratchFile {
     let p = scratch(name);
     write_npy(&p, t).unwrap();
     p

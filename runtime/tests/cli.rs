@@ -44,7 +44,8 @@ fn builtin_model_is_deterministic_and_sums_to_one() {
 /// `cargo test -- --ignored`.
 fn check_reference(name: &str) {
     let dir = shared().join("reference");
-    let out_dir = std::env::temp_dir().join(format!("heron-cli-{name}-{}", std::process::id()));
+    let tmp = tempfile::Builder::new().prefix(&format!("heron-cli-{name}-")).tempdir().unwrap();
+    let out_dir = tmp.path().to_path_buf();
     let model = dir.join(format!("{name}.onnx"));
     let input = dir.join(format!("{name}.input.npy"));
     heron(&[
@@ -148,7 +149,8 @@ fn lower_prints_every_stage_and_inspect_reports_workspace() {
 #[test]
 fn compile_writes_object_header_metadata_and_parameter_blobs() {
     let model = shared().join("reference/mlp.onnx");
-    let out_dir = std::env::temp_dir().join(format!("heron-cli-compile-{}", std::process::id()));
+    let tmp = tempfile::Builder::new().prefix("heron-cli-compile-").tempdir().unwrap();
+    let out_dir = tmp.path().to_path_buf();
     let (model, dir) = (model.to_str().unwrap(), out_dir.to_str().unwrap());
     let out = heron(&[
         "compile",
@@ -197,7 +199,8 @@ fn vta_disasm_prints_a_raw_stream() {
     // LOAD WGT with push_next, a compute NOP, FINISH and an undefined opcode (the golden words).
     let words: [(u64, u64); 4] = [(0x00001000800000c0, 0x0000000100010001), (0x18, 0), (3, 0), (7, 0)];
     let bytes: Vec<u8> = words.iter().flat_map(|(lo, hi)| [lo.to_le_bytes(), hi.to_le_bytes()].concat()).collect();
-    let path = std::env::temp_dir().join(format!("heron-cli-vta-{}.bin", std::process::id()));
+    let tmp = tempfile::Builder::new().prefix("heron-cli-vta-").tempdir().unwrap();
+    let path = tmp.path().join("file.bin");
     std::fs::write(&path, bytes).unwrap();
     let out = heron(&["vta", "disasm", path.to_str().unwrap()]);
     assert!(out.contains("LOAD WGT sram 0 dram 0x40020 y 1 x 1 stride 1"), "{out}");
@@ -232,8 +235,8 @@ fn lower_prints_the_target_stage() {
 #[test]
 fn quantize_writes_a_qdq_model_that_runs() {
     let reference = heron_ir::testing::shared_dir().join("reference");
-    let dir = std::env::temp_dir().join(format!("heron-quantize-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let tmp = tempfile::Builder::new().prefix("heron-quantize-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     // Two samples in one file: the input's batch of 1, twice along the leading axis.
     let x = read_npy(&reference.join("lenet.input.npy")).expect("input");
     let mut both = x.to_le_bytes();
@@ -273,8 +276,8 @@ fn quantize_writes_a_qdq_model_that_runs() {
 #[test]
 fn output_files_never_overwrite_each_other() {
     use heron_ir::testing::onnx::OnnxModel;
-    let dir = std::env::temp_dir().join(format!("heron-cli-names-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("heron-cli-names-").tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     // Four outputs whose names map to the same file name, and a second "_2" taken already.
     let names = ["a:b", "a/b", "a_b_2", "A_B"];
     let mut m = OnnxModel::new(13);

@@ -14,10 +14,9 @@ use heron_ir::testing::{assert_float_rule, shared_dir};
 use heron_runtime::{CompileOptions, DynamicModel, Model};
 use prost::Message;
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("heron-dyn-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed when the value drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("heron-dyn-{name}-")).tempdir().unwrap()
 }
 
 fn make_batch_symbolic(v: &mut ValueInfoProto) {
@@ -65,8 +64,9 @@ fn reference() -> (Tensor, Tensor) {
 
 #[test]
 fn api_compiles_once_per_shape_and_matches_onnx_runtime() {
-    let dir = scratch("api");
-    let path = dynamic_resnet18(&dir);
+    let tmp = scratch("api");
+    let dir = tmp.path();
+    let path = dynamic_resnet18(dir);
     let (x, want) = reference();
     let options = CompileOptions { threads: 1, ..CompileOptions::default() };
     let model = DynamicModel::load(&path, ImportOptions::default(), options).unwrap();
@@ -92,8 +92,9 @@ fn heron(args: &[&str]) -> (bool, String) {
 
 #[test]
 fn cli_takes_the_batch_from_the_input_or_from_flags() {
-    let dir = scratch("cli");
-    let path = dynamic_resnet18(&dir);
+    let tmp = scratch("cli");
+    let dir = tmp.path();
+    let path = dynamic_resnet18(dir);
     let model = path.to_str().unwrap();
     let (x, want) = reference();
     for n in [1, 4] {

@@ -7,7 +7,7 @@
 //! seconds); `HERON_STRESS=1` runs all eleven (the hardest spend the whole default budget, about
 //! half a minute each).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -17,10 +17,9 @@ fn shared() -> PathBuf {
         .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("heron-plan-reproducible-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
+/// A fresh directory, removed when the value drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("heron-plan-reproducible-{name}-")).tempdir().expect("scratch directory")
 }
 
 /// Runs heron (under `taskset -c 0` when `one_core`, if taskset exists); returns stdout.
@@ -67,7 +66,8 @@ fn minimalloc_instances_plan_the_same_within_capacity() {
     let path = shared().join("benchmarks/planner/minimalloc_challenging.json");
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("benchmark")).unwrap();
     let all = std::env::var_os("HERON_STRESS").is_some();
-    let dir = scratch("minimalloc");
+    let tmp = scratch("minimalloc");
+    let dir = tmp.path();
     let taskset = has_taskset();
     for instance in doc["instances"].as_array().expect("instances") {
         let id = instance["id"].as_str().expect("id");
@@ -99,7 +99,7 @@ fn minimalloc_instances_plan_the_same_within_capacity() {
 #[test]
 fn the_same_model_compiles_to_the_same_object() {
     let model = shared().join("reference/mobilenet_ish.onnx");
-    let compile = |out: &PathBuf| {
+    let compile = |out: &Path| {
         heron(
             &[
                 "compile",
@@ -116,9 +116,10 @@ fn the_same_model_compiles_to_the_same_object() {
             false,
         )
     };
-    let (a, b) = (scratch("aot-a"), scratch("aot-b"));
-    compile(&a);
-    compile(&b);
+    let (tmp_a, tmp_b) = (scratch("aot-a"), scratch("aot-b"));
+    let (a, b) = (tmp_a.path(), tmp_b.path());
+    compile(a);
+    compile(b);
     for file in ["net.o", "net.h", "net.json"] {
         let (x, y) = (std::fs::read(a.join(file)).expect("first"), std::fs::read(b.join(file)).expect("second"));
         assert!(x == y, "{file} differs between two compiles");

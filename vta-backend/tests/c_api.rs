@@ -12,7 +12,8 @@ fn c_program_drives_the_c_abi() {
     let lib = deps.join("libheron_vta.so");
     assert!(lib.exists(), "{} missing: cargo builds the cdylib with the test", lib.display());
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = std::env::temp_dir().join(format!("heron-vta-c-api-{}", std::process::id()));
+    let tmp = tempfile::Builder::new().prefix("heron-vta-c-api-").tempdir().unwrap();
+    let exe = tmp.path().join("c_api");
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let out = Command::new(cc)
         .args(["-std=c11", "-O1", "-Wall", "-Werror", "-o"])
