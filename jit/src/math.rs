@@ -52,10 +52,9 @@ fn horner(b: &mut FunctionBuilder<'_>, ty: Type, x: Value, coeffs: &[f32]) -> Va
     acc
 }
 
-/// 2^n for integral `n` in [-252, 254], as two factors so neither exponent overflows.
-fn pow2(b: &mut FunctionBuilder<'_>, ty: Type, n: Value) -> (Value, Value) {
+/// 2^n for the integer `ni` in [-252, 254], as two factors so neither exponent overflows.
+fn pow2(b: &mut FunctionBuilder<'_>, ty: Type, ni: Value) -> (Value, Value) {
     let ity = int_type(ty);
-    let ni = b.ins().fcvt_to_sint_sat(ity, n);
     let one = b.ins().iconst(I32, 1);
     let half = b.ins().sshr(ni, one);
     let rest = b.ins().isub(ni, half);
@@ -70,16 +69,31 @@ fn pow2(b: &mut FunctionBuilder<'_>, ty: Type, n: Value) -> (Value, Value) {
 }
 
 /// e^x (Cody-Waite range reduction, then a degree-6 polynomial on [-ln2/2, ln2/2]).
+///
+/// Compares and selects clamp the argument and a magic-number add rounds `x·log2 e` to the
+/// nearest integer and gives its bits: the same values as `fmin`/`fmax`, `nearest` and a
+/// float-to-int conversion, which Cranelift lowers (NaN- and overflow-exact) to several
+/// instructions each on vectors.
 pub fn exp(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
     const HI: f32 = 88.722_84;
     const LO: f32 = -103.972_08;
+    // 1.5 · 2^23: adding it rounds |t| < 2^22 to an integer (ties to even, the default
+    // rounding mode), which then sits in the low mantissa bits.
+    const MAGIC: f32 = 12_582_912.0;
     let (hi, lo) = (fconst(b, ty, HI), fconst(b, ty, LO));
-    // fmin/fmax propagate NaN, so NaN flows through to the result.
-    let xc = b.ins().fmin(x, hi);
-    let xc = b.ins().fmax(xc, lo);
+    // A NaN compares false both times, so it flows through to the result.
+    let above = b.ins().fcmp(FloatCC::GreaterThan, x, hi);
+    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
+    let xc = select_by(b, ty, above, hi, x);
+    let xc = select_by(b, ty, below, lo, xc);
     let log2e = fconst(b, ty, std::f32::consts::LOG2_E);
     let t = b.ins().fmul(xc, log2e);
-    let n = b.ins().nearest(t);
+    let magic = fconst(b, ty, MAGIC);
+    let shifted = b.ins().fadd(t, magic);
+    let n = b.ins().fsub(shifted, magic);
+    let ni = bitcast(b, int_type(ty), shifted);
+    let magic_bits = iconst(b, int_type(ty), i64::from(MAGIC.to_bits()));
+    let ni = b.ins().isub(ni, magic_bits);
     let (c1, c2) = (fconst(b, ty, 0.693_359_4), fconst(b, ty, -2.121_944_4e-4));
     let m1 = b.ins().fmul(n, c1);
     let r = b.ins().fsub(xc, m1);
@@ -91,14 +105,12 @@ pub fn exp(b: &mut FunctionBuilder<'_>, ty: Type, x: Value) -> Value {
     let p = b.ins().fadd(p, r);
     let one = fconst(b, ty, 1.0);
     let e = b.ins().fadd(p, one);
-    let (s1, s2) = pow2(b, ty, n);
+    let (s1, s2) = pow2(b, ty, ni);
     let e = b.ins().fmul(e, s1);
     let e = b.ins().fmul(e, s2);
     let inf = fconst(b, ty, f32::INFINITY);
     let zero = fconst(b, ty, 0.0);
-    let above = b.ins().fcmp(FloatCC::GreaterThan, x, hi);
     let e = select_by(b, ty, above, inf, e);
-    let below = b.ins().fcmp(FloatCC::LessThan, x, lo);
     select_by(b, ty, below, zero, e)
 }
 

@@ -40,3 +40,32 @@ fn reference_models_match_with_kernels_on_and_off() {
         assert_float_rule(&run(false, 1), &want).unwrap_or_else(|e| panic!("{name} without kernels: {e}"));
     }
 }
+
+/// A depthwise 5x5 window padded by 2 on a 7x7 plane (EfficientNet's last stages; the padded
+/// copy is 2.5x the input) runs as a kernel; a padding far larger than the plane keeps guarded
+/// generated code (no scratch dwarfing the tensors). Both match the interpreter.
+#[test]
+fn small_planes_with_wide_padding() {
+    use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, Window};
+    let c = 48;
+    for (pad, calls) in [(2, 1), (9, 0)] {
+        let mut window = Window::dense(vec![5, 5]);
+        window.pads_begin = vec![pad, pad];
+        window.pads_end = vec![pad, pad];
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, 7, 7]));
+        let values = |n: usize, seed: usize| (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect();
+        let w = g.add_constant("w", Tensor::from_vec(&[c, 1, 5, 5], values(c * 25, 1)).expect("weights"));
+        let y = g.add_op("dw", Op::Conv(ConvAttrs { window, group: c }), &[x, w]).expect("conv");
+        g.set_outputs(vec![y]);
+        let model = Model::from_graph("dw", g).expect("model");
+        if KernelConfig::host(1).is_some() {
+            assert_eq!(kernel_calls(&model, KernelConfig::host(1)), calls, "pad {pad}");
+        }
+        let input = Tensor::from_vec(&[1, c, 7, 7], values(c * 49, 2)).expect("input");
+        let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter").remove(0);
+        let got = Compiler::new(CompileOptions::default()).compile(&model).expect("compile");
+        let got = got.run(std::slice::from_ref(&input)).expect("run").remove(0);
+        assert_float_rule(&got, &want).unwrap_or_else(|e| panic!("pad {pad}: {e}"));
+    }
+}
