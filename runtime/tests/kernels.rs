@@ -47,7 +47,7 @@ fn reference_models_match_with_kernels_on_and_off() {
 #[test]
 fn small_planes_with_wide_padding() {
     use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, Window};
-    let c = 48;
+    let c = 256;
     for (pad, calls) in [(2, 1), (9, 0)] {
         let mut window = Window::dense(vec![5, 5]);
         window.pads_begin = vec![pad, pad];
