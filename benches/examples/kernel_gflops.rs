@@ -4,7 +4,7 @@
 //! `cargo run --release -p heron-benches --example kernel_gflops [N] [RUNS] [CHANNELS] [SIZE]`.
 //! First, the precompiled f32 GEMM called directly on each ISA this CPU has, against that
 //! ISA's measured FMA peak (one thread), then the precompiled convolution on the layer shapes
-//! of ResNet-18 and MobileNet-v2 (one thread, the best ISA).
+//! of ResNet-18 and MobileNet-v2 (one thread, the best ISA), and the elementwise routine on SiLU.
 
 use std::time::Instant;
 
@@ -167,6 +167,27 @@ fn direct_convs(runs: usize) {
     }
 }
 
+/// SiLU (`x · sigmoid(x)`) on a MobileNet-sized activation (96 × 112 × 112) by the elementwise
+/// routine on each ISA this CPU has (one thread), in elements per nanosecond.
+fn elementwise(runs: usize) {
+    use heron_kernels::elementwise::{MapOp, Operand, Program, map_share};
+    let n = 96 * 112 * 112;
+    let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 2001) as f32 / 100.0 - 10.0).collect();
+    let mut y = vec![0.0; n];
+    let silu = Program::new(&[MapOp::Input(0), MapOp::Input(0), MapOp::Sigmoid, MapOp::Mul], &[]).expect("program");
+    for isa in Isa::available() {
+        let seconds = median_seconds(runs, || {
+            map_share(isa, &silu, &[(&x, Operand::Full)], &mut y, (1, n), (0, 1)).expect("map")
+        });
+        println!(
+            "kernel silu {n} elements {}: median {:.3} ms, {:.2} elements/ns",
+            isa.name(),
+            seconds * 1e3,
+            n as f64 / seconds / 1e9
+        );
+    }
+}
+
 /// The zero points of an integer kernel: the input's 128 (u8), the weights' 0 (i8).
 fn zero_points(g: &mut Graph) -> (ValueId, ValueId) {
     let zx = g.add_constant("zx", Tensor::from_vec::<u8>(&[], vec![128]).expect("scalar"));
@@ -186,6 +207,7 @@ fn main() {
     let conv = Op::Conv(ConvAttrs { window: window.clone(), group: 1 });
     direct_gemm(n, runs);
     direct_convs(runs * 5);
+    elementwise(runs);
     let conv_ops = 2.0 * (c * c * 9 * hw * hw) as f64;
     let matmul_ops = 2.0 * (n * n * n) as f64;
 

@@ -30,8 +30,9 @@ use heron_ir::loop_ir::{
 };
 use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
-use heron_kernels::abi::{CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, flags};
+use heron_kernels::abi::{CONV2D_F32, GEMM_F32, MAP_F32, MAXPOOL2D_F32, flags};
 use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
+use heron_kernels::elementwise::{Operand, Program, map_share};
 use heron_kernels::gemm;
 use heron_kernels::pool::{max_pool2d_share, window_dims, window_from_dims};
 
@@ -69,6 +70,7 @@ pub fn routines() -> Vec<Routine> {
         CONV2D_F32 => [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat(),
         GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
+        MAP_F32 => [vec![B; 4], vec![I64; 6], vec![F32; 4], vec![I64; 2]].concat(),
         other => unreachable!("kernel routine '{other}' has no signature"),
     };
     heron_kernels::abi::ROUTINE_NAMES
@@ -96,6 +98,8 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             apply(plan, f, main, config);
         } else if let Some(pool) = match_max_pool(f) {
             apply_max_pool(pool, f, config);
+        } else if let Some(map) = crate::elementwise::match_map(f) {
+            crate::elementwise::apply_map(map, f, config);
         }
     }
 }
@@ -953,6 +957,27 @@ impl Externs for KernelExterns {
                 let mut out = floats(&args[1])?;
                 let r = max_pool2d_share(isa, &geo, &x, &mut out, (d[14], d[15]));
                 (1, r.map(|()| out))
+            }
+            MAP_F32 if args.len() == 16 => {
+                let isa = isa_of(&args[4])?;
+                let d = ints(&args[5..8])?;
+                let words = match (&args[8], &args[9]) {
+                    (ExternArg::Int(lo), ExternArg::Int(hi)) => [*lo, *hi],
+                    _ => return Err("expected the program's two words".into()),
+                };
+                let consts = [float(&args[10])?, float(&args[11])?, float(&args[12])?, float(&args[13])?];
+                let t = ints(&args[14..16])?;
+                let program = Program::decode(words, consts).map_err(|e| e.to_string())?;
+                let (rows, cols, per_row) = (d[0], d[1], d[2]);
+                let inputs = [floats(&args[1])?, floats(&args[2])?, floats(&args[3])?];
+                let operands: Vec<(&[f32], Operand)> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, v)| (&v[..], if per_row >> k & 1 == 1 { Operand::PerRow } else { Operand::Full }))
+                    .collect();
+                let mut out = floats(&args[0])?;
+                let r = map_share(isa, &program, &operands, &mut out, (rows, cols), (t[0], t[1]));
+                (0, r.map(|()| out))
             }
             _ => return Err(format!("no kernel routine '{name}' with {} arguments", args.len())),
         };

@@ -10,6 +10,7 @@
 //! products for VNNI), run before planning.
 
 pub mod codegen;
+mod elementwise;
 pub mod int8;
 pub mod isa;
 pub mod jit;

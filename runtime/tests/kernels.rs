@@ -69,3 +69,52 @@ fn small_planes_with_wide_padding() {
         assert_float_rule(&got, &want).unwrap_or_else(|e| panic!("pad {pad}: {e}"));
     }
 }
+
+/// EfficientNet's block tail: SiLU (`x · sigmoid(x)`) after a convolution runs as the
+/// elementwise routine; the squeeze-excitation gate after it (`x · sigmoid(mean(x))`, its
+/// sigmoid fused into the mean, the scale plain arithmetic) stays generated code. The model
+/// matches the interpreter on 1 and 2 threads, with values past `exp`'s range, infinities and
+/// NaN among the inputs.
+#[test]
+fn sigmoid_tails_run_as_the_elementwise_routine() {
+    use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
+    let (c, size) = (24, 9);
+    let values = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
+    };
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, size, size]));
+    let w = g.add_constant("w", Tensor::from_vec(&[c, c, 1, 1], values(c * c, 1)).expect("weights"));
+    let y =
+        g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).expect("conv");
+    let s = g.add_op("sigmoid", Op::Unary(UnaryOp::Sigmoid), &[y]).expect("sigmoid");
+    let silu = g.add_op("silu", Op::Binary(BinaryOp::Mul), &[y, s]).expect("mul");
+    let mean = g.add_op("mean", Op::GlobalAveragePool, &[silu]).expect("mean");
+    let gate = g.add_op("gate", Op::Unary(UnaryOp::Sigmoid), &[mean]).expect("gate");
+    let out = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[silu, gate]).expect("scale");
+    // SiLU's output too: the NaN input makes every channel's mean NaN.
+    g.set_outputs(vec![silu, out]);
+    let model = Model::from_graph("silu_se", g).expect("model");
+    let maps = |module: &str| module.matches("call extern \"heron_map_f32\"").count();
+    if KernelConfig::host(1).is_some() {
+        let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
+        let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
+        let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+        assert_eq!(maps(&text), 1, "SiLU becomes a routine call:\n{text}");
+    }
+    let mut input = values(c * size * size, 2).into_iter().map(|v| v * 400.0).collect::<Vec<f32>>();
+    input[5] = f32::INFINITY;
+    input[17] = f32::NEG_INFINITY;
+    input[40] = f32::NAN;
+    let input = Tensor::from_vec(&[1, c, size, size], input).expect("input");
+    let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter");
+    for threads in [1, 2] {
+        let compiled =
+            Compiler::new(CompileOptions { threads, ..CompileOptions::default() }).compile(&model).expect("compile");
+        let got = compiled.run(std::slice::from_ref(&input)).expect("run");
+        for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+            heron_ir::testing::assert_engines_agree(got, want)
+                .unwrap_or_else(|e| panic!("output {k}, {threads} threads: {e}"));
+        }
+    }
+}

@@ -11,6 +11,7 @@
 
 use crate::Isa;
 use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
+use crate::elementwise::{MAX_INPUTS, Operand, Program, map_raw};
 use crate::gemm::{Epilogue, sgemm_share};
 use crate::pool::{max_pool2d_share, window_from_dims};
 
@@ -18,15 +19,21 @@ use crate::pool::{max_pool2d_share, window_from_dims};
 pub const CONV2D_F32: &str = "heron_conv2d_f32";
 pub const GEMM_F32: &str = "heron_gemm_f32";
 pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
+pub const MAP_F32: &str = "heron_map_f32";
 
 /// The kernels' routine table, in the one order every run context lists them
 /// (`heron_threads_context`, the JIT's, VTA's after its own routine): generated code indexes
 /// it by position, fixed when the module was compiled.
-pub const ROUTINE_NAMES: [&str; 3] = [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32];
+pub const ROUTINE_NAMES: [&str; 4] = [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, MAP_F32];
 
 /// The entry points of [`ROUTINE_NAMES`], in that order.
-pub fn routine_addresses() -> [*const u8; 3] {
-    [heron_conv2d_f32 as *const u8, heron_gemm_f32 as *const u8, heron_maxpool2d_f32 as *const u8]
+pub fn routine_addresses() -> [*const u8; 4] {
+    [
+        heron_conv2d_f32 as *const u8,
+        heron_gemm_f32 as *const u8,
+        heron_maxpool2d_f32 as *const u8,
+        heron_map_f32 as *const u8,
+    ]
 }
 
 /// Bits of the `flags` argument: which epilogue parts apply.
@@ -245,4 +252,47 @@ pub unsafe extern "C" fn heron_maxpool2d_f32(
     unsafe {
         let _ = max_pool2d_share(isa, &geo, view(x, x_len), view_mut(out, out_len), (task, tasks));
     }
+}
+
+/// `out[r, c] = program(inputs...)` over a row-major `rows × cols` output, share `task` of
+/// `tasks`: the program as [`Program::encode`]'s two words and its four constants; bit `k` of
+/// `per_row` makes input `k` one value per row ([`Operand::PerRow`]). Inputs the program does
+/// not read may be NULL. An invalid program or shape computes nothing.
+///
+/// # Safety
+/// Each input the program reads holds its operand's elements, `out` holds `rows × cols`, and
+/// an input either does not overlap `out` or is `out` itself; concurrent calls differ in `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_map_f32(
+    out: *mut f32,
+    in0: *const f32,
+    in1: *const f32,
+    in2: *const f32,
+    isa: i64,
+    rows: i64,
+    cols: i64,
+    per_row: i64,
+    ops_lo: i64,
+    ops_hi: i64,
+    c0: f32,
+    c1: f32,
+    c2: f32,
+    c3: f32,
+    task: i64,
+    tasks: i64,
+) {
+    let Some(isa) = Isa::from_code(isa) else { return };
+    let Some([rows, cols, task, tasks]) = sizes([rows, cols, task, tasks]) else { return };
+    let Ok(program) = Program::decode([ops_lo, ops_hi], [c0, c1, c2, c3]) else { return };
+    if task >= tasks || rows.checked_mul(cols).is_none() || out.is_null() {
+        return;
+    }
+    let pointers = [in0, in1, in2];
+    let mut inputs = [(std::ptr::null(), Operand::Full); MAX_INPUTS];
+    for (k, (slot, p)) in inputs.iter_mut().zip(pointers).enumerate() {
+        *slot = (p, if per_row >> k & 1 == 1 { Operand::PerRow } else { Operand::Full });
+    }
+    // SAFETY: the caller's promise above; `map_raw` reads only inputs the program names.
+    unsafe { map_raw(isa, &program, inputs, out, (rows, cols), (task, tasks)) }
 }

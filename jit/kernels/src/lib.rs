@@ -24,6 +24,7 @@ pub mod abi;
 pub mod conv;
 mod depthwise;
 mod direct;
+pub mod elementwise;
 pub mod gemm;
 pub mod peak;
 pub mod pool;
@@ -102,6 +103,8 @@ pub enum KernelError {
     Geometry(&'static str),
     #[error("task {task} of {tasks}: the task must be below a positive task count")]
     Share { task: usize, tasks: usize },
+    #[error("bad elementwise program: {0}")]
+    Program(&'static str),
 }
 
 fn need(what: &'static str, got: usize, need: usize) -> Result<(), KernelError> {

@@ -1,0 +1,722 @@
+//! Elementwise functions at the full vector width. Generated code computes activations such as
+//! SiLU (`x · sigmoid(x)`), hard-swish or a squeeze-excitation scale four lanes at a time;
+//! here a small [`Program`] (a stack machine over at most [`MAX_INPUTS`] inputs and
+//! [`MAX_CONSTS`] constants) runs on blocks of four vectors of 16 (AVX-512) or 8 (AVX2) lanes.
+//!
+//! The output is `rows × cols`, row-major. An input is either the same shape ([`Operand::Full`])
+//! or one value per row broadcast along it ([`Operand::PerRow`]: a per-channel scale over a
+//! channel's plane). Every ISA computes each element with the same operations in the same
+//! order (fused multiply-adds in `exp`), so they give the same bits; `min`/`max` propagate NaN
+//! and otherwise pick as `a < b ? a : b` / `a > b ? a : b`.
+
+use crate::{Isa, KernelError, check_share, share};
+
+pub const MAX_OPS: usize = 16;
+pub const MAX_INPUTS: usize = 3;
+pub const MAX_CONSTS: usize = 4;
+/// The deepest stack a program may use.
+const MAX_DEPTH: usize = 4;
+/// Elements per block: four vectors of the widest ISA.
+const BLOCK: usize = 64;
+
+/// One step of a [`Program`]: push an operand, or replace the top one or two values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapOp {
+    Input(u8),
+    Const(u8),
+    Neg,
+    Abs,
+    Sqrt,
+    Exp,
+    Sigmoid,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Min,
+    Max,
+}
+
+impl MapOp {
+    fn code(self) -> u8 {
+        match self {
+            MapOp::Input(k) => 0x10 | k,
+            MapOp::Const(k) => 0x20 | k,
+            MapOp::Neg => 0x30,
+            MapOp::Abs => 0x31,
+            MapOp::Sqrt => 0x32,
+            MapOp::Exp => 0x33,
+            MapOp::Sigmoid => 0x34,
+            MapOp::Add => 0x40,
+            MapOp::Sub => 0x41,
+            MapOp::Mul => 0x42,
+            MapOp::Div => 0x43,
+            MapOp::Min => 0x44,
+            MapOp::Max => 0x45,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<MapOp> {
+        Some(match code {
+            0x10..=0x1f => MapOp::Input(code & 0xf),
+            0x20..=0x2f => MapOp::Const(code & 0xf),
+            0x30 => MapOp::Neg,
+            0x31 => MapOp::Abs,
+            0x32 => MapOp::Sqrt,
+            0x33 => MapOp::Exp,
+            0x34 => MapOp::Sigmoid,
+            0x40 => MapOp::Add,
+            0x41 => MapOp::Sub,
+            0x42 => MapOp::Mul,
+            0x43 => MapOp::Div,
+            0x44 => MapOp::Min,
+            0x45 => MapOp::Max,
+            _ => return None,
+        })
+    }
+
+    /// Values it pops and pushes.
+    fn arity(self) -> (usize, usize) {
+        match self {
+            MapOp::Input(_) | MapOp::Const(_) => (0, 1),
+            MapOp::Neg | MapOp::Abs | MapOp::Sqrt | MapOp::Exp | MapOp::Sigmoid => (1, 1),
+            _ => (2, 1),
+        }
+    }
+}
+
+/// A checked program: it reads inputs below [`MAX_INPUTS`] and constants below
+/// [`MAX_CONSTS`], never pops an empty stack nor grows it past its depth limit, and leaves
+/// exactly one value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Program {
+    ops: [MapOp; MAX_OPS],
+    len: usize,
+    consts: [f32; MAX_CONSTS],
+}
+
+impl Program {
+    pub fn new(ops: &[MapOp], consts: &[f32]) -> Result<Program, KernelError> {
+        let bad = |why| Err(KernelError::Program(why));
+        if ops.is_empty() || ops.len() > MAX_OPS {
+            return bad("it takes 1 to 16 operations");
+        }
+        if consts.len() > MAX_CONSTS {
+            return bad("it takes at most 4 constants");
+        }
+        let mut depth = 0usize;
+        for &op in ops {
+            match op {
+                MapOp::Input(k) if usize::from(k) >= MAX_INPUTS => return bad("an input index is past 2"),
+                MapOp::Const(k) if usize::from(k) >= consts.len() => {
+                    return bad("a constant index is past its constants");
+                }
+                _ => {}
+            }
+            let (pops, pushes) = op.arity();
+            if depth < pops {
+                return bad("an operation pops an empty stack");
+            }
+            depth = depth - pops + pushes;
+            if depth > MAX_DEPTH {
+                return bad("the stack grows past 4 values");
+            }
+        }
+        if depth != 1 {
+            return bad("it must leave exactly one value");
+        }
+        let mut program = Program { ops: [MapOp::Neg; MAX_OPS], len: ops.len(), consts: [0.0; MAX_CONSTS] };
+        program.ops[..ops.len()].copy_from_slice(ops);
+        program.consts[..consts.len()].copy_from_slice(consts);
+        Ok(program)
+    }
+
+    pub fn ops(&self) -> &[MapOp] {
+        &self.ops[..self.len]
+    }
+
+    /// The constants, unused ones zero.
+    pub fn consts(&self) -> [f32; MAX_CONSTS] {
+        self.consts
+    }
+
+    /// The operations as two words of eight one-byte codes (zero ends the program), as the
+    /// entry point takes them.
+    pub fn encode(&self) -> [i64; 2] {
+        let mut words = [0u64; 2];
+        for (k, op) in self.ops().iter().enumerate() {
+            words[k / 8] |= u64::from(op.code()) << (8 * (k % 8));
+        }
+        words.map(|w| w as i64)
+    }
+
+    /// The program [`Program::encode`] gave `words` for, with its constants.
+    pub fn decode(words: [i64; 2], consts: [f32; MAX_CONSTS]) -> Result<Program, KernelError> {
+        let mut ops = [MapOp::Neg; MAX_OPS];
+        let mut len = 0;
+        for k in 0..MAX_OPS {
+            let code = ((words[k / 8] as u64) >> (8 * (k % 8))) as u8;
+            if code == 0 {
+                break;
+            }
+            ops[k] = MapOp::from_code(code).ok_or(KernelError::Program("an unknown operation code"))?;
+            len += 1;
+        }
+        Program::new(&ops[..len], &consts)
+    }
+}
+
+/// How an input lines up with the output's elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operand {
+    /// `rows × cols`, as the output.
+    Full,
+    /// One value per row.
+    PerRow,
+}
+
+impl Operand {
+    fn len(self, rows: usize, cols: usize) -> Result<usize, KernelError> {
+        match self {
+            Operand::Full => rows.checked_mul(cols).ok_or(KernelError::Overflow("elementwise output")),
+            Operand::PerRow => Ok(rows),
+        }
+    }
+}
+
+/// Where a block reads an input: a pointer at the block's first element, or one value.
+#[derive(Clone, Copy)]
+enum Source {
+    Full(*const f32),
+    Value(f32),
+}
+
+/// Share `task` of `tasks` of `out[r, c] = program(inputs[k][r, c] ...)`; `inputs[k]` is
+/// read for `Input(k)`.
+pub fn map_share(
+    isa: Isa,
+    program: &Program,
+    inputs: &[(&[f32], Operand)],
+    out: &mut [f32],
+    (rows, cols): (usize, usize),
+    (task, tasks): (usize, usize),
+) -> Result<(), KernelError> {
+    check_share(task, tasks)?;
+    let total = Operand::Full.len(rows, cols)?;
+    crate::need("elementwise output", out.len(), total)?;
+    for op in program.ops() {
+        if let MapOp::Input(k) = op {
+            let Some((data, operand)) = inputs.get(usize::from(*k)) else {
+                return Err(KernelError::Program("it reads an input that was not given"));
+            };
+            crate::need("elementwise input", data.len(), operand.len(rows, cols)?)?;
+        }
+    }
+    let mut pointers = [(std::ptr::null(), Operand::Full); MAX_INPUTS];
+    for (p, (data, operand)) in pointers.iter_mut().zip(inputs) {
+        *p = (data.as_ptr(), *operand);
+    }
+    // SAFETY: each input the program reads holds its operand's length, checked above, and
+    // `out` is a distinct mutable slice of `rows × cols` elements.
+    unsafe { map_raw(isa, program, pointers, out.as_mut_ptr(), (rows, cols), (task, tasks)) };
+    Ok(())
+}
+
+/// [`map_share`] on pointers.
+///
+/// # Safety
+/// Every input the program reads holds its operand's length (`rows × cols`, or `rows`); `out`
+/// holds `rows × cols` elements, and each input either does not overlap it or is it (a `Full`
+/// input at the same address: each block is read before it is written).
+pub(crate) unsafe fn map_raw(
+    isa: Isa,
+    program: &Program,
+    inputs: [(*const f32, Operand); MAX_INPUTS],
+    out: *mut f32,
+    (rows, cols): (usize, usize),
+    (task, tasks): (usize, usize),
+) {
+    let total = rows * cols;
+    let mut read = [false; MAX_INPUTS];
+    for op in program.ops() {
+        if let MapOp::Input(k) = op {
+            read[usize::from(*k)] = true;
+        }
+    }
+    let (lo, hi) = share(total.div_ceil(BLOCK), tasks, task);
+    let (lo, hi) = (lo * BLOCK, (hi * BLOCK).min(total));
+    let mut at = lo;
+    while at < hi {
+        let (row, col) = (at / cols, at % cols);
+        let len = (cols - col).min(hi - at);
+        let mut sources = [Source::Value(0.0); MAX_INPUTS];
+        for ((source, &(p, operand)), read) in sources.iter_mut().zip(&inputs).zip(read) {
+            if read && !p.is_null() {
+                *source = match operand {
+                    // SAFETY: the element is inside the input (the caller's promise).
+                    Operand::Full => Source::Full(unsafe { p.add(at) }),
+                    Operand::PerRow => Source::Value(unsafe { *p.add(row) }),
+                };
+            }
+        }
+        // SAFETY: `len` elements from `at` lie inside the output and every full input.
+        unsafe { segment(isa, program, sources, out.add(at), len) };
+        at += len;
+    }
+}
+
+/// `len` elements of one row.
+///
+/// # Safety
+/// Each `Full` source and `out` hold `len` elements.
+unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_INPUTS], out: *mut f32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if isa == Isa::Avx512 && Isa::Avx512.is_available() {
+            // SAFETY: the CPU has AVX-512F; the rest is the caller's promise.
+            return unsafe { x86::avx512(program, sources, out, len) };
+        }
+        if isa == Isa::Avx2Fma && Isa::Avx2Fma.is_available() {
+            // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's promise.
+            return unsafe { x86::avx2(program, sources, out, len) };
+        }
+    }
+    let _ = isa;
+    for i in 0..len {
+        let mut stack = [0.0f32; MAX_DEPTH];
+        let mut sp = 0;
+        for &op in program.ops() {
+            match op {
+                MapOp::Input(k) => {
+                    stack[sp] = match sources[usize::from(k)] {
+                        // SAFETY: `i < len`, inside the source.
+                        Source::Full(p) => unsafe { *p.add(i) },
+                        Source::Value(v) => v,
+                    };
+                    sp += 1;
+                }
+                MapOp::Const(k) => {
+                    stack[sp] = program.consts[usize::from(k)];
+                    sp += 1;
+                }
+                MapOp::Neg => stack[sp - 1] = -stack[sp - 1],
+                MapOp::Abs => stack[sp - 1] = stack[sp - 1].abs(),
+                MapOp::Sqrt => stack[sp - 1] = stack[sp - 1].sqrt(),
+                MapOp::Exp => stack[sp - 1] = scalar::exp(stack[sp - 1]),
+                MapOp::Sigmoid => stack[sp - 1] = scalar::sigmoid(stack[sp - 1]),
+                binary => {
+                    let (a, b) = (stack[sp - 2], stack[sp - 1]);
+                    sp -= 1;
+                    stack[sp - 1] = match binary {
+                        MapOp::Add => a + b,
+                        MapOp::Sub => a - b,
+                        MapOp::Mul => a * b,
+                        MapOp::Div => a / b,
+                        MapOp::Min if a.is_nan() || b.is_nan() => a + b,
+                        MapOp::Max if a.is_nan() || b.is_nan() => a + b,
+                        MapOp::Min => {
+                            if a < b {
+                                a
+                            } else {
+                                b
+                            }
+                        }
+                        _ => {
+                            if a > b {
+                                a
+                            } else {
+                                b
+                            }
+                        }
+                    };
+                }
+            }
+        }
+        // SAFETY: `i < len`.
+        unsafe { *out.add(i) = stack[0] };
+    }
+}
+
+/// `e^x` (Cody-Waite reduction, a degree-6 polynomial), the vector code's steps one lane at a
+/// time.
+mod scalar {
+    pub(super) const HI: f32 = 88.722_84;
+    pub(super) const LO: f32 = -103.972_08;
+    pub(super) const MAGIC: f32 = 12_582_912.0;
+    pub(super) const C1: f32 = 0.693_359_4;
+    pub(super) const C2: f32 = -2.121_944_4e-4;
+    pub(super) const POLY: [f32; 6] =
+        [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+
+    /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero, where `e^-x` would overflow while
+    /// the result is still a (subnormal) number.
+    pub(super) fn sigmoid(x: f32) -> f32 {
+        let e = exp(-x.abs());
+        let numerator = if x < 0.0 { e } else { 1.0 };
+        numerator / (1.0 + e)
+    }
+
+    pub(super) fn exp(x: f32) -> f32 {
+        let (above, below) = (x > HI, x < LO);
+        let xc = if below {
+            LO
+        } else if above {
+            HI
+        } else {
+            x
+        };
+        let shifted = xc * std::f32::consts::LOG2_E + MAGIC;
+        let n = shifted - MAGIC;
+        let ni = (shifted.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+        let r = (-n).mul_add(C1, xc);
+        let r = (-n).mul_add(C2, r);
+        let mut p = POLY[0];
+        for c in &POLY[1..] {
+            p = p.mul_add(r, *c);
+        }
+        let p = p.mul_add(r * r, r);
+        let e = p + 1.0;
+        let half = ni >> 1;
+        let rest = ni.wrapping_sub(half);
+        let (s1, s2) = (
+            f32::from_bits((half.wrapping_add(127) << 23) as u32),
+            f32::from_bits((rest.wrapping_add(127) << 23) as u32),
+        );
+        let e = e * s1 * s2;
+        if above {
+            f32::INFINITY
+        } else if below {
+            0.0
+        } else {
+            e
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::scalar::{C1, C2, HI, LO, MAGIC, POLY};
+    use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
+
+    /// Evaluates `program` on `len` elements, four vectors of `$lanes` at a time, with this
+    /// ISA's operations (module `$ops`).
+    macro_rules! evaluator {
+        ($name:ident, $feature:literal, $lanes:literal, $ops:ident) => {
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn $name(program: &Program, sources: [Source; 3], out: *mut f32, len: usize) {
+                const VECTORS: usize = BLOCK / 16;
+                let mut at = 0;
+                while at < len {
+                    let n = (len - at).min(VECTORS * $lanes);
+                    let mut stack = [[$ops::zero(); VECTORS]; MAX_DEPTH];
+                    let mut sp = 0;
+                    for &op in program.ops() {
+                        match op {
+                            MapOp::Input(k) => {
+                                for v in 0..VECTORS {
+                                    let lanes = n.saturating_sub(v * $lanes).min($lanes);
+                                    stack[sp][v] = match sources[usize::from(k)] {
+                                        // SAFETY: `lanes` elements from `at + v·lanes` are
+                                        // inside the source.
+                                        Source::Full(p) => unsafe { $ops::load(p.add(at + v * $lanes), lanes) },
+                                        Source::Value(x) => $ops::splat(x),
+                                    };
+                                }
+                                sp += 1;
+                            }
+                            MapOp::Const(k) => {
+                                stack[sp] = [$ops::splat(program.consts[usize::from(k)]); VECTORS];
+                                sp += 1;
+                            }
+                            MapOp::Neg | MapOp::Abs | MapOp::Sqrt | MapOp::Exp | MapOp::Sigmoid => {
+                                for v in 0..VECTORS {
+                                    let x = stack[sp - 1][v];
+                                    stack[sp - 1][v] = match op {
+                                        MapOp::Neg => $ops::neg(x),
+                                        MapOp::Abs => $ops::abs(x),
+                                        MapOp::Sqrt => $ops::sqrt(x),
+                                        MapOp::Exp => $ops::exp(x),
+                                        _ => $ops::sigmoid(x),
+                                    };
+                                }
+                            }
+                            binary => {
+                                sp -= 1;
+                                for v in 0..VECTORS {
+                                    let (a, b) = (stack[sp - 1][v], stack[sp][v]);
+                                    stack[sp - 1][v] = match binary {
+                                        MapOp::Add => $ops::add(a, b),
+                                        MapOp::Sub => $ops::sub(a, b),
+                                        MapOp::Mul => $ops::mul(a, b),
+                                        MapOp::Div => $ops::div(a, b),
+                                        MapOp::Min => $ops::min(a, b),
+                                        _ => $ops::max(a, b),
+                                    };
+                                }
+                            }
+                        }
+                    }
+                    for v in 0..VECTORS {
+                        let lanes = n.saturating_sub(v * $lanes).min($lanes);
+                        // SAFETY: `lanes` elements from `at + v·lanes` are inside the output.
+                        unsafe { $ops::store(out.add(at + v * $lanes), stack[0][v], lanes) };
+                    }
+                    at += n;
+                }
+            }
+        };
+    }
+
+    evaluator!(avx512, "avx512f", 16, z);
+    evaluator!(avx2, "avx2,fma", 8, y);
+
+    /// AVX-512 operations.
+    mod z {
+        use std::arch::x86_64::*;
+
+        use super::{C1, C2, HI, LO, MAGIC, POLY};
+
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn zero() -> __m512 {
+            _mm512_setzero_ps()
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn splat(x: f32) -> __m512 {
+            _mm512_set1_ps(x)
+        }
+        fn mask(lanes: usize) -> __mmask16 {
+            if lanes >= 16 { 0xFFFF } else { ((1u32 << lanes) - 1) as __mmask16 }
+        }
+        /// # Safety
+        /// `lanes` (at most 16) elements at `p`.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn load(p: *const f32, lanes: usize) -> __m512 {
+            unsafe { _mm512_maskz_loadu_ps(mask(lanes), p) }
+        }
+        /// # Safety
+        /// Room for `lanes` (at most 16) elements at `p`.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) unsafe fn store(p: *mut f32, v: __m512, lanes: usize) {
+            unsafe { _mm512_mask_storeu_ps(p, mask(lanes), v) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn add(a: __m512, b: __m512) -> __m512 {
+            _mm512_add_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn sub(a: __m512, b: __m512) -> __m512 {
+            _mm512_sub_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn mul(a: __m512, b: __m512) -> __m512 {
+            _mm512_mul_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn div(a: __m512, b: __m512) -> __m512 {
+            _mm512_div_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn neg(a: __m512) -> __m512 {
+            _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(i32::MIN)))
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn abs(a: __m512) -> __m512 {
+            _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(i32::MAX)))
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn sqrt(a: __m512) -> __m512 {
+            _mm512_sqrt_ps(a)
+        }
+        /// `a < b ? a : b`, NaN (`a + b`) when either is.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn min(a: __m512, b: __m512) -> __m512 {
+            let m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b), b, a);
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), m, _mm512_add_ps(a, b))
+        }
+        /// `a > b ? a : b`, NaN (`a + b`) when either is.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn max(a: __m512, b: __m512) -> __m512 {
+            let m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b), b, a);
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), m, _mm512_add_ps(a, b))
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn sigmoid(x: __m512) -> __m512 {
+            let e = exp(neg(abs(x)));
+            let negative = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+            let numerator = _mm512_mask_blend_ps(negative, _mm512_set1_ps(1.0), e);
+            _mm512_div_ps(numerator, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn exp(x: __m512) -> __m512 {
+            let above = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(HI));
+            let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(LO));
+            let xc = _mm512_mask_blend_ps(above, x, _mm512_set1_ps(HI));
+            let xc = _mm512_mask_blend_ps(below, xc, _mm512_set1_ps(LO));
+            let magic = _mm512_set1_ps(MAGIC);
+            let shifted = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E)), magic);
+            let n = _mm512_sub_ps(shifted, magic);
+            let ni = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(MAGIC.to_bits() as i32));
+            let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C1), xc);
+            let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C2), r);
+            let mut p = _mm512_set1_ps(POLY[0]);
+            for c in &POLY[1..] {
+                p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
+            }
+            let p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+            let e = _mm512_add_ps(p, _mm512_set1_ps(1.0));
+            let half = _mm512_srai_epi32::<1>(ni);
+            let bias = _mm512_set1_epi32(127);
+            let s1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(half, bias)));
+            let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_sub_epi32(ni, half), bias)));
+            let e = _mm512_mul_ps(_mm512_mul_ps(e, s1), s2);
+            let e = _mm512_mask_blend_ps(above, e, _mm512_set1_ps(f32::INFINITY));
+            _mm512_mask_blend_ps(below, e, _mm512_setzero_ps())
+        }
+    }
+
+    /// AVX2 operations.
+    mod y {
+        use std::arch::x86_64::*;
+
+        use super::{C1, C2, HI, LO, MAGIC, POLY};
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn zero() -> __m256 {
+            _mm256_setzero_ps()
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn splat(x: f32) -> __m256 {
+            _mm256_set1_ps(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn mask(lanes: usize) -> __m256i {
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+        }
+        /// # Safety
+        /// `lanes` (at most 8) elements at `p`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) unsafe fn load(p: *const f32, lanes: usize) -> __m256 {
+            if lanes >= 8 { unsafe { _mm256_loadu_ps(p) } } else { unsafe { _mm256_maskload_ps(p, mask(lanes)) } }
+        }
+        /// # Safety
+        /// Room for `lanes` (at most 8) elements at `p`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) unsafe fn store(p: *mut f32, v: __m256, lanes: usize) {
+            if lanes >= 8 {
+                unsafe { _mm256_storeu_ps(p, v) }
+            } else {
+                unsafe { _mm256_maskstore_ps(p, mask(lanes), v) }
+            }
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn add(a: __m256, b: __m256) -> __m256 {
+            _mm256_add_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn sub(a: __m256, b: __m256) -> __m256 {
+            _mm256_sub_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn mul(a: __m256, b: __m256) -> __m256 {
+            _mm256_mul_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn div(a: __m256, b: __m256) -> __m256 {
+            _mm256_div_ps(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn neg(a: __m256) -> __m256 {
+            _mm256_xor_ps(a, _mm256_set1_ps(-0.0))
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn abs(a: __m256) -> __m256 {
+            _mm256_andnot_ps(_mm256_set1_ps(-0.0), a)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn sqrt(a: __m256) -> __m256 {
+            _mm256_sqrt_ps(a)
+        }
+        /// `mask ? then : otherwise` lane-wise.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn select(mask: __m256, then: __m256, otherwise: __m256) -> __m256 {
+            _mm256_blendv_ps(otherwise, then, mask)
+        }
+        /// `a < b ? a : b`, NaN (`a + b`) when either is.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn min(a: __m256, b: __m256) -> __m256 {
+            let m = select(_mm256_cmp_ps::<_CMP_LT_OQ>(a, b), a, b);
+            select(_mm256_cmp_ps::<_CMP_UNORD_Q>(a, b), _mm256_add_ps(a, b), m)
+        }
+        /// `a > b ? a : b`, NaN (`a + b`) when either is.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn max(a: __m256, b: __m256) -> __m256 {
+            let m = select(_mm256_cmp_ps::<_CMP_GT_OQ>(a, b), a, b);
+            select(_mm256_cmp_ps::<_CMP_UNORD_Q>(a, b), _mm256_add_ps(a, b), m)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn sigmoid(x: __m256) -> __m256 {
+            let e = exp(neg(abs(x)));
+            let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+            let numerator = select(negative, e, _mm256_set1_ps(1.0));
+            _mm256_div_ps(numerator, _mm256_add_ps(_mm256_set1_ps(1.0), e))
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn exp(x: __m256) -> __m256 {
+            let above = _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(HI));
+            let below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(LO));
+            let xc = select(above, _mm256_set1_ps(HI), x);
+            let xc = select(below, _mm256_set1_ps(LO), xc);
+            let magic = _mm256_set1_ps(MAGIC);
+            let shifted = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E)), magic);
+            let n = _mm256_sub_ps(shifted, magic);
+            let ni = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(MAGIC.to_bits() as i32));
+            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C1), xc);
+            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C2), r);
+            let mut p = _mm256_set1_ps(POLY[0]);
+            for c in &POLY[1..] {
+                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
+            }
+            let p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+            let e = _mm256_add_ps(p, _mm256_set1_ps(1.0));
+            let half = _mm256_srai_epi32::<1>(ni);
+            let bias = _mm256_set1_epi32(127);
+            let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(half, bias)));
+            let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias)));
+            let e = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
+            let e = select(above, _mm256_set1_ps(f32::INFINITY), e);
+            select(below, _mm256_setzero_ps(), e)
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Elementwise programs on every ISA variant against an f64 evaluation of the same program:
+//! the activations networks use (SiLU, sigmoid, hard-swish, a per-channel scale, GELU's tanh-free
+//! parts), random shapes with rows narrower and wider than a block, per-row operands, NaN, ±∞,
+//! ±0 and values past `exp`'s range, every task split. All ISAs give the same bits.
+
+#[allow(dead_code)]
+mod common;
+
+use MapOp::*;
+use common::{close, values};
+use heron_kernels::elementwise::{MapOp, Operand, Program, map_share};
+use heron_kernels::{Isa, KernelError};
+use proptest::prelude::*;
+
+/// The program in f64, each result rounded to f32 (as the graph's ops give f32 tensors),
+/// NaN-propagating `min`/`max` as the kernels.
+fn reference(program: &Program, consts: &[f32], inputs: &[f64]) -> f64 {
+    let mut stack = Vec::new();
+    for &op in program.ops() {
+        match op {
+            Input(k) => stack.push(inputs[usize::from(k)]),
+            Const(k) => stack.push(f64::from(consts[usize::from(k)])),
+            Neg | Abs | Sqrt | Exp | Sigmoid => {
+                let x = stack.pop().unwrap();
+                stack.push(f32_result(match op {
+                    Neg => -x,
+                    Abs => x.abs(),
+                    Sqrt => x.sqrt(),
+                    Exp => x.exp(),
+                    _ => 1.0 / (1.0 + (-x).exp()),
+                }));
+            }
+            binary => {
+                let (b, a) = (stack.pop().unwrap(), stack.pop().unwrap());
+                stack.push(f32_result(match binary {
+                    Add => a + b,
+                    Sub => a - b,
+                    Mul => a * b,
+                    Div => a / b,
+                    _ if a.is_nan() || b.is_nan() => f64::NAN,
+                    Min => a.min(b),
+                    _ => a.max(b),
+                }));
+            }
+        }
+    }
+    stack[0]
+}
+
+fn f32_result(v: f64) -> f64 {
+    f64::from(v as f32)
+}
+
+/// Programs and their constants: SiLU, sigmoid, hard-swish `x·min(max(x + 3, 0), 6) / 6`, a
+/// squeeze-excitation scale `x·sigmoid(s)`, a residual `relu(x + y)`, and one of everything.
+fn programs() -> Vec<(Vec<MapOp>, Vec<f32>)> {
+    vec![
+        (vec![Input(0), Input(0), Sigmoid, Mul], vec![]),
+        (vec![Input(0), Sigmoid], vec![]),
+        (
+            vec![Input(0), Input(0), Const(0), Add, Const(1), Max, Const(2), Min, Mul, Const(2), Div],
+            vec![3.0, 0.0, 6.0],
+        ),
+        (vec![Input(0), Input(1), Sigmoid, Mul], vec![]),
+        (vec![Input(0), Input(1), Add, Const(0), Max], vec![0.0]),
+        (vec![Input(0), Exp, Input(1), Abs, Sqrt, Sub, Input(2), Neg, Div, Input(0), Min], vec![]),
+    ]
+}
+
+/// Values with specials mixed in (`special_every` > 0: one in that many), scaled to reach past
+/// `exp`'s range.
+fn data(len: usize, seed: u64, scale: f32, special_every: usize) -> Vec<f32> {
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 100.0, -120.0, 88.8];
+    values(len, seed)
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            if special_every > 0 && i % special_every == special_every - 1 {
+                specials[(i / special_every) % specials.len()]
+            } else {
+                v * scale
+            }
+        })
+        .collect()
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn programs_match_the_reference(
+        which in 0usize..6,
+        rows in 1usize..9,
+        cols in 1usize..150,
+        per_row in any::<[bool; 3]>(),
+        scale in prop_oneof![Just(1.0f32), Just(30.0), Just(200.0)],
+        special_every in prop_oneof![Just(0usize), Just(7), Just(13)],
+        tasks in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        let (ops, consts) = &programs()[which];
+        let program = Program::new(ops, consts).unwrap();
+        let operands = per_row.map(|r| if r { Operand::PerRow } else { Operand::Full });
+        let inputs: Vec<Vec<f32>> = (0..3)
+            .map(|k| {
+                let len = if operands[k] == Operand::PerRow { rows } else { rows * cols };
+                data(len, seed.wrapping_add(k as u64), scale, special_every)
+            })
+            .collect();
+        let refs: Vec<(&[f32], Operand)> = inputs.iter().map(|v| v.as_slice()).zip(operands).collect();
+        let mut results = Vec::new();
+        for isa in Isa::available() {
+            let mut out = vec![f32::NAN; rows * cols];
+            for task in 0..tasks {
+                map_share(isa, &program, &refs, &mut out, (rows, cols), (task, tasks)).unwrap();
+            }
+            results.push(out);
+        }
+        for (k, got) in results[0].iter().enumerate() {
+            let (r, c) = (k / cols, k % cols);
+            let args: Vec<f64> = (0..3)
+                .map(|i| f64::from(if operands[i] == Operand::PerRow { inputs[i][r] } else { inputs[i][r * cols + c] }))
+                .collect();
+            let want = reference(&program, consts, &args);
+            let ok = if want.is_nan() {
+                got.is_nan()
+            } else if want.is_infinite() || want.abs() > f64::from(f32::MAX) {
+                *got as f64 == want || (got.is_infinite() && got.signum() as f64 == want.signum())
+            } else {
+                close(*got, want)
+            };
+            prop_assert!(ok, "program {which} element {k} ({args:?}): got {got}, want {want}");
+        }
+        for other in &results[1..] {
+            prop_assert!(same_bits(&results[0], other), "the ISAs differ");
+        }
+    }
+}
+
+#[test]
+fn programs_are_checked_and_round_trip_their_encoding() {
+    for (ops, consts) in programs() {
+        let program = Program::new(&ops, &consts).unwrap();
+        let mut padded = [0.0; 4];
+        padded[..consts.len()].copy_from_slice(&consts);
+        assert_eq!(Program::decode(program.encode(), padded).unwrap().ops(), program.ops());
+    }
+    let bad = |ops: &[MapOp], consts: &[f32]| matches!(Program::new(ops, consts), Err(KernelError::Program(_)));
+    assert!(bad(&[], &[]), "empty");
+    assert!(bad(&[Add], &[]), "pops an empty stack");
+    assert!(bad(&[Input(0), Input(1)], &[]), "leaves two values");
+    assert!(bad(&[Input(3)], &[]), "input past 2");
+    assert!(bad(&[Const(0)], &[]), "constant not given");
+    assert!(bad(&[Input(0); 5].iter().copied().chain([Add, Add, Add, Add]).collect::<Vec<_>>(), &[]), "stack of 5");
+    assert!(bad(&[Input(0); 17], &[]), "17 operations");
+    assert!(Program::decode([0x99, 0], [0.0; 4]).is_err(), "unknown code");
+    // Lengths are checked before anything runs.
+    let program = Program::new(&[Input(0), Input(1), Add], &[]).unwrap();
+    let (x, mut out) = (vec![1.0; 12], vec![0.0; 12]);
+    let short = vec![1.0; 11];
+    let r = map_share(Isa::Scalar, &program, &[(&x, Operand::Full), (&short, Operand::Full)], &mut out, (3, 4), (0, 1));
+    assert!(matches!(r, Err(KernelError::TooShort { .. })), "{r:?}");
+    let r = map_share(Isa::Scalar, &program, &[(&x, Operand::Full)], &mut out, (3, 4), (0, 1));
+    assert!(matches!(r, Err(KernelError::Program(_))), "a missing input: {r:?}");
+}
