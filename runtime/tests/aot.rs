@@ -281,6 +281,28 @@ fn int8_convolutions_use_vnni_dot_products() {
     assert!(text.contains("vpdpbusd"), "no vpdpbusd in the int8 convolution:\n{text}");
 }
 
+/// Builds the C program `main_c` (including `net.h` and `heron_threads.h`) against `net.o` in
+/// `dir` and libheron_threads.a, runs it on `input` and returns what it wrote, shaped like
+/// `like`.
+fn run_with_threads_library(dir: &Path, main_c: &str, input: &Tensor, like: &Tensor) -> Tensor {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../jit/threads/include");
+    std::fs::copy(include.join("heron_threads.h"), dir.join("heron_threads.h")).expect("header");
+    std::fs::write(dir.join("main.c"), main_c).expect("write main.c");
+    let exe = dir.join("program");
+    let threads = heron_ir::testing::static_library("heron_threads");
+    heron_aot::link::build_c_program_with_runtime(
+        &[&dir.join("main.c")],
+        &[&dir.join("net.o")],
+        Some(&threads),
+        dir,
+        &exe,
+    )
+    .expect("cc");
+    write_raw(input, &dir.join("in.bin"));
+    run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
+    read_raw(&dir.join("out.bin"), like)
+}
+
 /// An object compiled with the kernels runs from C with a context of libheron_threads.a, which
 /// carries them: bit-identical on 1-3 threads, through `_run_ctx` and `_run_checked_ctx`; without
 /// a context it refuses to run.
@@ -298,10 +320,8 @@ fn objects_call_the_kernels_through_the_thread_pool_context() {
     artifacts.write(dir).expect("write artifacts");
     let imports = undefined_symbols(&artifacts.object).expect("object parses");
     assert!(imports.iter().all(|s| ALLOWED_IMPORTS.contains(&s.as_str())), "kernels are not linked: {imports:?}");
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../jit/threads/include");
-    std::fs::copy(include.join("heron_threads.h"), dir.join("heron_threads.h")).expect("header");
-    std::fs::write(
-        dir.join("main.c"),
+    let got = run_with_threads_library(
+        dir,
         r#"#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,21 +369,9 @@ int main(int argc, char** argv) {
   return 0;
 }
 "#,
-    )
-    .expect("write main.c");
-    let exe = dir.join("kernels");
-    let threads = heron_ir::testing::static_library("heron_threads");
-    heron_aot::link::build_c_program_with_runtime(
-        &[&dir.join("main.c")],
-        &[&dir.join("net.o")],
-        Some(&threads),
-        dir,
-        &exe,
-    )
-    .expect("cc");
-    write_raw(&input, &dir.join("in.bin"));
-    run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
-    let got = read_raw(&dir.join("out.bin"), &want);
+        &input,
+        &want,
+    );
     assert_float_rule(&got, &model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter")[0])
         .expect("equals the interpreter");
     assert_float_rule(&got, &want).expect("equals ONNX Runtime");
@@ -376,10 +384,8 @@ fn run_ctx_splits_parallel_loops_across_a_c_thread_pool() {
     let (model, input, want) = reference("mobilenet_ish");
     let artifacts = compile_into(&model, dir, "net", pools(&["workspace"], &[]), true);
     assert!(artifacts.header.contains("int32_t heron_net_run_ctx("), "the header declares the entry");
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../jit/threads/include");
-    std::fs::copy(include.join("heron_threads.h"), dir.join("heron_threads.h")).expect("header");
-    std::fs::write(
-        dir.join("main.c"),
+    let got = run_with_threads_library(
+        dir,
         r#"#include <stdio.h>
 #include <string.h>
 #include "net.h"
@@ -414,19 +420,8 @@ int main(int argc, char** argv) {
   return 0;
 }
 "#,
-    )
-    .expect("write main.c");
-    let exe = dir.join("ctx");
-    let threads = heron_ir::testing::static_library("heron_threads");
-    heron_aot::link::build_c_program_with_runtime(
-        &[&dir.join("main.c")],
-        &[&dir.join("net.o")],
-        Some(&threads),
-        dir,
-        &exe,
-    )
-    .expect("cc");
-    write_raw(&input, &dir.join("in.bin"));
-    run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
-    assert_float_rule(&read_raw(&dir.join("out.bin"), &want), &want).expect("equals ONNX Runtime");
+        &input,
+        &want,
+    );
+    assert_float_rule(&got, &want).expect("equals ONNX Runtime");
 }

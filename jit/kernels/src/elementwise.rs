@@ -470,6 +470,38 @@ mod x86 {
     evaluator!(avx512, "avx512f", 16, z);
     evaluator!(avx2, "avx2,fma", 8, y);
 
+    /// `exp` and `sigmoid` over a module's primitives (`splat`, `add`, `sub`, `mul`, `div`,
+    /// `neg`, `abs`, `fmadd`, `fnmadd`, `gt`, `lt`, `select`, `scale`): the scalar code's steps.
+    macro_rules! transcendentals {
+        ($feature:literal, $v:ty) => {
+            /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            pub(super) fn sigmoid(x: $v) -> $v {
+                let e = exp(neg(abs(x)));
+                let numerator = select(lt(x, splat(0.0)), e, splat(1.0));
+                div(numerator, add(splat(1.0), e))
+            }
+            #[inline]
+            #[target_feature(enable = $feature)]
+            pub(super) fn exp(x: $v) -> $v {
+                let (above, below) = (gt(x, splat(HI)), lt(x, splat(LO)));
+                let xc = select(below, splat(LO), select(above, splat(HI), x));
+                let shifted = add(mul(xc, splat(std::f32::consts::LOG2_E)), splat(MAGIC));
+                let n = sub(shifted, splat(MAGIC));
+                let r = fnmadd(n, splat(C2), fnmadd(n, splat(C1), xc));
+                let mut p = splat(POLY[0]);
+                for c in &POLY[1..] {
+                    p = fmadd(p, r, splat(*c));
+                }
+                let e = add(fmadd(p, mul(r, r), r), splat(1.0));
+                let e = select(above, splat(f32::INFINITY), scale(e, shifted));
+                select(below, splat(0.0), e)
+            }
+        };
+    }
+    use transcendentals;
+
     /// AVX-512 operations.
     mod z {
         use std::arch::x86_64::*;
@@ -554,39 +586,43 @@ mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn sigmoid(x: __m512) -> __m512 {
-            let e = exp(neg(abs(x)));
-            let negative = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
-            let numerator = _mm512_mask_blend_ps(negative, _mm512_set1_ps(1.0), e);
-            _mm512_div_ps(numerator, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+        fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+            _mm512_fmadd_ps(a, b, c)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn exp(x: __m512) -> __m512 {
-            let above = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(HI));
-            let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(LO));
-            let xc = _mm512_mask_blend_ps(above, x, _mm512_set1_ps(HI));
-            let xc = _mm512_mask_blend_ps(below, xc, _mm512_set1_ps(LO));
-            let magic = _mm512_set1_ps(MAGIC);
-            let shifted = _mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E)), magic);
-            let n = _mm512_sub_ps(shifted, magic);
-            let ni = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(MAGIC.to_bits() as i32));
-            let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C1), xc);
-            let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(C2), r);
-            let mut p = _mm512_set1_ps(POLY[0]);
-            for c in &POLY[1..] {
-                p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
-            }
-            let p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
-            let e = _mm512_add_ps(p, _mm512_set1_ps(1.0));
-            let half = _mm512_srai_epi32::<1>(ni);
+        fn fnmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+            _mm512_fnmadd_ps(a, b, c)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn gt(a: __m512, b: __m512) -> __mmask16 {
+            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn lt(a: __m512, b: __m512) -> __mmask16 {
+            _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b)
+        }
+        /// `mask ? then : otherwise` lane-wise.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn select(mask: __mmask16, then: __m512, otherwise: __m512) -> __m512 {
+            _mm512_mask_blend_ps(mask, otherwise, then)
+        }
+        /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
+        /// factors so neither exponent overflows.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn scale(e: __m512, shifted: __m512) -> __m512 {
+            let n = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(MAGIC.to_bits() as i32));
+            let half = _mm512_srai_epi32::<1>(n);
             let bias = _mm512_set1_epi32(127);
             let s1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(half, bias)));
-            let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_sub_epi32(ni, half), bias)));
-            let e = _mm512_mul_ps(_mm512_mul_ps(e, s1), s2);
-            let e = _mm512_mask_blend_ps(above, e, _mm512_set1_ps(f32::INFINITY));
-            _mm512_mask_blend_ps(below, e, _mm512_setzero_ps())
+            let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_sub_epi32(n, half), bias)));
+            _mm512_mul_ps(_mm512_mul_ps(e, s1), s2)
         }
+        super::transcendentals!("avx512f", __m512);
     }
 
     /// AVX2 operations.
@@ -685,38 +721,36 @@ mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn sigmoid(x: __m256) -> __m256 {
-            let e = exp(neg(abs(x)));
-            let negative = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
-            let numerator = select(negative, e, _mm256_set1_ps(1.0));
-            _mm256_div_ps(numerator, _mm256_add_ps(_mm256_set1_ps(1.0), e))
+        fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+            _mm256_fmadd_ps(a, b, c)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn exp(x: __m256) -> __m256 {
-            let above = _mm256_cmp_ps::<_CMP_GT_OQ>(x, _mm256_set1_ps(HI));
-            let below = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(LO));
-            let xc = select(above, _mm256_set1_ps(HI), x);
-            let xc = select(below, _mm256_set1_ps(LO), xc);
-            let magic = _mm256_set1_ps(MAGIC);
-            let shifted = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E)), magic);
-            let n = _mm256_sub_ps(shifted, magic);
-            let ni = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(MAGIC.to_bits() as i32));
-            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C1), xc);
-            let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(C2), r);
-            let mut p = _mm256_set1_ps(POLY[0]);
-            for c in &POLY[1..] {
-                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
-            }
-            let p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-            let e = _mm256_add_ps(p, _mm256_set1_ps(1.0));
-            let half = _mm256_srai_epi32::<1>(ni);
+        fn fnmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+            _mm256_fnmadd_ps(a, b, c)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn gt(a: __m256, b: __m256) -> __m256 {
+            _mm256_cmp_ps::<_CMP_GT_OQ>(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn lt(a: __m256, b: __m256) -> __m256 {
+            _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)
+        }
+        /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
+        /// factors so neither exponent overflows.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn scale(e: __m256, shifted: __m256) -> __m256 {
+            let n = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(MAGIC.to_bits() as i32));
+            let half = _mm256_srai_epi32::<1>(n);
             let bias = _mm256_set1_epi32(127);
             let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(half, bias)));
-            let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias)));
-            let e = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
-            let e = select(above, _mm256_set1_ps(f32::INFINITY), e);
-            select(below, _mm256_setzero_ps(), e)
+            let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_sub_epi32(n, half), bias)));
+            _mm256_mul_ps(_mm256_mul_ps(e, s1), s2)
         }
+        super::transcendentals!("avx2,fma", __m256);
     }
 }
