@@ -119,3 +119,40 @@ fn out_of_range_token_ids_are_errors() {
         assert!(err.contains("out of range"), "{engine:?}: {err}");
     }
 }
+
+/// Activations take epilogues like other elementwise ops: hard-swish as ONNX exports spell it
+/// (`x · HardSigmoid(x)`) and an Elu followed by a residual add each become one function, and
+/// both match the interpreter on 1 and 2 threads.
+#[test]
+fn activations_fuse_their_consumers() {
+    use heron_ir::op::Activation;
+    use heron_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType};
+    let mut g = Graph::new();
+    let ty = TensorType::new(DType::F32, vec![2, 24, 19, 19]);
+    let x = g.add_input("x", ty.clone());
+    let r = g.add_input("r", ty);
+    let hs = g.add_op("hs", Op::Activation(Activation::HardSigmoid { alpha: 1.0 / 6.0, beta: 0.5 }), &[x]).unwrap();
+    let swish = g.add_op("swish", Op::Binary(BinaryOp::Mul), &[x, hs]).unwrap();
+    let elu = g.add_op("elu", Op::Activation(Activation::Elu { alpha: 0.7 }), &[swish]).unwrap();
+    let out = g.add_op("res", Op::Binary(BinaryOp::Add), &[elu, r]).unwrap();
+    g.set_outputs(vec![out]);
+    let model = Model::from_graph("activations", g).unwrap();
+    let module = heron_runtime::pipeline::Pipeline::new(Default::default())
+        .module(&model, heron_runtime::pipeline::Stage::Target)
+        .unwrap();
+    let names: Vec<&str> = module.funcs.iter().map(|f| f.name.as_str()).filter(|n| *n != "main").collect();
+    assert_eq!(names.len(), 2, "two fused functions: {names:?}");
+    let n = 2 * 24 * 19 * 19;
+    let values =
+        |seed: usize| -> Vec<f32> { (0..n).map(|i| ((i * 7919 + seed) % 1201) as f32 / 100.0 - 6.0).collect() };
+    let inputs = [
+        Tensor::from_vec(&[2, 24, 19, 19], values(1)).unwrap(),
+        Tensor::from_vec(&[2, 24, 19, 19], values(2)).unwrap(),
+    ];
+    let want = model.run_interpreter(&inputs).unwrap();
+    for threads in [1, 2] {
+        let compiled = Compiler::new(CompileOptions { threads, ..CompileOptions::default() }).compile(&model).unwrap();
+        assert_float_rule(&compiled.run(&inputs).unwrap()[0], &want[0])
+            .unwrap_or_else(|e| panic!("{threads} threads: {e}"));
+    }
+}

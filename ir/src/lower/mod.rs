@@ -157,6 +157,7 @@ pub(crate) fn takes_epilogue(op: &Op) -> bool {
             | Op::Binary(_)
             | Op::Unary(_)
             | Op::LeakyRelu { .. }
+            | Op::Activation(_)
             | Op::Clip { .. }
             | Op::AveragePool { .. }
             | Op::GlobalAveragePool
