@@ -428,15 +428,15 @@ mod x86 {
                                 stack[sp] = [$ops::splat(program.consts[usize::from(k)]); VECTORS];
                                 sp += 1;
                             }
-                            MapOp::Neg | MapOp::Abs | MapOp::Sqrt | MapOp::Exp | MapOp::Sigmoid => {
+                            MapOp::Exp => stack[sp - 1] = $ops::exp(stack[sp - 1]),
+                            MapOp::Sigmoid => stack[sp - 1] = $ops::sigmoid(stack[sp - 1]),
+                            MapOp::Neg | MapOp::Abs | MapOp::Sqrt => {
                                 for v in 0..VECTORS {
                                     let x = stack[sp - 1][v];
                                     stack[sp - 1][v] = match op {
                                         MapOp::Neg => $ops::neg(x),
                                         MapOp::Abs => $ops::abs(x),
-                                        MapOp::Sqrt => $ops::sqrt(x),
-                                        MapOp::Exp => $ops::exp(x),
-                                        _ => $ops::sigmoid(x),
+                                        _ => $ops::sqrt(x),
                                     };
                                 }
                             }
@@ -474,29 +474,50 @@ mod x86 {
     /// `neg`, `abs`, `fmadd`, `fnmadd`, `gt`, `lt`, `select`, `scale`): the scalar code's steps.
     macro_rules! transcendentals {
         ($feature:literal, $v:ty) => {
-            /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero.
+            /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero, on a block of vectors.
             #[inline]
             #[target_feature(enable = $feature)]
-            pub(super) fn sigmoid(x: $v) -> $v {
-                let e = exp(neg(abs(x)));
-                let numerator = select(lt(x, splat(0.0)), e, splat(1.0));
-                div(numerator, add(splat(1.0), e))
-            }
-            #[inline]
-            #[target_feature(enable = $feature)]
-            pub(super) fn exp(x: $v) -> $v {
-                let (above, below) = (gt(x, splat(HI)), lt(x, splat(LO)));
-                let xc = select(below, splat(LO), select(above, splat(HI), x));
-                let shifted = add(mul(xc, splat(std::f32::consts::LOG2_E)), splat(MAGIC));
-                let n = sub(shifted, splat(MAGIC));
-                let r = fnmadd(n, splat(C2), fnmadd(n, splat(C1), xc));
-                let mut p = splat(POLY[0]);
-                for c in &POLY[1..] {
-                    p = fmadd(p, r, splat(*c));
+            pub(super) fn sigmoid(x: [$v; 4]) -> [$v; 4] {
+                let mut t = x;
+                for v in 0..4 {
+                    t[v] = neg(abs(x[v]));
                 }
-                let e = add(fmadd(p, mul(r, r), r), splat(1.0));
-                let e = select(above, splat(f32::INFINITY), scale(e, shifted));
-                select(below, splat(0.0), e)
+                let e = exp(t);
+                for v in 0..4 {
+                    let numerator = select(lt(x[v], splat(0.0)), e[v], splat(1.0));
+                    t[v] = div(numerator, add(splat(1.0), e[v]));
+                }
+                t
+            }
+            /// `e^x` on a block of vectors, each step over all four so that their dependency
+            /// chains overlap.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            pub(super) fn exp(x: [$v; 4]) -> [$v; 4] {
+                // Placeholders, each overwritten below before it is read.
+                let (mut above, mut below) = ([gt(x[0], x[0]); 4], [gt(x[0], x[0]); 4]);
+                let (mut xc, mut shifted, mut r, mut p) = (x, x, x, x);
+                for v in 0..4 {
+                    (above[v], below[v]) = (gt(x[v], splat(HI)), lt(x[v], splat(LO)));
+                    xc[v] = select(below[v], splat(LO), select(above[v], splat(HI), x[v]));
+                    shifted[v] = add(mul(xc[v], splat(std::f32::consts::LOG2_E)), splat(MAGIC));
+                }
+                for v in 0..4 {
+                    let n = sub(shifted[v], splat(MAGIC));
+                    r[v] = fnmadd(n, splat(C2), fnmadd(n, splat(C1), xc[v]));
+                    p[v] = splat(POLY[0]);
+                }
+                for c in &POLY[1..] {
+                    for v in 0..4 {
+                        p[v] = fmadd(p[v], r[v], splat(*c));
+                    }
+                }
+                for v in 0..4 {
+                    let e = add(fmadd(p[v], mul(r[v], r[v]), r[v]), splat(1.0));
+                    let e = select(above[v], splat(f32::INFINITY), scale(e, shifted[v]));
+                    p[v] = select(below[v], splat(0.0), e);
+                }
+                p
             }
         };
     }
