@@ -190,7 +190,7 @@ fn direct_geometry() -> impl Strategy<Value = Conv2d> {
 /// Pointwise geometries run transposed: at least 384 channels in, output channels across
 /// panel tails, planes of 1 to 64 pixels (several pixel blocks).
 fn transposed_geometry() -> impl Strategy<Value = Conv2d> {
-    (1usize..3, 384usize..420, 1usize..70, 1usize..9, 1usize..9).prop_map(|(batch, c, m, h, w)| Conv2d {
+    (1usize..3, 384usize..420, 1usize..70, 1usize..11, 1usize..11).prop_map(|(batch, c, m, h, w)| Conv2d {
         batch,
         in_channels: c,
         in_h: h,
