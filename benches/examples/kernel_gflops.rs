@@ -167,6 +167,75 @@ fn direct_convs(runs: usize) {
     }
 }
 
+/// The integer kernels (u8 input with zero point 128, i8 weights with 0) on each variant this
+/// CPU has, against that variant's measured multiply-accumulate peak: a GEMM `n^3` and
+/// ResNet-shaped convolutions (one thread).
+fn direct_int8(n: usize, runs: usize) {
+    use heron_kernels::qgemm::{self, Bytes, Int8Isa};
+    let bytes = |len: usize| (0..len).map(|i| ((i * 7919) % 256) as u8).collect::<Vec<u8>>();
+    for isa in [Int8Isa::Vnni512, Int8Isa::Avx2].into_iter().filter(|i| i.is_available()) {
+        let mut ops = 0.0;
+        let peak_seconds = median_seconds(5, || ops = peak::int8_ops(isa, 20_000_000));
+        let peak = ops / peak_seconds / 1e9;
+        let report = |what: String, seconds: f64, work: f64| {
+            let gops = work / seconds / 1e9;
+            println!(
+                "kernel {what} {}: median {:.3} ms, {gops:.1} GOP/s = {:.0}% of the measured peak {peak:.1} GOP/s",
+                isa.name(),
+                seconds * 1e3,
+                100.0 * gops / peak
+            );
+        };
+        let (a, b) = (bytes(n * n), bytes(n * n));
+        let mut packed = vec![0; qgemm::packed_b_len(isa, n, n).expect("size")];
+        let weights = Bytes { data: &b, signed: true, zero: &[0] };
+        qgemm::pack_b(isa, weights, (n, 1), (n, n), &mut packed).expect("pack");
+        let mut c = vec![0; n * n];
+        let mut scratch = vec![0; qgemm::gemm_scratch_len(isa, n).expect("size")];
+        let input = Bytes { data: &a, signed: false, zero: &[128] };
+        let seconds = median_seconds(runs, || {
+            qgemm::gemm_share(isa, (n, n, n), input, &packed, &mut c, &mut scratch, (0, 1)).expect("gemm")
+        });
+        report(format!("u8 x i8 gemm {n}^3"), seconds, 2.0 * (n * n * n) as f64);
+        for (ch, m, size, k, stride) in [
+            (64, 64, 56, 3, 1),
+            (128, 128, 28, 3, 1),
+            (256, 256, 14, 3, 1),
+            (512, 512, 7, 3, 1),
+            (64, 128, 56, 1, 2),
+            (256, 64, 56, 1, 1),
+        ] {
+            let out = size / stride;
+            let geo = Conv2d {
+                batch: 1,
+                in_channels: ch,
+                in_h: size,
+                in_w: size,
+                out_channels: m,
+                out_h: out,
+                out_w: out,
+                kernel: (k, k),
+                stride: (stride, stride),
+                dilation: (1, 1),
+                groups: 1,
+                pad: (k / 2, k / 2),
+            };
+            let (x, w) = (bytes(geo.input_len().expect("size")), bytes(geo.weights_len().expect("size")));
+            let mut packed = vec![0; qgemm::conv_packed_weights_len(isa, &geo).expect("size")];
+            qgemm::conv_pack_weights(isa, &geo, Bytes { data: &w, signed: true, zero: &[0] }, &mut packed)
+                .expect("pack");
+            let mut scratch = vec![0; qgemm::conv_scratch_len(isa, &geo).expect("size")];
+            let mut y = vec![0; geo.output_len().expect("size")];
+            let input = Bytes { data: &x, signed: false, zero: &[128] };
+            let seconds = median_seconds(runs * 5, || {
+                qgemm::conv_share(isa, &geo, input, &packed, &mut y, &mut scratch, (0, 1)).expect("conv")
+            });
+            let work = 2.0 * (m * out * out * ch * k * k) as f64;
+            report(format!("u8 x i8 conv {k}x{k}/{stride} {ch}->{m} {size}x{size}"), seconds, work);
+        }
+    }
+}
+
 /// SiLU (`x · sigmoid(x)`) on a MobileNet-sized activation (96 × 112 × 112) by the elementwise
 /// routine on each ISA this CPU has (one thread), in elements per nanosecond.
 fn elementwise(runs: usize) {
@@ -205,8 +274,13 @@ fn main() {
     window.pads_begin = vec![1, 1];
     window.pads_end = vec![1, 1];
     let conv = Op::Conv(ConvAttrs { window: window.clone(), group: 1 });
+    if std::env::var("HERON_BENCH_ONLY").is_ok_and(|v| v == "int8") {
+        direct_int8(n, runs);
+        return;
+    }
     direct_gemm(n, runs);
     direct_convs(runs * 5);
+    direct_int8(n, runs);
     elementwise(runs);
     let conv_ops = 2.0 * (c * c * 9 * hw * hw) as f64;
     let matmul_ops = 2.0 * (n * n * n) as f64;

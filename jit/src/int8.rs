@@ -37,11 +37,11 @@ pub const QUAD: i64 = 4;
 
 /// One factor of the product: `cast<i32>(buffer[indices]) - zero`.
 #[derive(Clone, Debug)]
-struct Factor {
-    buffer: BufferId,
-    indices: Vec<Expr>,
+pub(crate) struct Factor {
+    pub(crate) buffer: BufferId,
+    pub(crate) indices: Vec<Expr>,
     /// The zero point subtracted (an i32 expression), if any.
-    zero: Option<Expr>,
+    pub(crate) zero: Option<Expr>,
 }
 
 /// `for o.. { acc = 0; for r.. { acc = acc + p * q }; rest }`: the output nest of an integer
@@ -174,7 +174,7 @@ fn match_nest(s: &Stmt, f: &PrimFunc) -> Option<DotNest> {
 
 /// `cast<i32>(b[...])` or `cast<i32>(b[...]) - zero` for a u8/i8 buffer `b`, with the zero
 /// point independent of the reduction.
-fn factor(e: &Expr, f: &PrimFunc, reduction: &[VarId]) -> Option<Factor> {
+pub(crate) fn factor(e: &Expr, f: &PrimFunc, reduction: &[VarId]) -> Option<Factor> {
     match e {
         Expr::Cast { dtype: DType::I32, value } => match &**value {
             Expr::Load { buffer, indices }

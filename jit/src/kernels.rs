@@ -8,6 +8,10 @@
 //!   applies the padding where it packs;
 //! - **GEMM with a constant right operand** (`MatMul` / `Gemm`, batched rows contiguous):
 //!   `heron_gemm_f32`, B packed into panels at compile time;
+//! - the same two shapes over u8/i8 bytes with zero points, accumulating in i32
+//!   (`ConvInteger`, `MatMulInteger`, the QLinear operators): `heron_conv2d_q8`,
+//!   `heron_gemm_q8` (`heron_kernels::qgemm`), zero points constants. The i32 result is the
+//!   output, or a scratch buffer the rest of the epilogue (requantization) reads;
 //! - **2-D max pooling** over NCHW (lowering's `acc`/`found` nest, a constant window, the
 //!   in-bounds tests the simplifier left): `heron_maxpool2d_f32`.
 //!
@@ -30,19 +34,23 @@ use heron_ir::loop_ir::{
 };
 use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
-use heron_kernels::abi::{CONV2D_F32, GEMM_F32, MAP_F32, MAXPOOL2D_F32, flags};
+use heron_kernels::abi::{CONV2D_F32, CONV2D_Q8, GEMM_F32, GEMM_Q8, MAP_F32, MAXPOOL2D_F32, flags};
 use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::elementwise::{Operand, Program, map_share};
 use heron_kernels::gemm;
 use heron_kernels::pool::{max_pool2d_share, window_dims, window_from_dims};
+pub use heron_kernels::qgemm::Int8Isa;
+use heron_kernels::qgemm::{self, Bytes};
 
-use crate::int8::peel;
+use crate::int8::{Factor, factor, peel};
 use crate::routines::{Routine, RoutineParam, RoutineSignature};
 
-/// What the kernel pass uses: the ISA weights are packed for, and the task count.
+/// What the kernel pass uses: the ISAs weights are packed for (f32 and integer kernels), and
+/// the task count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelConfig {
     pub isa: Isa,
+    pub int8: Int8Isa,
     pub tasks: usize,
 }
 
@@ -58,7 +66,7 @@ impl KernelConfig {
             .into_iter()
             .find(|i| forced.as_deref().is_none_or(|name| name == i.name()))
             .unwrap_or_else(Isa::detect);
-        Some(KernelConfig { isa, tasks: tasks.max(1) })
+        Some(KernelConfig { isa, int8: Int8Isa::for_isa(isa), tasks: tasks.max(1) })
     }
 }
 
@@ -71,6 +79,8 @@ pub fn routines() -> Vec<Routine> {
         GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
         MAP_F32 => [vec![B; 4], vec![I64; 6], vec![F32; 4], vec![I64; 2]].concat(),
+        CONV2D_Q8 => [vec![B; 4], vec![I64; 21]].concat(),
+        GEMM_Q8 => [vec![B; 4], vec![I64; 8]].concat(),
         other => unreachable!("kernel routine '{other}' has no signature"),
     };
     heron_kernels::abi::ROUTINE_NAMES
@@ -118,8 +128,19 @@ struct Fused {
     clamp: Option<(f32, f32)>,
 }
 
+/// An integer product's operands: the input's (the operand read at run time) kind and zero
+/// point, the weights' kind and zero points (one, or one per output channel or column).
+struct Quant {
+    input_signed: bool,
+    input_zero: i32,
+    weights_signed: bool,
+    weights_zero: Vec<i32>,
+}
+
 struct Plan {
     kernel: Kernel,
+    /// `Some`: an integer product, accumulated in i32.
+    quant: Option<Quant>,
     /// The weights parameter (position in `f.params`) and the constant it is in `main`.
     weights: (usize, BufferId),
     out: BufferId,
@@ -165,9 +186,9 @@ fn is_acc(e: &Expr, acc: BufferId) -> bool {
     matches!(e, Expr::Load { buffer, indices } if *buffer == acc && indices.len() == 1 && indices[0].as_int() == Some(0))
 }
 
-/// The buffer a constant parameter of `f` is bound to in `main`, when `f` is called once and
-/// the constant is passed to nothing else.
-fn sole_constant(f: &PrimFunc, main: &PrimFunc, param: BufferId) -> Option<(usize, BufferId)> {
+/// The position of parameter `param` of `f` and the buffer `main` passes there, when `f` is
+/// called once.
+fn bound_arg(f: &PrimFunc, main: &PrimFunc, param: BufferId) -> Option<(usize, BufferId)> {
     let pos = f.params.iter().position(|&p| p == param)?;
     let mut calls = Vec::new();
     main.body.walk(&mut |s| {
@@ -179,14 +200,33 @@ fn sole_constant(f: &PrimFunc, main: &PrimFunc, param: BufferId) -> Option<(usiz
     });
     let [args] = &calls[..] else { return None };
     let Some(Arg::Buffer(bound)) = args.get(pos) else { return None };
-    let mut is_const = false;
-    let mut uses = 0;
-    main.body.walk(&mut |s| match s {
-        Stmt::AllocateConst { buffer, .. } if buffer == bound => is_const = true,
-        Stmt::Evaluate(call) => uses += call.args.iter().filter(|a| matches!(a, Arg::Buffer(b) if b == bound)).count(),
-        _ => {}
+    Some((pos, *bound))
+}
+
+/// The data of `main`'s constant `buffer`.
+fn constant_data(main: &PrimFunc, buffer: BufferId) -> Option<Arc<Tensor>> {
+    let mut data = None;
+    main.body.walk(&mut |s| {
+        if let Stmt::AllocateConst { buffer: b, data: d, .. } = s
+            && *b == buffer
+        {
+            data = Some(Arc::clone(d));
+        }
     });
-    (is_const && uses == 1).then_some((pos, *bound))
+    data
+}
+
+/// The buffer a constant parameter of `f` is bound to in `main`, when `f` is called once and
+/// the constant is passed to nothing else.
+fn sole_constant(f: &PrimFunc, main: &PrimFunc, param: BufferId) -> Option<(usize, BufferId)> {
+    let (pos, bound) = bound_arg(f, main, param)?;
+    let mut uses = 0;
+    main.body.walk(&mut |s| {
+        if let Stmt::Evaluate(call) = s {
+            uses += call.args.iter().filter(|a| matches!(a, Arg::Buffer(b) if *b == bound)).count()
+        }
+    });
+    (constant_data(main, bound).is_some() && uses == 1).then_some((pos, bound))
 }
 
 fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
@@ -195,7 +235,13 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
     let (acc_alloc, prelude) = head.split_last()?;
     let Stmt::Allocate { buffer: acc, .. } = acc_alloc else { return None };
     let acc = *acc;
-    if f.buffer(acc).scope != Scope::Local || f.buffer(acc).dtype != DType::F32 {
+    // f32, or an integer product's i32.
+    let integer = match f.buffer(acc).dtype {
+        DType::F32 => false,
+        DType::I32 => true,
+        _ => return None,
+    };
+    if f.buffer(acc).scope != Scope::Local {
         return None;
     }
     // The prelude may only allocate and fill a scratch copy (the padded input).
@@ -217,7 +263,7 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
     }
     let out = *out;
     let out_shape = f.buffer(out).shape.clone();
-    if f.buffer(out).dtype != DType::F32
+    if (!integer && f.buffer(out).dtype != DType::F32)
         || !f.params.contains(&out)
         || out_loops.len() != out_shape.len()
         || out_loops.iter().zip(&out_shape).any(|((_, n), &s)| *n != s as i64)
@@ -236,37 +282,118 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
         return None;
     }
     let Expr::Binary { op: BinOp::Mul, lhs: l, rhs: r } = &**rhs else { return None };
-    let (Expr::Load { buffer: lb, indices: li }, Expr::Load { buffer: rb, indices: ri }) = (&**l, &**r) else {
-        return None;
+    let factors = if integer {
+        let reduction: Vec<VarId> = red_loops.iter().map(|(v, _)| *v).collect();
+        [factor(l, f, &reduction)?, factor(r, f, &reduction)?]
+    } else {
+        let load = |e: &Expr| match e {
+            Expr::Load { buffer, indices } if f.buffer(*buffer).dtype == DType::F32 => {
+                Some(Factor { buffer: *buffer, indices: indices.clone(), zero: None })
+            }
+            _ => None,
+        };
+        [load(l)?, load(r)?]
     };
-    if [*lb, *rb].iter().any(|&b| f.buffer(b).dtype != DType::F32) {
-        return None;
-    }
-    let loads = [(*lb, li.as_slice()), (*rb, ri.as_slice())];
+    let loads =
+        [(factors[0].buffer, factors[0].indices.as_slice()), (factors[1].buffer, factors[1].indices.as_slice())];
     let (mut kernel, weights) = match (out_loops.len(), red_loops.len()) {
         (4, 3) => match_conv(f, main, &loads, &out_loops, &red_loops, init)?,
         (r, 1) if r >= 2 => match_gemm(f, main, &loads, &out_loops, red_loops[0], init)?,
         _ => return None,
     };
+    let quant =
+        if integer { Some(match_quant(f, main, &factors, &kernel, f.params[weights.0], &out_loops)?) } else { None };
     let mut prelude = prelude.to_vec();
-    if let Kernel::Conv { geo, input, .. } = &mut kernel
-        && let Some((source, pad)) = padded_copy(f, &prelude, *input)
-    {
-        let [_, _, in_h, in_w] = <[usize; 4]>::try_from(f.buffer(source).shape.as_slice()).ok()?;
-        let unpadded = Conv2d { in_h, in_w, pad, ..*geo };
-        if unpadded.check().is_ok() {
-            (*geo, *input) = (unpadded, source);
-            prelude.clear();
+    if let Kernel::Conv { geo, input, .. } = &mut kernel {
+        // The padding holds zeros, or an integer input's zero point.
+        let input_factor = factors.iter().find(|x| x.buffer == *input);
+        let fill = match input_factor.and_then(|x| x.zero.as_ref()) {
+            _ if !integer => Some(Expr::float(0.0, DType::F32)),
+            Some(Expr::Cast { value, .. }) => Some((**value).clone()),
+            _ => None,
+        };
+        if let Some(fill) = fill
+            && let Some((source, pad)) = padded_copy(f, &prelude, *input, &fill)
+        {
+            let [_, _, in_h, in_w] = <[usize; 4]>::try_from(f.buffer(source).shape.as_slice()).ok()?;
+            let unpadded = Conv2d { in_h, in_w, pad, ..*geo };
+            if unpadded.check().is_ok() {
+                (*geo, *input) = (unpadded, source);
+                prelude.clear();
+            }
         }
     }
-    let fused = fuse_epilogue(f, epilogue, acc, &out_loops, out, matches!(kernel, Kernel::Gemm { .. }));
-    Some(Plan { kernel, weights, out, out_loops, fused, acc, epilogue: epilogue.clone(), prelude })
+    let fused = if integer {
+        // The kernel's i32 result is the output only when the epilogue stores it unchanged.
+        (is_acc(epilogue, acc) && f.buffer(out).dtype == DType::I32).then(Fused::default)
+    } else {
+        fuse_epilogue(f, epilogue, acc, &out_loops, out, matches!(kernel, Kernel::Gemm { .. }))
+    };
+    Some(Plan { kernel, quant, weights, out, out_loops, fused, acc, epilogue: epilogue.clone(), prelude })
 }
 
-/// When `prelude` is exactly lowering's zero-padded copy of an NCHW tensor into `padded`
+/// An integer product's operand kinds and zero points, when the kernels take them: the
+/// input's zero point one constant, the weights' one constant or one per output channel
+/// (convolution) or column (GEMM), each within its bytes' range.
+fn match_quant(
+    f: &PrimFunc,
+    main: &PrimFunc,
+    factors: &[Factor; 2],
+    kernel: &Kernel,
+    weights_param: BufferId,
+    out_loops: &[(VarId, i64)],
+) -> Option<Quant> {
+    let (w, x) =
+        if factors[0].buffer == weights_param { (&factors[0], &factors[1]) } else { (&factors[1], &factors[0]) };
+    if w.buffer != weights_param {
+        return None;
+    }
+    // The loop a per-line weights zero point is indexed by: the output channel or column.
+    let per_line = match kernel {
+        Kernel::Conv { .. } => out_loops[1],
+        Kernel::Gemm { .. } => *out_loops.last()?,
+    };
+    let signed = |b: BufferId| f.buffer(b).dtype == DType::I8;
+    let in_range = |v: &i32, signed: bool| if signed { (-128..=127).contains(v) } else { (0..=255).contains(v) };
+    let input_zero = match zero_values(f, main, x.zero.as_ref(), None)?[..] {
+        [z] if in_range(&z, signed(x.buffer)) => z,
+        _ => return None,
+    };
+    let weights_zero = zero_values(f, main, w.zero.as_ref(), Some(per_line))?;
+    if !weights_zero.iter().all(|z| in_range(z, signed(w.buffer))) {
+        return None;
+    }
+    Some(Quant { input_signed: signed(x.buffer), input_zero, weights_signed: signed(w.buffer), weights_zero })
+}
+
+/// A factor's zero point as constants: none (0), a literal, or a constant parameter read
+/// at one place (one value) or at `per_line`'s variable over that loop's extent (one value
+/// per line).
+fn zero_values(f: &PrimFunc, main: &PrimFunc, zero: Option<&Expr>, per_line: Option<(VarId, i64)>) -> Option<Vec<i32>> {
+    let Some(zero) = zero else { return Some(vec![0]) };
+    let e = match zero {
+        Expr::Cast { dtype: DType::I32, value } => &**value,
+        other => other,
+    };
+    let to_i32 = |v: i64| i32::try_from(v).ok();
+    if let Some(v) = e.as_int() {
+        return Some(vec![to_i32(v)?]);
+    }
+    let Expr::Load { buffer, indices } = e else { return None };
+    let data = constant_data(main, bound_arg(f, main, *buffer)?.1)?;
+    let values = data.to_i64_vec()?;
+    if values.len() == 1 {
+        return Some(vec![to_i32(values[0])?]);
+    }
+    let (var, n) = per_line?;
+    (matches!(&indices[..], [Expr::Var(v)] if *v == var) && values.len() as i64 == n)
+        .then(|| values.into_iter().map(to_i32).collect())?
+}
+
+/// When `prelude` is exactly lowering's padded copy of an NCHW tensor into `padded`
 /// (`allocate`, then `padded[n, c, y, x] = select(in range, source[n, c, clamp(y - top),
-/// clamp(x - left)], 0.0)`), the source and `(top, left)`.
-fn padded_copy(f: &PrimFunc, prelude: &[Stmt], padded: BufferId) -> Option<(BufferId, (usize, usize))> {
+/// clamp(x - left)], fill)`), the source and `(top, left)`.
+fn padded_copy(f: &PrimFunc, prelude: &[Stmt], padded: BufferId, fill: &Expr) -> Option<(BufferId, (usize, usize))> {
     use heron_ir::loop_ir::build::{and, idx, in_range, max, min, sub};
     let [Stmt::Allocate { buffer, .. }, nest @ Stmt::For { .. }] = prelude else { return None };
     if *buffer != padded {
@@ -286,7 +413,7 @@ fn padded_copy(f: &PrimFunc, prelude: &[Stmt], padded: BufferId) -> Option<(Buff
     let Expr::Select { then, .. } = value else { return None };
     let Expr::Load { buffer: source, indices: src_idx } = &**then else { return None };
     let src_shape = &f.buffer(*source).shape;
-    if src_shape.len() != 4 || f.buffer(*source).dtype != DType::F32 || src_shape[..2] != shape[..2] {
+    if src_shape.len() != 4 || src_shape[..2] != shape[..2] {
         return None;
     }
     // The offsets, read off `min(max(v - offset, 0), extent - 1)`, then the whole expression
@@ -303,7 +430,7 @@ fn padded_copy(f: &PrimFunc, prelude: &[Stmt], padded: BufferId) -> Option<(Buff
     let expected = Expr::select(
         and(in_range(y.clone(), src_shape[2]), in_range(x.clone(), src_shape[3])),
         Expr::load(*source, vec![vars[0].clone(), vars[1].clone(), clamp(y, src_shape[2]), clamp(x, src_shape[3])]),
-        Expr::float(0.0, DType::F32),
+        fill.clone(),
     );
     (*value == expected && src_shape[2] > 0 && src_shape[3] > 0).then_some((*source, (top as usize, left as usize)))
 }
@@ -385,6 +512,7 @@ fn match_conv(
     geo.check().ok()?;
     let bias = match init {
         Expr::Float { value, .. } if *value == 0.0 => None,
+        Expr::Int { value: 0, .. } => None,
         Expr::Load { buffer, indices }
             if f.buffer(*buffer).shape == [m as usize]
                 && matches!(&indices[..], [Expr::Var(v)] if *v == oc)
@@ -405,7 +533,7 @@ fn match_gemm(
     (kv, k): (VarId, i64),
     init: &Expr,
 ) -> Option<(Kernel, (usize, BufferId))> {
-    if !matches!(init, Expr::Float { value, .. } if *value == 0.0) {
+    if !matches!(init, Expr::Float { value, .. } if *value == 0.0) && !matches!(init, Expr::Int { value: 0, .. }) {
         return None;
     }
     let (nv, n) = *out_loops.last()?;
@@ -538,20 +666,36 @@ fn fuse_epilogue(
     seen_acc.then_some(fused)
 }
 
-fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig) {
+/// The weights packed for the kernel, the name their constant shows (the packing: ISA and
+/// method), and the scratch per task (elements, type).
+struct Packed {
+    weights: Tensor,
+    name: String,
+    scratch: (usize, DType),
+}
+
+fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig) -> Option<Packed> {
     let isa = config.isa;
-    let (pos, constant) = plan.weights;
-    // Pack the weights into a new constant, in kernel order.
-    let mut data = None;
-    main.body.walk(&mut |s| {
-        if let Stmt::AllocateConst { buffer, data: d, .. } = s
-            && *buffer == constant
-        {
-            data = Some(d.clone());
-        }
-    });
-    let Some(data) = data else { return };
-    let Some(array) = data.as_array::<f32>() else { return };
+    if let Some(q) = &plan.quant {
+        let isa = config.int8;
+        let bits = data.to_le_bytes();
+        let w = Bytes { data: &bits, signed: q.weights_signed, zero: &q.weights_zero };
+        let (packed, scratch) = match &plan.kernel {
+            Kernel::Conv { geo, .. } => {
+                let mut p = vec![0; qgemm::conv_packed_weights_len(isa, geo).ok()?];
+                qgemm::conv_pack_weights(isa, geo, w, &mut p).ok()?;
+                (p, qgemm::conv_scratch_len(isa, geo).ok()?)
+            }
+            Kernel::Gemm { n, k, b_strides, .. } => {
+                let mut p = vec![0; qgemm::packed_b_len(isa, *k, *n).ok()?];
+                qgemm::pack_b(isa, w, *b_strides, (*k, *n), &mut p).ok()?;
+                (p, qgemm::gemm_scratch_len(isa, *k).ok()?)
+            }
+        };
+        let weights = Tensor::from_vec(&[packed.len()], packed).ok()?;
+        return Some(Packed { weights, name: format!("{name}_{}_q8", isa.name()), scratch: (scratch, DType::U8) });
+    }
+    let array = data.as_array::<f32>()?;
     // A standard-layout constant is read in place: copying a large model's weights element by
     // element through ndarray's iterator shows in the compile time.
     let owned;
@@ -562,33 +706,32 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
             &owned
         }
     };
-    let packed = match &plan.kernel {
-        Kernel::Conv { geo, .. } => geo.packed_weights_len(isa).ok().and_then(|len| {
-            let mut p = vec![0.0; len];
-            geo.pack_weights(isa, values, &mut p).ok().map(|()| p)
-        }),
-        Kernel::Gemm { n, k, b_strides, .. } => gemm::packed_b_len(isa, *k, *n).ok().and_then(|len| {
-            let mut p = vec![0.0; len];
-            gemm::pack_b(isa, values, *b_strides, (*k, *n), &mut p).ok().map(|()| p)
-        }),
+    let (packed, scratch, name) = match &plan.kernel {
+        Kernel::Conv { geo, .. } => {
+            let mut p = vec![0.0; geo.packed_weights_len(isa).ok()?];
+            geo.pack_weights(isa, values, &mut p).ok()?;
+            (p, geo.scratch_len(isa).ok()?, format!("{name}_{}_{}", isa.name(), geo.method().name()))
+        }
+        Kernel::Gemm { n, k, b_strides, .. } => {
+            let mut p = vec![0.0; gemm::packed_b_len(isa, *k, *n).ok()?];
+            gemm::pack_b(isa, values, *b_strides, (*k, *n), &mut p).ok()?;
+            (p, 0, format!("{name}_{}", isa.name()))
+        }
     };
-    let Some(packed) = packed else { return };
-    let scratch_len = match &plan.kernel {
-        Kernel::Conv { geo, .. } => match geo.scratch_len(isa).ok().and_then(|s| s.checked_mul(config.tasks)) {
-            Some(s) => s,
-            None => return,
-        },
-        Kernel::Gemm { .. } => 0,
-    };
-    let len = packed.len();
-    let Ok(tensor) = Tensor::from_vec(&[len], packed) else { return };
-    let tensor = Arc::new(tensor);
-    // The name shows the packing in `heron lower`: the ISA and, for a convolution, its method.
-    let name = match &plan.kernel {
-        Kernel::Conv { geo, .. } => format!("{}_{}_{}", main.buffer(constant).name, isa.name(), geo.method().name()),
-        Kernel::Gemm { .. } => format!("{}_{}", main.buffer(constant).name, isa.name()),
-    };
-    main.buffers.push(Buffer::new(name, DType::F32, vec![len]));
+    let weights = Tensor::from_vec(&[packed.len()], packed).ok()?;
+    Some(Packed { weights, name, scratch: (scratch, DType::F32) })
+}
+
+fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig) {
+    let isa = config.isa;
+    let (pos, constant) = plan.weights;
+    // Pack the weights into a new constant, in kernel order.
+    let Some(data) = constant_data(main, constant) else { return };
+    let Some(packed) = pack(&plan, &data, &main.buffer(constant).name, config) else { return };
+    let Some(scratch_len) = packed.scratch.0.checked_mul(config.tasks) else { return };
+    let len = packed.weights.len();
+    let tensor = Arc::new(packed.weights);
+    main.buffers.push(Buffer::new(packed.name, tensor.dtype(), vec![len]));
     let new_const = BufferId(main.buffers.len() as u32 - 1);
     let mut body = main.take_body();
     let mut uses_left = 0;
@@ -623,91 +766,117 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
 
     // The function: its weights parameter now holds the packed weights.
     let weights_param = f.params[pos];
-    f.buffers[weights_param.0 as usize].shape = vec![len];
+    let param = &mut f.buffers[weights_param.0 as usize];
+    (param.shape, param.dtype) = (vec![len], tensor.dtype());
     let out = plan.out;
     let (fused, generic) = match plan.fused {
         Some(fused) => (fused, None),
         None => (Fused::default(), Some(plan.epilogue)),
     };
-    let mut flag_bits = 0;
-    let mut buffer_or_out = |b: Option<BufferId>, bit: i64| {
-        b.map_or(Arg::Buffer(out), |b| {
-            flag_bits |= bit;
-            Arg::Buffer(b)
-        })
-    };
     let i = |v: usize| Arg::Expr(Expr::index(v as i64));
     f.vars.push(VarDecl { name: "task".into(), dtype: DType::I64 });
     let task = VarId(f.vars.len() as u32 - 1);
     let mut stmts = plan.prelude;
-    let (routine, mut args) = match &plan.kernel {
-        Kernel::Conv { geo, input, bias } => {
-            let scratch = if scratch_len > 0 {
-                f.buffers.push(Buffer::new("kernel_scratch", DType::F32, vec![scratch_len]));
-                let s = BufferId(f.buffers.len() as u32 - 1);
-                stmts.push(Stmt::Allocate { buffer: s, pools: vec![] });
-                s
-            } else {
-                out
-            };
-            let mut args = vec![
-                Arg::Buffer(*input),
-                Arg::Buffer(weights_param),
-                buffer_or_out(*bias, flags::BIAS),
-                buffer_or_out(fused.residual, flags::RESIDUAL),
-                Arg::Buffer(out),
-                Arg::Buffer(scratch),
-                Arg::Expr(Expr::index(isa.code())),
-            ];
-            args.extend(
-                [
-                    geo.batch,
-                    geo.in_channels,
-                    geo.in_h,
-                    geo.in_w,
-                    geo.out_channels,
-                    geo.out_h,
-                    geo.out_w,
-                    geo.kernel.0,
-                    geo.kernel.1,
-                    geo.stride.0,
-                    geo.stride.1,
-                    geo.dilation.0,
-                    geo.dilation.1,
-                    geo.groups,
-                    geo.pad.0,
-                    geo.pad.1,
-                ]
-                .map(i),
-            );
-            (CONV2D_F32, args)
-        }
-        Kernel::Gemm { m, n, k, a, .. } => {
-            let args = vec![
-                Arg::Buffer(*a),
-                Arg::Buffer(weights_param),
-                buffer_or_out(fused.col_bias, flags::BIAS),
-                buffer_or_out(fused.residual, flags::RESIDUAL),
-                Arg::Buffer(out),
-                Arg::Expr(Expr::index(isa.code())),
-                i(*m),
-                i(*n),
-                i(*k),
-            ];
-            (GEMM_F32, args)
-        }
+    let mut new_buffer = |f: &mut PrimFunc, name: &str, dtype: DType, shape: Vec<usize>| {
+        f.buffers.push(Buffer::new(name, dtype, shape));
+        let b = BufferId(f.buffers.len() as u32 - 1);
+        stmts.push(Stmt::Allocate { buffer: b, pools: vec![] });
+        b
     };
-    let (lo, hi) = fused.clamp.map_or((0.0, 0.0), |(lo, hi)| {
-        flag_bits |= flags::CLAMP;
-        (lo, hi)
-    });
-    args.extend([
-        Arg::Expr(Expr::index(flag_bits)),
-        Arg::Expr(Expr::float(f64::from(lo), DType::F32)),
-        Arg::Expr(Expr::float(f64::from(hi), DType::F32)),
-        Arg::Expr(Expr::Var(task)),
-        i(config.tasks),
-    ]);
+    let scratch =
+        if scratch_len > 0 { new_buffer(f, "kernel_scratch", packed.scratch.1, vec![scratch_len]) } else { out };
+    // Where the kernel writes: the output, or for an integer product whose epilogue does more
+    // than store it, an i32 buffer the epilogue reads.
+    let raw = match (&plan.quant, &generic) {
+        (Some(_), Some(_)) => new_buffer(f, "accumulators", DType::I32, f.buffer(out).shape.clone()),
+        _ => out,
+    };
+    let conv_dims = |geo: &Conv2d| {
+        [
+            geo.batch,
+            geo.in_channels,
+            geo.in_h,
+            geo.in_w,
+            geo.out_channels,
+            geo.out_h,
+            geo.out_w,
+            geo.kernel.0,
+            geo.kernel.1,
+            geo.stride.0,
+            geo.stride.1,
+            geo.dilation.0,
+            geo.dilation.1,
+            geo.groups,
+            geo.pad.0,
+            geo.pad.1,
+        ]
+        .map(i)
+    };
+    let (routine, args) = if let Some(q) = &plan.quant {
+        let (routine, input, dims) = match &plan.kernel {
+            Kernel::Conv { geo, input, .. } => (CONV2D_Q8, *input, conv_dims(geo).to_vec()),
+            Kernel::Gemm { m, n, k, a, .. } => (GEMM_Q8, *a, vec![i(*m), i(*n), i(*k)]),
+        };
+        let mut args = vec![Arg::Buffer(input), Arg::Buffer(weights_param), Arg::Buffer(raw), Arg::Buffer(scratch)];
+        args.push(Arg::Expr(Expr::index(config.int8.code())));
+        args.extend(dims);
+        args.extend([
+            Arg::Expr(Expr::index(i64::from(q.input_signed))),
+            Arg::Expr(Expr::index(i64::from(q.input_zero))),
+            Arg::Expr(Expr::Var(task)),
+            i(config.tasks),
+        ]);
+        (routine, args)
+    } else {
+        let mut flag_bits = 0;
+        let mut buffer_or_out = |b: Option<BufferId>, bit: i64| {
+            b.map_or(Arg::Buffer(out), |b| {
+                flag_bits |= bit;
+                Arg::Buffer(b)
+            })
+        };
+        let (routine, mut args) = match &plan.kernel {
+            Kernel::Conv { geo, input, bias } => {
+                let mut args = vec![
+                    Arg::Buffer(*input),
+                    Arg::Buffer(weights_param),
+                    buffer_or_out(*bias, flags::BIAS),
+                    buffer_or_out(fused.residual, flags::RESIDUAL),
+                    Arg::Buffer(out),
+                    Arg::Buffer(scratch),
+                    Arg::Expr(Expr::index(isa.code())),
+                ];
+                args.extend(conv_dims(geo));
+                (CONV2D_F32, args)
+            }
+            Kernel::Gemm { m, n, k, a, .. } => {
+                let args = vec![
+                    Arg::Buffer(*a),
+                    Arg::Buffer(weights_param),
+                    buffer_or_out(fused.col_bias, flags::BIAS),
+                    buffer_or_out(fused.residual, flags::RESIDUAL),
+                    Arg::Buffer(out),
+                    Arg::Expr(Expr::index(isa.code())),
+                    i(*m),
+                    i(*n),
+                    i(*k),
+                ];
+                (GEMM_F32, args)
+            }
+        };
+        let (lo, hi) = fused.clamp.map_or((0.0, 0.0), |(lo, hi)| {
+            flag_bits |= flags::CLAMP;
+            (lo, hi)
+        });
+        args.extend([
+            Arg::Expr(Expr::index(flag_bits)),
+            Arg::Expr(Expr::float(f64::from(lo), DType::F32)),
+            Arg::Expr(Expr::float(f64::from(hi), DType::F32)),
+            Arg::Expr(Expr::Var(task)),
+            i(config.tasks),
+        ]);
+        (routine, args)
+    };
     stmts.push(Stmt::For {
         var: task,
         extent: Expr::index(config.tasks as i64),
@@ -715,9 +884,10 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(routine.into()), args })),
     });
     if let Some(e) = generic {
-        // The rest of the epilogue, in place: the accumulator is the kernel's output.
+        // The rest of the epilogue: the accumulator is the kernel's output (in place, unless
+        // an integer product wrote its own buffer).
         let idx: Vec<Expr> = plan.out_loops.iter().map(|(v, _)| Expr::Var(*v)).collect();
-        let here = Expr::load(out, idx.clone());
+        let here = Expr::load(raw, idx.clone());
         let acc = plan.acc;
         let value = e.map(&mut |x| if is_acc(&x, acc) { here.clone() } else { x });
         let store = Stmt::Store { buffer: out, indices: idx, value };
@@ -894,6 +1064,60 @@ fn float(arg: &ExternArg) -> Result<f32, String> {
     }
 }
 
+fn bytes(arg: &ExternArg) -> Result<&[u8], String> {
+    match arg {
+        ExternArg::Buffer(bytes) => Ok(bytes),
+        _ => Err("expected a buffer".into()),
+    }
+}
+
+/// The integer kernels' routines: `(input, weights, out, scratch, isa, dims..., signed, zero,
+/// task, tasks)`.
+fn call_q8(name: &str, args: &mut [ExternArg]) -> Result<Vec<usize>, String> {
+    let dims = match (name, args.len()) {
+        (CONV2D_Q8, 25) => 16,
+        (GEMM_Q8, 12) => 3,
+        _ => return Err(format!("no kernel routine '{name}' with {} arguments", args.len())),
+    };
+    let int = |a: &ExternArg| match a {
+        ExternArg::Int(v) => Ok(*v),
+        _ => Err("expected an integer".to_string()),
+    };
+    let isa = Int8Isa::from_code(int(&args[4])?).ok_or("unknown integer kernel ISA")?;
+    let d = ints(&args[5..5 + dims])?;
+    let (signed, zero) =
+        (int(&args[5 + dims])? == 1, [i32::try_from(int(&args[6 + dims])?).map_err(|e| e.to_string())?]);
+    let t = ints(&args[7 + dims..9 + dims])?;
+    let input = Bytes { data: bytes(&args[0])?, signed, zero: &zero };
+    let weights = bytes(&args[1])?;
+    let mut out: Vec<i32> =
+        bytes(&args[2])?.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+    let result = if name == CONV2D_Q8 {
+        let geo = Conv2d {
+            batch: d[0],
+            in_channels: d[1],
+            in_h: d[2],
+            in_w: d[3],
+            out_channels: d[4],
+            out_h: d[5],
+            out_w: d[6],
+            kernel: (d[7], d[8]),
+            stride: (d[9], d[10]),
+            dilation: (d[11], d[12]),
+            groups: d[13],
+            pad: (d[14], d[15]),
+        };
+        let mut scratch = vec![0; qgemm::conv_scratch_len(isa, &geo).map_err(|e| e.to_string())?];
+        qgemm::conv_share(isa, &geo, input, weights, &mut out, &mut scratch, (t[0], t[1]))
+    } else {
+        let mut scratch = vec![0; qgemm::gemm_scratch_len(isa, d[2]).map_err(|e| e.to_string())?];
+        qgemm::gemm_share(isa, (d[0], d[1], d[2]), input, weights, &mut out, &mut scratch, (t[0], t[1]))
+    };
+    result.map_err(|e| e.to_string())?;
+    args[2] = ExternArg::Buffer(out.iter().flat_map(|v| v.to_le_bytes()).collect());
+    Ok(vec![2])
+}
+
 impl Externs for KernelExterns {
     fn call(&self, name: &str, args: &mut [ExternArg]) -> Result<Vec<usize>, String> {
         let isa_of = |a: &ExternArg| match a {
@@ -979,6 +1203,7 @@ impl Externs for KernelExterns {
                 let r = map_share(isa, &program, &operands, &mut out, (rows, cols), (t[0], t[1]));
                 (0, r.map(|()| out))
             }
+            CONV2D_Q8 | GEMM_Q8 => return call_q8(name, args),
             _ => return Err(format!("no kernel routine '{name}' with {} arguments", args.len())),
         };
         let out = result.map_err(|e| e.to_string())?;

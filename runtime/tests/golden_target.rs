@@ -10,14 +10,14 @@ use std::path::PathBuf;
 use heron_ir::loop_ir::print::{ConstData, print_module};
 use heron_ir::testing::{assert_close, assert_float_rule, data};
 use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, PoolAttrs, Tensor, TensorType, UnaryOp, Window};
-use heron_jit::kernels::{Isa, KernelConfig};
+use heron_jit::kernels::{Int8Isa, Isa, KernelConfig};
 use heron_runtime::Model;
 use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage};
 
 fn golden(name: &str, graph: Graph, inputs: &[Tensor]) {
     let model = Model::from_graph(name, graph.clone()).expect("valid graph");
     // Kernels pinned, so the text does not depend on this machine's ISA or cores.
-    let kernels = Some(KernelConfig { isa: Isa::Avx512, tasks: 2 });
+    let kernels = Some(KernelConfig { isa: Isa::Avx512, int8: Int8Isa::Vnni512, tasks: 2 });
     let options = PipelineOptions { kernels, ..PipelineOptions::default() };
     let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
     let want = heron_ir::interp::run(&graph, inputs).expect("graph interpreter");

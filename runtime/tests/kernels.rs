@@ -118,3 +118,67 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
         }
     }
 }
+
+/// A quantized block as QLinearConv and QLinearMatMul import it: an integer convolution
+/// (padding, stride 2, weights zero point per channel), its i32 bias, scale and
+/// requantization to u8, then an integer GEMM on the flattened result. Both products run as
+/// the integer kernels (the requantization stays generated code reading their i32 result),
+/// bit-exact against the graph interpreter: through the loop-IR interpreter for each integer
+/// layout, and compiled on 1 and 2 threads.
+#[test]
+fn quantized_blocks_run_as_integer_kernels() {
+    use heron_ir::op::QuantAxis;
+    use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, Window};
+    use heron_jit::kernels::{Int8Isa, Isa};
+    let bytes = |n: usize, seed: usize| (0..n).map(|i| ((i * 7919 + seed * 104729) % 256) as u8).collect::<Vec<_>>();
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::U8, vec![2, 8, 9, 9]));
+    let w: Vec<i8> = bytes(16 * 8 * 9, 1).into_iter().map(|b| b as i8).collect();
+    let w = g.add_constant("w", Tensor::from_vec(&[16, 8, 3, 3], w).unwrap());
+    let xz = g.add_constant("xz", Tensor::from_vec::<u8>(&[], vec![3]).unwrap());
+    let wz = g.add_constant("wz", Tensor::from_vec::<i8>(&[16], (0..16).map(|i| i % 5 - 2).collect()).unwrap());
+    let mut window = Window::dense(vec![3, 3]);
+    (window.strides, window.pads_begin, window.pads_end) = (vec![2, 2], vec![1, 1], vec![1, 1]);
+    let acc = g.add_op("conv", Op::ConvInteger(ConvAttrs { window, group: 1 }), &[x, w, xz, wz]).unwrap();
+    let bias = g.add_constant(
+        "bias",
+        Tensor::from_vec(&[16, 1, 1], (0..16).map(|i| i * 1000 - 7000).collect::<Vec<i32>>()).unwrap(),
+    );
+    let biased = g.add_op("biased", Op::Binary(BinaryOp::Add), &[acc, bias]).unwrap();
+    let real = g.add_op("real", Op::Cast { to: DType::F32 }, &[biased]).unwrap();
+    let scale = g.add_constant("scale", Tensor::from_vec::<f32>(&[], vec![0.0007]).unwrap());
+    let scaled = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[real, scale]).unwrap();
+    let one = g.add_constant("one", Tensor::from_vec::<f32>(&[], vec![1.0]).unwrap());
+    let yz = g.add_constant("yz", Tensor::from_vec::<u8>(&[], vec![10]).unwrap());
+    let q = g.add_op("q", Op::QuantizeLinear { axis: QuantAxis::PerTensor }, &[scaled, one, yz]).unwrap();
+    let flat = g.add_op("flat", Op::Reshape { shape: vec![2, 400] }, &[q]).unwrap();
+    let b = g.add_constant("b", Tensor::from_vec(&[400, 7], bytes(400 * 7, 2)).unwrap());
+    let bz = g.add_constant("bz", Tensor::from_vec::<u8>(&[], vec![130]).unwrap());
+    let y = g.add_op("fc", Op::MatMulInteger, &[flat, b, yz, bz]).unwrap();
+    g.set_outputs(vec![q, y]);
+    let model = Model::from_graph("qblock", g.clone()).expect("model");
+    let input = Tensor::from_vec(&[2, 8, 9, 9], bytes(2 * 8 * 81, 3)).unwrap();
+    let want = heron_ir::interp::run(&g, std::slice::from_ref(&input)).expect("graph interpreter");
+    for int8 in [Int8Isa::Vnni512, Int8Isa::Avx2, Int8Isa::Scalar] {
+        let kernels = Some(KernelConfig { isa: Isa::detect(), int8, tasks: 2 });
+        let module = Pipeline::new(PipelineOptions { kernels, ..PipelineOptions::default() })
+            .module(&model, Stage::Target)
+            .expect("target stage");
+        let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+        assert!(text.contains("heron_conv2d_q8") && text.contains("heron_gemm_q8"), "{int8:?}: {text}");
+        let got = heron_ir::loop_ir::interp::run_with(
+            &module,
+            std::slice::from_ref(&input),
+            Some(&heron_jit::kernels::KernelExterns),
+        )
+        .expect("loop-IR interpreter");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(&g.reshape(w.shape()).unwrap(), w, "{int8:?}");
+        }
+    }
+    for threads in [1, 2] {
+        let compiled =
+            Compiler::new(CompileOptions { threads, ..CompileOptions::default() }).compile(&model).expect("compile");
+        assert_eq!(compiled.run(std::slice::from_ref(&input)).expect("run"), want, "{threads} threads");
+    }
+}

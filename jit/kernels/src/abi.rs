@@ -14,25 +14,30 @@ use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use crate::elementwise::{MAX_INPUTS, Operand, Program, map_raw};
 use crate::gemm::{Epilogue, sgemm_share};
 use crate::pool::{max_pool2d_share, window_from_dims};
+use crate::qgemm::{self, Bytes, Int8Isa};
 
 /// Routine names.
 pub const CONV2D_F32: &str = "heron_conv2d_f32";
 pub const GEMM_F32: &str = "heron_gemm_f32";
 pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 pub const MAP_F32: &str = "heron_map_f32";
+pub const CONV2D_Q8: &str = "heron_conv2d_q8";
+pub const GEMM_Q8: &str = "heron_gemm_q8";
 
 /// The kernels' routine table, in the one order every run context lists them
 /// (`heron_threads_context`, the JIT's, VTA's after its own routine): generated code indexes
 /// it by position, fixed when the module was compiled.
-pub const ROUTINE_NAMES: [&str; 4] = [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, MAP_F32];
+pub const ROUTINE_NAMES: [&str; 6] = [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, MAP_F32, CONV2D_Q8, GEMM_Q8];
 
 /// The entry points of [`ROUTINE_NAMES`], in that order.
-pub fn routine_addresses() -> [*const u8; 4] {
+pub fn routine_addresses() -> [*const u8; 6] {
     [
         heron_conv2d_f32 as *const u8,
         heron_gemm_f32 as *const u8,
         heron_maxpool2d_f32 as *const u8,
         heron_map_f32 as *const u8,
+        heron_conv2d_q8 as *const u8,
+        heron_gemm_q8 as *const u8,
     ]
 }
 
@@ -60,7 +65,7 @@ fn sizes<const N: usize>(values: [i64; N]) -> Option<[usize; N]> {
 ///
 /// # Safety
 /// With `len > 0`, `p` points at `len` initialised elements no one else writes meanwhile.
-unsafe fn view<'a>(p: *const f32, len: usize) -> &'a [f32] {
+unsafe fn view<'a, T>(p: *const T, len: usize) -> &'a [T] {
     if len == 0 || p.is_null() {
         return &[];
     }
@@ -70,7 +75,7 @@ unsafe fn view<'a>(p: *const f32, len: usize) -> &'a [f32] {
 
 /// # Safety
 /// As [`view`], and no one else reads or writes the elements meanwhile.
-unsafe fn view_mut<'a>(p: *mut f32, len: usize) -> &'a mut [f32] {
+unsafe fn view_mut<'a, T>(p: *mut T, len: usize) -> &'a mut [T] {
     if len == 0 || p.is_null() {
         return &mut [];
     }
@@ -140,6 +145,7 @@ pub unsafe extern "C" fn heron_conv2d_f32(
         pad: (pad_top, pad_left),
     };
     let lens = (|| {
+        (task < tasks).then_some(())?;
         geo.check().ok()?;
         let per_task = geo.scratch_len(isa).ok()?;
         let at = per_task.checked_mul(task)?;
@@ -295,4 +301,136 @@ pub unsafe extern "C" fn heron_map_f32(
     }
     // SAFETY: the caller's promise above; `map_raw` reads only inputs the program names.
     unsafe { map_raw(isa, &program, inputs, out, (rows, cols), (task, tasks)) }
+}
+
+/// A byte operand's zero point as passed (an i64 holding a u8 or i8 value).
+fn zero_point(zero: i64, signed: i64) -> Option<(bool, [i32; 1])> {
+    let signed = match signed {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let range = if signed { -128..=127 } else { 0..=255 };
+    range.contains(&zero).then_some((signed, [zero as i32]))
+}
+
+/// `out = Σ (x − x_zero)(w − zw)` (i32), share `task` of `tasks`: `x` the NCHW input bytes
+/// (i8 when `x_signed` is 1, u8 when 0), padded with `x_zero` as `ConvInteger` pads, `w` the
+/// weights packed for `isa` ([`qgemm::conv_pack_weights`], their zero points inside), `out`
+/// `[batch, m, oh, ow]` i32, `scratch` [`qgemm::conv_scratch_len`] bytes per task. The other
+/// arguments as [`heron_conv2d_f32`]'s.
+///
+/// # Safety
+/// Every pointer holds the elements its shape says (scratch: `tasks` times the per-task
+/// length); concurrent calls differ in `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_conv2d_q8(
+    x: *const u8,
+    w: *const u8,
+    out: *mut i32,
+    scratch: *mut u8,
+    isa: i64,
+    batch: i64,
+    c: i64,
+    h: i64,
+    width: i64,
+    m: i64,
+    oh: i64,
+    ow: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    dh: i64,
+    dw: i64,
+    groups: i64,
+    pad_top: i64,
+    pad_left: i64,
+    x_signed: i64,
+    x_zero: i64,
+    task: i64,
+    tasks: i64,
+) {
+    let Some(isa) = Int8Isa::from_code(isa) else { return };
+    let Some((signed, zero)) = zero_point(x_zero, x_signed) else { return };
+    let dims = [batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, task, tasks];
+    let Some([batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, task, tasks]) =
+        sizes(dims)
+    else {
+        return;
+    };
+    let geo = Conv2d {
+        batch,
+        in_channels: c,
+        in_h: h,
+        in_w: width,
+        out_channels: m,
+        out_h: oh,
+        out_w: ow,
+        kernel: (kh, kw),
+        stride: (sh, sw),
+        dilation: (dh, dw),
+        groups,
+        pad: (pad_top, pad_left),
+    };
+    let lens = (|| {
+        (task < tasks).then_some(())?;
+        let per_task = qgemm::conv_scratch_len(isa, &geo).ok()?;
+        let at = per_task.checked_mul(task)?;
+        let w_len = qgemm::conv_packed_weights_len(isa, &geo).ok()?;
+        Some((geo.input_len().ok()?, w_len, geo.output_len().ok()?, per_task, at))
+    })();
+    let Some((x_len, w_len, out_len, per_task, at)) = lens else { return };
+    // SAFETY: the caller guarantees each buffer holds what the checked shapes say.
+    unsafe {
+        let x = Bytes { data: view(x, x_len), signed, zero: &zero };
+        let scratch = view_mut(scratch.wrapping_add(at), per_task);
+        let _ = qgemm::conv_share(isa, &geo, x, view(w, w_len), view_mut(out, out_len), scratch, (task, tasks));
+    }
+}
+
+/// `c = Σ (a − a_zero)(b − zb)` (i32), share `task` of `tasks`: `a` row-major `m × k` bytes
+/// (i8 when `a_signed` is 1), `b` packed for `isa` ([`qgemm::pack_b`], its zero points
+/// inside), `c` row-major `m × n`, `scratch` [`qgemm::gemm_scratch_len`] bytes per task.
+///
+/// # Safety
+/// Every pointer holds the elements its shape says; concurrent calls differ in `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_gemm_q8(
+    a: *const u8,
+    b: *const u8,
+    c: *mut i32,
+    scratch: *mut u8,
+    isa: i64,
+    m: i64,
+    n: i64,
+    k: i64,
+    a_signed: i64,
+    a_zero: i64,
+    task: i64,
+    tasks: i64,
+) {
+    let Some(isa) = Int8Isa::from_code(isa) else { return };
+    let Some((signed, zero)) = zero_point(a_zero, a_signed) else { return };
+    let Some([m, n, k, task, tasks]) = sizes([m, n, k, task, tasks]) else { return };
+    let lens = (|| {
+        (task < tasks).then_some(())?;
+        let per_task = qgemm::gemm_scratch_len(isa, k).ok()?;
+        Some((
+            m.checked_mul(k)?,
+            qgemm::packed_b_len(isa, k, n).ok()?,
+            m.checked_mul(n)?,
+            per_task,
+            per_task.checked_mul(task)?,
+        ))
+    })();
+    let Some((a_len, b_len, c_len, per_task, at)) = lens else { return };
+    // SAFETY: the caller guarantees each buffer holds what the shapes say.
+    unsafe {
+        let a = Bytes { data: view(a, a_len), signed, zero: &zero };
+        let scratch = view_mut(scratch.wrapping_add(at), per_task);
+        let _ = qgemm::gemm_share(isa, (m, n, k), a, view(b, b_len), view_mut(c, c_len), scratch, (task, tasks));
+    }
 }

@@ -11,6 +11,8 @@
 //!   first and strided layers; transposed pointwise for small planes; Winograd F(2×2, 3×3)
 //!   for 3×3 stride-1 layers; depthwise).
 //! - [`pool`]: 2-D max pooling.
+//! - [`qgemm`]: integer GEMM and convolution (u8/i8 with zero points, i32 results; AVX-512
+//!   VNNI, AVX2).
 //! - [`abi`]: the `extern "C"` entry points generated code calls, one share of the work per
 //!   task of a parallel loop.
 //!
@@ -28,6 +30,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod peak;
 pub mod pool;
+pub mod qgemm;
 mod tile;
 mod transposed;
 mod winograd;
