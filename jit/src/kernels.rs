@@ -104,6 +104,9 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
         let (before, rest) = module.funcs.split_at_mut(k.max(main_index));
         let (f, main) =
             if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
+        if !row_major(f, main) {
+            continue;
+        }
         if let Some(plan) = match_contraction(f, main) {
             apply(plan, f, main, config);
         } else if let Some(pool) = match_max_pool(f) {
@@ -112,6 +115,21 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             crate::elementwise::apply_map(map, f, config);
         }
     }
+}
+
+/// Whether every buffer `f` works on is stored row-major: the kernels index their operands
+/// by their logical shapes, so a buffer another target laid out (VTA's packed tensors) keeps
+/// generated code.
+fn row_major(f: &PrimFunc, main: &PrimFunc) -> bool {
+    let mut plain = f.layout_transforms.is_empty();
+    main.body.walk(&mut |s| {
+        if let Stmt::Evaluate(Call { callee: Callee::Func(name), args }) = s
+            && *name == f.name
+        {
+            plain &= args.iter().all(|a| !matches!(a, Arg::Buffer(b) if main.layout_transforms.contains_key(b)));
+        }
+    });
+    plain
 }
 
 /// The kernel a nest maps to.
