@@ -60,6 +60,13 @@ fn median_seconds(runs: usize, mut f: impl FnMut()) -> f64 {
     times[times.len() / 2]
 }
 
+/// A layer on a `size`² plane with a `k`×`k` window at `stride`, padded to keep the size
+/// (divided by the stride).
+fn square_layer(c: usize, m: usize, size: usize, k: usize, stride: usize, groups: usize) -> Conv2d {
+    let out = size / stride;
+    Conv2d::from_dims([1, c, size, size, m, out, out, k, k, stride, stride, 1, 1, groups, k / 2, k / 2])
+}
+
 /// The GEMM kernel on each available ISA against its FMA peak.
 fn direct_gemm(n: usize, runs: usize) {
     let values = |len: usize| (0..len).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
@@ -128,20 +135,7 @@ fn direct_convs(runs: usize) {
     ];
     for (c, m, size, k, stride, depthwise) in layers {
         let out = size / stride;
-        let geo = Conv2d {
-            batch: 1,
-            in_channels: c,
-            in_h: size,
-            in_w: size,
-            out_channels: m,
-            out_h: out,
-            out_w: out,
-            kernel: (k, k),
-            stride: (stride, stride),
-            dilation: (1, 1),
-            groups: if depthwise { c } else { 1 },
-            pad: (k / 2, k / 2),
-        };
+        let geo = square_layer(c, m, size, k, stride, if depthwise { c } else { 1 });
         let values = |len: usize| (0..len).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
         let (x, w) = (values(geo.input_len().expect("size")), values(geo.weights_len().expect("size")));
         let mut packed = vec![0.0; geo.packed_weights_len(isa).expect("size")];
@@ -206,20 +200,7 @@ fn direct_int8(n: usize, runs: usize) {
             (256, 64, 56, 1, 1),
         ] {
             let out = size / stride;
-            let geo = Conv2d {
-                batch: 1,
-                in_channels: ch,
-                in_h: size,
-                in_w: size,
-                out_channels: m,
-                out_h: out,
-                out_w: out,
-                kernel: (k, k),
-                stride: (stride, stride),
-                dilation: (1, 1),
-                groups: 1,
-                pad: (k / 2, k / 2),
-            };
+            let geo = square_layer(ch, m, size, k, stride, 1);
             let (x, w) = (bytes(geo.input_len().expect("size")), bytes(geo.weights_len().expect("size")));
             let mut packed = vec![0; qgemm::conv_packed_weights_len(isa, &geo).expect("size")];
             qgemm::conv_pack_weights(isa, &geo, Bytes { data: &w, signed: true, zero: &[0] }, &mut packed)

@@ -809,27 +809,7 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         (Some(_), Some(_)) => new_buffer(f, "accumulators", DType::I32, f.buffer(out).shape.clone()),
         _ => out,
     };
-    let conv_dims = |geo: &Conv2d| {
-        [
-            geo.batch,
-            geo.in_channels,
-            geo.in_h,
-            geo.in_w,
-            geo.out_channels,
-            geo.out_h,
-            geo.out_w,
-            geo.kernel.0,
-            geo.kernel.1,
-            geo.stride.0,
-            geo.stride.1,
-            geo.dilation.0,
-            geo.dilation.1,
-            geo.groups,
-            geo.pad.0,
-            geo.pad.1,
-        ]
-        .map(i)
-    };
+    let conv_dims = |geo: &Conv2d| geo.dims().map(i);
     let (routine, args) = if let Some(q) = &plan.quant {
         let (routine, input, dims) = match &plan.kernel {
             Kernel::Conv { geo, input, .. } => (CONV2D_Q8, *input, conv_dims(geo).to_vec()),
@@ -1111,20 +1091,7 @@ fn call_q8(name: &str, args: &mut [ExternArg]) -> Result<Vec<usize>, String> {
     let mut out: Vec<i32> =
         bytes(&args[2])?.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
     let result = if name == CONV2D_Q8 {
-        let geo = Conv2d {
-            batch: d[0],
-            in_channels: d[1],
-            in_h: d[2],
-            in_w: d[3],
-            out_channels: d[4],
-            out_h: d[5],
-            out_w: d[6],
-            kernel: (d[7], d[8]),
-            stride: (d[9], d[10]),
-            dilation: (d[11], d[12]),
-            groups: d[13],
-            pad: (d[14], d[15]),
-        };
+        let geo = Conv2d::from_dims(d[..16].try_into().expect("16 dimensions"));
         let mut scratch = vec![0; qgemm::conv_scratch_len(isa, &geo).map_err(|e| e.to_string())?];
         qgemm::conv_share(isa, &geo, input, weights, &mut out, &mut scratch, (t[0], t[1]))
     } else {
@@ -1147,20 +1114,7 @@ impl Externs for KernelExterns {
                 let isa = isa_of(&args[6])?;
                 let d = ints(&args[7..24])?;
                 let t = ints(&args[26..28])?;
-                let geo = Conv2d {
-                    batch: d[0],
-                    in_channels: d[1],
-                    in_h: d[2],
-                    in_w: d[3],
-                    out_channels: d[4],
-                    out_h: d[5],
-                    out_w: d[6],
-                    kernel: (d[7], d[8]),
-                    stride: (d[9], d[10]),
-                    dilation: (d[11], d[12]),
-                    groups: d[13],
-                    pad: (d[14], d[15]),
-                };
+                let geo = Conv2d::from_dims(d[..16].try_into().expect("16 dimensions"));
                 let bits = d[16] as i64;
                 let (x, w, bias, residual) =
                     (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);

@@ -130,20 +130,7 @@ pub unsafe extern "C" fn heron_conv2d_f32(
     else {
         return;
     };
-    let geo = Conv2d {
-        batch,
-        in_channels: c,
-        in_h: h,
-        in_w: width,
-        out_channels: m,
-        out_h: oh,
-        out_w: ow,
-        kernel: (kh, kw),
-        stride: (sh, sw),
-        dilation: (dh, dw),
-        groups,
-        pad: (pad_top, pad_left),
-    };
+    let geo = Conv2d::from_dims([batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left]);
     let lens = (|| {
         (task < tasks).then_some(())?;
         geo.check().ok()?;
@@ -360,20 +347,7 @@ pub unsafe extern "C" fn heron_conv2d_q8(
     else {
         return;
     };
-    let geo = Conv2d {
-        batch,
-        in_channels: c,
-        in_h: h,
-        in_w: width,
-        out_channels: m,
-        out_h: oh,
-        out_w: ow,
-        kernel: (kh, kw),
-        stride: (sh, sw),
-        dilation: (dh, dw),
-        groups,
-        pad: (pad_top, pad_left),
-    };
+    let geo = Conv2d::from_dims([batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left]);
     let lens = (|| {
         (task < tasks).then_some(())?;
         let per_task = qgemm::conv_scratch_len(isa, &geo).ok()?;

@@ -162,6 +162,48 @@ impl Conv2d {
         self.pad != (0, 0) || self.padded_extent().is_ok_and(|(ph, pw)| ph > self.in_h || pw > self.in_w)
     }
 
+    /// The shape as the kernels' entry points take it: batch, channels in, input height and
+    /// width, channels out, output height and width, kernel, stride, dilation (each height
+    /// then width), groups, padding top and left.
+    pub fn dims(&self) -> [usize; 16] {
+        [
+            self.batch,
+            self.in_channels,
+            self.in_h,
+            self.in_w,
+            self.out_channels,
+            self.out_h,
+            self.out_w,
+            self.kernel.0,
+            self.kernel.1,
+            self.stride.0,
+            self.stride.1,
+            self.dilation.0,
+            self.dilation.1,
+            self.groups,
+            self.pad.0,
+            self.pad.1,
+        ]
+    }
+
+    /// The inverse of [`Conv2d::dims`].
+    pub fn from_dims(d: [usize; 16]) -> Conv2d {
+        Conv2d {
+            batch: d[0],
+            in_channels: d[1],
+            in_h: d[2],
+            in_w: d[3],
+            out_channels: d[4],
+            out_h: d[5],
+            out_w: d[6],
+            kernel: (d[7], d[8]),
+            stride: (d[9], d[10]),
+            dilation: (d[11], d[12]),
+            groups: d[13],
+            pad: (d[14], d[15]),
+        }
+    }
+
     pub fn input_len(&self) -> Result<usize, KernelError> {
         mul(mul(self.batch, self.in_channels, "input")?, mul(self.in_h, self.in_w, "input")?, "input")
     }
