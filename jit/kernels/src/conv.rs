@@ -405,7 +405,7 @@ fn gemm_form(
             (x_group[p0..].as_ptr(), plane)
         } else {
             if packed != Some(panel_item) {
-                pack_panel(geo, x_group, p0, cols, nr, &mut scratch[..k * nr]);
+                pack_panel(geo, x_group, (p0, cols), nr, &mut scratch[..k * nr], 0.0);
                 packed = Some(panel_item);
             }
             (scratch.as_ptr(), nr)
@@ -449,9 +449,16 @@ pub(crate) fn slab_parts(items: usize, slabs: usize, tasks: usize) -> usize {
 }
 
 /// im2col of output pixels `p0..p0 + cols` of one image and group into a `K × nr` panel,
-/// zero-padding columns past `cols` and taps in the padding; row `k = (ci · KH + r) · KW + s`,
-/// as the weights.
-fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, dst: &mut [f32]) {
+/// `fill` (zero, or an integer input's zero point) in columns past `cols` and taps in the
+/// padding; row `k = (ci · KH + r) · KW + s`, as the weights.
+pub(crate) fn pack_panel<T: Copy>(
+    geo: &Conv2d,
+    x_group: &[T],
+    (p0, cols): (usize, usize),
+    nr: usize,
+    dst: &mut [T],
+    fill: T,
+) {
     let (kh, kw) = geo.kernel;
     let sw = geo.stride.1;
     let dw = geo.dilation.1;
@@ -474,7 +481,7 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
                     let row = &mut dst[k * nr + col..k * nr + col + len];
                     k += 1;
                     let Some(src_row) = src_row else {
-                        row.fill(0.0);
+                        row.fill(fill);
                         continue;
                     };
                     // Columns `first + c·sw` (padded) for c < len; those in `pl..pl + in_w`
@@ -492,8 +499,8 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
                         let c_lo = pl.saturating_sub(first).div_ceil(sw).min(len);
                         (c_lo, (pl + geo.in_w).saturating_sub(first).div_ceil(sw).clamp(c_lo, len))
                     };
-                    row[..c_lo].fill(0.0);
-                    row[c_hi..].fill(0.0);
+                    row[..c_lo].fill(fill);
+                    row[c_hi..].fill(fill);
                     if c_lo < c_hi {
                         copy_strided(&mut row[c_lo..c_hi], &src_row[first + c_lo * sw - pl..], sw);
                     }
@@ -504,13 +511,13 @@ fn pack_panel(geo: &Conv2d, x_group: &[f32], p0: usize, cols: usize, nr: usize, 
     }
     if cols < nr {
         for row in dst.chunks_exact_mut(nr) {
-            row[cols..].fill(0.0);
+            row[cols..].fill(fill);
         }
     }
 }
 
 /// `dst[c] = src[c · stride]`.
-fn copy_strided(dst: &mut [f32], src: &[f32], stride: usize) {
+fn copy_strided<T: Copy>(dst: &mut [T], src: &[T], stride: usize) {
     if stride == 1 {
         dst.copy_from_slice(&src[..dst.len()]);
     } else if stride == 2 && !dst.is_empty() {

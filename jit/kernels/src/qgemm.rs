@@ -19,7 +19,7 @@
 //! Packed blocks hold [`Int8Isa::block_rows`] lines of P or [`Int8Isa::panel_width`] lines
 //! of Q; lines and depth past the operand are zero, which adds nothing to dots or sums.
 
-use crate::conv::Conv2d;
+use crate::conv::{Conv2d, pack_panel};
 use crate::{KernelError, check_share, need, share};
 
 /// The instruction set of the integer kernels, which fixes the packed layout.
@@ -162,19 +162,33 @@ fn pack_block(
             line_values(s * step + t, &mut v[..width]);
         }
         row[width * 4..].fill(0);
-        if isa.quads() {
-            for (l, quad) in row[..width * 4].chunks_exact_mut(4).enumerate() {
-                for (t, b) in quad.iter_mut().enumerate() {
-                    *b = if t < count { values[t][l] ^ flip } else { 0 };
-                    sums[l] = sums[l].wrapping_add(value(*b, side == Side::P));
+        // Depth past the operand reads as the value that packs to zero.
+        for v in &mut values[count..step] {
+            if isa.quads() {
+                v[..width].fill(flip);
+            } else {
+                for (b, z) in v[..width].iter_mut().zip(zero) {
+                    *b = *z as u8;
                 }
             }
+        }
+        // One 32-bit word per line, so that the compiler vectorizes the loop.
+        let words = row[..width * 4].chunks_exact_mut(4);
+        if isa.quads() {
+            let [a, b, c, d] = &values;
+            for (l, word) in words.enumerate() {
+                let quad = [a[l] ^ flip, b[l] ^ flip, c[l] ^ flip, d[l] ^ flip];
+                let sum: i32 = quad.iter().map(|&q| value(q, side == Side::P)).sum();
+                sums[l] = sums[l].wrapping_add(sum);
+                word.copy_from_slice(&quad);
+            }
         } else {
-            for (l, pair) in row[..width * 4].chunks_exact_mut(4).enumerate() {
+            let [a, b, ..] = &values;
+            for (l, word) in words.enumerate() {
                 // Within ±255: an i16.
-                let at = |t: usize| if t < count { (value(values[t][l], signed) - zero[l]) as i16 } else { 0 };
-                pair[..2].copy_from_slice(&at(0).to_le_bytes());
-                pair[2..].copy_from_slice(&at(1).to_le_bytes());
+                let lo = (value(a[l], signed) - zero[l]) as u16 as u32;
+                let hi = (value(b[l], signed) - zero[l]) as u16 as u32;
+                word.copy_from_slice(&(lo | hi << 16).to_le_bytes());
             }
         }
     }
@@ -511,9 +525,12 @@ pub fn conv_pack_weights(isa: Int8Isa, geo: &Conv2d, w: Bytes<'_>, packed: &mut 
     Ok(())
 }
 
-/// Scratch bytes per task of [`conv_share`]: one packed panel of the gathered input.
+/// Scratch bytes per task of [`conv_share`]: one packed panel of the input, and the same
+/// panel gathered (im2col) before packing.
 pub fn conv_scratch_len(isa: Int8Isa, geo: &Conv2d) -> Result<usize, KernelError> {
-    isa.block_bytes(isa.panel_width(), geo.depth()?)
+    let (nr, depth) = (isa.panel_width(), geo.depth()?);
+    let gathered = depth.checked_mul(nr).ok_or(KernelError::Overflow("scratch"))?;
+    isa.block_bytes(nr, depth)?.checked_add(gathered).ok_or(KernelError::Overflow("scratch"))
 }
 
 /// Share `task` of `tasks` of the integer convolution `out = Σ (x − zx)(w − zw)`: `x` the
@@ -538,44 +555,29 @@ pub fn conv_share(
     need("scratch", scratch.len(), conv_scratch_len(isa, geo)?)?;
     let (mr, nr, depth) = (isa.block_rows(), isa.panel_width(), geo.depth()?);
     let (cg, mg) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
-    let (kh, kw) = geo.kernel;
     let pixels = geo.out_h * geo.out_w;
     let plane = geo.in_h * geo.in_w;
-    let (p_block, q_block) = (isa.block_bytes(mr, depth)?, conv_scratch_len(isa, geo)?);
+    let (p_block, q_block) = (isa.block_bytes(mr, depth)?, isa.block_bytes(nr, depth)?);
     let row_blocks = mg.div_ceil(mr);
     let panels = pixels.div_ceil(nr);
     let items = geo.batch.checked_mul(geo.groups).and_then(|b| b.checked_mul(panels));
     let (lo, hi) = share(items.ok_or(KernelError::Overflow("panels"))?, tasks, task);
     let pad_bits = x.zero[0] as u8;
-    // Positions fit an isize: the padded plane's extent was checked.
-    let pad = (geo.pad.0 as isize, geo.pad.1 as isize);
     let zero = [x.zero[0]; MAX_COLS];
     for item in lo..hi {
         let (image, g, j) = (item / (geo.groups * panels), item / panels % geo.groups, item % panels);
         let width = (pixels - j * nr).min(nr);
-        // Where each column's window starts in the (unpadded) input plane; taps outside it
-        // read the padding.
-        let mut origin = [(0isize, 0isize); MAX_COLS];
-        for (l, o) in origin[..width].iter_mut().enumerate() {
-            let (oy, ox) = ((j * nr + l) / geo.out_w, (j * nr + l) % geo.out_w);
-            *o = ((oy * geo.stride.0) as isize - pad.0, (ox * geo.stride.1) as isize - pad.1);
-        }
+        // The panel gathered row by row (im2col), then packed from those rows.
         let channels = &x.data[(image * geo.in_channels + g * cg) * plane..][..cg * plane];
-        let values = |d: usize, line: &mut [u8]| {
-            let (ci, r, s) = (d / (kh * kw), d / kw % kh, d % kw);
-            let src = &channels[ci * plane..][..plane];
-            let (dy, dx) = ((r * geo.dilation.0) as isize, (s * geo.dilation.1) as isize);
-            for (v, &(y0, x0)) in line.iter_mut().zip(&origin) {
-                let (y, xx) = ((y0 + dy) as usize, (x0 + dx) as usize);
-                // Negative positions wrap to huge values and fail the bounds test too.
-                *v = if y < geo.in_h && xx < geo.in_w { src[y * geo.in_w + xx] } else { pad_bits };
-            }
-        };
-        pack_block(isa, Side::Q, x.signed, (nr, width, depth), &zero, values, &mut scratch[..q_block]);
+        let (packed, gathered) = scratch.split_at_mut(q_block);
+        let gathered = &mut gathered[..depth * nr];
+        pack_panel(geo, channels, (j * nr, width), nr, gathered, pad_bits);
+        let values = |d: usize, line: &mut [u8]| line.copy_from_slice(&gathered[d * nr..d * nr + line.len()]);
+        pack_block(isa, Side::Q, x.signed, (nr, width, depth), &zero, values, packed);
         for b in 0..row_blocks {
             let rows = (mg - b * mr).min(mr);
             let p = &packed_w[(g * row_blocks + b) * p_block..][..p_block];
-            let t = Tile { depth, p, q: &scratch[..q_block], rows, cols: width };
+            let t = Tile { depth, p, q: packed, rows, cols: width };
             let first = (image * geo.out_channels + g * mg + b * mr) * pixels + j * nr;
             run_tile(isa, &t, &mut out[first..], pixels);
         }
