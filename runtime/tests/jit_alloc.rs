@@ -34,10 +34,23 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn a_run_allocates_only_its_outputs() {
+    use heron_ir::quantize::{QuantizeOptions, quantize_model};
     let dir = shared_dir().join("reference");
-    for name in ["lenet", "mobilenet_ish"] {
-        let model = Model::load(&dir.join(format!("{name}.onnx"))).expect("model");
+    // mobilenet_ish quantized too: its integer convolutions run on the integer kernels.
+    for (name, quantized) in [("lenet", false), ("mobilenet_ish", false), ("mobilenet_ish", true)] {
+        let path = dir.join(format!("{name}.onnx"));
         let input = read_npy(&dir.join(format!("{name}.input.npy"))).expect("input");
+        let model = if quantized {
+            let float = std::fs::read(&path).expect("model file");
+            let samples = [vec![input.clone()]];
+            let (bytes, _) = quantize_model(&float, &samples, &QuantizeOptions::default()).expect("quantize");
+            let tmp = tempfile::Builder::new().prefix("heron-alloc-").tempdir().expect("temporary directory");
+            let file = tmp.path().join("quantized.onnx");
+            std::fs::write(&file, bytes).expect("write");
+            Model::load(&file).expect("quantized model")
+        } else {
+            Model::load(&path).expect("model")
+        };
         // The JIT on one and on two threads (parallel loops on the workspace's pool), and a
         // shared library compiled ahead of time, through the same API.
         for (engine, threads) in [(Engine::Jit, 1), (Engine::Jit, 2), (Engine::Aot, 1)] {
