@@ -366,6 +366,11 @@ fn match_quant(
     if w.buffer != weights_param {
         return None;
     }
+    if let Kernel::Conv { geo, .. } = kernel
+        && geo.groups > 1
+    {
+        return None;
+    }
     // The loop a per-line weights zero point is indexed by: the output channel or column.
     let per_line = match kernel {
         Kernel::Conv { .. } => out_loops[1],
