@@ -4,7 +4,8 @@
 //! `cargo run --release -p heron-benches --example kernel_gflops [N] [RUNS] [CHANNELS] [SIZE]`.
 //! First, the precompiled f32 GEMM called directly on each ISA this CPU has, against that
 //! ISA's measured FMA peak (one thread), then the precompiled convolution on the layer shapes
-//! of ResNet-18 and MobileNet-v2 (one thread, the best ISA), and the elementwise routine on SiLU.
+//! of ResNet-18 and MobileNet-v2 (one thread, the best ISA), the integer kernels, and the
+//! elementwise routine on SiLU (`HERON_BENCH_ONLY=gemm|conv|int8|elementwise`: that part alone).
 
 use std::time::Instant;
 
@@ -255,14 +256,24 @@ fn main() {
     window.pads_begin = vec![1, 1];
     window.pads_end = vec![1, 1];
     let conv = Op::Conv(ConvAttrs { window: window.clone(), group: 1 });
-    if std::env::var("HERON_BENCH_ONLY").is_ok_and(|v| v == "int8") {
+    // HERON_BENCH_ONLY=gemm|conv|int8|elementwise runs that section of the kernels alone.
+    let only = std::env::var("HERON_BENCH_ONLY").ok();
+    let run = |section: &str| only.as_deref().is_none_or(|o| o == section);
+    if run("gemm") {
+        direct_gemm(n, runs);
+    }
+    if run("conv") {
+        direct_convs(runs * 5);
+    }
+    if run("int8") {
         direct_int8(n, runs);
+    }
+    if run("elementwise") {
+        elementwise(runs);
+    }
+    if only.is_some() {
         return;
     }
-    direct_gemm(n, runs);
-    direct_convs(runs * 5);
-    direct_int8(n, runs);
-    elementwise(runs);
     let conv_ops = 2.0 * (c * c * 9 * hw * hw) as f64;
     let matmul_ops = 2.0 * (n * n * n) as f64;
 
