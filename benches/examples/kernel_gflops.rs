@@ -153,10 +153,10 @@ fn direct_convs(runs: usize) {
         // direct convolution's FLOPs over its time, and may pass the peak.
         println!(
             "kernel conv {k}x{k}/{stride} {c}->{m} {size}x{size} ({}) {}: median {:.3} ms, {gflops:.1} GFLOP/s{} = {:.0}% of peak {peak:.1}",
-            geo.method().name(),
+            geo.method(isa).name(),
             isa.name(),
             seconds * 1e3,
-            if geo.method() == ConvMethod::Winograd { " (direct-equivalent)" } else { "" },
+            if geo.method(isa) == ConvMethod::Winograd { " (direct-equivalent)" } else { "" },
             100.0 * gflops / peak
         );
     }

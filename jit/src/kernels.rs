@@ -733,7 +733,7 @@ fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig) -> Option<
         Kernel::Conv { geo, .. } => {
             let mut p = vec![0.0; geo.packed_weights_len(isa).ok()?];
             geo.pack_weights(isa, values, &mut p).ok()?;
-            (p, geo.scratch_len(isa).ok()?, format!("{name}_{}_{}", isa.name(), geo.method().name()))
+            (p, geo.scratch_len(isa).ok()?, format!("{name}_{}_{}", isa.name(), geo.method(isa).name()))
         }
         Kernel::Gemm { n, k, b_strides, .. } => {
             let mut p = vec![0.0; gemm::packed_b_len(isa, *k, *n).ok()?];

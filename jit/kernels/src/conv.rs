@@ -230,15 +230,15 @@ impl Conv2d {
         self.groups == self.in_channels && self.groups == self.out_channels && self.groups > 1
     }
 
-    /// The algorithm the kernel runs this convolution with.
-    pub fn method(&self) -> ConvMethod {
+    /// The algorithm the kernel runs this convolution with, weights packed for `isa`.
+    pub fn method(&self, isa: Isa) -> ConvMethod {
         if self.is_depthwise() {
             ConvMethod::Depthwise
         } else if winograd::applies(self) {
             ConvMethod::Winograd
         } else if transposed::applies(self) {
             ConvMethod::Transposed
-        } else if direct::applies(self) {
+        } else if direct::applies(self) && direct::has_variant(isa) {
             ConvMethod::Direct
         } else {
             ConvMethod::Gemm
@@ -354,7 +354,7 @@ pub fn conv2d_share(
     if geo.batch == 0 {
         return Ok(());
     }
-    match geo.method() {
+    match geo.method(isa) {
         ConvMethod::Depthwise => depthwise::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
         ConvMethod::Winograd => winograd::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),
         ConvMethod::Transposed => transposed::conv_share(isa, geo, x, packed_w, out, epilogue, scratch, (task, tasks)),

@@ -9,6 +9,10 @@
 //! registers (lane shifts; even and odd lanes at stride 2) and multiplied into the slab's `MR`
 //! accumulators. The products are summed in the GEMM form's order (bias, then `k`), so both
 //! forms give the same bits: a CPU without the ISA runs the GEMM form.
+//!
+//! AVX-512 only: with AVX2's 16 registers the slab's accumulators and the windows do not fit
+//! (measured on AVX2: strided 3×3 layers 36-41% of peak against the GEMM form's 65-74%, first
+//! layers no better than the GEMM form).
 
 use crate::conv::{Conv2d, ConvEpilogue, block_rows};
 use crate::{Isa, share};
@@ -33,9 +37,14 @@ pub(crate) fn applies(geo: &Conv2d) -> bool {
         && [geo.in_h, geo.in_w, geo.out_h, geo.out_w, geo.pad.0, geo.pad.1].into_iter().all(small)
 }
 
+/// Whether the direct form has a variant for `isa` (weights packed for `isa` may run it).
+pub(crate) fn has_variant(isa: Isa) -> bool {
+    cfg!(target_arch = "x86_64") && isa == Isa::Avx512
+}
+
 /// Whether this CPU runs the direct form for `isa` (otherwise the GEMM form does).
 pub(crate) fn available(isa: Isa) -> bool {
-    cfg!(target_arch = "x86_64") && isa != Isa::Scalar && isa.is_available()
+    has_variant(isa) && isa.is_available()
 }
 
 /// One output row of one image for one slab: the image's input planes, the slab's packed
@@ -83,15 +92,14 @@ pub(crate) fn conv_share(
         };
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::tile::x86::{avx2, avx512};
+            use crate::tile::x86::avx512;
             let out = &mut out[at..];
             // SAFETY: `applies` and `available` hold (the caller chose this form); the slices
             // hold the image, the slab and, from `at`, `rows` output (and residual) rows of
             // `out_w` values `pixels` apart, the last ending inside the tensor.
             match isa {
                 Isa::Avx512 => unsafe { avx512::direct_row(geo, &job, out) },
-                Isa::Avx2Fma => unsafe { avx2::direct_row(geo, &job, out) },
-                Isa::Scalar => unreachable!("the direct form has no scalar variant"),
+                Isa::Avx2Fma | Isa::Scalar => unreachable!("the direct form runs on AVX-512 only"),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

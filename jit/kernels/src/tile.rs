@@ -459,7 +459,6 @@ pub(crate) mod x86 {
 
         super::tile_kernel!("avx2,fma");
         crate::depthwise::depthwise_kernel!("avx2,fma");
-        crate::direct::direct_kernel!("avx2,fma");
         crate::pool::max_pool_kernel!("avx2,fma");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx2,fma")]);
     }

@@ -269,7 +269,8 @@ proptest! {
         geo in direct_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
-        prop_assert_eq!(geo.method(), heron_kernels::conv::ConvMethod::Direct);
+        prop_assert_eq!(geo.method(Isa::Avx512), heron_kernels::conv::ConvMethod::Direct);
+        prop_assert_eq!(geo.method(Isa::Avx2Fma), heron_kernels::conv::ConvMethod::Gemm);
         check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
     }
 
@@ -278,7 +279,7 @@ proptest! {
         geo in transposed_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
-        prop_assert_eq!(geo.method(), heron_kernels::conv::ConvMethod::Transposed);
+        prop_assert_eq!(geo.method(Isa::Avx512), heron_kernels::conv::ConvMethod::Transposed);
         check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
     }
 
