@@ -97,22 +97,8 @@ impl Conv2d {
     /// groups, sizes (the padded plane's included) without overflow.
     pub fn check(&self) -> Result<(), KernelError> {
         let bad = |why: &'static str| Err(KernelError::Geometry(why));
-        let positive = [
-            self.in_channels,
-            self.in_h,
-            self.in_w,
-            self.out_channels,
-            self.out_h,
-            self.out_w,
-            self.kernel.0,
-            self.kernel.1,
-            self.stride.0,
-            self.stride.1,
-            self.dilation.0,
-            self.dilation.1,
-            self.groups,
-        ];
-        if positive.contains(&0) {
+        // Every dimension but the batch and the padding.
+        if self.dims()[1..14].contains(&0) {
             return bad("every extent, stride, dilation and the group count must be positive");
         }
         if !self.in_channels.is_multiple_of(self.groups) || !self.out_channels.is_multiple_of(self.groups) {
