@@ -1088,8 +1088,12 @@ fn call_q8(name: &str, args: &mut [ExternArg]) -> Result<Vec<usize>, String> {
     };
     let isa = Int8Isa::from_code(int(&args[4])?).ok_or("unknown integer kernel ISA")?;
     let d = ints(&args[5..5 + dims])?;
-    let (signed, zero) =
-        (int(&args[5 + dims])? == 1, [i32::try_from(int(&args[6 + dims])?).map_err(|e| e.to_string())?]);
+    let signed = match int(&args[5 + dims])? {
+        0 => false,
+        1 => true,
+        other => return Err(format!("the input's kind must be 0 (u8) or 1 (i8), got {other}")),
+    };
+    let zero = [i32::try_from(int(&args[6 + dims])?).map_err(|e| e.to_string())?];
     let t = ints(&args[7 + dims..9 + dims])?;
     let input = Bytes { data: bytes(&args[0])?, signed, zero: &zero };
     let weights = bytes(&args[1])?;

@@ -61,12 +61,19 @@ fn sizes<const N: usize>(values: [i64; N]) -> Option<[usize; N]> {
     Some(out)
 }
 
-/// A slice of `len` elements at `p`, or an empty one (`p` unused) when `len` is 0.
+/// Whether `len` elements of `T` can be one slice (at most `isize::MAX` bytes).
+fn sliceable<T>(len: usize) -> bool {
+    len.checked_mul(size_of::<T>()).is_some_and(|bytes| bytes <= isize::MAX as usize)
+}
+
+/// A slice of `len` elements at `p`, or an empty one (`p` unused) when `len` is 0, `p` is
+/// null or the length is more than a slice can hold (the kernel then refuses the short
+/// buffer).
 ///
 /// # Safety
 /// With `len > 0`, `p` points at `len` initialised elements no one else writes meanwhile.
 unsafe fn view<'a, T>(p: *const T, len: usize) -> &'a [T] {
-    if len == 0 || p.is_null() {
+    if len == 0 || p.is_null() || !sliceable::<T>(len) {
         return &[];
     }
     // SAFETY: forwarded from the caller.
@@ -76,7 +83,7 @@ unsafe fn view<'a, T>(p: *const T, len: usize) -> &'a [T] {
 /// # Safety
 /// As [`view`], and no one else reads or writes the elements meanwhile.
 unsafe fn view_mut<'a, T>(p: *mut T, len: usize) -> &'a mut [T] {
-    if len == 0 || p.is_null() {
+    if len == 0 || p.is_null() || !sliceable::<T>(len) {
         return &mut [];
     }
     // SAFETY: forwarded from the caller.
@@ -146,7 +153,7 @@ pub unsafe extern "C" fn heron_conv2d_f32(
             residual: (flags & flags::RESIDUAL != 0).then(|| view(residual, out_len)),
             clamp: (flags & flags::CLAMP != 0).then_some((lo, hi)),
         };
-        let scratch = if per_task == 0 { &mut [] } else { view_mut(scratch.add(at), per_task) };
+        let scratch = if per_task == 0 || scratch.is_null() { &mut [] } else { view_mut(scratch.add(at), per_task) };
         let _ = conv2d_share(
             isa,
             &geo,
@@ -359,7 +366,8 @@ pub unsafe extern "C" fn heron_conv2d_q8(
     // SAFETY: the caller guarantees each buffer holds what the checked shapes say.
     unsafe {
         let x = Bytes { data: view(x, x_len), signed, zero: &zero };
-        let scratch = view_mut(scratch.wrapping_add(at), per_task);
+        // A null scratch stays null (refused as too short), not offset into a dangling one.
+        let scratch = if scratch.is_null() { &mut [] } else { view_mut(scratch.add(at), per_task) };
         let _ = qgemm::conv_share(isa, &geo, x, view(w, w_len), view_mut(out, out_len), scratch, (task, tasks));
     }
 }
@@ -404,7 +412,8 @@ pub unsafe extern "C" fn heron_gemm_q8(
     // SAFETY: the caller guarantees each buffer holds what the shapes say.
     unsafe {
         let a = Bytes { data: view(a, a_len), signed, zero: &zero };
-        let scratch = view_mut(scratch.wrapping_add(at), per_task);
+        // A null scratch stays null (refused as too short), not offset into a dangling one.
+        let scratch = if scratch.is_null() { &mut [] } else { view_mut(scratch.add(at), per_task) };
         let _ = qgemm::gemm_share(isa, (m, n, k), a, view(b, b_len), view_mut(c, c_len), scratch, (task, tasks));
     }
 }
