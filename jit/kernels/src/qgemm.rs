@@ -224,13 +224,14 @@ fn term(block: &[u8], data: usize, line: usize) -> (i32, i32) {
     (word(at), word(at + 4))
 }
 
-/// Computes a tile into `c` (row `r` at `c[r * ldc..]`, `cols` values).
-fn run_tile(isa: Int8Isa, t: &Tile<'_>, c: &mut [i32], ldc: usize) {
+/// Computes a tile into `c` (row `r` at `c[r * ldc..]`, `cols` values), with the variant's
+/// vector code when `vectors` (the CPU has it: checked once per call, not per tile).
+fn run_tile(isa: Int8Isa, vectors: bool, t: &Tile<'_>, c: &mut [i32], ldc: usize) {
     let (mr, nr) = (isa.block_rows(), isa.panel_width());
     let steps = isa.steps(t.depth);
     let mut dot = [0i32; MAX_ROWS * MAX_COLS];
     let (p_data, q_data) = (steps * mr * 4, steps * nr * 4);
-    let done = isa.is_available() && simd::dot(isa, steps, &t.p[..p_data], &t.q[..q_data], &mut dot);
+    let done = vectors && simd::dot(isa, steps, &t.p[..p_data], &t.q[..q_data], &mut dot);
     if !done {
         dot_scalar(isa, steps, &t.p[..p_data], &t.q[..q_data], &mut dot);
     }
@@ -468,6 +469,7 @@ pub fn gemm_share(
     let (q_block, p_block) = (isa.block_bytes(nr, k)?, gemm_scratch_len(isa, k)?);
     let panels = n.div_ceil(nr);
     let (lo, hi) = share(m.div_ceil(mr) * panels, tasks, task);
+    let vectors = isa.is_available();
     let mut packed_row_block = None;
     for item in lo..hi {
         let (i, j) = ((item / panels) * mr, item % panels);
@@ -484,7 +486,7 @@ pub fn gemm_share(
         }
         let cols = (n - j * nr).min(nr);
         let t = Tile { depth: k, p: &scratch[..p_block], q: &packed_b[j * q_block..(j + 1) * q_block], rows, cols };
-        run_tile(isa, &t, &mut c[i * n + j * nr..], n);
+        run_tile(isa, vectors, &t, &mut c[i * n + j * nr..], n);
     }
     Ok(())
 }
@@ -562,6 +564,7 @@ pub fn conv_share(
     let panels = pixels.div_ceil(nr);
     let items = geo.batch.checked_mul(geo.groups).and_then(|b| b.checked_mul(panels));
     let (lo, hi) = share(items.ok_or(KernelError::Overflow("panels"))?, tasks, task);
+    let vectors = isa.is_available();
     let pad_bits = x.zero[0] as u8;
     let zero = [x.zero[0]; MAX_COLS];
     for item in lo..hi {
@@ -579,7 +582,7 @@ pub fn conv_share(
             let p = &packed_w[(g * row_blocks + b) * p_block..][..p_block];
             let t = Tile { depth, p, q: packed, rows, cols: width };
             let first = (image * geo.out_channels + g * mg + b * mr) * pixels + j * nr;
-            run_tile(isa, &t, &mut out[first..], pixels);
+            run_tile(isa, vectors, &t, &mut out[first..], pixels);
         }
     }
     Ok(())
