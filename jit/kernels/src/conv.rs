@@ -305,7 +305,7 @@ impl Conv2d {
             return transposed::scratch_len(self, isa);
         }
         if self.is_depthwise() {
-            return depthwise::scratch_len(self);
+            return depthwise::scratch_len(isa, self);
         }
         mul(self.depth()?, panel_width(isa), "scratch")
     }

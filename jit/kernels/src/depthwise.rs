@@ -15,6 +15,11 @@
 use crate::conv::{Conv2d, ConvEpilogue};
 use crate::{Isa, KernelError, share};
 
+/// The general kernel's blocks: at most 12 accumulators (with the tap's weight, 13 of AVX2's
+/// 16 registers), along a row at most 3 vectors.
+pub(crate) const ACCUMULATORS: usize = 12;
+pub(crate) const MAX_VECTORS: usize = 3;
+
 /// Planes the row kernel computes at once.
 pub(crate) const ROW_KERNEL_PLANES: usize = 3;
 
@@ -27,13 +32,12 @@ fn row_kernel_fits(geo: &Conv2d) -> bool {
         && [geo.in_h, geo.in_w, geo.out_h, geo.out_w, geo.pad.0, geo.pad.1].into_iter().all(small)
 }
 
-/// Scratch elements one task needs: the padded plane the general kernel reads, if any.
-pub(crate) fn scratch_len(geo: &Conv2d) -> Result<usize, KernelError> {
-    if row_kernel_fits(geo) || !geo.reads_padding() {
-        return Ok(0);
+/// Scratch elements one task needs: the laid-out plane the general kernel reads, if any.
+pub(crate) fn scratch_len(isa: Isa, geo: &Conv2d) -> Result<usize, KernelError> {
+    match PlaneKernel::intended(isa, geo) {
+        PlaneKernel::General => PaddedPlane::of(geo)?.len(),
+        _ => Ok(0),
     }
-    let (ph, pw) = geo.padded_extent()?;
-    ph.checked_mul(pw).ok_or(KernelError::Overflow("scratch"))
 }
 
 /// How one plane is computed.
@@ -45,16 +49,93 @@ enum PlaneKernel {
 }
 
 impl PlaneKernel {
-    fn choose(isa: Isa, geo: &Conv2d) -> PlaneKernel {
-        let vectors = cfg!(target_arch = "x86_64") && isa != Isa::Scalar && isa.is_available();
-        if !vectors {
+    /// The kernel `isa` runs `geo` with on a CPU that has the ISA (scratch is sized for it,
+    /// wherever the code runs).
+    fn intended(isa: Isa, geo: &Conv2d) -> PlaneKernel {
+        if !cfg!(target_arch = "x86_64") || isa == Isa::Scalar {
             PlaneKernel::Scalar
-        } else if row_kernel_fits(geo) {
+        } else if isa == Isa::Avx512 && row_kernel_fits(geo) {
+            // AVX-512's masked loads and lane shifts are cheap enough to spare the copy; on
+            // AVX2 the copy and plain loads are faster (2× on MobileNet layers, measured).
             PlaneKernel::Rows
         } else if matches!(geo.stride.1, 1 | 2) {
             PlaneKernel::General
         } else {
             PlaneKernel::Scalar
+        }
+    }
+
+    fn choose(isa: Isa, geo: &Conv2d) -> PlaneKernel {
+        if isa.is_available() { PlaneKernel::intended(isa, geo) } else { PlaneKernel::Scalar }
+    }
+}
+
+/// Elements the general kernel may read past a laid-out plane: the rest of the last row's
+/// last vector (of at most 16 lanes).
+const SLACK: usize = 16;
+
+/// How the general kernel lays a plane out in the task's scratch: the `height × width` plane
+/// the taps span, zero where they fall in the padding, and at column stride 2 each row's
+/// even columns (the first `evens` elements) followed by its odd ones. Every tap of a
+/// vector of outputs is then one contiguous load.
+pub(crate) struct PaddedPlane {
+    pub height: usize,
+    pub width: usize,
+    /// Where a row's odd columns start when split, else the row's width.
+    pub evens: usize,
+    pub split: bool,
+}
+
+impl PaddedPlane {
+    pub(crate) fn of(geo: &Conv2d) -> Result<PaddedPlane, KernelError> {
+        let (height, width) = geo.padded_extent()?;
+        let split = geo.stride.1 == 2;
+        Ok(PaddedPlane { height, width, evens: if split { width.div_ceil(2) } else { width }, split })
+    }
+
+    pub(crate) fn len(&self) -> Result<usize, KernelError> {
+        self.height.checked_mul(self.width).and_then(|n| n.checked_add(SLACK)).ok_or(KernelError::Overflow("scratch"))
+    }
+
+    /// Where in a laid-out row output column 0's tap at padded column `c` is (output column
+    /// `x` is `x` further).
+    pub(crate) fn tap(&self, c: usize) -> usize {
+        if self.split { (c % 2) * self.evens + c / 2 } else { c }
+    }
+
+    /// Writes the rows and columns of input plane `src` that the taps reach into `dst`,
+    /// whose padding is already zero.
+    fn fill(&self, isa: Isa, geo: &Conv2d, src: &[f32], dst: &mut [f32]) {
+        let (pt, pl) = geo.pad;
+        let width = geo.in_w.min(self.width.saturating_sub(pl));
+        if width == 0 {
+            return;
+        }
+        for y in pt..self.height.min(pt + geo.in_h) {
+            let from = &src[(y - pt) * geo.in_w..][..width];
+            let row = &mut dst[y * self.width..][..self.width];
+            if !self.split {
+                row[pl..pl + width].copy_from_slice(from);
+                continue;
+            }
+            #[cfg(target_arch = "x86_64")]
+            {
+                use crate::tile::x86::{avx2, avx512};
+                // SAFETY: `from` holds `width` values; the row holds `width` ≥ `pl + width`
+                // elements, of which the split writes `pl + width` at most (see `split_row`).
+                let (x, to) = (from.as_ptr(), row.as_mut_ptr());
+                match isa {
+                    Isa::Avx512 => unsafe { avx512::split_row(x, width, pl, to, self.evens) },
+                    Isa::Avx2Fma => unsafe { avx2::split_row(x, width, pl, to, self.evens) },
+                    Isa::Scalar => {}
+                }
+                if isa != Isa::Scalar {
+                    continue;
+                }
+            }
+            for (x, &v) in from.iter().enumerate() {
+                row[self.tap(pl + x)] = v;
+            }
         }
     }
 }
@@ -73,59 +154,75 @@ pub(crate) fn conv_share(
 ) {
     let (plane_in, plane_out) = (geo.in_h * geo.in_w, geo.out_h * geo.out_w);
     let kernel = PlaneKernel::choose(isa, geo);
-    // The general kernel reads a plane with padding from the scratch plane, whose border is
-    // zeroed once: it then reads only memory it owns.
-    let padded = kernel == PlaneKernel::General && geo.reads_padding();
-    let (ph, pw) = geo.padded_extent().expect("checked");
-    let plane_geo = if padded { Conv2d { in_h: ph, in_w: pw, pad: (0, 0), ..*geo } } else { *geo };
     let (lo, hi) = share(geo.batch * geo.in_channels, tasks, task);
-    if padded && lo < hi {
-        scratch[..ph * pw].fill(0.0);
+    let layout = PaddedPlane::of(geo).expect("checked");
+    let laid_out = layout.len().expect("checked");
+    if kernel == PlaneKernel::General && lo < hi {
+        // The padding and slack are zeroed once: each plane writes only the rest.
+        scratch[..laid_out].fill(0.0);
     }
-    // A function, not a closure: its planes borrow the input or the scratch plane alike.
-    fn plane<'p>(geo: &Conv2d, w: &'p [f32], epilogue: ConvEpilogue<'p>, item: usize, x: &'p [f32]) -> Plane<'p> {
-        let (ch, taps, plane_out) = (item % geo.in_channels, geo.kernel.0 * geo.kernel.1, geo.out_h * geo.out_w);
+    let plane = |item: usize| {
+        let (ch, taps) = (item % geo.in_channels, geo.kernel.0 * geo.kernel.1);
         Plane {
-            x,
+            x: &x[item * plane_in..(item + 1) * plane_in],
             w: &w[ch * taps..(ch + 1) * taps],
             bias: epilogue.bias.map_or(0.0, |b| b[ch]),
             residual: epilogue.residual.map(|r| &r[item * plane_out..(item + 1) * plane_out]),
             clamp: epilogue.clamp,
         }
-    }
-    let input = |item: usize| &x[item * plane_in..(item + 1) * plane_in];
+    };
     let mut item = lo;
     while item < hi {
         // The row kernel takes `ROW_KERNEL_PLANES` consecutive planes at once: their
         // accumulator chains interleave where one narrow plane's would wait on FMA latency.
         let n = if kernel == PlaneKernel::Rows && hi - item >= ROW_KERNEL_PLANES { ROW_KERNEL_PLANES } else { 1 };
         let outputs = &mut out[item * plane_out..(item + n) * plane_out];
-        if n == ROW_KERNEL_PLANES {
-            let planes: [Plane<'_>; ROW_KERNEL_PLANES] =
-                std::array::from_fn(|i| plane(geo, w, epilogue, item + i, input(item + i)));
-            run_planes(kernel, isa, geo, &planes, outputs);
-        } else if padded {
-            copy_into_padded(geo, input(item), (ph, pw), &mut scratch[..ph * pw]);
-            run_planes(kernel, isa, &plane_geo, &[plane(geo, w, epilogue, item, &scratch[..ph * pw])], outputs);
-        } else {
-            run_planes(kernel, isa, geo, &[plane(geo, w, epilogue, item, input(item))], outputs);
+        match kernel {
+            PlaneKernel::Rows => {
+                let planes: [Plane<'_>; ROW_KERNEL_PLANES] = std::array::from_fn(|i| plane(item + i));
+                run_rows(isa, geo, &planes[..n], outputs);
+            }
+            PlaneKernel::General => {
+                let p = plane(item);
+                layout.fill(isa, geo, p.x, &mut scratch[..laid_out]);
+                run_general(isa, geo, &layout, &scratch[..laid_out], &p, outputs);
+            }
+            PlaneKernel::Scalar => scalar_plane(geo, &plane(item), outputs),
         }
         item += n;
     }
 }
 
-/// Copies the input plane's rows and columns that the taps reach into the `ph × pw` padded
-/// plane `dst` (whose border is already zero).
-fn copy_into_padded(geo: &Conv2d, src: &[f32], (ph, pw): (usize, usize), dst: &mut [f32]) {
-    let (pt, pl) = geo.pad;
-    let width = geo.in_w.min(pw.saturating_sub(pl));
-    if width == 0 {
-        return;
+/// The row kernel on consecutive planes (`out` holds their output planes one after the
+/// other).
+fn run_rows(isa: Isa, geo: &Conv2d, planes: &[Plane<'_>], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 {
+        // SAFETY: `choose` picked the row kernel only on a CPU with AVX-512 and for the
+        // shapes it takes; each plane's `x` holds an input plane, `w` the taps, and `out` and
+        // the residuals the output planes. It reads only elements inside them (masked loads).
+        return unsafe { crate::tile::x86::avx512::depthwise_rows(geo, planes, out) };
     }
-    for y in pt..ph.min(pt + geo.in_h) {
-        let from = (y - pt) * geo.in_w;
-        dst[y * pw + pl..y * pw + pl + width].copy_from_slice(&src[from..from + width]);
+    let _ = (geo, planes, out);
+    unreachable!("the row kernel is chosen for AVX-512 only ({isa:?})")
+}
+
+/// The general kernel on one plane laid out in `src`.
+fn run_general(isa: Isa, geo: &Conv2d, layout: &PaddedPlane, src: &[f32], p: &Plane<'_>, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::tile::x86::{avx2, avx512};
+        // SAFETY: `choose` picked the general kernel only on a CPU with the ISA and at
+        // column stride 1 or 2; `src` holds the laid-out plane with its slack, `out` and the
+        // residual an output plane.
+        match isa {
+            Isa::Avx512 => return unsafe { avx512::depthwise_plane(geo, layout, src.as_ptr(), p, out) },
+            Isa::Avx2Fma => return unsafe { avx2::depthwise_plane(geo, layout, src.as_ptr(), p, out) },
+            Isa::Scalar => {}
+        }
     }
+    let _ = (geo, layout, src, p, out);
+    unreachable!("the general kernel is chosen for vector ISAs only ({isa:?})")
 }
 
 /// One channel of a depthwise convolution: its input plane (`in_h × in_w` of `geo`), taps
@@ -136,31 +233,6 @@ pub(crate) struct Plane<'a> {
     pub bias: f32,
     pub residual: Option<&'a [f32]>,
     pub clamp: Option<(f32, f32)>,
-}
-
-/// Consecutive planes (`out` holds their output planes one after the other): several only
-/// for the row kernel.
-fn run_planes(kernel: PlaneKernel, isa: Isa, geo: &Conv2d, planes: &[Plane<'_>], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::tile::x86::{avx2, avx512};
-        // SAFETY: `choose` picked a vector kernel only for an ISA this CPU has and the shapes
-        // that kernel takes; each plane's `x` holds the input plane `geo` describes (the padded
-        // copy when the general kernel would read padding), `w` the taps, and `out` and the
-        // residuals the output planes. The kernels read only elements inside them (masked
-        // loads).
-        match (kernel, isa) {
-            (PlaneKernel::Rows, Isa::Avx512) => return unsafe { avx512::depthwise_rows(geo, planes, out) },
-            (PlaneKernel::Rows, Isa::Avx2Fma) => return unsafe { avx2::depthwise_rows(geo, planes, out) },
-            (PlaneKernel::General, Isa::Avx512) => return unsafe { avx512::depthwise_plane(geo, &planes[0], out) },
-            (PlaneKernel::General, Isa::Avx2Fma) => return unsafe { avx2::depthwise_plane(geo, &planes[0], out) },
-            _ => {}
-        }
-    }
-    let _ = kernel;
-    for (p, out) in planes.iter().zip(out.chunks_exact_mut(geo.out_h * geo.out_w)) {
-        scalar_plane(geo, p, out);
-    }
 }
 
 /// The reference every vector kernel matches bit for bit.
@@ -192,13 +264,13 @@ fn scalar_plane(geo: &Conv2d, p: &Plane<'_>, out: &mut [f32]) {
     }
 }
 
-/// The vector depthwise kernels, written once over a module's vector helpers (see
-/// [`crate::tile`]; `DW_ROWS` and `DW_VECTORS` size the row kernel's block).
+/// The row kernel, written over a module's vector helpers (see [`crate::tile`]; `DW_ROWS`
+/// and `DW_VECTORS` size its block).
 ///
 /// Each output vector has its own accumulator and a block holds several: a single chain of
 /// FMAs per output vector would wait out the FMA latency at every tap.
 #[cfg(target_arch = "x86_64")]
-macro_rules! depthwise_kernel {
+macro_rules! depthwise_rows_kernel {
     ($feature:literal) => {
         /// The row kernel (see the module documentation) on 1 or `ROW_KERNEL_PLANES`
         /// consecutive planes, whose output planes `out` holds one after the other.
@@ -347,7 +419,16 @@ macro_rules! depthwise_kernel {
                 }
             }
         }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use depthwise_rows_kernel;
 
+/// The general kernel and the epilogue of both, written over a module's vector helpers
+/// (sized by [`ACCUMULATORS`] and [`MAX_VECTORS`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! depthwise_kernel {
+    ($feature:literal) => {
         /// Adds the residual to the `n` lanes of `v`, clamps them, and stores them at output
         /// element `at`.
         ///
@@ -369,97 +450,149 @@ macro_rules! depthwise_kernel {
             }
         }
 
-        /// The general kernel: blocks of `R` output rows × `V` vectors along a row, `R·V` ≤ 4,
-        /// every tap loaded from the (padded) plane.
+        /// The general kernel on one plane laid out as `layout` in `src` (see
+        /// [`crate::depthwise::PaddedPlane`]): columns of up to `MAX_VECTORS` vectors,
+        /// each cut into even blocks of at most `ACCUMULATORS / vectors` rows.
         ///
         /// # Safety
-        /// The CPU has the module's features; the plane's slices hold what `geo` says, no tap
-        /// reads padding (`pad == (0, 0)` and every tap inside the plane) and `geo.stride.1`
-        /// is 1 or 2.
+        /// The CPU has the module's features; `src` holds `layout.len()` elements, the plane
+        /// laid out as `layout` says; `p.w` holds the taps, `out` and `p.residual` an output
+        /// plane; `geo.stride.1` is 1 or 2.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn depthwise_plane(
             geo: &crate::conv::Conv2d,
+            layout: &crate::depthwise::PaddedPlane,
+            src: *const f32,
             p: &crate::depthwise::Plane<'_>,
             out: &mut [f32],
         ) {
-            let mut ow = 0;
-            while ow < geo.out_w {
-                let cols = (geo.out_w - ow).min(4 * LANES);
-                let vectors = cols.div_ceil(LANES);
-                let rows = 4 / vectors;
+            let vectors = geo.out_w.div_ceil(LANES);
+            let mut first = 0;
+            while first < vectors {
+                let v = (vectors - first).min(crate::depthwise::MAX_VECTORS);
+                let (ow, most_rows) = (first * LANES, crate::depthwise::ACCUMULATORS / v);
+                let cols = (geo.out_w - ow).min(v * LANES);
+                let mut blocks = geo.out_h.div_ceil(most_rows);
                 let mut oh = 0;
-                // SAFETY: forwarded; each block stays inside the output plane.
-                unsafe {
-                    while oh + rows <= geo.out_h {
-                        match (rows, vectors) {
-                            (4, 1) => depthwise_block::<4, 1>(geo, p, out, (oh, ow, cols)),
-                            (2, 2) => depthwise_block::<2, 2>(geo, p, out, (oh, ow, cols)),
-                            (1, 3) => depthwise_block::<1, 3>(geo, p, out, (oh, ow, cols)),
-                            _ => depthwise_block::<1, 4>(geo, p, out, (oh, ow, cols)),
+                while oh < geo.out_h {
+                    let rows = (geo.out_h - oh).div_ceil(blocks);
+                    let at = (oh, ow, cols);
+                    let args = (geo, layout, src, p, &mut *out, at);
+                    // SAFETY: forwarded; the block lies inside the output plane.
+                    unsafe {
+                        match (v, rows) {
+                            (1, 1) => depthwise_block::<1, 1>(args),
+                            (1, 2) => depthwise_block::<2, 1>(args),
+                            (1, 3) => depthwise_block::<3, 1>(args),
+                            (1, 4) => depthwise_block::<4, 1>(args),
+                            (1, 5) => depthwise_block::<5, 1>(args),
+                            (1, 6) => depthwise_block::<6, 1>(args),
+                            (1, 7) => depthwise_block::<7, 1>(args),
+                            (1, 8) => depthwise_block::<8, 1>(args),
+                            (1, 9) => depthwise_block::<9, 1>(args),
+                            (1, 10) => depthwise_block::<10, 1>(args),
+                            (1, 11) => depthwise_block::<11, 1>(args),
+                            (1, _) => depthwise_block::<12, 1>(args),
+                            (2, 1) => depthwise_block::<1, 2>(args),
+                            (2, 2) => depthwise_block::<2, 2>(args),
+                            (2, 3) => depthwise_block::<3, 2>(args),
+                            (2, 4) => depthwise_block::<4, 2>(args),
+                            (2, 5) => depthwise_block::<5, 2>(args),
+                            (2, _) => depthwise_block::<6, 2>(args),
+                            (_, 1) => depthwise_block::<1, 3>(args),
+                            (_, 2) => depthwise_block::<2, 3>(args),
+                            (_, 3) => depthwise_block::<3, 3>(args),
+                            (_, _) => depthwise_block::<4, 3>(args),
                         }
-                        oh += rows;
                     }
-                    while oh < geo.out_h {
-                        match vectors {
-                            1 => depthwise_block::<1, 1>(geo, p, out, (oh, ow, cols)),
-                            _ => depthwise_block::<1, 2>(geo, p, out, (oh, ow, cols)),
-                        }
-                        oh += 1;
-                    }
+                    oh += rows;
+                    blocks -= 1;
                 }
-                ow += cols;
+                first += v;
             }
         }
 
         /// Output rows `oh..oh + R`, columns `ow..ow + cols` (`cols` in `(V - 1)·LANES + 1 ..=
-        /// V·LANES`).
+        /// V·LANES`): every tap of every vector one load from the laid-out plane. Lanes past
+        /// `cols` read the next row or the layout's slack and are not stored.
         ///
         /// # Safety
         /// As [`depthwise_plane`], and the block lies inside the output plane.
         #[target_feature(enable = $feature)]
+        #[allow(clippy::type_complexity)]
         unsafe fn depthwise_block<const R: usize, const V: usize>(
-            geo: &crate::conv::Conv2d,
-            p: &crate::depthwise::Plane<'_>,
-            out: &mut [f32],
-            (oh, ow, cols): (usize, usize, usize),
+            (geo, layout, src, p, out, (oh, ow, cols)): (
+                &crate::conv::Conv2d,
+                &crate::depthwise::PaddedPlane,
+                *const f32,
+                &crate::depthwise::Plane<'_>,
+                &mut [f32],
+                (usize, usize, usize),
+            ),
         ) {
             let (kh, kw) = geo.kernel;
-            let (sh, sw) = geo.stride;
-            let (dh, dw) = geo.dilation;
-            let last = cols - (V - 1) * LANES;
-            let lanes = |j: usize| if j == V - 1 { last } else { LANES };
+            let row_step = geo.stride.0 * layout.width;
             let mut acc = [[splat(p.bias); V]; R];
-            // SAFETY: for output column `c` of the block the tap at `s` reads input column
-            // `c * sw + s * dw <= (out_w - 1) * sw + (kw - 1) * dw < in_w`, row likewise;
-            // stride 2 reads the `2n - 1` values from the vector's first tap, the last of
-            // which is that tap.
+            // SAFETY: a valid lane of output row `oh + i`, column `ow + c` reads tap `(r, s)`
+            // at `layout.at((oh + i)·sh + r·dh, ow + c, s·dw)`, inside the plane; a lane past
+            // `cols` reads at most `LANES − 1` elements further, inside the slack.
             unsafe {
+                let origin = src.add(oh * row_step + ow);
                 let mut weights = p.w.as_ptr();
                 for r in 0..kh {
-                    let rows: [*const f32; R] =
-                        std::array::from_fn(|i| p.x.as_ptr().add(((oh + i) * sh + r * dh) * geo.in_w + ow * sw));
+                    let row = origin.add(r * geo.dilation.0 * layout.width);
                     for s in 0..kw {
                         let w = splat(*weights);
                         weights = weights.add(1);
-                        for (row, acc_row) in rows.iter().zip(acc.iter_mut()) {
-                            let row = row.add(s * dw);
+                        let tap = row.add(layout.tap(s * geo.dilation.1));
+                        for (i, acc_row) in acc.iter_mut().enumerate() {
                             for (j, a) in acc_row.iter_mut().enumerate() {
-                                let (at, n) = (row.add(j * LANES * sw), lanes(j));
-                                let xv = if sw == 1 {
-                                    if n == LANES { load(at) } else { load_n(at, n) }
-                                } else {
-                                    let m = 2 * n - 1;
-                                    even(load_n(at, m.min(LANES)), load_n(at.add(LANES), m.saturating_sub(LANES)))
-                                };
-                                *a = fma(w, xv, *a);
+                                *a = fma(w, load(tap.add(i * row_step + j * LANES)), *a);
                             }
                         }
                     }
                 }
+                // The epilogue loop is not unrolled and indexes the accumulators: handing it a
+                // copy keeps them in registers through the loop above, where it stored every
+                // one to the stack after each FMA (1.5× slower, measured).
+                let acc = std::hint::black_box(acc);
                 for (i, acc_row) in acc.iter().enumerate() {
                     for (j, &a) in acc_row.iter().enumerate() {
-                        finish(p, out, (oh + i) * geo.out_w + ow + j * LANES, a, lanes(j));
+                        let n = cols.saturating_sub(j * LANES).min(LANES);
+                        finish(p, out, (oh + i) * geo.out_w + ow + j * LANES, a, n);
                     }
+                }
+            }
+        }
+
+        /// Writes input row `src` (`width` values, those the taps reach) into a laid-out
+        /// row split at stride 2: value `x` to padded column `c = pad + x`, the even columns
+        /// from `dst`, the odd ones from `dst + evens` (see
+        /// [`crate::depthwise::PaddedPlane`]).
+        ///
+        /// # Safety
+        /// The CPU has the module's features; `src` holds `width` values and the row at `dst`
+        /// the padded row.
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn split_row(src: *const f32, width: usize, pad: usize, dst: *mut f32, evens: usize) {
+            // Values at even `x` land at `⌊pad/2⌋ + x/2` of the part of `pad`'s parity, odd
+            // `x` at `⌈pad/2⌉ + x/2` of the other.
+            let (even_part, odd_part) =
+                if pad % 2 == 0 { (dst, dst.wrapping_add(evens)) } else { (dst.wrapping_add(evens), dst) };
+            let (even_part, odd_part) = (even_part.wrapping_add(pad / 2), odd_part.wrapping_add(pad.div_ceil(2)));
+            let mut x = 0;
+            // SAFETY: loads stay in `width`, stores in the row's parts (each takes half the
+            // values).
+            unsafe {
+                while x < width {
+                    let n = (width - x).min(2 * LANES);
+                    let lo = load_n(src.add(x), n.min(LANES));
+                    let hi = load_n(src.wrapping_add(x + LANES), n.saturating_sub(LANES));
+                    store_n(even_part.add(x / 2), even(lo, hi), n.div_ceil(2));
+                    if n > 1 {
+                        store_n(odd_part.add(x / 2), odd(lo, hi), n / 2);
+                    }
+                    x += 2 * LANES;
                 }
             }
         }

@@ -315,6 +315,7 @@ pub(crate) mod x86 {
 
         super::tile_kernel!("avx512f");
         crate::depthwise::depthwise_kernel!("avx512f");
+        crate::depthwise::depthwise_rows_kernel!("avx512f");
         crate::direct::direct_kernel!("avx512f");
         crate::pool::max_pool_kernel!("avx512f");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx512f")]);
@@ -325,9 +326,6 @@ pub(crate) mod x86 {
 
         pub(crate) const LANES: usize = 8;
         pub(crate) const MR: usize = 6;
-        /// The depthwise row kernel's block: output rows, vectors along a row.
-        pub(crate) const DW_ROWS: usize = 4;
-        pub(crate) const DW_VECTORS: usize = 1;
         pub(crate) type Vector = __m256;
 
         #[inline]
@@ -346,15 +344,36 @@ pub(crate) mod x86 {
             _mm256_cmpgt_epi32(_mm256_set1_epi32(n.min(8) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
         }
         /// The first `n` (0..=8) lanes from `p`, the rest zero; nothing past them is read.
+        /// Full vectors take a plain load: masked moves cost several times more on some CPUs
+        /// (AMD's masked stores most of all).
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         pub(crate) unsafe fn load_n(p: *const f32, n: usize) -> __m256 {
-            unsafe { _mm256_maskload_ps(p, mask(n)) }
+            unsafe { if n >= 8 { _mm256_loadu_ps(p) } else { _mm256_maskload_ps(p, mask(n)) } }
         }
+        /// Stores the first `n` (0..=8) lanes of `v` at `p`: a partial vector as 4-, 2- and
+        /// 1-lane pieces, which AMD's cores run many times faster than a masked store.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         pub(crate) unsafe fn store_n(p: *mut f32, v: __m256, n: usize) {
-            unsafe { _mm256_maskstore_ps(p, mask(n), v) }
+            if n >= 8 {
+                return unsafe { _mm256_storeu_ps(p, v) };
+            }
+            let (mut p, mut n, mut part) = (p, n, _mm256_castps256_ps128(v));
+            // SAFETY: each piece stores lanes below `n`.
+            unsafe {
+                if n >= 4 {
+                    _mm_storeu_ps(p, part);
+                    (p, n, part) = (p.add(4), n - 4, _mm256_extractf128_ps::<1>(v));
+                }
+                if n >= 2 {
+                    _mm_store_sd(p.cast(), _mm_castps_pd(part));
+                    (p, n, part) = (p.add(2), n - 2, _mm_movehl_ps(part, part));
+                }
+                if n == 1 {
+                    _mm_store_ss(p, part);
+                }
+            }
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -405,12 +424,14 @@ pub(crate) mod x86 {
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         pub(crate) unsafe fn load_bits(p: *const f32, bits: u32) -> __m256 {
-            unsafe { _mm256_maskload_ps(p, bit_mask(bits)) }
+            unsafe { if bits & 0xFF == 0xFF { _mm256_loadu_ps(p) } else { _mm256_maskload_ps(p, bit_mask(bits)) } }
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         pub(crate) unsafe fn store_bits(p: *mut f32, bits: u32, v: __m256) {
-            unsafe { _mm256_maskstore_ps(p, bit_mask(bits), v) }
+            unsafe {
+                if bits & 0xFF == 0xFF { _mm256_storeu_ps(p, v) } else { _mm256_maskstore_ps(p, bit_mask(bits), v) }
+            }
         }
         /// The odd lanes of the 16 values `lo ++ hi`.
         #[inline]
@@ -430,24 +451,6 @@ pub(crate) mod x86 {
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn zip_hi(a: __m256, b: __m256) -> __m256 {
             _mm256_permute2f128_ps::<0x31>(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b))
-        }
-
-        /// Lanes `s..s + 8` of `lo ++ hi`, for `s` ≤ 4.
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn shifted(lo: __m256, hi: __m256, s: usize) -> __m256 {
-            // `mid` is lanes 4..12; `alignr` shifts within each 128-bit half, taking the next
-            // half's lanes from `mid`.
-            let mid = _mm256_permute2f128_ps::<0x21>(lo, hi);
-            let (lo_bits, mid_bits) = (_mm256_castps_si256(lo), _mm256_castps_si256(mid));
-            debug_assert!(s <= 4);
-            match s {
-                0 => lo,
-                1 => _mm256_castsi256_ps(_mm256_alignr_epi8::<4>(mid_bits, lo_bits)),
-                2 => _mm256_castsi256_ps(_mm256_alignr_epi8::<8>(mid_bits, lo_bits)),
-                3 => _mm256_castsi256_ps(_mm256_alignr_epi8::<12>(mid_bits, lo_bits)),
-                _ => mid,
-            }
         }
 
         /// `if_set` in the lanes whose bit is set, `otherwise` in the others.
