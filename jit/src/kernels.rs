@@ -34,7 +34,11 @@ use heron_ir::loop_ir::{
 };
 use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
-use heron_kernels::abi::{CONV2D_F32, CONV2D_Q8, GEMM_F32, GEMM_Q8, MAP_F32, MAXPOOL2D_F32, flags};
+use heron_kernels::abi::{
+    CONV2D_BLOCKED_F32, CONV2D_F32, CONV2D_Q8, GEMM_F32, GEMM_Q8, MAP_F32, MAXPOOL2D_F32, blocked_layouts, flags,
+    layouts,
+};
+use heron_kernels::blocked::{BlockedConv, Layout};
 use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::elementwise::{Operand, Program, map_share};
 use heron_kernels::gemm;
@@ -76,6 +80,7 @@ pub fn routines() -> Vec<Routine> {
     use RoutineParam::{Buffer as B, F32, I64};
     let params = |name: &str| match name {
         CONV2D_F32 => [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat(),
+        CONV2D_BLOCKED_F32 => [vec![B; 5], vec![I64; 20], vec![F32, F32, I64, I64]].concat(),
         GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
         MAP_F32 => [vec![B; 4], vec![I64; 6], vec![F32; 4], vec![I64; 2]].concat(),
@@ -94,26 +99,50 @@ pub fn routines() -> Vec<Routine> {
         .collect()
 }
 
-/// Replaces every qualifying contraction nest of `module` with kernel calls.
+/// A function's kernel plan. Every function is matched before any is rewritten, so that the
+/// layouts of the tensors between kernels are chosen over all of them ([`crate::blocking`]).
+pub(crate) enum Found {
+    Contraction(Plan),
+    MaxPool(MaxPoolPlan),
+    Map(crate::elementwise::MapPlan),
+}
+
+/// Replaces every qualifying contraction nest of `module` with kernel calls, and stores the
+/// activations between convolution kernels channel-blocked where that pays
+/// ([`crate::blocking`]).
 pub fn use_kernels(module: &mut Module, config: KernelConfig) {
     let Some(main_index) = module.funcs.iter().position(|f| f.name == MAIN) else { return };
-    for k in 0..module.funcs.len() {
-        if k == main_index || module.funcs[k].target.is_some() {
-            continue;
-        }
+    let main = &module.funcs[main_index];
+    let found: Vec<(usize, Found)> = module
+        .funcs
+        .iter()
+        .enumerate()
+        .filter(|&(k, f)| k != main_index && f.target.is_none() && row_major(f, main))
+        .filter_map(|(k, f)| {
+            let found = if let Some(plan) = match_contraction(f, main) {
+                Found::Contraction(plan)
+            } else if let Some(pool) = match_max_pool(f) {
+                Found::MaxPool(pool)
+            } else {
+                Found::Map(crate::elementwise::match_map(f)?)
+            };
+            Some((k, found))
+        })
+        .collect();
+    let mut blocking = crate::blocking::choose(module, main_index, &found, config);
+    for (k, found) in found {
         let (before, rest) = module.funcs.split_at_mut(k.max(main_index));
         let (f, main) =
             if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
-        if !row_major(f, main) {
-            continue;
+        match found {
+            Found::Contraction(plan) => apply(plan, f, main, config, blocking.convs.remove(&k)),
+            Found::MaxPool(pool) => apply_max_pool(pool, f, config),
+            Found::Map(map) => crate::elementwise::apply_map(map, f, config),
         }
-        if let Some(plan) = match_contraction(f, main) {
-            apply(plan, f, main, config);
-        } else if let Some(pool) = match_max_pool(f) {
-            apply_max_pool(pool, f, config);
-        } else if let Some(map) = crate::elementwise::match_map(f) {
-            crate::elementwise::apply_map(map, f, config);
-        }
+    }
+    let main = &mut module.funcs[main_index];
+    for b in blocking.tensors {
+        main.layout_transforms.insert(b, crate::blocking::blocked_map(blocking.block));
     }
 }
 
@@ -133,39 +162,39 @@ fn row_major(f: &PrimFunc, main: &PrimFunc) -> bool {
 }
 
 /// The kernel a nest maps to.
-enum Kernel {
+pub(crate) enum Kernel {
     Conv { geo: Conv2d, input: BufferId, bias: Option<BufferId> },
     Gemm { m: usize, n: usize, k: usize, a: BufferId, b_strides: (usize, usize) },
 }
 
 /// What fuses into the kernel's epilogue.
 #[derive(Default)]
-struct Fused {
+pub(crate) struct Fused {
     col_bias: Option<BufferId>,
-    residual: Option<BufferId>,
+    pub residual: Option<BufferId>,
     clamp: Option<(f32, f32)>,
 }
 
 /// An integer product's operands: the input's (the operand read at run time) kind and zero
 /// point, the weights' kind and zero points (one, or one per output channel or column).
-struct Quant {
+pub(crate) struct Quant {
     input_signed: bool,
     input_zero: i32,
     weights_signed: bool,
     weights_zero: Vec<i32>,
 }
 
-struct Plan {
-    kernel: Kernel,
+pub(crate) struct Plan {
+    pub kernel: Kernel,
     /// `Some`: an integer product, accumulated in i32.
-    quant: Option<Quant>,
+    pub quant: Option<Quant>,
     /// The weights parameter (position in `f.params`) and the constant it is in `main`.
     weights: (usize, BufferId),
-    out: BufferId,
+    pub out: BufferId,
     /// The output loops (variable, extent), outermost first.
     out_loops: Vec<(VarId, i64)>,
     /// `Some(epilogue)`: fused; `None`: the store's expression runs after the kernel, in place.
-    fused: Option<Fused>,
+    pub fused: Option<Fused>,
     acc: BufferId,
     epilogue: Expr,
     /// Statements before the nest (a padded copy of the input) that stay.
@@ -697,7 +726,7 @@ struct Packed {
     scratch: (usize, DType),
 }
 
-fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig) -> Option<Packed> {
+fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig, blocked: Option<&BlockedConv>) -> Option<Packed> {
     let isa = config.isa;
     if let Some(q) = &plan.quant {
         let isa = config.int8;
@@ -730,6 +759,11 @@ fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig) -> Option<
         }
     };
     let (packed, scratch, name) = match &plan.kernel {
+        Kernel::Conv { .. } if let Some(conv) = blocked => {
+            let mut p = vec![0.0; conv.packed_weights_len().ok()?];
+            conv.pack_weights(values, &mut p).ok()?;
+            (p, 0, format!("{name}_{}_nchw{}c", isa.name(), conv.block))
+        }
         Kernel::Conv { geo, .. } => {
             let mut p = vec![0.0; geo.packed_weights_len(isa).ok()?];
             geo.pack_weights(isa, values, &mut p).ok()?;
@@ -745,12 +779,14 @@ fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig) -> Option<
     Some(Packed { weights, name, scratch: (scratch, DType::F32) })
 }
 
-fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig) {
+/// Rewrites `f` to call the kernel `plan` names (a convolution over channel-blocked tensors
+/// when `blocked` says so).
+fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig, blocked: Option<BlockedConv>) {
     let isa = config.isa;
     let (pos, constant) = plan.weights;
     // Pack the weights into a new constant, in kernel order.
     let Some(data) = constant_data(main, constant) else { return };
-    let Some(packed) = pack(&plan, &data, &main.buffer(constant).name, config) else { return };
+    let Some(packed) = pack(&plan, &data, &main.buffer(constant).name, config, blocked.as_ref()) else { return };
     let Some(scratch_len) = packed.scratch.0.checked_mul(config.tasks) else { return };
     let len = packed.weights.len();
     let tensor = Arc::new(packed.weights);
@@ -839,6 +875,23 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
             })
         };
         let (routine, mut args) = match &plan.kernel {
+            Kernel::Conv { geo, input, bias } if let Some(conv) = blocked => {
+                let mut args = vec![
+                    Arg::Buffer(*input),
+                    Arg::Buffer(weights_param),
+                    buffer_or_out(*bias, flags::BIAS),
+                    buffer_or_out(fused.residual, flags::RESIDUAL),
+                    Arg::Buffer(out),
+                    Arg::Expr(Expr::index(isa.code())),
+                ];
+                args.extend(conv_dims(geo));
+                let bit = |layout: Layout, bit: i64| if layout == Layout::Blocked { bit } else { 0 };
+                args.extend([
+                    i(conv.block),
+                    Arg::Expr(Expr::index(bit(conv.input, layouts::INPUT) | bit(conv.output, layouts::OUTPUT))),
+                ]);
+                (CONV2D_BLOCKED_F32, args)
+            }
             Kernel::Conv { geo, input, bias } => {
                 let mut args = vec![
                     Arg::Buffer(*input),
@@ -908,7 +961,7 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
 /// window visited with its in-bounds test, the output stored unchanged), after the
 /// simplifier dropped the bounds it proved: the window's geometry (a depthwise convolution's,
 /// see `heron_kernels::pool`), input and output.
-struct MaxPoolPlan {
+pub(crate) struct MaxPoolPlan {
     geo: Conv2d,
     input: BufferId,
     out: BufferId,
@@ -1136,6 +1189,25 @@ impl Externs for KernelExterns {
                     clamp: (bits & flags::CLAMP != 0).then_some((float(&args[24])?, float(&args[25])?)),
                 };
                 let r = conv2d_share(isa, &geo, &x, &w, &mut out, epilogue, &mut scratch, (t[0], t[1]));
+                (4, r.map(|()| out))
+            }
+            CONV2D_BLOCKED_F32 if args.len() == 29 => {
+                let isa = isa_of(&args[5])?;
+                let d = ints(&args[6..25])?;
+                let t = ints(&args[27..29])?;
+                let (input, output) = blocked_layouts(d[17] as i64).ok_or("bad layout bits")?;
+                let geo = Conv2d::from_dims(d[..16].try_into().expect("16 dimensions"));
+                let conv = BlockedConv { geo, block: d[16], input, output };
+                let bits = d[18] as i64;
+                let (x, w, bias, residual) =
+                    (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
+                let mut out = floats(&args[4])?;
+                let epilogue = ConvEpilogue {
+                    bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
+                    residual: (bits & flags::RESIDUAL != 0).then_some(&residual[..]),
+                    clamp: (bits & flags::CLAMP != 0).then_some((float(&args[25])?, float(&args[26])?)),
+                };
+                let r = heron_kernels::blocked::conv_share(isa, &conv, &x, &w, &mut out, epilogue, (t[0], t[1]));
                 (4, r.map(|()| out))
             }
             GEMM_F32 if args.len() == 14 => {

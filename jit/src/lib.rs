@@ -9,6 +9,7 @@
 //! target layer ([`schedule`] picks loop schedules and layouts, [`int8`] reshapes integer dot
 //! products for VNNI), run before planning.
 
+mod blocking;
 pub mod codegen;
 mod elementwise;
 pub mod int8;

@@ -170,3 +170,31 @@ fn golden_target_vta_conv() {
     let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
     check_golden("target_vta_conv", &module);
 }
+
+/// A MobileNet-v2 block: pointwise expansion and depthwise 3×3 (each with ReLU6), pointwise
+/// projection plus the block's input. The two tensors between the convolutions are stored
+/// channel-blocked (16 channels per block for AVX-512; 24 channels leave a part block); the
+/// expansion reads the planar model input, the projection writes the planar output and adds
+/// the planar residual, and a global average pool (generated code) reads the blocked
+/// depthwise output through its index map.
+#[test]
+fn golden_target_blocked_layouts() {
+    let mut g = Graph::new();
+    let relu6 = Op::Clip {
+        min: Some(Tensor::scalar_from_f64(DType::F32, 0.0)),
+        max: Some(Tensor::scalar_from_f64(DType::F32, 6.0)),
+    };
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 8, 10, 10]));
+    let we = g.add_constant("w_expand", f32s(2, &[24, 8, 1, 1]));
+    let wd = g.add_constant("w_depthwise", f32s(3, &[24, 1, 3, 3]));
+    let wp = g.add_constant("w_project", f32s(4, &[8, 24, 1, 1]));
+    let e = g.add_op("expand", conv(1, 0, 1), &[x, we]).unwrap();
+    let e = g.add_op("expand_relu6", relu6.clone(), &[e]).unwrap();
+    let d = g.add_op("depthwise", conv(3, 1, 24), &[e, wd]).unwrap();
+    let d = g.add_op("depthwise_relu6", relu6, &[d]).unwrap();
+    let p = g.add_op("project", conv(1, 0, 1), &[d, wp]).unwrap();
+    let y = g.add_op("residual", Op::Binary(BinaryOp::Add), &[p, x]).unwrap();
+    let pooled = g.add_op("pool", Op::GlobalAveragePool, &[d]).unwrap();
+    g.set_outputs(vec![y, pooled]);
+    golden("target_blocked_layouts", g, &[f32s(1, &[1, 8, 10, 10])]);
+}

@@ -24,6 +24,8 @@ pub enum LoopInterpError {
     OutOfBounds { func: String, buffer: String, index: Vec<i64>, shape: Vec<usize> },
     #[error("function '{func}': {message}")]
     Eval { func: String, message: String },
+    #[error("applying the module's layout transforms: {0}")]
+    Layout(#[from] super::layout::LayoutError),
 }
 
 /// A scalar value; integers are kept wrapped to their dtype, floats rounded to theirs.
@@ -509,6 +511,14 @@ pub fn run_params_with(
     params: Vec<Option<Tensor>>,
     externs: Option<&dyn Externs>,
 ) -> Result<Vec<Tensor>, LoopInterpError> {
+    // Layout transforms not applied yet (a program before the layout stage) are applied
+    // first: generated code computes the same values either way, but a routine reads its
+    // buffers as the layout stage stores them.
+    if module.funcs.iter().any(|f| !f.layout_transforms.is_empty()) {
+        let mut laid_out = module.clone();
+        super::layout::apply_layout_transforms(&mut laid_out)?;
+        return run_params_with(&laid_out, params, externs);
+    }
     let main = module.main().ok_or_else(|| LoopInterpError::NoFunction(MAIN.into()))?;
     if params.len() > main.params.len() {
         return Err(LoopInterpError::Arity { func: MAIN.into(), expected: main.params.len(), got: params.len() });

@@ -10,6 +10,7 @@
 //! routine does (`heron_jit::routines`).
 
 use crate::Isa;
+use crate::blocked::{BlockedConv, Layout};
 use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use crate::elementwise::{MAX_INPUTS, Operand, Program, map_raw};
 use crate::gemm::{Epilogue, sgemm_share};
@@ -23,14 +24,16 @@ pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 pub const MAP_F32: &str = "heron_map_f32";
 pub const CONV2D_Q8: &str = "heron_conv2d_q8";
 pub const GEMM_Q8: &str = "heron_gemm_q8";
+pub const CONV2D_BLOCKED_F32: &str = "heron_conv2d_blocked_f32";
 
 /// The kernels' routine table, in the one order every run context lists them
 /// (`heron_threads_context`, the JIT's, VTA's after its own routine): generated code indexes
 /// it by position, fixed when the module was compiled.
-pub const ROUTINE_NAMES: [&str; 6] = [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, MAP_F32, CONV2D_Q8, GEMM_Q8];
+pub const ROUTINE_NAMES: [&str; 7] =
+    [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, MAP_F32, CONV2D_Q8, GEMM_Q8, CONV2D_BLOCKED_F32];
 
 /// The entry points of [`ROUTINE_NAMES`], in that order.
-pub fn routine_addresses() -> [*const u8; 6] {
+pub fn routine_addresses() -> [*const u8; 7] {
     [
         heron_conv2d_f32 as *const u8,
         heron_gemm_f32 as *const u8,
@@ -38,6 +41,7 @@ pub fn routine_addresses() -> [*const u8; 6] {
         heron_map_f32 as *const u8,
         heron_conv2d_q8 as *const u8,
         heron_gemm_q8 as *const u8,
+        heron_conv2d_blocked_f32 as *const u8,
     ]
 }
 
@@ -46,6 +50,19 @@ pub mod flags {
     pub const BIAS: i64 = 1;
     pub const RESIDUAL: i64 = 2;
     pub const CLAMP: i64 = 4;
+}
+
+/// Bits of [`heron_conv2d_blocked_f32`]'s `layouts` argument: which tensors are blocked
+/// (the others planar NCHW).
+pub mod layouts {
+    pub const INPUT: i64 = 1;
+    pub const OUTPUT: i64 = 2;
+}
+
+/// The layouts a [`heron_conv2d_blocked_f32`] call names.
+pub fn blocked_layouts(bits: i64) -> Option<(Layout, Layout)> {
+    let layout = |bit: i64| if bits & bit != 0 { Layout::Blocked } else { Layout::Planar };
+    (0..4).contains(&bits).then(|| (layout(layouts::INPUT), layout(layouts::OUTPUT)))
 }
 
 fn size(v: i64) -> Option<usize> {
@@ -162,6 +179,81 @@ pub unsafe extern "C" fn heron_conv2d_f32(
             view_mut(out, out_len),
             epilogue,
             scratch,
+            (task, tasks),
+        );
+    }
+}
+
+/// `out = clamp(conv2d(x, w) + bias + residual)` over channel-blocked tensors, share `task` of
+/// `tasks` (see [`crate::blocked`]): `x` and `out` stored as `layouts` says (blocks of `block`
+/// channels, or planar NCHW), `w` packed by [`BlockedConv::pack_weights`], the residual
+/// stored like the output; the shape as [`heron_conv2d_f32`]'s.
+///
+/// # Safety
+/// Every pointer holds the elements its shape and layout say; concurrent calls differ in
+/// `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_conv2d_blocked_f32(
+    x: *const f32,
+    w: *const f32,
+    bias: *const f32,
+    residual: *const f32,
+    out: *mut f32,
+    isa: i64,
+    batch: i64,
+    c: i64,
+    h: i64,
+    width: i64,
+    m: i64,
+    oh: i64,
+    ow: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    dh: i64,
+    dw: i64,
+    groups: i64,
+    pad_top: i64,
+    pad_left: i64,
+    block: i64,
+    layouts: i64,
+    flags: i64,
+    lo: f32,
+    hi: f32,
+    task: i64,
+    tasks: i64,
+) {
+    let Some(isa) = Isa::from_code(isa) else { return };
+    let Some((input, output)) = blocked_layouts(layouts) else { return };
+    let dims = [batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, block, task, tasks];
+    let Some([batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, block, task, tasks]) =
+        sizes(dims)
+    else {
+        return;
+    };
+    let geo = Conv2d::from_dims([batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left]);
+    let conv = BlockedConv { geo, block, input, output };
+    let lens = (|| {
+        conv.check().ok()?;
+        Some((conv.input_len().ok()?, conv.packed_weights_len().ok()?, conv.output_len().ok()?))
+    })();
+    let Some((x_len, w_len, out_len)) = lens else { return };
+    // SAFETY: the caller guarantees each buffer holds what the checked shapes say.
+    unsafe {
+        let epilogue = ConvEpilogue {
+            bias: (flags & flags::BIAS != 0).then(|| view(bias, m)),
+            residual: (flags & flags::RESIDUAL != 0).then(|| view(residual, out_len)),
+            clamp: (flags & flags::CLAMP != 0).then_some((lo, hi)),
+        };
+        let _ = crate::blocked::conv_share(
+            isa,
+            &conv,
+            view(x, x_len),
+            view(w, w_len),
+            view_mut(out, out_len),
+            epilogue,
             (task, tasks),
         );
     }

@@ -23,6 +23,7 @@
 #![allow(unsafe_code)]
 
 pub mod abi;
+pub mod blocked;
 pub mod conv;
 mod depthwise;
 mod direct;

@@ -314,6 +314,7 @@ pub(crate) mod x86 {
         }
 
         super::tile_kernel!("avx512f");
+        crate::blocked::blocked_kernel!("avx512f");
         crate::depthwise::depthwise_kernel!("avx512f");
         crate::depthwise::depthwise_rows_kernel!("avx512f");
         crate::direct::direct_kernel!("avx512f");
@@ -461,6 +462,7 @@ pub(crate) mod x86 {
         }
 
         super::tile_kernel!("avx2,fma");
+        crate::blocked::blocked_kernel!("avx2,fma");
         crate::depthwise::depthwise_kernel!("avx2,fma");
         crate::pool::max_pool_kernel!("avx2,fma");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx2,fma")]);

@@ -1,0 +1,931 @@
+//! 2-D convolution over channel-blocked activations (`NCHW{B}c`, as ONNX Runtime's MLAS and
+//! oneDNN lay them out): a tensor `[N, C, H, W]` is stored as `[N, ⌈C/B⌉, H, W, B]`, `B` (the
+//! block) being the vector width, 8 for AVX2 and 16 for AVX-512. A pixel's `B` channels are
+//! one vector, so
+//!
+//! - a **dense** convolution (one group) keeps `OB` blocks of output channels × `P` output
+//!   pixels of a row in registers, and for every input channel and tap loads `OB` weight
+//!   vectors and broadcasts `P` input values: no im2col panel, and every store is a whole
+//!   vector. Its input may also be plain NCHW (a network's first layer, whose 3 channels would
+//!   fill no block), and its output plain NCHW (a tensor a consumer reads unblocked);
+//! - a **depthwise** convolution is one multiply-add of a weight vector and an input vector
+//!   per tap and output pixel: no plane copy, no lane shifts.
+//!
+//! Padding is never materialised: taps outside the input are skipped (a row's border pixels
+//! are computed one at a time with the taps that exist). Every output element adds its taps
+//! in the order (input channel, tap row, tap column) after the bias, whatever the ISA, tile or
+//! thread, so all variants give the same bits. The lanes of a last block past `C` hold zeros
+//! in every blocked tensor a kernel writes; readers never depend on them.
+//!
+//! Work is split into items (image, output block group or channel block, output row) and task
+//! `t` of `T` runs a contiguous run of them.
+
+use crate::conv::{Conv2d, ConvEpilogue};
+use crate::{Isa, KernelError, check_share, need, share};
+
+/// How a 4-D activation is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// `[N, C, H, W]`, row-major.
+    Planar,
+    /// `[N, ⌈C/B⌉, H, W, B]`.
+    Blocked,
+}
+
+/// The block sizes the kernels take: one f32 vector of AVX2 or of AVX-512.
+pub const BLOCKS: [usize; 2] = [8, 16];
+
+/// The block the vector kernels of `isa` use (AVX2: 8 lanes, AVX-512: 16; scalar code runs
+/// either, and takes 8).
+pub fn block_for(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512 => 16,
+        Isa::Avx2Fma | Isa::Scalar => 8,
+    }
+}
+
+/// A convolution of blocked (or, for a dense one, planar) tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockedConv {
+    pub geo: Conv2d,
+    /// Channels per block: one of [`BLOCKS`].
+    pub block: usize,
+    pub input: Layout,
+    pub output: Layout,
+}
+
+/// Where element `(n, c, y, x)` of a 4-D tensor is: `n·image + (c / lanes)·channel + c % lanes
+/// + y·row + x·pixel`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Strides {
+    pub image: usize,
+    pub channel: usize,
+    pub lanes: usize,
+    pub row: usize,
+    pub pixel: usize,
+}
+
+impl Strides {
+    /// Strides of a `[n, c, h, w]` tensor; the caller checked the sizes.
+    fn of(layout: Layout, block: usize, c: usize, h: usize, w: usize) -> Strides {
+        match layout {
+            Layout::Planar => Strides { image: c * h * w, channel: h * w, lanes: 1, row: w, pixel: 1 },
+            Layout::Blocked => Strides {
+                image: c.div_ceil(block) * h * w * block,
+                channel: h * w * block,
+                lanes: block,
+                row: w * block,
+                pixel: block,
+            },
+        }
+    }
+
+    fn at(&self, n: usize, c: usize, y: usize, x: usize) -> usize {
+        n * self.image + (c / self.lanes) * self.channel + c % self.lanes + y * self.row + x * self.pixel
+    }
+}
+
+/// Elements of a `[n, c, h, w]` tensor stored as `layout`.
+pub fn tensor_len(layout: Layout, block: usize, dims: [usize; 4]) -> Result<usize, KernelError> {
+    let [n, c, h, w] = dims;
+    let channels = match layout {
+        Layout::Planar => c,
+        Layout::Blocked => c.div_ceil(block.max(1)).checked_mul(block).ok_or(KernelError::Overflow("channels"))?,
+    };
+    [n, channels, h, w].into_iter().try_fold(1usize, |acc, d| acc.checked_mul(d)).ok_or(KernelError::Overflow("tensor"))
+}
+
+/// Pixels a depthwise tile holds.
+pub(crate) const DEPTHWISE_PIXELS: usize = 8;
+
+/// Pixels a dense tile of `blocks` output blocks holds: its accumulators, weight vectors and
+/// broadcast input fit the registers (AVX2's 16: 12 + 2 + 1, or with three blocks 9 + 3 + 1;
+/// AVX-512's 32: 24 + 3 + 1), at most 12 pixels.
+pub(crate) fn dense_pixels(isa: Isa, blocks: usize) -> usize {
+    let accumulators = match (isa, blocks) {
+        (Isa::Avx512, _) => 24,
+        (_, 3) => 9,
+        _ => 12,
+    };
+    (accumulators / blocks.max(1)).min(12)
+}
+
+/// How `blocks` output blocks are grouped into tiles: pairs, and a last group of three when
+/// the count is odd (a single block alone).
+fn block_groups(blocks: usize) -> usize {
+    if blocks <= 3 { 1 } else { blocks / 2 }
+}
+
+/// Group `g`'s first block and block count.
+fn block_group(blocks: usize, g: usize) -> (usize, usize) {
+    let groups = block_groups(blocks);
+    if g + 1 < groups { (2 * g, 2) } else { (2 * g, blocks - 2 * g) }
+}
+
+impl BlockedConv {
+    pub fn check(&self) -> Result<(), KernelError> {
+        let geo = &self.geo;
+        geo.check()?;
+        if !BLOCKS.contains(&self.block) {
+            return Err(KernelError::Geometry("the block must be 8 or 16 channels"));
+        }
+        if geo.is_depthwise() {
+            if (self.input, self.output) != (Layout::Blocked, Layout::Blocked) {
+                return Err(KernelError::Geometry("a blocked depthwise convolution reads and writes blocked tensors"));
+            }
+        } else if geo.groups != 1 {
+            return Err(KernelError::Geometry("a blocked convolution has one group or is depthwise"));
+        }
+        self.input_len()?;
+        self.output_len()?;
+        self.packed_weights_len()?;
+        // Offsets of taps stay inside the padded plane's extent (checked by `Conv2d::check`).
+        Ok(())
+    }
+
+    pub fn input_len(&self) -> Result<usize, KernelError> {
+        let g = &self.geo;
+        tensor_len(self.input, self.block, [g.batch, g.in_channels, g.in_h, g.in_w])
+    }
+
+    pub fn output_len(&self) -> Result<usize, KernelError> {
+        let g = &self.geo;
+        tensor_len(self.output, self.block, [g.batch, g.out_channels, g.out_h, g.out_w])
+    }
+
+    fn taps(&self) -> usize {
+        self.geo.kernel.0 * self.geo.kernel.1
+    }
+
+    /// Elements of the packed weights: per block of `B` output channels, for every input
+    /// channel and tap (in that order) one vector of the block's weights; a depthwise
+    /// convolution's per channel block, one vector per tap. Channels past `M` are zero.
+    pub fn packed_weights_len(&self) -> Result<usize, KernelError> {
+        let g = &self.geo;
+        let blocks = g.out_channels.div_ceil(self.block);
+        let per_block = if g.is_depthwise() { Some(self.taps()) } else { g.in_channels.checked_mul(self.taps()) };
+        per_block
+            .and_then(|p| p.checked_mul(self.block))
+            .and_then(|p| p.checked_mul(blocks))
+            .ok_or(KernelError::Overflow("packed weights"))
+    }
+
+    /// Packs `[M, C/g, KH, KW]` weights (see [`BlockedConv::packed_weights_len`]).
+    pub fn pack_weights(&self, w: &[f32], packed: &mut [f32]) -> Result<(), KernelError> {
+        self.check()?;
+        let g = &self.geo;
+        let len = self.packed_weights_len()?;
+        need("weights", w.len(), g.weights_len()?)?;
+        need("packed weights", packed.len(), len)?;
+        let (b, taps, depth) = (self.block, self.taps(), g.depth()?);
+        let channels = if g.is_depthwise() { 1 } else { g.in_channels };
+        for (i, v) in packed[..len].iter_mut().enumerate() {
+            // i = ((block · channels + ci) · taps + tap) · B + lane
+            let (lane, rest) = (i % b, i / b);
+            let (tap, rest) = (rest % taps, rest / taps);
+            let (ci, block) = (rest % channels, rest / channels);
+            let oc = block * b + lane;
+            *v = if oc < g.out_channels { w[oc * depth + ci * taps + tap] } else { 0.0 };
+        }
+        Ok(())
+    }
+
+    /// Output rows the work is cut into per image and channel group: a pointwise convolution
+    /// over the whole plane is one row of `H·W` pixels, cut into chunks.
+    fn canonical(&self) -> Conv2d {
+        let g = self.geo;
+        let pointwise =
+            g.kernel == (1, 1) && g.stride == (1, 1) && g.pad == (0, 0) && (g.in_h, g.in_w) == (g.out_h, g.out_w);
+        if pointwise {
+            let pixels = g.out_h * g.out_w;
+            Conv2d { in_h: 1, in_w: pixels, out_h: 1, out_w: pixels, ..g }
+        } else {
+            g
+        }
+    }
+}
+
+/// Pixels per work item of a pointwise convolution's single row, at most.
+const CHUNK: usize = 96;
+
+/// The work items: per image, per output group (a [`block_group`] of output blocks, or one channel
+/// block for a depthwise convolution), per output row or chunk of the row: `(image, group,
+/// row, first pixel, pixels)`. Weights larger than the input are visited once per image
+/// (groups outermost), otherwise each input row once (rows outermost).
+struct Items {
+    geo: Conv2d,
+    groups: usize,
+    rows: usize,
+    chunks: usize,
+    /// Pixels per chunk.
+    chunk: usize,
+    groups_outer: bool,
+}
+
+impl Items {
+    fn new(conv: &BlockedConv, geo: Conv2d, weights: usize, input: usize) -> Items {
+        let blocks = geo.out_channels.div_ceil(conv.block);
+        let groups = if geo.is_depthwise() { blocks } else { block_groups(blocks) };
+        // A depthwise row is one item however long (its kernel walks it in one call).
+        let chunks = if geo.out_h == 1 && !geo.is_depthwise() { geo.out_w.div_ceil(CHUNK) } else { 1 };
+        // Chunks of equal size (the last may be shorter by less than one per chunk).
+        let chunk = geo.out_w.div_ceil(chunks);
+        Items { geo, groups, rows: geo.out_h, chunks, chunk, groups_outer: geo.is_depthwise() || weights > input }
+    }
+
+    fn count(&self) -> usize {
+        self.geo.batch * self.groups * self.rows * self.chunks
+    }
+
+    fn get(&self, item: usize) -> (usize, usize, usize, usize, usize) {
+        let per_image = self.groups * self.rows * self.chunks;
+        let (n, rest) = (item / per_image, item % per_image);
+        let (row_chunk, group) = if self.groups_outer {
+            (rest % (self.rows * self.chunks), rest / (self.rows * self.chunks))
+        } else {
+            (rest / self.groups, rest % self.groups)
+        };
+        let (row, chunk) = (row_chunk / self.chunks, row_chunk % self.chunks);
+        let first = chunk * self.chunk;
+        let pixels = self.geo.out_w.saturating_sub(first).min(self.chunk);
+        (n, group, row, first, pixels)
+    }
+}
+
+/// The taps `lo..hi` of a window starting at padded position `start` (`k` taps `dilation`
+/// apart) that fall inside `pad..pad + extent`. Without dilation, no division.
+fn taps_inside(start: usize, k: usize, dilation: usize, pad: usize, extent: usize) -> (usize, usize) {
+    let over = |n: usize| if dilation == 1 { n } else { n.div_ceil(dilation) };
+    let lo = over(pad.saturating_sub(start)).min(k);
+    let end = pad + extent;
+    let hi = if end <= start { 0 } else { over(end - start).min(k) };
+    (lo, hi.max(lo))
+}
+
+/// The taps of output row `oy` that fall inside the input: `r_lo..r_hi`.
+fn tap_rows(geo: &Conv2d, oy: usize) -> (usize, usize) {
+    taps_inside(oy * geo.stride.0, geo.kernel.0, geo.dilation.0, geo.pad.0, geo.in_h)
+}
+
+/// The taps of output column `ox` inside the input: `s_lo..s_hi`.
+fn tap_cols(geo: &Conv2d, ox: usize) -> (usize, usize) {
+    taps_inside(ox * geo.stride.1, geo.kernel.1, geo.dilation.1, geo.pad.1, geo.in_w)
+}
+
+/// The output columns every tap of which is inside the input: `lo..hi` (possibly empty).
+fn interior(geo: &Conv2d) -> (usize, usize) {
+    let (sw, reach) = (geo.stride.1, (geo.kernel.1 - 1) * geo.dilation.1);
+    let lo = geo.pad.1.div_ceil(sw).min(geo.out_w);
+    // ox·sw + reach − pad < in_w  ⇔  ox·sw < in_w + pad − reach.
+    let hi = (geo.in_w + geo.pad.1).checked_sub(reach).map_or(0, |limit| limit.div_ceil(sw)).min(geo.out_w);
+    (lo, hi.max(lo))
+}
+
+/// Where a tile's results go, as raw pointers: callers check every extent.
+#[derive(Clone, Copy)]
+pub(crate) struct Sink {
+    /// The output (and residual) at the tile's first block and pixel.
+    pub out: *mut f32,
+    pub residual: *const f32,
+    pub strides: Strides,
+    /// Output channels from the tile's first block on (fewer than its lanes in a last block).
+    pub channels_left: usize,
+    /// The bias from the tile's first channel (null: none).
+    pub bias: *const f32,
+    pub clamp: Option<(f32, f32)>,
+    /// The accumulators start from the output (a later chunk of the input channels) instead
+    /// of the bias.
+    pub accumulate: bool,
+    /// The last chunk: the epilogue applies; otherwise the raw sums are stored.
+    pub finish: bool,
+}
+
+/// Runs of dense tiles along an output row, as raw pointers and strides.
+#[derive(Clone, Copy)]
+pub(crate) struct DenseRun {
+    /// The input at the first tap `(r_lo, s_lo)` of the first pixel, the chunk's first channel.
+    pub x: *const f32,
+    pub x_strides: Strides,
+    /// Input elements between consecutive pixels (`stride · pixel`).
+    pub x_step: usize,
+    /// Input elements between consecutive tap rows / columns.
+    pub x_tap_row: usize,
+    pub x_tap_col: usize,
+    /// Input channels of the chunk.
+    pub channels: usize,
+    /// Taps visited: rows and columns.
+    pub tap_rows: usize,
+    pub tap_cols: usize,
+    /// The weights of the first block at the first tap and channel.
+    pub w: *const f32,
+    /// Weight elements between input channels, tap rows (`KW·B`), output blocks.
+    pub w_channel: usize,
+    pub w_tap_row: usize,
+    pub w_block: usize,
+    /// Consecutive tiles of the kernel's pixels (the next one starts that many pixels on).
+    pub tiles: usize,
+    pub sink: Sink,
+}
+
+/// One output row of one channel block of a depthwise convolution, as raw pointers.
+#[derive(Clone, Copy)]
+pub(crate) struct DepthwiseRow {
+    /// The input at the block's tap row `r_lo`, column 0.
+    pub x: *const f32,
+    /// Input elements between consecutive tap rows (`dilation · row`).
+    pub x_tap_row: usize,
+    pub tap_rows: usize,
+    /// The weights of the block at tap `(r_lo, 0)`.
+    pub w: *const f32,
+    pub kw: usize,
+    /// Columns: input width, left padding, stride, dilation; output width and its interior
+    /// (where every tap column is inside the input).
+    pub in_w: usize,
+    pub pad: usize,
+    pub stride: usize,
+    pub dilation: usize,
+    pub out_w: usize,
+    pub interior: (usize, usize),
+    /// The row's output (pixel 0).
+    pub sink: Sink,
+}
+
+impl DepthwiseRow {
+    /// The tap columns of output pixel `ox` inside the input (`s_lo..s_hi`), and the input
+    /// column of its first one (`ox · stride + s_lo · dilation − pad`, 0 when there is none).
+    pub(crate) fn columns(&self, ox: usize) -> (usize, usize, usize) {
+        let left = ox * self.stride;
+        let (s_lo, s_hi) = taps_inside(left, self.kw, self.dilation, self.pad, self.in_w);
+        let first = if s_lo < s_hi { left + s_lo * self.dilation - self.pad } else { 0 };
+        (s_lo, s_hi, first)
+    }
+}
+
+/// Share `task` of `tasks` of the convolution: `out = clamp(conv(x, w) + bias + residual)`,
+/// `w` packed by [`BlockedConv::pack_weights`], the residual stored like the output.
+pub fn conv_share(
+    isa: Isa,
+    conv: &BlockedConv,
+    x: &[f32],
+    packed_w: &[f32],
+    out: &mut [f32],
+    epilogue: ConvEpilogue<'_>,
+    (task, tasks): (usize, usize),
+) -> Result<(), KernelError> {
+    conv.check()?;
+    check_share(task, tasks)?;
+    let (x_len, w_len, out_len) = (conv.input_len()?, conv.packed_weights_len()?, conv.output_len()?);
+    need("input", x.len(), x_len)?;
+    need("packed weights", packed_w.len(), w_len)?;
+    need("output", out.len(), out_len)?;
+    if let Some(b) = epilogue.bias {
+        need("bias", b.len(), conv.geo.out_channels)?;
+    }
+    if let Some(r) = epilogue.residual {
+        need("residual", r.len(), out_len)?;
+    }
+    let geo = conv.canonical();
+    let items = Items::new(conv, geo, w_len, x_len);
+    let (lo, hi) = share(items.count(), tasks, task);
+    let x_strides = Strides::of(conv.input, conv.block, geo.in_channels, geo.in_h, geo.in_w);
+    let out_strides = Strides::of(conv.output, conv.block, geo.out_channels, geo.out_h, geo.out_w);
+    let (ilo, ihi) = interior(&geo);
+    let b = conv.block;
+    let (kh, kw) = geo.kernel;
+    let vector = isa != Isa::Scalar && isa.is_available() && block_for(isa) == b;
+    let mut sink = |n: usize, oc: usize, oy: usize, ox: usize| {
+        let at = out_strides.at(n, oc, oy, ox);
+        Sink {
+            out: out[at..].as_mut_ptr(),
+            residual: epilogue.residual.map_or(std::ptr::null(), |r| r[at..].as_ptr()),
+            strides: out_strides,
+            channels_left: geo.out_channels - oc,
+            bias: epilogue.bias.map_or(std::ptr::null(), |bias| bias[oc..].as_ptr()),
+            clamp: epilogue.clamp,
+            accumulate: false,
+            finish: true,
+        }
+    };
+    if geo.is_depthwise() {
+        // Items are (image, channel block, row), rows innermost: stepped through without
+        // divisions (a row of a small plane is little work).
+        let (rows, blocks) = (geo.out_h, geo.out_channels.div_ceil(b));
+        let (mut oy, mut block) = (lo % rows, lo / rows % blocks);
+        let mut n = lo / rows / blocks;
+        for _ in lo..hi {
+            let (r_lo, r_hi) = tap_rows(&geo, oy);
+            let oc = block * b;
+            let row = DepthwiseRow {
+                x: x[if r_lo < r_hi {
+                    x_strides.at(n, oc, oy * geo.stride.0 + r_lo * geo.dilation.0 - geo.pad.0, 0)
+                } else {
+                    0
+                }..]
+                    .as_ptr(),
+                x_tap_row: geo.dilation.0 * x_strides.row,
+                tap_rows: r_hi - r_lo,
+                w: packed_w[if r_lo < r_hi { (block * kh + r_lo) * kw * b } else { 0 }..].as_ptr(),
+                kw,
+                in_w: geo.in_w,
+                pad: geo.pad.1,
+                stride: geo.stride.1,
+                dilation: geo.dilation.1,
+                out_w: geo.out_w,
+                interior: (ilo, ihi),
+                sink: sink(n, oc, oy, 0),
+            };
+            // SAFETY: the row's taps lie inside the checked input (rows `r_lo..r_hi`, and the
+            // columns `columns` gives per pixel), its pixels and block inside the output.
+            unsafe { run_depthwise_row(isa, vector, b, &row) };
+            oy += 1;
+            if oy == rows {
+                (oy, block) = (0, block + 1);
+                if block == blocks {
+                    (block, n) = (0, n + 1);
+                }
+            }
+        }
+        return Ok(());
+    }
+    let (w_channel, w_block) = (kh * kw * b, geo.in_channels * kh * kw * b);
+    for item in lo..hi {
+        let (n, group, oy, first, pixels) = items.get(item);
+        let (first_block, blocks) = block_group(geo.out_channels.div_ceil(b), group);
+        let most = if vector { dense_pixels(isa, blocks) } else { 1 };
+        let chunk = channel_chunk(conv, blocks);
+        let (r_lo, r_hi) = tap_rows(&geo, oy);
+        let oc = first_block * b;
+        for c0 in (0..geo.in_channels).step_by(chunk) {
+            let c1 = (c0 + chunk).min(geo.in_channels);
+            // Runs of pixels: border pixels one at a time with their own taps, the interior
+            // in tiles of `most` and a last narrower one.
+            let mut ox = first;
+            while ox < first + pixels {
+                let inside = ox >= ilo && ox < ihi;
+                let left = if inside { ihi.min(first + pixels) - ox } else { 1 };
+                let (p, tiles) = if left >= most { (most, left / most) } else { (left, 1) };
+                let (s_lo, s_hi) = if inside { (0, kw) } else { tap_cols(&geo, ox) };
+                let (iy, ix) = (oy * geo.stride.0 + r_lo * geo.dilation.0, ox * geo.stride.1 + s_lo * geo.dilation.1);
+                // The first tap's input position and weights, when there is one (else nothing
+                // is read).
+                let (x_at, w_at) = if r_lo < r_hi && s_lo < s_hi {
+                    (
+                        x_strides.at(n, c0, iy - geo.pad.0, ix - geo.pad.1),
+                        first_block * w_block + c0 * w_channel + (r_lo * kw + s_lo) * b,
+                    )
+                } else {
+                    (0, 0)
+                };
+                let run = DenseRun {
+                    x: x[x_at..].as_ptr(),
+                    x_strides,
+                    x_step: geo.stride.1 * x_strides.pixel,
+                    x_tap_row: geo.dilation.0 * x_strides.row,
+                    x_tap_col: geo.dilation.1 * x_strides.pixel,
+                    channels: c1 - c0,
+                    tap_rows: r_hi - r_lo,
+                    tap_cols: s_hi - s_lo,
+                    w: packed_w[w_at..].as_ptr(),
+                    w_channel,
+                    w_tap_row: kw * b,
+                    w_block,
+                    tiles,
+                    sink: Sink { accumulate: c0 > 0, finish: c1 == geo.in_channels, ..sink(n, oc, oy, ox) },
+                };
+                // SAFETY: the tiles' taps, pixels and blocks lie inside the checked tensors:
+                // the pixels `ox..ox + p·tiles` are in the row, their taps `r_lo..r_hi ×
+                // s_lo..s_hi` inside the input, the channels `c0..c1` inside its channels,
+                // the blocks below the output's block count.
+                unsafe { run_dense(isa, vector, b, &run, blocks, p) };
+                ox += p * tiles;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Input channels a dense tile takes per pass: as many as keep its weights within 16 KiB (in
+/// the L1 cache while a row of tiles reuses them), a multiple of the input's lanes. Partial
+/// sums go through the output, which must then be blocked; the order of every element's
+/// additions does not change.
+fn channel_chunk(conv: &BlockedConv, blocks: usize) -> usize {
+    let g = &conv.geo;
+    if conv.output != Layout::Blocked {
+        return usize::MAX;
+    }
+    let lanes = if conv.input == Layout::Blocked { conv.block } else { 1 };
+    let per_channel = blocks * g.kernel.0 * g.kernel.1 * conv.block * size_of::<f32>();
+    let chunk = (16 * 1024 / per_channel.max(1)) / lanes * lanes;
+    chunk.max(lanes)
+}
+
+/// Runs dense tiles with `isa`'s vector kernel when `vector`, else with the scalar one.
+///
+/// # Safety
+/// The run's pointers are valid for its extents (see [`DenseRun`]).
+unsafe fn run_dense(isa: Isa, vector: bool, block: usize, t: &DenseRun, blocks: usize, pixels: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if vector {
+        use crate::tile::x86::{avx2, avx512};
+        macro_rules! dense {
+            ($module:ident, [$($p1:literal)*], [$($p2:literal)*], [$($p3:literal)*]) => {
+                match (blocks, pixels) {
+                    $((1, $p1) => $module::blocked_dense::<1, $p1>(t),)*
+                    $((2, $p2) => $module::blocked_dense::<2, $p2>(t),)*
+                    $((3, $p3) => $module::blocked_dense::<3, $p3>(t),)*
+                    _ => unreachable!("tiles hold at most the ISA's blocks and pixels"),
+                }
+            };
+        }
+        // SAFETY: `vector` says the CPU has the ISA and the block is its vector width.
+        unsafe {
+            if isa == Isa::Avx512 {
+                dense!(avx512, [1 2 3 4 5 6 7 8 9 10 11 12], [1 2 3 4 5 6 7 8 9 10 11 12], [1 2 3 4 5 6 7 8])
+            } else {
+                dense!(avx2, [1 2 3 4 5 6 7 8 9 10 11 12], [1 2 3 4 5 6], [1 2 3])
+            }
+        }
+        return;
+    }
+    let _ = (isa, vector);
+    // SAFETY: forwarded.
+    unsafe { scalar_dense(t, block, blocks, pixels) }
+}
+
+/// Runs a depthwise row with `isa`'s vector kernel when `vector`, else with the scalar one.
+///
+/// # Safety
+/// The row's pointers are valid for its extents (see [`DepthwiseRow`]).
+unsafe fn run_depthwise_row(isa: Isa, vector: bool, block: usize, row: &DepthwiseRow) {
+    #[cfg(target_arch = "x86_64")]
+    if vector {
+        use crate::tile::x86::{avx2, avx512};
+        // SAFETY: `vector` says the CPU has the ISA and the block is its vector width.
+        unsafe {
+            if isa == Isa::Avx512 { avx512::blocked_depthwise_row(row) } else { avx2::blocked_depthwise_row(row) }
+        }
+        return;
+    }
+    let _ = (isa, vector);
+    // SAFETY: forwarded.
+    unsafe { scalar_depthwise_row(row, block) }
+}
+
+/// Offset of channel `c` (from the sink's first, a multiple of the block) at pixel `p`.
+fn sink_offset(sink: &Sink, block: usize, c: usize, p: usize) -> usize {
+    let os = &sink.strides;
+    let channel = if os.lanes == 1 { c * os.channel } else { (c / block) * os.channel + c % block };
+    channel + p * os.pixel
+}
+
+/// The reference epilogue of channel `c` at pixel `p`: the start value, then after the sums
+/// `finish`. Lanes past the channels hold zero in a blocked output.
+///
+/// # Safety
+/// The sink's pointers hold channel `c` at pixel `p`.
+unsafe fn scalar_start(sink: &Sink, block: usize, c: usize, p: usize) -> f32 {
+    // SAFETY: forwarded.
+    unsafe {
+        if sink.accumulate {
+            *sink.out.add(sink_offset(sink, block, c, p))
+        } else if sink.bias.is_null() || c >= sink.channels_left {
+            0.0
+        } else {
+            *sink.bias.add(c)
+        }
+    }
+}
+
+/// # Safety
+/// As [`scalar_start`].
+unsafe fn scalar_finish(sink: &Sink, block: usize, c: usize, p: usize, acc: f32) {
+    let at = sink_offset(sink, block, c, p);
+    // SAFETY: forwarded.
+    unsafe {
+        if c >= sink.channels_left {
+            if sink.strides.lanes != 1 {
+                *sink.out.add(at) = 0.0;
+            }
+            return;
+        }
+        let mut v = acc;
+        if sink.finish {
+            if !sink.residual.is_null() {
+                v += *sink.residual.add(at);
+            }
+            if let Some((lo, hi)) = sink.clamp {
+                v = v.max(lo).min(hi);
+            }
+        }
+        *sink.out.add(at) = v;
+    }
+}
+
+/// The reference dense tiles: the same operations in the same order, one lane at a time.
+///
+/// # Safety
+/// As [`run_dense`].
+unsafe fn scalar_dense(t: &DenseRun, block: usize, blocks: usize, pixels: usize) {
+    let xs = &t.x_strides;
+    // SAFETY: every offset is inside the run's extents.
+    unsafe {
+        for p in 0..pixels * t.tiles {
+            for c in 0..blocks * block {
+                let mut acc = scalar_start(&t.sink, block, c, p);
+                for ci in 0..t.channels {
+                    let x = t.x.add((ci / xs.lanes) * xs.channel + ci % xs.lanes + p * t.x_step);
+                    let w = t.w.add((c / block) * t.w_block + ci * t.w_channel + c % block);
+                    for r in 0..t.tap_rows {
+                        for s in 0..t.tap_cols {
+                            let wv = *w.add(r * t.w_tap_row + s * block);
+                            acc = wv.mul_add(*x.add(r * t.x_tap_row + s * t.x_tap_col), acc);
+                        }
+                    }
+                }
+                scalar_finish(&t.sink, block, c, p, acc);
+            }
+        }
+    }
+}
+
+/// The reference depthwise row.
+///
+/// # Safety
+/// As [`run_depthwise_row`].
+unsafe fn scalar_depthwise_row(row: &DepthwiseRow, block: usize) {
+    // SAFETY: every offset is inside the row's extents.
+    unsafe {
+        for ox in 0..row.out_w {
+            let (s_lo, s_hi, first) = row.columns(ox);
+            for lane in 0..block {
+                let mut acc = scalar_start(&row.sink, block, lane, ox);
+                for r in 0..row.tap_rows {
+                    for s in s_lo..s_hi {
+                        let x = *row.x.add(r * row.x_tap_row + (first + (s - s_lo) * row.dilation) * block + lane);
+                        acc = (*row.w.add((r * row.kw + s) * block + lane)).mul_add(x, acc);
+                    }
+                }
+                scalar_finish(&row.sink, block, lane, ox, acc);
+            }
+        }
+    }
+}
+
+/// The epilogue and stores of one tile's accumulators (`[[Vector; P]; OB]`) at output
+/// offset `$at` (elements from the sink's first pixel): whole blocks of a blocked output in
+/// place, in registers (a macro: a function taking them was not inlined, and the
+/// accumulators went through memory); partial blocks and planar outputs by `blocked_store`.
+/// Expands inside a kernel, over its module's vector helpers.
+#[cfg(target_arch = "x86_64")]
+macro_rules! blocked_finish {
+    ($sink:expr, $acc:expr, $at:expr) => {{
+        let sink: &crate::blocked::Sink = $sink;
+        // The loops below index the accumulators: handed a copy, the kernel's loop keeps
+        // them in registers instead of storing each after every multiply-add.
+        let acc = std::hint::black_box($acc);
+        let (os, base) = (&sink.strides, $at);
+        let (lo, hi) = match sink.clamp {
+            Some((lo, hi)) => (splat(lo), splat(hi)),
+            None => (zero(), zero()),
+        };
+        for (ob, row) in acc.iter().enumerate() {
+            let whole = os.lanes == LANES && sink.channels_left >= (ob + 1) * LANES;
+            if !whole && sink.finish {
+                for (p, &v) in row.iter().enumerate() {
+                    blocked_store(sink, ob, base + p * os.pixel, v);
+                }
+                continue;
+            }
+            for (p, &v) in row.iter().enumerate() {
+                let at = base + ob * os.channel + p * os.pixel;
+                let mut v = v;
+                if sink.finish {
+                    if !sink.residual.is_null() {
+                        v = add(v, load(sink.residual.add(at)));
+                    }
+                    if sink.clamp.is_some() {
+                        v = min(max(v, lo), hi);
+                    }
+                }
+                store_n(sink.out.add(at), v, LANES);
+            }
+        }
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use blocked_finish;
+
+/// One input channel and tap of a dense tile: the `OB` blocks' weights loaded, then each
+/// pixel's input broadcast and multiplied into its `OB` accumulators (`OB` loads, `P`
+/// broadcasts, `OB·P` multiply-adds; `OB + 1 + OB·P` registers).
+#[cfg(target_arch = "x86_64")]
+macro_rules! blocked_step {
+    ($acc:expr, $x:expr, $w:expr, $t:expr) => {{
+        let (x, w, t) = ($x, $w, $t);
+        let mut wv = [zero(); OB];
+        for (ob, v) in wv.iter_mut().enumerate() {
+            *v = load(w.add(ob * t.w_block));
+        }
+        for p in 0..P {
+            let xv = splat(*x.add(p * t.x_step));
+            for ob in 0..OB {
+                $acc[ob][p] = fma(wv[ob], xv, $acc[ob][p]);
+            }
+        }
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use blocked_step;
+
+/// The vector kernels, written over a module's vector helpers (see [`crate::tile`]).
+#[cfg(target_arch = "x86_64")]
+macro_rules! blocked_kernel {
+    ($feature:literal) => {
+        use crate::blocked::{blocked_finish, blocked_step};
+
+        /// The starting value of block `ob` at output offset `at`: the partial sums stored
+        /// there (a later chunk of channels; the output is then blocked), or the bias (zero
+        /// past the channels).
+        ///
+        /// # Safety
+        /// As the kernels.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        unsafe fn blocked_start(sink: &crate::blocked::Sink, ob: usize, at: usize) -> Vector {
+            let first = ob * LANES;
+            // SAFETY: a blocked output holds whole blocks; the bias holds the channels below
+            // `channels_left`.
+            unsafe {
+                if sink.accumulate {
+                    return load(sink.out.add(at + ob * sink.strides.channel));
+                }
+                if sink.bias.is_null() || first >= sink.channels_left {
+                    return zero();
+                }
+                load_n(sink.bias.add(first), (sink.channels_left - first).min(LANES))
+            }
+        }
+
+        /// The epilogue of block `ob` at output offset `at` (from the sink's first block) and
+        /// its store, for a last partial block (its lanes past the channels become zero) or a
+        /// planar output (each channel to its own plane).
+        ///
+        /// # Safety
+        /// As the kernels.
+        #[inline(never)]
+        #[target_feature(enable = $feature)]
+        unsafe fn blocked_store(sink: &crate::blocked::Sink, ob: usize, at: usize, v: Vector) {
+            let os = &sink.strides;
+            let first = ob * LANES;
+            if first >= sink.channels_left {
+                return;
+            }
+            let valid = (sink.channels_left - first).min(LANES);
+            let mut lanes = [0.0f32; LANES];
+            // SAFETY: the lanes below `valid` are channels of the output (and residual).
+            unsafe {
+                store_n(lanes.as_mut_ptr(), v, LANES);
+                for (lane, value) in lanes.iter_mut().enumerate().take(valid) {
+                    let at = at + if os.lanes == 1 { (first + lane) * os.channel } else { ob * os.channel + lane };
+                    if !sink.residual.is_null() {
+                        *value += *sink.residual.add(at);
+                    }
+                    if let Some((lo, hi)) = sink.clamp {
+                        *value = value.max(lo).min(hi);
+                    }
+                    if os.lanes == 1 {
+                        *sink.out.add(at) = *value;
+                    }
+                }
+                if os.lanes != 1 {
+                    lanes[valid..].fill(0.0);
+                    store_n(sink.out.add(at + ob * os.channel), load(lanes.as_ptr()), LANES);
+                }
+            }
+        }
+
+        /// Runs of dense tiles: `OB` output blocks × `P` pixels each.
+        ///
+        /// # Safety
+        /// The CPU has the module's features, the block is `LANES` and the run's pointers
+        /// are valid for its extents.
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn blocked_dense<const OB: usize, const P: usize>(t: &crate::blocked::DenseRun) {
+            let xs = t.x_strides;
+            let one_tap = t.tap_rows == 1 && t.tap_cols == 1;
+            let pixel = t.sink.strides.pixel;
+            // SAFETY: every offset is inside the run's extents.
+            unsafe {
+                for tile in 0..t.tiles {
+                    let (x0, at) = (t.x.add(tile * P * t.x_step), tile * P * pixel);
+                    let mut acc = [[zero(); P]; OB];
+                    for (ob, row) in acc.iter_mut().enumerate() {
+                        for (p, v) in row.iter_mut().enumerate() {
+                            *v = blocked_start(&t.sink, ob, at + p * pixel);
+                        }
+                    }
+                    let mut ci = 0;
+                    while ci < t.channels {
+                        // Within an input block, channel `ci` is lane `ci % lanes`.
+                        let lanes = (xs.lanes - ci % xs.lanes).min(t.channels - ci);
+                        let mut x = x0.add((ci / xs.lanes) * xs.channel + ci % xs.lanes);
+                        let mut w = t.w.add(ci * t.w_channel);
+                        for _ in 0..lanes {
+                            if one_tap {
+                                blocked_step!(acc, x, w, t);
+                            } else {
+                                for r in 0..t.tap_rows {
+                                    let (xr, wr) = (x.add(r * t.x_tap_row), w.add(r * t.w_tap_row));
+                                    for s in 0..t.tap_cols {
+                                        let (xt, wt) = (xr.add(s * t.x_tap_col), wr.add(s * LANES));
+                                        blocked_step!(acc, xt, wt, t);
+                                    }
+                                }
+                            }
+                            x = x.add(1);
+                            w = w.add(t.w_channel);
+                        }
+                        ci += lanes;
+                    }
+                    blocked_finish!(&t.sink, acc, at);
+                }
+            }
+        }
+
+        /// `P` pixels of a depthwise row from output column `ox`, their tap columns
+        /// `s_lo..s_hi` (the same for all), the first read at input column `first`.
+        ///
+        /// # Safety
+        /// As [`blocked_depthwise_row`], the pixels' taps inside the input.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        unsafe fn depthwise_pixels<const P: usize>(
+            row: &crate::blocked::DepthwiseRow,
+            ox: usize,
+            (s_lo, s_hi, first): (usize, usize, usize),
+        ) {
+            let (step, tap_col) = (row.stride * LANES, row.dilation * LANES);
+            // SAFETY: forwarded.
+            unsafe {
+                let at = ox * LANES;
+                let mut acc = [zero(); P];
+                for (p, v) in acc.iter_mut().enumerate() {
+                    *v = blocked_start(&row.sink, 0, at + p * LANES);
+                }
+                let x0 = row.x.add(first * LANES);
+                for r in 0..row.tap_rows {
+                    let (xr, wr) = (x0.add(r * row.x_tap_row), row.w.add((r * row.kw + s_lo) * LANES));
+                    for s in 0..s_hi - s_lo {
+                        let (xt, wv) = (xr.add(s * tap_col), load(wr.add(s * LANES)));
+                        for (p, a) in acc.iter_mut().enumerate() {
+                            *a = fma(wv, load(xt.add(p * step)), *a);
+                        }
+                    }
+                }
+                blocked_finish!(&row.sink, [acc], at);
+            }
+        }
+
+        /// One output row of a depthwise channel block: border pixels one at a time with
+        /// the taps that exist, the interior in tiles of `DEPTHWISE_PIXELS` (then 4, 2, 1).
+        ///
+        /// # Safety
+        /// The CPU has the module's features, the block is `LANES` and the row's pointers
+        /// are valid for its extents.
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn blocked_depthwise_row(row: &crate::blocked::DepthwiseRow) {
+            const WIDE: usize = crate::blocked::DEPTHWISE_PIXELS;
+            let (lo, hi) = row.interior;
+            // SAFETY: forwarded; interior pixels read every tap column.
+            unsafe {
+                for ox in (0..lo).chain(hi..row.out_w) {
+                    depthwise_pixels::<1>(row, ox, row.columns(ox));
+                }
+                let mut ox = lo;
+                while ox < hi {
+                    let cols = (0, row.kw, ox * row.stride - row.pad);
+                    match hi - ox {
+                        n if n >= WIDE => {
+                            depthwise_pixels::<WIDE>(row, ox, cols);
+                            ox += WIDE;
+                        }
+                        n if n >= 4 => {
+                            depthwise_pixels::<4>(row, ox, cols);
+                            ox += 4;
+                        }
+                        n if n >= 2 => {
+                            depthwise_pixels::<2>(row, ox, cols);
+                            ox += 2;
+                        }
+                        _ => {
+                            depthwise_pixels::<1>(row, ox, cols);
+                            ox += 1;
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use blocked_kernel;

@@ -1,0 +1,211 @@
+//! Convolutions over channel-blocked tensors on every ISA variant against a direct f64
+//! formula: dense (planar or blocked input and output) and depthwise, random shapes with
+//! channel counts across block tails, strides 1-3, dilations, padding on every side, 1×1
+//! planes flattened into one row, every epilogue and task split; blocked outputs hold zeros
+//! past their channels; all ISAs and splits give the same bits; bad shapes are errors.
+
+mod common;
+
+use common::{clamp, close, values};
+use heron_kernels::blocked::{BlockedConv, Layout, conv_share, tensor_len};
+use heron_kernels::conv::{Conv2d, ConvEpilogue};
+use heron_kernels::{Isa, KernelError};
+use proptest::prelude::*;
+
+/// Element `(n, c, y, x)`'s offset in a `[_, channels, h, w]` tensor stored as `layout`.
+fn offset(layout: Layout, block: usize, [channels, h, w]: [usize; 3], [n, c, y, x]: [usize; 4]) -> usize {
+    match layout {
+        Layout::Planar => ((n * channels + c) * h + y) * w + x,
+        Layout::Blocked => (((n * channels.div_ceil(block) + c / block) * h + y) * w + x) * block + c % block,
+    }
+}
+
+/// Stores a logical NCHW tensor as `layout` (padding lanes zero).
+fn store(layout: Layout, block: usize, dims: [usize; 4], logical: &[f32]) -> Vec<f32> {
+    let [b, c, h, w] = dims;
+    let mut out = vec![0.0; tensor_len(layout, block, dims).unwrap()];
+    for n in 0..b {
+        for ch in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    out[offset(layout, block, [c, h, w], [n, ch, y, x])] = logical[((n * c + ch) * h + y) * w + x];
+                }
+            }
+        }
+    }
+    out
+}
+
+fn reference(
+    geo: &Conv2d,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    bounds: Option<(f32, f32)>,
+) -> Vec<f64> {
+    let (kh, kw) = geo.kernel;
+    let depthwise = geo.is_depthwise();
+    let cg = if depthwise { 1 } else { geo.in_channels };
+    let mut out = vec![0.0; geo.output_len().unwrap()];
+    for n in 0..geo.batch {
+        for oc in 0..geo.out_channels {
+            for oh in 0..geo.out_h {
+                for ow in 0..geo.out_w {
+                    let mut acc = bias.map_or(0.0, |b| b[oc] as f64);
+                    for ci in 0..cg {
+                        let c = if depthwise { oc } else { ci };
+                        for r in 0..kh {
+                            for s in 0..kw {
+                                let ih = (oh * geo.stride.0 + r * geo.dilation.0).wrapping_sub(geo.pad.0);
+                                let iw = (ow * geo.stride.1 + s * geo.dilation.1).wrapping_sub(geo.pad.1);
+                                if ih >= geo.in_h || iw >= geo.in_w {
+                                    continue;
+                                }
+                                let xi = ((n * geo.in_channels + c) * geo.in_h + ih) * geo.in_w + iw;
+                                acc += x[xi] as f64 * w[((oc * cg + ci) * kh + r) * kw + s] as f64;
+                            }
+                        }
+                    }
+                    let at = ((n * geo.out_channels + oc) * geo.out_h + oh) * geo.out_w + ow;
+                    acc += residual.map_or(0.0, |r| r[at] as f64);
+                    out[at] = clamp(acc, bounds);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Dense (one group) or depthwise geometries: channels across block tails (1-40), kernels
+/// 1×1 to 5×5, strides and dilations 1-3, padding on any side, rows wider than a tile.
+fn geometry() -> impl Strategy<Value = Conv2d> {
+    (
+        1usize..3,
+        1usize..40,
+        1usize..40,
+        prop_oneof![Just((1usize, 1usize)), Just((3, 3)), Just((5, 5)), (1usize..6, 1usize..6)],
+        prop_oneof![2 => Just((1usize, 1usize)), 1 => (1usize..4, 1usize..4)],
+        prop_oneof![3 => Just((1usize, 1usize)), 1 => (1usize..3, 1usize..3)],
+        (1usize..9, prop_oneof![3 => 1usize..20, 1 => 30usize..120]),
+        (0usize..4, 0usize..4, 0usize..4, 0usize..4),
+        any::<bool>(),
+    )
+        .prop_map(|(batch, c, m, kernel, stride, dilation, (oh, ow), (pt, pl, pb, pr), depthwise)| {
+            let (c, m) = if depthwise { (c.max(2), c.max(2)) } else { (c, m) };
+            let reach = |o: usize, k: usize, s: usize, d: usize, p: usize| {
+                ((o - 1) * s + (k - 1) * d + 1).saturating_sub(p).max(1)
+            };
+            Conv2d {
+                batch,
+                in_channels: c,
+                in_h: reach(oh, kernel.0, stride.0, dilation.0, pt + pb),
+                in_w: reach(ow, kernel.1, stride.1, dilation.1, pl + pr),
+                out_channels: m,
+                out_h: oh,
+                out_w: ow,
+                kernel,
+                stride,
+                dilation,
+                groups: if depthwise { c } else { 1 },
+                pad: (pt, pl),
+            }
+        })
+}
+
+/// Runs the kernel on `isa` in `tasks` shares and returns the physical output.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    isa: Isa,
+    conv: &BlockedConv,
+    x: &[f32],
+    packed: &[f32],
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    bounds: Option<(f32, f32)>,
+    tasks: usize,
+) -> Vec<f32> {
+    // Garbage where nothing must be read: padding lanes of the output are overwritten.
+    let mut out = vec![f32::NAN; conv.output_len().unwrap()];
+    let epilogue = ConvEpilogue { bias, residual, clamp: bounds };
+    for task in 0..tasks {
+        conv_share(isa, conv, x, packed, &mut out, epilogue, (task, tasks)).unwrap();
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+
+    #[test]
+    fn blocked_conv_matches_the_formula(
+        geo in geometry(),
+        block in prop_oneof![Just(8usize), Just(16usize)],
+        (planar_in, planar_out) in (any::<bool>(), any::<bool>()),
+        (with_bias, with_residual, bounds) in (any::<bool>(), any::<bool>(), prop_oneof![Just(None), Just(Some((0.0f32, 6.0f32))), Just(Some((-0.5f32, 0.25f32)))]),
+        tasks in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        let depthwise = geo.is_depthwise();
+        let layout = |planar: bool| if planar && !depthwise { Layout::Planar } else { Layout::Blocked };
+        let conv = BlockedConv { geo, block, input: layout(planar_in), output: layout(planar_out) };
+        let x = values(geo.input_len().unwrap(), seed);
+        let w = values(geo.weights_len().unwrap(), seed ^ 1);
+        let bias = with_bias.then(|| values(geo.out_channels, seed ^ 2));
+        let residual = with_residual.then(|| values(geo.output_len().unwrap(), seed ^ 3));
+        let want = reference(&geo, &x, &w, bias.as_deref(), residual.as_deref(), bounds);
+        let out_dims = [geo.batch, geo.out_channels, geo.out_h, geo.out_w];
+        let x_stored = store(conv.input, block, [geo.batch, geo.in_channels, geo.in_h, geo.in_w], &x);
+        let residual_stored = residual.as_ref().map(|r| store(conv.output, block, out_dims, r));
+        let mut packed = vec![0.0; conv.packed_weights_len().unwrap()];
+        conv.pack_weights(&w, &mut packed).unwrap();
+        let mut first: Option<Vec<f32>> = None;
+        for isa in Isa::available() {
+            for t in [1, tasks] {
+                let got = run(isa, &conv, &x_stored, &packed, bias.as_deref(), residual_stored.as_deref(), bounds, t);
+                for (i, &want) in want.iter().enumerate() {
+                    let (n, rest) = (i / (geo.out_channels * geo.out_h * geo.out_w), i % (geo.out_channels * geo.out_h * geo.out_w));
+                    let (c, rest) = (rest / (geo.out_h * geo.out_w), rest % (geo.out_h * geo.out_w));
+                    let at = offset(conv.output, block, [geo.out_channels, geo.out_h, geo.out_w], [n, c, rest / geo.out_w, rest % geo.out_w]);
+                    prop_assert!(close(got[at], want), "{isa:?} {conv:?} element {i}: {} vs {want}", got[at]);
+                }
+                if conv.output == Layout::Blocked {
+                    // Lanes past the channels are zero.
+                    let stored_want = store(Layout::Blocked, block, out_dims, &vec![1.0; geo.output_len().unwrap()]);
+                    for (g, s) in got.iter().zip(&stored_want) {
+                        prop_assert!(*s != 0.0 || *g == 0.0, "a padding lane holds {g}");
+                    }
+                }
+                match &first {
+                    None => first = Some(got),
+                    Some(f) => prop_assert!(f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?}, {t} tasks: other bits"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let geo = Conv2d::from_dims([1, 4, 5, 5, 6, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1]);
+    let conv = |block, input, output, groups| BlockedConv {
+        geo: Conv2d { groups, out_channels: if groups > 1 { 4 } else { 6 }, ..geo },
+        block,
+        input,
+        output,
+    };
+    assert!(matches!(conv(12, Layout::Blocked, Layout::Blocked, 1).check(), Err(KernelError::Geometry(_))));
+    assert!(matches!(conv(8, Layout::Blocked, Layout::Blocked, 2).check(), Err(KernelError::Geometry(_))));
+    assert!(matches!(conv(8, Layout::Planar, Layout::Blocked, 4).check(), Err(KernelError::Geometry(_))));
+    let ok = conv(8, Layout::Blocked, Layout::Planar, 1);
+    ok.check().unwrap();
+    let (x, w) = (vec![0.0; ok.input_len().unwrap()], vec![0.0; ok.packed_weights_len().unwrap()]);
+    let mut out = vec![0.0; ok.output_len().unwrap() - 1];
+    let err = conv_share(Isa::Scalar, &ok, &x, &w, &mut out, ConvEpilogue::default(), (0, 1));
+    assert!(matches!(err, Err(KernelError::TooShort { what: "output", .. })));
+    let mut out = vec![0.0; ok.output_len().unwrap()];
+    assert!(matches!(
+        conv_share(Isa::Scalar, &ok, &x, &w, &mut out, ConvEpilogue::default(), (1, 1)),
+        Err(KernelError::Share { .. })
+    ));
+}

@@ -1,0 +1,205 @@
+//! Which activations the CPU target stores channel-blocked (`NCHW{B}c`, `B` the kernels'
+//! vector width: see `heron_kernels::blocked`), decided over the whole module before the kernel
+//! pass rewrites any function. A pixel's channels are then one vector: depthwise convolutions
+//! need no plane copies, pointwise ones store whole vectors, and a chain of convolutions never
+//! reorders its tensors.
+//!
+//! A tensor of `main` is blocked when
+//! - a convolution kernel produces it (kernels write zeros into the lanes past the channels,
+//!   so nothing stale ever sits there), and it is neither an input nor an output of the model;
+//! - every other function that touches it reads it with its shape: a convolution kernel (as
+//!   input or residual), or generated code (which reads it through the layout's index map);
+//!   GEMM, pooling and elementwise kernels index row-major tensors and keep them planar;
+//! - the convolutions agree: a depthwise kernel reads and writes the same layout, a residual
+//!   has its output's layout, and a layer Winograd computes faster (3×3, stride 1) keeps both
+//!   its tensors planar.
+//!
+//! The decisions are layout transforms on `main`'s buffers, printed at the target stage; each
+//! blocked convolution's call names its layouts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use heron_ir::DType;
+use heron_ir::loop_ir::index_map::IndexMap;
+use heron_ir::loop_ir::{Arg, BufferId, Call, Callee, Module, Stmt};
+use heron_kernels::Isa;
+use heron_kernels::blocked::{BlockedConv, Layout, block_for};
+use heron_kernels::conv::ConvMethod;
+
+use crate::kernels::{Found, Kernel, KernelConfig, Plan};
+
+/// The decision: `main`'s blocked tensors, and per function index the blocked convolution
+/// it runs (one of its tensors, at least, blocked).
+pub(crate) struct Blocking {
+    pub block: usize,
+    pub tensors: HashSet<BufferId>,
+    pub convs: HashMap<usize, BlockedConv>,
+}
+
+/// `lambda n, c, h, w: [n, c // B, h, w, c % B]`.
+pub(crate) fn blocked_map(block: usize) -> IndexMap {
+    IndexMap::parse(&format!("lambda n, c, h, w: [n, c // {block}, h, w, c % {block}]")).expect("valid map")
+}
+
+/// A convolution plan's tensors in `main`: input, output and residual (when they are
+/// parameters bound there).
+struct ConvUse {
+    func: usize,
+    conv: BlockedConv,
+    input: Option<BufferId>,
+    output: Option<BufferId>,
+    residual: Option<BufferId>,
+    /// Computed faster planar (Winograd).
+    planar: bool,
+}
+
+pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)], config: KernelConfig) -> Blocking {
+    let block = block_for(config.isa);
+    let mut none = Blocking { block, tensors: HashSet::new(), convs: HashMap::new() };
+    if config.isa == Isa::Scalar {
+        return none;
+    }
+    let main = &module.funcs[main_index];
+    let index_of: HashMap<&str, usize> = module.funcs.iter().enumerate().map(|(k, f)| (f.name.as_str(), k)).collect();
+    let plans: HashMap<usize, &Found> = found.iter().map(|(k, p)| (*k, p)).collect();
+    // The call of every function, in function order (the decision must not depend on hashing;
+    // a function called more than once keeps planar tensors).
+    let mut calls: BTreeMap<usize, Vec<Vec<Arg>>> = BTreeMap::new();
+    main.body.walk(&mut |s| {
+        if let Stmt::Evaluate(Call { callee: Callee::Func(name), args }) = s
+            && let Some(&k) = index_of.get(name.as_str())
+        {
+            calls.entry(k).or_default().push(args.clone());
+        }
+    });
+    let mut candidates: HashSet<BufferId> = HashSet::new();
+    main.body.walk(&mut |s| {
+        if let Stmt::Allocate { buffer, .. } = s
+            && main.buffer(*buffer).shape.len() == 4
+            && main.buffer(*buffer).dtype == DType::F32
+        {
+            candidates.insert(*buffer);
+        }
+    });
+    let mut convs: Vec<ConvUse> = Vec::new();
+    let mut produced: HashSet<BufferId> = HashSet::new();
+    for (&k, args) in &calls {
+        let f = &module.funcs[k];
+        let [args] = &args[..] else {
+            args.iter().flat_map(|a| a.iter()).for_each(|a| {
+                if let Arg::Buffer(b) = a {
+                    candidates.remove(b);
+                }
+            });
+            continue;
+        };
+        let bound = |param: BufferId| {
+            let pos = f.params.iter().position(|&p| p == param)?;
+            match args.get(pos) {
+                Some(Arg::Buffer(b)) => Some(*b),
+                _ => None,
+            }
+        };
+        let conv = match plans.get(&k) {
+            Some(Found::Contraction(plan)) => blockable(plan, block, config.isa),
+            _ => None,
+        };
+        let mut roles: Vec<BufferId> = Vec::new();
+        if let Some((conv, planar, plan)) = conv {
+            let Kernel::Conv { input, .. } = &plan.kernel else { unreachable!("a convolution plan") };
+            let residual = plan.fused.as_ref().and_then(|fused| fused.residual);
+            let use_ = ConvUse {
+                func: k,
+                conv,
+                input: bound(*input),
+                output: bound(plan.out),
+                residual: residual.and_then(bound),
+                planar,
+            };
+            roles.extend([*input, plan.out].into_iter().chain(residual));
+            produced.extend(use_.output);
+            convs.push(use_);
+        }
+        for (pos, a) in args.iter().enumerate() {
+            let Arg::Buffer(b) = a else { continue };
+            if !candidates.contains(b) {
+                continue;
+            }
+            let Some(&param) = f.params.get(pos) else { continue };
+            let same_shape = f.buffer(param).shape == main.buffer(*b).shape;
+            let ok = same_shape
+                && if roles.contains(&param) {
+                    true
+                } else {
+                    // Generated code reads it through the index map; a kernel of another kind
+                    // indexes it row-major, and generated code writing it would leave the
+                    // lanes past the channels stale.
+                    !(plans.contains_key(&k) && conv.is_none()) && !writes(f, param)
+                };
+            if !ok {
+                candidates.remove(b);
+            }
+        }
+    }
+    candidates.retain(|b| produced.contains(b) && !main.params.contains(b));
+    // Constraints between a convolution's tensors, until nothing changes.
+    loop {
+        let mut changed = false;
+        for c in &convs {
+            let is = |b: Option<BufferId>| b.is_some_and(|b| candidates.contains(&b));
+            let (x, y, r) = (is(c.input), is(c.output), is(c.residual));
+            let mut drop = |b: Option<BufferId>| {
+                if let Some(b) = b {
+                    changed |= candidates.remove(&b);
+                }
+            };
+            if c.planar || (c.conv.geo.is_depthwise() && x != y) {
+                drop(c.input);
+                drop(c.output);
+                drop(c.residual);
+            }
+            if c.residual.is_some() && r != y {
+                drop(c.output);
+                drop(c.residual);
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for c in convs {
+        let is = |b: Option<BufferId>| b.is_some_and(|b| candidates.contains(&b));
+        let layout = |blocked: bool| if blocked { Layout::Blocked } else { Layout::Planar };
+        let (x, y) = (is(c.input), is(c.output));
+        if x || y {
+            none.convs.insert(c.func, BlockedConv { input: layout(x), output: layout(y), ..c.conv });
+        }
+    }
+    none.tensors = candidates;
+    none
+}
+
+/// The blocked convolution a plan could run (f32, one group or depthwise), and whether its
+/// planar kernel is faster (Winograd).
+fn blockable(plan: &Plan, block: usize, isa: Isa) -> Option<(BlockedConv, bool, &Plan)> {
+    let Kernel::Conv { geo, .. } = &plan.kernel else { return None };
+    if plan.quant.is_some() {
+        return None;
+    }
+    let conv = BlockedConv { geo: *geo, block, input: Layout::Blocked, output: Layout::Blocked };
+    if !(geo.groups == 1 || geo.is_depthwise()) || conv.check().is_err() {
+        return None;
+    }
+    Some((conv, geo.method(isa) == ConvMethod::Winograd, plan))
+}
+
+/// Whether `f` stores to its buffer `b` or hands it to a call (which may).
+fn writes(f: &heron_ir::loop_ir::PrimFunc, b: BufferId) -> bool {
+    let mut written = false;
+    f.body.walk(&mut |s| match s {
+        Stmt::Store { buffer, .. } if *buffer == b => written = true,
+        Stmt::Evaluate(call) if call.args.iter().any(|a| matches!(a, Arg::Buffer(x) if *x == b)) => written = true,
+        _ => {}
+    });
+    written
+}
