@@ -127,15 +127,11 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
             }
             let Some(&param) = f.params.get(pos) else { continue };
             let same_shape = f.buffer(param).shape == main.buffer(*b).shape;
-            let ok = same_shape
-                && if roles.contains(&param) {
-                    true
-                } else {
-                    // Generated code reads it through the index map; a kernel of another kind
-                    // indexes it row-major, and generated code writing it would leave the
-                    // lanes past the channels stale.
-                    !(plans.contains_key(&k) && conv.is_none()) && !writes(f, param)
-                };
+            // Generated code reads it through the index map; a kernel of another kind
+            // indexes it row-major, and generated code writing it would leave the lanes past
+            // the channels stale.
+            let other_kernel = plans.contains_key(&k) && conv.is_none();
+            let ok = same_shape && (roles.contains(&param) || !(other_kernel || writes(f, param)));
             if !ok {
                 candidates.remove(b);
             }
