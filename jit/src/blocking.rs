@@ -7,12 +7,12 @@
 //! A tensor of `main` is blocked when
 //! - a convolution kernel produces it (kernels write zeros into the lanes past the channels,
 //!   so nothing stale ever sits there), and it is neither an input nor an output of the model;
-//! - every other function that touches it reads it with its shape: a convolution kernel (as
-//!   input or residual), or generated code (which reads it through the layout's index map);
-//!   GEMM, pooling and elementwise kernels index row-major tensors and keep them planar;
-//! - the convolutions agree: a depthwise kernel reads and writes the same layout, a residual
-//!   has its output's layout, and a layer Winograd computes faster (3×3, stride 1) keeps both
-//!   its tensors planar.
+//! - every other function that touches it reads it with its shape: a convolution or max pool
+//!   kernel, or generated code (which reads it through the layout's index map); GEMM and
+//!   elementwise kernels index row-major tensors and keep them planar;
+//! - the kernels agree: a depthwise kernel reads and writes the same layout, a residual has
+//!   its output's layout, a max pool writes blocked only what it reads blocked, and a layer
+//!   Winograd computes faster (3×3, stride 1) keeps its tensors planar.
 //!
 //! The decisions are layout transforms on `main`'s buffers, printed at the target stage; each
 //! blocked convolution's call names its layouts.
@@ -28,12 +28,14 @@ use heron_kernels::conv::ConvMethod;
 
 use crate::kernels::{Found, Kernel, KernelConfig, Plan};
 
-/// The decision: `main`'s blocked tensors, and per function index the blocked convolution
-/// it runs (one of its tensors, at least, blocked).
+/// The decision: `main`'s blocked tensors; per function index the blocked convolution it
+/// runs (one of its tensors, at least, blocked), or the output layout of a max pool reading a
+/// blocked input.
 pub(crate) struct Blocking {
     pub block: usize,
     pub tensors: HashSet<BufferId>,
     pub convs: HashMap<usize, BlockedConv>,
+    pub pools: HashMap<usize, Layout>,
 }
 
 /// `lambda n, c, h, w: [n, c // B, h, w, c % B]`.
@@ -41,11 +43,12 @@ pub(crate) fn blocked_map(block: usize) -> IndexMap {
     IndexMap::parse(&format!("lambda n, c, h, w: [n, c // {block}, h, w, c % {block}]")).expect("valid map")
 }
 
-/// A convolution plan's tensors in `main`: input, output and residual (when they are
-/// parameters bound there).
-struct ConvUse {
+/// A kernel plan's tensors in `main`: input, output and residual (when they are parameters
+/// bound there).
+struct KernelUse {
     func: usize,
-    conv: BlockedConv,
+    /// `None`: a max pool.
+    conv: Option<BlockedConv>,
     input: Option<BufferId>,
     output: Option<BufferId>,
     residual: Option<BufferId>,
@@ -55,7 +58,7 @@ struct ConvUse {
 
 pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)], config: KernelConfig) -> Blocking {
     let block = block_for(config.isa);
-    let mut none = Blocking { block, tensors: HashSet::new(), convs: HashMap::new() };
+    let mut none = Blocking { block, tensors: HashSet::new(), convs: HashMap::new(), pools: HashMap::new() };
     if config.isa == Isa::Scalar {
         return none;
     }
@@ -81,7 +84,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
             candidates.insert(*buffer);
         }
     });
-    let mut convs: Vec<ConvUse> = Vec::new();
+    let mut uses: Vec<KernelUse> = Vec::new();
     let mut produced: HashSet<BufferId> = HashSet::new();
     for (&k, args) in &calls {
         let f = &module.funcs[k];
@@ -100,25 +103,38 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
                 _ => None,
             }
         };
-        let conv = match plans.get(&k) {
-            Some(Found::Contraction(plan)) => blockable(plan, block, config.isa),
+        let mut roles: Vec<BufferId> = Vec::new();
+        let kernel_use = match plans.get(&k) {
+            Some(Found::Contraction(plan)) => blockable(plan, block, config.isa).map(|(conv, planar, plan)| {
+                let Kernel::Conv { input, .. } = &plan.kernel else { unreachable!("a convolution plan") };
+                let residual = plan.fused.as_ref().and_then(|fused| fused.residual);
+                roles.extend([*input, plan.out].into_iter().chain(residual));
+                KernelUse {
+                    func: k,
+                    conv: Some(conv),
+                    input: bound(*input),
+                    output: bound(plan.out),
+                    residual: residual.and_then(bound),
+                    planar,
+                }
+            }),
+            Some(Found::MaxPool(pool)) => {
+                roles.extend([pool.input, pool.out]);
+                Some(KernelUse {
+                    func: k,
+                    conv: None,
+                    input: bound(pool.input),
+                    output: bound(pool.out),
+                    residual: None,
+                    planar: false,
+                })
+            }
             _ => None,
         };
-        let mut roles: Vec<BufferId> = Vec::new();
-        if let Some((conv, planar, plan)) = conv {
-            let Kernel::Conv { input, .. } = &plan.kernel else { unreachable!("a convolution plan") };
-            let residual = plan.fused.as_ref().and_then(|fused| fused.residual);
-            let use_ = ConvUse {
-                func: k,
-                conv,
-                input: bound(*input),
-                output: bound(plan.out),
-                residual: residual.and_then(bound),
-                planar,
-            };
-            roles.extend([*input, plan.out].into_iter().chain(residual));
+        let takes_blocked = kernel_use.is_some();
+        if let Some(use_) = kernel_use {
             produced.extend(use_.output);
-            convs.push(use_);
+            uses.push(use_);
         }
         for (pos, a) in args.iter().enumerate() {
             let Arg::Buffer(b) = a else { continue };
@@ -130,7 +146,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
             // Generated code reads it through the index map; a kernel of another kind
             // indexes it row-major, and generated code writing it would leave the lanes past
             // the channels stale.
-            let other_kernel = plans.contains_key(&k) && conv.is_none();
+            let other_kernel = plans.contains_key(&k) && !takes_blocked;
             let ok = same_shape && (roles.contains(&param) || !(other_kernel || writes(f, param)));
             if !ok {
                 candidates.remove(b);
@@ -141,7 +157,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
     // Constraints between a convolution's tensors, until nothing changes.
     loop {
         let mut changed = false;
-        for c in &convs {
+        for c in &uses {
             let is = |b: Option<BufferId>| b.is_some_and(|b| candidates.contains(&b));
             let (x, y, r) = (is(c.input), is(c.output), is(c.residual));
             let mut drop = |b: Option<BufferId>| {
@@ -149,10 +165,15 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
                     changed |= candidates.remove(&b);
                 }
             };
-            if c.planar || (c.conv.geo.is_depthwise() && x != y) {
+            let depthwise = c.conv.is_some_and(|conv| conv.geo.is_depthwise());
+            if c.planar || (depthwise && x != y) {
                 drop(c.input);
                 drop(c.output);
                 drop(c.residual);
+            }
+            // A max pool over a planar input has no blocked kernel.
+            if c.conv.is_none() && !x {
+                drop(c.output);
             }
             if c.residual.is_some() && r != y {
                 drop(c.output);
@@ -163,12 +184,18 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
             break;
         }
     }
-    for c in convs {
+    for c in uses {
         let is = |b: Option<BufferId>| b.is_some_and(|b| candidates.contains(&b));
         let layout = |blocked: bool| if blocked { Layout::Blocked } else { Layout::Planar };
         let (x, y) = (is(c.input), is(c.output));
-        if x || y {
-            none.convs.insert(c.func, BlockedConv { input: layout(x), output: layout(y), ..c.conv });
+        match c.conv {
+            Some(conv) if x || y => {
+                none.convs.insert(c.func, BlockedConv { input: layout(x), output: layout(y), ..conv });
+            }
+            None if x => {
+                none.pools.insert(c.func, layout(y));
+            }
+            _ => {}
         }
     }
     none.tensors = candidates;

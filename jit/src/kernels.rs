@@ -35,14 +35,14 @@ use heron_ir::loop_ir::{
 use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
 use heron_kernels::abi::{
-    CONV2D_BLOCKED_F32, CONV2D_F32, CONV2D_Q8, GEMM_F32, GEMM_Q8, MAP_F32, MAXPOOL2D_F32, blocked_layouts, flags,
-    layouts,
+    CONV2D_BLOCKED_F32, CONV2D_F32, CONV2D_Q8, GEMM_F32, GEMM_Q8, MAP_F32, MAXPOOL2D_BLOCKED_F32, MAXPOOL2D_F32,
+    blocked_layouts, flags, layouts,
 };
 use heron_kernels::blocked::{BlockedConv, Layout};
 use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::elementwise::{Operand, Program, map_share};
 use heron_kernels::gemm;
-use heron_kernels::pool::{max_pool2d_share, window_dims, window_from_dims};
+use heron_kernels::pool::{max_pool2d_blocked_share, max_pool2d_share, window_dims, window_from_dims};
 pub use heron_kernels::qgemm::Int8Isa;
 use heron_kernels::qgemm::{self, Bytes};
 
@@ -83,6 +83,7 @@ pub fn routines() -> Vec<Routine> {
         CONV2D_BLOCKED_F32 => [vec![B; 5], vec![I64; 20], vec![F32, F32, I64, I64]].concat(),
         GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
+        MAXPOOL2D_BLOCKED_F32 => [vec![B; 2], vec![I64; 19]].concat(),
         MAP_F32 => [vec![B; 4], vec![I64; 6], vec![F32; 4], vec![I64; 2]].concat(),
         CONV2D_Q8 => [vec![B; 4], vec![I64; 21]].concat(),
         GEMM_Q8 => [vec![B; 4], vec![I64; 8]].concat(),
@@ -136,7 +137,7 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
         match found {
             Found::Contraction(plan) => apply(plan, f, main, config, blocking.convs.remove(&k)),
-            Found::MaxPool(pool) => apply_max_pool(pool, f, config),
+            Found::MaxPool(pool) => apply_max_pool(pool, f, config, blocking.pools.remove(&k)),
             Found::Map(map) => crate::elementwise::apply_map(map, f, config),
         }
     }
@@ -963,8 +964,8 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
 /// see `heron_kernels::pool`), input and output.
 pub(crate) struct MaxPoolPlan {
     geo: Conv2d,
-    input: BufferId,
-    out: BufferId,
+    pub input: BufferId,
+    pub out: BufferId,
 }
 
 /// `e` without `min(·, constant)` / `max(·, constant)` wrappers (the clamps of a tap's index).
@@ -1073,20 +1074,29 @@ fn match_max_pool(f: &PrimFunc) -> Option<MaxPoolPlan> {
     tested.iter().zip(always).all(|(&t, a)| t || a).then_some(MaxPoolPlan { geo, input, out })
 }
 
-/// The max pool nest becomes a parallel loop of kernel calls.
-fn apply_max_pool(plan: MaxPoolPlan, f: &mut PrimFunc, config: KernelConfig) {
+/// The max pool nest becomes a parallel loop of kernel calls (over a channel-blocked input
+/// when `blocked_output` names the output's layout).
+fn apply_max_pool(plan: MaxPoolPlan, f: &mut PrimFunc, config: KernelConfig, blocked_output: Option<Layout>) {
     let MaxPoolPlan { geo, input, out } = plan;
     f.vars.push(VarDecl { name: "task".into(), dtype: DType::I64 });
     let task = VarId(f.vars.len() as u32 - 1);
     let i = |v: usize| Arg::Expr(Expr::index(v as i64));
     let mut args = vec![Arg::Buffer(input), Arg::Buffer(out), Arg::Expr(Expr::index(config.isa.code()))];
     args.extend(window_dims(&geo).map(i));
+    let routine = match blocked_output {
+        Some(output) => {
+            let bits = layouts::INPUT | if output == Layout::Blocked { layouts::OUTPUT } else { 0 };
+            args.extend([i(heron_kernels::blocked::block_for(config.isa)), Arg::Expr(Expr::index(bits))]);
+            MAXPOOL2D_BLOCKED_F32
+        }
+        None => MAXPOOL2D_F32,
+    };
     args.extend([Arg::Expr(Expr::Var(task)), i(config.tasks)]);
     f.body = Stmt::Seq(vec![Stmt::For {
         var: task,
         extent: Expr::index(config.tasks as i64),
         kind: if config.tasks > 1 { ForKind::Parallel } else { ForKind::Serial },
-        body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(MAXPOOL2D_F32.into()), args })),
+        body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(routine.into()), args })),
     }]);
 }
 
@@ -1233,6 +1243,16 @@ impl Externs for KernelExterns {
                 let x = floats(&args[0])?;
                 let mut out = floats(&args[1])?;
                 let r = max_pool2d_share(isa, &geo, &x, &mut out, (d[14], d[15]));
+                (1, r.map(|()| out))
+            }
+            MAXPOOL2D_BLOCKED_F32 if args.len() == 21 => {
+                let isa = isa_of(&args[2])?;
+                let d = ints(&args[3..21])?;
+                let geo = window_from_dims(d[..14].try_into().expect("14 dimensions"));
+                let (_, output) = blocked_layouts(d[15] as i64).ok_or("bad layout bits")?;
+                let x = floats(&args[0])?;
+                let mut out = floats(&args[1])?;
+                let r = max_pool2d_blocked_share(isa, &geo, d[14], output, &x, &mut out, (d[16], d[17]));
                 (1, r.map(|()| out))
             }
             MAP_F32 if args.len() == 16 => {

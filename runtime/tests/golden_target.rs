@@ -198,3 +198,28 @@ fn golden_target_blocked_layouts() {
     g.set_outputs(vec![y, pooled]);
     golden("target_blocked_layouts", g, &[f32s(1, &[1, 8, 10, 10])]);
 }
+
+/// A ResNet stem: a 7×7 stride-2 convolution with ReLU reads the planar 3-channel input and
+/// writes a channel-blocked tensor (20 channels: a part block); the 3×3 stride-2 max pool reads
+/// it blocked and writes the planar output.
+#[test]
+fn golden_target_blocked_stem() {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 20, 20]));
+    let w = g.add_constant("w", f32s(2, &[20, 3, 7, 7]));
+    let b = g.add_constant("b", f32s(3, &[20]));
+    let mut stem = conv(7, 3, 1);
+    if let Op::Conv(attrs) = &mut stem {
+        attrs.window.strides = vec![2, 2];
+    }
+    let c = g.add_op("stem", stem, &[x, w, b]).unwrap();
+    let r = g.add_op("relu", Op::Unary(UnaryOp::Relu), &[c]).unwrap();
+    let mut window = Window::dense(vec![3, 3]);
+    window.strides = vec![2, 2];
+    window.pads_begin = vec![1, 1];
+    window.pads_end = vec![1, 1];
+    let pool = PoolAttrs { window, ceil_mode: false };
+    let y = g.add_op("maxpool", Op::MaxPool { pool, storage_order_col_major: false }, &[r]).unwrap();
+    g.set_outputs(vec![y]);
+    golden("target_blocked_stem", g, &[f32s(1, &[1, 3, 20, 20])]);
+}

@@ -14,7 +14,7 @@ use crate::blocked::{BlockedConv, Layout};
 use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use crate::elementwise::{MAX_INPUTS, Operand, Program, map_raw};
 use crate::gemm::{Epilogue, sgemm_share};
-use crate::pool::{max_pool2d_share, window_from_dims};
+use crate::pool::{max_pool2d_blocked_share, max_pool2d_share, window_from_dims};
 use crate::qgemm::{self, Bytes, Int8Isa};
 
 /// Routine names.
@@ -25,15 +25,16 @@ pub const MAP_F32: &str = "heron_map_f32";
 pub const CONV2D_Q8: &str = "heron_conv2d_q8";
 pub const GEMM_Q8: &str = "heron_gemm_q8";
 pub const CONV2D_BLOCKED_F32: &str = "heron_conv2d_blocked_f32";
+pub const MAXPOOL2D_BLOCKED_F32: &str = "heron_maxpool2d_blocked_f32";
 
 /// The kernels' routine table, in the one order every run context lists them
 /// (`heron_threads_context`, the JIT's, VTA's after its own routine): generated code indexes
 /// it by position, fixed when the module was compiled.
-pub const ROUTINE_NAMES: [&str; 7] =
-    [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, MAP_F32, CONV2D_Q8, GEMM_Q8, CONV2D_BLOCKED_F32];
+pub const ROUTINE_NAMES: [&str; 8] =
+    [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, MAP_F32, CONV2D_Q8, GEMM_Q8, CONV2D_BLOCKED_F32, MAXPOOL2D_BLOCKED_F32];
 
 /// The entry points of [`ROUTINE_NAMES`], in that order.
-pub fn routine_addresses() -> [*const u8; 7] {
+pub fn routine_addresses() -> [*const u8; 8] {
     [
         heron_conv2d_f32 as *const u8,
         heron_gemm_f32 as *const u8,
@@ -42,6 +43,7 @@ pub fn routine_addresses() -> [*const u8; 7] {
         heron_conv2d_q8 as *const u8,
         heron_gemm_q8 as *const u8,
         heron_conv2d_blocked_f32 as *const u8,
+        heron_maxpool2d_blocked_f32 as *const u8,
     ]
 }
 
@@ -343,6 +345,55 @@ pub unsafe extern "C" fn heron_maxpool2d_f32(
     // SAFETY: the caller guarantees each buffer holds what the shapes say.
     unsafe {
         let _ = max_pool2d_share(isa, &geo, view(x, x_len), view_mut(out, out_len), (task, tasks));
+    }
+}
+
+/// `out = max_pool(x)` over a channel-blocked input, share `task` of `tasks`: the window as
+/// [`heron_maxpool2d_f32`]'s, `block` channels per block, `layouts` as
+/// [`heron_conv2d_blocked_f32`]'s (the input blocked; the output blocked or planar).
+///
+/// # Safety
+/// Both pointers hold the elements their shapes and layouts say; concurrent calls differ in
+/// `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_maxpool2d_blocked_f32(
+    x: *const f32,
+    out: *mut f32,
+    isa: i64,
+    batch: i64,
+    c: i64,
+    h: i64,
+    width: i64,
+    oh: i64,
+    ow: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    dh: i64,
+    dw: i64,
+    pad_top: i64,
+    pad_left: i64,
+    block: i64,
+    layouts: i64,
+    task: i64,
+    tasks: i64,
+) {
+    let Some(isa) = Isa::from_code(isa) else { return };
+    let Some((Layout::Blocked, output)) = blocked_layouts(layouts) else { return };
+    let Some(dims) = sizes([batch, c, h, width, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left]) else { return };
+    let Some([block, task, tasks]) = sizes([block, task, tasks]) else { return };
+    let geo = window_from_dims(dims);
+    let lens = (|| {
+        let input = crate::blocked::tensor_len(Layout::Blocked, block, [dims[0], dims[1], dims[2], dims[3]]).ok()?;
+        Some((input, crate::blocked::tensor_len(output, block, [dims[0], dims[1], dims[4], dims[5]]).ok()?))
+    })();
+    let Some((x_len, out_len)) = lens else { return };
+    // SAFETY: the caller guarantees each buffer holds what the shapes say.
+    unsafe {
+        let _ =
+            max_pool2d_blocked_share(isa, &geo, block, output, view(x, x_len), view_mut(out, out_len), (task, tasks));
     }
 }
 

@@ -254,7 +254,7 @@ impl Items {
 
 /// The taps `lo..hi` of a window starting at padded position `start` (`k` taps `dilation`
 /// apart) that fall inside `pad..pad + extent`. Without dilation, no division.
-fn taps_inside(start: usize, k: usize, dilation: usize, pad: usize, extent: usize) -> (usize, usize) {
+pub(crate) fn taps_inside(start: usize, k: usize, dilation: usize, pad: usize, extent: usize) -> (usize, usize) {
     let over = |n: usize| if dilation == 1 { n } else { n.div_ceil(dilation) };
     let lo = over(pad.saturating_sub(start)).min(k);
     let end = pad + extent;

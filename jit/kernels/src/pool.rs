@@ -3,9 +3,13 @@
 //! first one taken, each later one only when it compares greater (`x > acc`; so a NaN wins
 //! only as an output's first tap); an output with no tap inside is −∞.
 //!
-//! Vectors run along the output row at column strides 1 and 2 (even lanes of two loads), each
-//! tap's lanes inside the input known from masks; other strides run the scalar reference.
+//! Over planar planes, vectors run along the output row at column strides 1 and 2 (even lanes
+//! of two loads), each tap's lanes inside the input known from masks; other strides run the
+//! scalar reference. Over a channel-blocked input ([`crate::blocked`]), a vector is one
+//! pixel's block of channels and every tap one load and one `max`, at any stride; the output
+//! is blocked or planar.
 
+use crate::blocked::{Layout, block_for, taps_inside, tensor_len};
 use crate::conv::Conv2d;
 use crate::{Isa, KernelError, check_share, need, share};
 
@@ -98,6 +102,143 @@ pub fn max_pool2d_share(
         scalar_plane(geo, x, out);
     }
     Ok(())
+}
+
+/// One output row of one channel block of a max pool over a blocked input, as raw pointers.
+pub(crate) struct PoolRow {
+    /// The input at the block's tap row `r_lo`, column 0.
+    pub x: *const f32,
+    /// Input elements between consecutive tap rows (`dilation · row`).
+    pub x_tap_row: usize,
+    pub tap_rows: usize,
+    pub kw: usize,
+    pub in_w: usize,
+    pub pad: usize,
+    pub stride: usize,
+    pub dilation: usize,
+    pub out_w: usize,
+    /// The row's output (pixel 0): blocked (`planar` false: a block per pixel) or planar
+    /// (each channel `plane` elements after the previous, pixels 1 apart).
+    pub out: *mut f32,
+    pub planar: bool,
+    pub plane: usize,
+    /// Channels of the block that exist (fewer than the block in a last one).
+    pub channels: usize,
+}
+
+impl PoolRow {
+    /// The taps `s_lo..s_hi` of output column `ox` inside the input and the input column of
+    /// the first (0 when there is none).
+    pub(crate) fn columns(&self, ox: usize) -> (usize, usize, usize) {
+        let left = ox * self.stride;
+        let (s_lo, s_hi) = taps_inside(left, self.kw, self.dilation, self.pad, self.in_w);
+        let first = if s_lo < s_hi { left + s_lo * self.dilation - self.pad } else { 0 };
+        (s_lo, s_hi, first)
+    }
+}
+
+/// Share `task` of `tasks` of `out = max_pool(x)` over the window `geo` (see [`check`]),
+/// `x` channel-blocked (`block` channels per vector) and `out` stored as `output` says; a
+/// blocked output holds zero in the lanes past the channels.
+pub fn max_pool2d_blocked_share(
+    isa: Isa,
+    geo: &Conv2d,
+    block: usize,
+    output: Layout,
+    x: &[f32],
+    out: &mut [f32],
+    (task, tasks): (usize, usize),
+) -> Result<(), KernelError> {
+    check(geo)?;
+    check_share(task, tasks)?;
+    if !crate::blocked::BLOCKS.contains(&block) {
+        return Err(KernelError::Geometry("the block must be 8 or 16 channels"));
+    }
+    let g = geo;
+    need("input", x.len(), tensor_len(Layout::Blocked, block, [g.batch, g.in_channels, g.in_h, g.in_w])?)?;
+    need("output", out.len(), tensor_len(output, block, [g.batch, g.out_channels, g.out_h, g.out_w])?)?;
+    let blocks = g.in_channels.div_ceil(block);
+    let (rows, plane_in, plane_out) = (g.out_h, g.in_h * g.in_w, g.out_h * g.out_w);
+    let (lo, hi) = share(g.batch * blocks * rows, tasks, task);
+    let vector = isa != Isa::Scalar && isa.is_available() && block_for(isa) == block;
+    for item in lo..hi {
+        let (oy, cb, n) = (item % rows, item / rows % blocks, item / rows / blocks);
+        let (r_lo, r_hi) = taps_inside(oy * g.stride.0, g.kernel.0, g.dilation.0, g.pad.0, g.in_h);
+        let x_at = ((n * blocks + cb) * plane_in
+            + (oy * g.stride.0 + r_lo * g.dilation.0).saturating_sub(g.pad.0) * g.in_w)
+            * block;
+        let out_at = match output {
+            Layout::Blocked => ((n * blocks + cb) * plane_out + oy * g.out_w) * block,
+            Layout::Planar => (n * g.in_channels + cb * block) * plane_out + oy * g.out_w,
+        };
+        let row = PoolRow {
+            x: x[if r_lo < r_hi { x_at } else { 0 }..].as_ptr(),
+            x_tap_row: g.dilation.0 * g.in_w * block,
+            tap_rows: r_hi - r_lo,
+            kw: g.kernel.1,
+            in_w: g.in_w,
+            pad: g.pad.1,
+            stride: g.stride.1,
+            dilation: g.dilation.1,
+            out_w: g.out_w,
+            out: out[out_at..].as_mut_ptr(),
+            planar: output == Layout::Planar,
+            plane: plane_out,
+            channels: (g.in_channels - cb * block).min(block),
+        };
+        #[cfg(target_arch = "x86_64")]
+        if vector {
+            use crate::tile::x86::{avx2, avx512};
+            // SAFETY: `vector` says the CPU has the ISA and the block is its width; the row's
+            // taps (rows `r_lo..r_hi`, columns per pixel) are inside the input, its pixels and
+            // channels inside the output.
+            unsafe {
+                if isa == Isa::Avx512 { avx512::max_pool_blocked_row(&row) } else { avx2::max_pool_blocked_row(&row) }
+            }
+            continue;
+        }
+        let _ = vector;
+        // SAFETY: as above.
+        unsafe { scalar_blocked_row(&row, block) };
+    }
+    Ok(())
+}
+
+/// The reference blocked row: per lane, the first tap inside, then each later one that
+/// compares greater.
+///
+/// # Safety
+/// As [`max_pool2d_blocked_share`]'s rows.
+unsafe fn scalar_blocked_row(row: &PoolRow, block: usize) {
+    // SAFETY: the row's taps and outputs are inside its tensors.
+    unsafe {
+        for ox in 0..row.out_w {
+            let (s_lo, s_hi, first) = row.columns(ox);
+            for lane in 0..block {
+                let mut acc: Option<f32> = None;
+                for r in 0..row.tap_rows {
+                    for s in 0..s_hi - s_lo {
+                        let v = *row.x.add(r * row.x_tap_row + (first + s * row.dilation) * block + lane);
+                        acc = Some(match acc {
+                            Some(a) if v > a => v,
+                            Some(a) => a,
+                            None => v,
+                        });
+                    }
+                }
+                let v = acc.unwrap_or(f32::NEG_INFINITY);
+                if lane >= row.channels {
+                    if !row.planar {
+                        *row.out.add(ox * block + lane) = 0.0;
+                    }
+                } else if row.planar {
+                    *row.out.add(lane * row.plane + ox) = v;
+                } else {
+                    *row.out.add(ox * block + lane) = v;
+                }
+            }
+        }
+    }
 }
 
 /// The reference the vector kernels match bit for bit.
@@ -194,3 +335,50 @@ macro_rules! max_pool_kernel {
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use max_pool_kernel;
+
+/// The blocked max pool row, written over a module's vector helpers (`max(v, acc)` is
+/// `v > acc ? v : acc`: a later tap replaces the maximum only when it compares greater).
+#[cfg(target_arch = "x86_64")]
+macro_rules! max_pool_blocked_kernel {
+    ($feature:literal) => {
+        /// # Safety
+        /// The CPU has the module's features, the block is `LANES`, and the row's pointers
+        /// are valid for its extents (see [`crate::pool::PoolRow`]).
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn max_pool_blocked_row(row: &crate::pool::PoolRow) {
+            let valid = if row.channels < LANES { (1u32 << row.channels) - 1 } else { u32::MAX };
+            // SAFETY: every tap read is inside the input, every store inside the output.
+            unsafe {
+                for ox in 0..row.out_w {
+                    let (s_lo, s_hi, first) = row.columns(ox);
+                    let mut acc = splat(f32::NEG_INFINITY);
+                    if row.tap_rows > 0 && s_lo < s_hi {
+                        let x = row.x.add(first * LANES);
+                        let (taps, step) = (s_hi - s_lo, row.dilation * LANES);
+                        acc = load(x);
+                        for s in 1..taps {
+                            acc = max(load(x.add(s * step)), acc);
+                        }
+                        for r in 1..row.tap_rows {
+                            let xr = x.add(r * row.x_tap_row);
+                            for s in 0..taps {
+                                acc = max(load(xr.add(s * step)), acc);
+                            }
+                        }
+                    }
+                    if row.planar {
+                        let mut lanes = [0.0f32; LANES];
+                        store_n(lanes.as_mut_ptr(), acc, LANES);
+                        for (lane, &v) in lanes.iter().enumerate().take(row.channels) {
+                            *row.out.add(lane * row.plane + ox) = v;
+                        }
+                    } else {
+                        store_n(row.out.add(ox * LANES), select(valid, acc, zero()), LANES);
+                    }
+                }
+            }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use max_pool_blocked_kernel;

@@ -319,6 +319,7 @@ pub(crate) mod x86 {
         crate::depthwise::depthwise_rows_kernel!("avx512f");
         crate::direct::direct_kernel!("avx512f");
         crate::pool::max_pool_kernel!("avx512f");
+        crate::pool::max_pool_blocked_kernel!("avx512f");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx512f")]);
     }
 
@@ -465,6 +466,7 @@ pub(crate) mod x86 {
         crate::blocked::blocked_kernel!("avx2,fma");
         crate::depthwise::depthwise_kernel!("avx2,fma");
         crate::pool::max_pool_kernel!("avx2,fma");
+        crate::pool::max_pool_blocked_kernel!("avx2,fma");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx2,fma")]);
     }
 }

@@ -1,16 +1,18 @@
 //! Max pooling on every ISA variant against a direct formula of the interpreter's semantics
 //! (taps inside the input in window order, the first taken, a later one when greater): random
 //! windows with strides 1-3, dilations, padding on any side (outputs past every tap, too),
-//! rows wider than a vector, NaN, ±∞ and ±0 among the values, every task split. All ISAs give
-//! the reference's bits.
+//! rows wider than a vector, NaN, ±∞ and ±0 among the values, every task split, planar or
+//! over channel-blocked inputs (8 or 16 channels a block, blocked or planar outputs). All ISAs
+//! give the reference's bits.
 
 // The float rule's helpers serve the other kernel tests: pooling is exact.
 #[allow(dead_code)]
 mod common;
 
 use common::values;
+use heron_kernels::blocked::{Layout, tensor_len};
 use heron_kernels::conv::Conv2d;
-use heron_kernels::pool::max_pool2d_share;
+use heron_kernels::pool::{max_pool2d_blocked_share, max_pool2d_share};
 use heron_kernels::{Isa, KernelError};
 use proptest::prelude::*;
 
@@ -95,6 +97,58 @@ proptest! {
             }
             for (i, (g, w)) in out.iter().zip(&want).enumerate() {
                 prop_assert!(g.to_bits() == w.to_bits(), "{isa:?} {geo:?} [{i}]: {g} vs {w}");
+            }
+        }
+    }
+}
+
+/// Element `(n, c, y, x)` of a `[_, channels, h, w]` tensor stored as `layout`.
+fn offset(layout: Layout, block: usize, [channels, h, w]: [usize; 3], [n, c, y, x]: [usize; 4]) -> usize {
+    match layout {
+        Layout::Planar => ((n * channels + c) * h + y) * w + x,
+        Layout::Blocked => (((n * channels.div_ceil(block) + c / block) * h + y) * w + x) * block + c % block,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn blocked_inputs_match_the_reference(
+        geo in geometry(),
+        channels in 1usize..40,
+        block in prop_oneof![Just(8usize), Just(16usize)],
+        planar_out in any::<bool>(),
+        tasks in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        let geo = Conv2d { in_channels: channels, out_channels: channels, groups: channels, ..geo };
+        let x = special_values(geo.input_len().unwrap(), seed);
+        let want = reference(&geo, &x);
+        let mut blocked = vec![0.0; tensor_len(Layout::Blocked, block, [geo.batch, channels, geo.in_h, geo.in_w]).unwrap()];
+        let (g, i) = (&geo, [channels, geo.in_h, geo.in_w]);
+        for (k, v) in x.iter().enumerate() {
+            let (n, c, y, c2) = (k / (channels * g.in_h * g.in_w), k / (g.in_h * g.in_w) % channels, k / g.in_w % g.in_h, k % g.in_w);
+            blocked[offset(Layout::Blocked, block, i, [n, c, y, c2])] = *v;
+        }
+        let output = if planar_out { Layout::Planar } else { Layout::Blocked };
+        let o = [channels, g.out_h, g.out_w];
+        for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
+            let mut out = vec![1234.5; tensor_len(output, block, [g.batch, channels, g.out_h, g.out_w]).unwrap()];
+            for task in 0..tasks {
+                max_pool2d_blocked_share(isa, &geo, block, output, &blocked, &mut out, (task, tasks)).unwrap();
+            }
+            for (k, w) in want.iter().enumerate() {
+                let (n, c, y, x) = (k / (channels * g.out_h * g.out_w), k / (g.out_h * g.out_w) % channels, k / g.out_w % g.out_h, k % g.out_w);
+                let got = out[offset(output, block, o, [n, c, y, x])];
+                prop_assert!(got.to_bits() == w.to_bits(), "{isa:?} {geo:?} [{k}]: {got} vs {w}");
+            }
+            if output == Layout::Blocked {
+                // Lanes past the channels are zero.
+                for (k, v) in out.iter().enumerate() {
+                    let channel = k / (block * g.out_h * g.out_w) % channels.div_ceil(block) * block + k % block;
+                    prop_assert!(channel < channels || *v == 0.0, "padding lane {k} holds {v}");
+                }
             }
         }
     }
