@@ -20,9 +20,9 @@
 //! Any other epilogue stays generated code: the kernel writes the raw result and a loop over
 //! the output applies the rest in place. Everything else keeps its loop nest. The calls print
 //! at the target stage with every shape, the ISA, the epilogue flags and the task split: the
-//! loop `for %task in 0..T parallel` runs share `task` of `T` on each thread (`T` is the
-//! compile-time thread count; results do not depend on it), with per-task scratch planned like
-//! any buffer.
+//! loop `for %task in 0..T parallel` runs share `task` of `T` (`T` is the compile-time thread
+//! count, times four for kernels without scratch, whose shares the pool balances across the
+//! threads; results do not depend on it), with per-task scratch planned like any buffer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,7 +58,17 @@ pub struct KernelConfig {
     pub tasks: usize,
 }
 
+/// Shares per thread of a kernel that needs no per-task scratch.
+const SHARES_PER_THREAD: usize = 4;
+
 impl KernelConfig {
+    /// The task count for a kernel without per-task scratch: several shares per thread, which
+    /// the pool hands out as threads come free (`heron_threads`), so a slower core takes fewer.
+    fn with_shares(self) -> KernelConfig {
+        let tasks = if self.tasks > 1 { self.tasks * SHARES_PER_THREAD } else { 1 };
+        KernelConfig { tasks, ..self }
+    }
+
     /// Kernels for this CPU, unless `HERON_KERNELS=off` (pure generated code, for comparison).
     /// `HERON_KERNEL_ISA=avx512|avx2|scalar` forces a variant (one this CPU has).
     pub fn host(tasks: usize) -> Option<KernelConfig> {
@@ -788,6 +798,9 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
     // Pack the weights into a new constant, in kernel order.
     let Some(data) = constant_data(main, constant) else { return };
     let Some(packed) = pack(&plan, &data, &main.buffer(constant).name, config, blocked.as_ref()) else { return };
+    // Kernels without scratch take more shares than threads: the pool hands them out as the
+    // threads come free, so a slower core takes fewer.
+    let config = if packed.scratch.0 == 0 { config.with_shares() } else { config };
     let Some(scratch_len) = packed.scratch.0.checked_mul(config.tasks) else { return };
     let len = packed.weights.len();
     let tensor = Arc::new(packed.weights);
@@ -1077,6 +1090,7 @@ fn match_max_pool(f: &PrimFunc) -> Option<MaxPoolPlan> {
 /// The max pool nest becomes a parallel loop of kernel calls (over a channel-blocked input
 /// when `blocked_output` names the output's layout).
 fn apply_max_pool(plan: MaxPoolPlan, f: &mut PrimFunc, config: KernelConfig, blocked_output: Option<Layout>) {
+    let config = config.with_shares();
     let MaxPoolPlan { geo, input, out } = plan;
     f.vars.push(VarDecl { name: "task".into(), dtype: DType::I64 });
     let task = VarId(f.vars.len() as u32 - 1);

@@ -1,6 +1,6 @@
 //! Splits operator functions into one function per top-level loop nest, so each nest can be
-//! split across threads on its own (a function's parallel loop runs once per thread with
-//! everything around it, see [`ForKind::Parallel`](heron_ir::loop_ir::ForKind)). A convolution
+//! split across threads on its own (a function runs once per chunk of its parallel loop a
+//! thread takes, with everything around it, see [`ForKind::Parallel`](heron_ir::loop_ir::ForKind)). A convolution
 //! that pads its input into scratch first becomes `conv.0` (the padding) and `conv.1` (the
 //! convolution); the scratch becomes an allocation of `main` passed to both, planned like any
 //! intermediate tensor, with its layout transform moved along.

@@ -98,10 +98,11 @@ pub enum ForKind {
     /// ones one at a time. Directly around a vectorized loop it is unroll-and-jam: `factor`
     /// copies of the vector body share each inner loop, a `factor x vectors` register block.
     Unrolled(u32),
-    /// Split across threads: the function runs once per thread, each thread taking a
-    /// contiguous slice of this loop's iterations (and running everything outside the loop).
-    /// So a target marks a loop parallel only when its iterations write disjoint outputs and
-    /// nothing else in the function writes global memory. At most one per function, outside
+    /// Split across threads: the function runs once per chunk of this loop's iterations a
+    /// thread takes (each thread its own contiguous slice first, then chunks left in others'),
+    /// running everything outside the loop each time. So a target marks a loop parallel only
+    /// when its iterations write disjoint outputs and nothing else in the function writes
+    /// global memory. At most one per function, outside
     /// `main`, with a constant extent (the verifier checks); interpreters run it serially.
     Parallel,
 }

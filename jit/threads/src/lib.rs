@@ -5,9 +5,11 @@
 //! word with `call_indirect`, so JIT and AOT code call it the same way; with a null context the
 //! function runs on the calling thread alone. The pool is persistent: the calling thread plus
 //! N-1 workers. A job is published by bumping a generation counter (its own cache line) after
-//! writing the job; workers spin on it for a while, then park. Each takes a fixed contiguous
-//! slice of the iterations, so results do not depend on timing, and signals completion on a
-//! second counter. Nothing is allocated per job.
+//! writing the job; workers spin on it for a while, then park. Each thread runs chunks of its
+//! own contiguous slice of the iterations, then chunks left in the others' slices (each chunk
+//! claimed by one atomic increment), so a thread on a busier core takes fewer; an iteration
+//! computes the same thing on any thread, so results do not depend on timing. Completion is
+//! signalled on a second counter. Nothing is allocated per job.
 //!
 //! C programs running an AOT object's `heron_<name>_run_ctx` get a context from this crate's
 //! static library (`libheron_threads.a`, declared in `include/heron_threads.h`):
@@ -17,7 +19,7 @@
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
 
@@ -96,6 +98,8 @@ struct Shared {
     job: UnsafeCell<Job>,
     generation: CacheLine<AtomicU64>,
     pending: CacheLine<AtomicUsize>,
+    /// Per thread, the next unclaimed iteration of its slice of the job.
+    next: Box<[CacheLine<AtomicI64>]>,
     shutdown: AtomicBool,
     threads: usize,
     /// The workers, to unpark; set once they all started.
@@ -189,6 +193,7 @@ impl ThreadPool {
             }),
             generation: CacheLine(AtomicU64::new(0)),
             pending: CacheLine(AtomicUsize::new(0)),
+            next: (0..threads).map(|_| CacheLine(AtomicI64::new(0))).collect(),
             shutdown: AtomicBool::new(false),
             threads,
             workers: OnceLock::new(),
@@ -271,13 +276,33 @@ fn work(shared: &Shared, index: usize) {
         }
         // SAFETY: see `Shared`: the job is stable until this worker decrements `pending`.
         let job = unsafe { *shared.job.get() };
-        let (lo, hi) = slice(job.extent, shared.threads, index);
-        if let Some(task) = job.task
-            && lo < hi
-        {
-            task(job.argv, job.status, job.context, lo, hi);
+        if let Some(task) = job.task {
+            run_share(shared, &job, task, index);
         }
         shared.pending.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Runs thread `index`'s share of `job`: chunks of its own slice in order, then chunks left in
+/// the other threads' slices, so a thread that runs slower (a busier core) takes fewer while
+/// balanced threads keep to their slices. Every chunk is claimed by one atomic increment, and
+/// which thread runs an iteration never changes what it computes.
+fn run_share(shared: &Shared, job: &Job, task: TaskFn, index: usize) {
+    let threads = shared.threads;
+    // Four chunks per slice: enough to even out the threads, few enough to keep each one's
+    // iterations together.
+    let chunk = ((job.extent + threads as i64 - 1) / threads as i64 + 3) / 4;
+    let chunk = chunk.max(1);
+    for k in 0..threads {
+        let owner = (index + k) % threads;
+        let (_, hi) = slice(job.extent, threads, owner);
+        loop {
+            let lo = shared.next[owner].0.fetch_add(chunk, Ordering::Relaxed);
+            if lo >= hi {
+                break;
+            }
+            task(job.argv, job.status, job.context, lo, (lo + chunk).min(hi));
+        }
     }
 }
 
@@ -301,13 +326,15 @@ extern "C" fn parallel_for(
     }
     // SAFETY: no worker reads the job now: the previous one finished (`pending` was zero).
     unsafe { *shared.job.get() = Job { task: Some(task), argv, status, context, extent } };
+    for (index, next) in shared.next.iter().enumerate() {
+        next.0.store(slice(extent, shared.threads, index).0, Ordering::Relaxed);
+    }
     shared.pending.0.store(workers, Ordering::Relaxed);
     shared.generation.0.fetch_add(1, Ordering::Release);
     for t in shared.workers.get().into_iter().flatten() {
         t.unpark();
     }
-    let (lo, hi) = slice(extent, shared.threads, 0);
-    task(argv, status, context, lo, hi);
+    run_share(shared, &Job { task: Some(task), argv, status, context, extent }, task, 0);
     let mut spins = 0u32;
     while shared.pending.0.load(Ordering::Acquire) != 0 {
         if spins < SPINS {
