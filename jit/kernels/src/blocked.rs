@@ -830,6 +830,17 @@ macro_rules! blocked_kernel {
                         let lanes = (xs.lanes - ci % xs.lanes).min(t.channels - ci);
                         let mut x = x0.add((ci / xs.lanes) * xs.channel + ci % xs.lanes);
                         let mut w = t.w.add(ci * t.w_channel);
+                        if one_tap && lanes == LANES && OB == 3 {
+                            // A whole input block of a 1×1 layer on a three-block tile: unrolled,
+                            // every offset a constant (its nine multiply-adds per channel leave
+                            // the loop's bookkeeping in the way: 0.8-0.9× the time, measured;
+                            // two-block tiles ran slower unrolled).
+                            for l in 0..LANES {
+                                blocked_step!(acc, x.add(l), w.add(l * t.w_channel), t);
+                            }
+                            ci += lanes;
+                            continue;
+                        }
                         for _ in 0..lanes {
                             if one_tap {
                                 blocked_step!(acc, x, w, t);
