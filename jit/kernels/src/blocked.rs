@@ -208,10 +208,10 @@ impl BlockedConv {
 /// Pixels per work item of a pointwise convolution's single row, at most.
 const CHUNK: usize = 96;
 
-/// The work items: per image, per output group (a [`block_group`] of output blocks, or one channel
-/// block for a depthwise convolution), per output row or chunk of the row: `(image, group,
-/// row, first pixel, pixels)`. Weights larger than the input are visited once per image
-/// (groups outermost), otherwise each input row once (rows outermost).
+/// A dense convolution's work items: per image, per output group (a [`block_group`] of output
+/// blocks), per output row or chunk of the row: `(image, group, row, first pixel, pixels)`.
+/// Weights larger than the input are visited once per image (groups outermost), otherwise each
+/// input row once (rows outermost).
 struct Items {
     geo: Conv2d,
     groups: usize,
@@ -225,12 +225,10 @@ struct Items {
 impl Items {
     fn new(conv: &BlockedConv, geo: Conv2d, weights: usize, input: usize) -> Items {
         let blocks = geo.out_channels.div_ceil(conv.block);
-        let groups = if geo.is_depthwise() { blocks } else { block_groups(blocks) };
-        // A depthwise row is one item however long (its kernel walks it in one call).
-        let chunks = if geo.out_h == 1 && !geo.is_depthwise() { geo.out_w.div_ceil(CHUNK) } else { 1 };
+        let chunks = if geo.out_h == 1 { geo.out_w.div_ceil(CHUNK) } else { 1 };
         // Chunks of equal size (the last may be shorter by less than one per chunk).
         let chunk = geo.out_w.div_ceil(chunks);
-        Items { geo, groups, rows: geo.out_h, chunks, chunk, groups_outer: geo.is_depthwise() || weights > input }
+        Items { geo, groups: block_groups(blocks), rows: geo.out_h, chunks, chunk, groups_outer: weights > input }
     }
 
     fn count(&self) -> usize {
@@ -263,7 +261,7 @@ pub(crate) fn taps_inside(start: usize, k: usize, dilation: usize, pad: usize, e
 }
 
 /// The taps of output row `oy` that fall inside the input: `r_lo..r_hi`.
-fn tap_rows(geo: &Conv2d, oy: usize) -> (usize, usize) {
+pub(crate) fn tap_rows(geo: &Conv2d, oy: usize) -> (usize, usize) {
     taps_inside(oy * geo.stride.0, geo.kernel.0, geo.dilation.0, geo.pad.0, geo.in_h)
 }
 
@@ -361,6 +359,52 @@ impl DepthwiseRow {
     }
 }
 
+/// Consecutive output rows of one channel block of a depthwise convolution, as raw pointers:
+/// one call runs them all (a row of a small plane is little work).
+#[derive(Clone, Copy)]
+pub(crate) struct DepthwiseRows {
+    /// The block's input plane (row 0, column 0) and its weights (tap 0).
+    pub x: *const f32,
+    pub w: *const f32,
+    pub geo: Conv2d,
+    pub block: usize,
+    pub interior: (usize, usize),
+    /// Output rows `first..first + count`; the sink at row `first`, pixel 0.
+    pub first: usize,
+    pub count: usize,
+    pub sink: Sink,
+}
+
+impl DepthwiseRows {
+    /// Row `k` of the run.
+    pub(crate) fn row(&self, k: usize) -> DepthwiseRow {
+        let (g, b) = (&self.geo, self.block);
+        let oy = self.first + k;
+        let (r_lo, r_hi) = tap_rows(g, oy);
+        let x_row = g.in_w * b;
+        let x = if r_lo < r_hi { (oy * g.stride.0 + r_lo * g.dilation.0 - g.pad.0) * x_row } else { 0 };
+        let at = k * g.out_w * b;
+        let offset = |p: *const f32| if p.is_null() { p } else { p.wrapping_add(at) };
+        DepthwiseRow {
+            x: self.x.wrapping_add(x),
+            x_tap_row: g.dilation.0 * x_row,
+            tap_rows: r_hi - r_lo,
+            w: self.w.wrapping_add(r_lo.min(g.kernel.0.saturating_sub(1)) * g.kernel.1 * b),
+            kw: g.kernel.1,
+            in_w: g.in_w,
+            pad: g.pad.1,
+            stride: g.stride.1,
+            dilation: g.dilation.1,
+            out_w: g.out_w,
+            interior: self.interior,
+            sink: Sink { out: self.sink.out.wrapping_add(at), residual: offset(self.sink.residual), ..self.sink },
+        }
+    }
+}
+
+/// Output pixels a depthwise work item covers at least (whole rows of a plane).
+const DEPTHWISE_ITEM: usize = 256;
+
 /// Share `task` of `tasks` of the convolution: `out = clamp(conv(x, w) + bias + residual)`,
 /// `w` packed by [`BlockedConv::pack_weights`], the residual stored like the output.
 pub fn conv_share(
@@ -385,8 +429,6 @@ pub fn conv_share(
         need("residual", r.len(), out_len)?;
     }
     let geo = conv.canonical();
-    let items = Items::new(conv, geo, w_len, x_len);
-    let (lo, hi) = share(items.count(), tasks, task);
     let x_strides = Strides::of(conv.input, conv.block, geo.in_channels, geo.in_h, geo.in_w);
     let out_strides = Strides::of(conv.output, conv.block, geo.out_channels, geo.out_h, geo.out_w);
     let (ilo, ihi) = interior(&geo);
@@ -407,47 +449,33 @@ pub fn conv_share(
         }
     };
     if geo.is_depthwise() {
-        // Items are (image, channel block, row), rows innermost: stepped through without
-        // divisions (a row of a small plane is little work).
-        let (rows, blocks) = (geo.out_h, geo.out_channels.div_ceil(b));
-        let (mut oy, mut block) = (lo % rows, lo / rows % blocks);
-        let mut n = lo / rows / blocks;
-        for _ in lo..hi {
-            let (r_lo, r_hi) = tap_rows(&geo, oy);
-            let oc = block * b;
-            let row = DepthwiseRow {
-                x: x[if r_lo < r_hi {
-                    x_strides.at(n, oc, oy * geo.stride.0 + r_lo * geo.dilation.0 - geo.pad.0, 0)
-                } else {
-                    0
-                }..]
-                    .as_ptr(),
-                x_tap_row: geo.dilation.0 * x_strides.row,
-                tap_rows: r_hi - r_lo,
-                w: packed_w[if r_lo < r_hi { (block * kh + r_lo) * kw * b } else { 0 }..].as_ptr(),
-                kw,
-                in_w: geo.in_w,
-                pad: geo.pad.1,
-                stride: geo.stride.1,
-                dilation: geo.dilation.1,
-                out_w: geo.out_w,
+        // Items are (image, channel block, run of rows): runs of at least `DEPTHWISE_ITEM`
+        // pixels, so a small plane is one call.
+        let rows = (DEPTHWISE_ITEM.div_ceil(geo.out_w)).clamp(1, geo.out_h);
+        let (runs, blocks) = (geo.out_h.div_ceil(rows), geo.out_channels.div_ceil(b));
+        let (lo, hi) = share(geo.batch * blocks * runs, tasks, task);
+        for item in lo..hi {
+            let (run, block, n) = (item % runs, item / runs % blocks, item / runs / blocks);
+            let (oc, first) = (block * b, run * rows);
+            let plane = DepthwiseRows {
+                x: x[x_strides.at(n, oc, 0, 0)..].as_ptr(),
+                w: packed_w[block * kh * kw * b..].as_ptr(),
+                geo,
+                block: b,
                 interior: (ilo, ihi),
-                sink: sink(n, oc, oy, 0),
+                first,
+                count: rows.min(geo.out_h - first),
+                sink: sink(n, oc, first, 0),
             };
-            // SAFETY: the row's taps lie inside the checked input (rows `r_lo..r_hi`, and the
-            // columns `columns` gives per pixel), its pixels and block inside the output.
-            unsafe { run_depthwise_row(isa, vector, b, &row) };
-            oy += 1;
-            if oy == rows {
-                (oy, block) = (0, block + 1);
-                if block == blocks {
-                    (block, n) = (0, n + 1);
-                }
-            }
+            // SAFETY: each row's taps lie inside the checked input (rows from `tap_rows`,
+            // columns from `columns` per pixel), its pixels and block inside the output.
+            unsafe { run_depthwise_rows(isa, vector, b, &plane) };
         }
         return Ok(());
     }
     let (w_channel, w_block) = (kh * kw * b, geo.in_channels * kh * kw * b);
+    let items = Items::new(conv, geo, w_len, x_len);
+    let (lo, hi) = share(items.count(), tasks, task);
     for item in lo..hi {
         let (n, group, oy, first, pixels) = items.get(item);
         let (first_block, blocks) = block_group(geo.out_channels.div_ceil(b), group);
@@ -552,23 +580,26 @@ unsafe fn run_dense(isa: Isa, vector: bool, block: usize, t: &DenseRun, blocks: 
     unsafe { scalar_dense(t, block, blocks, pixels) }
 }
 
-/// Runs a depthwise row with `isa`'s vector kernel when `vector`, else with the scalar one.
+/// Runs a depthwise run of rows with `isa`'s vector kernel when `vector`, else with the
+/// scalar one.
 ///
 /// # Safety
-/// The row's pointers are valid for its extents (see [`DepthwiseRow`]).
-unsafe fn run_depthwise_row(isa: Isa, vector: bool, block: usize, row: &DepthwiseRow) {
+/// The rows' pointers are valid for their extents (see [`DepthwiseRows`]).
+unsafe fn run_depthwise_rows(isa: Isa, vector: bool, block: usize, rows: &DepthwiseRows) {
     #[cfg(target_arch = "x86_64")]
     if vector {
         use crate::tile::x86::{avx2, avx512};
         // SAFETY: `vector` says the CPU has the ISA and the block is its vector width.
         unsafe {
-            if isa == Isa::Avx512 { avx512::blocked_depthwise_row(row) } else { avx2::blocked_depthwise_row(row) }
+            if isa == Isa::Avx512 { avx512::blocked_depthwise_rows(rows) } else { avx2::blocked_depthwise_rows(rows) }
         }
         return;
     }
     let _ = (isa, vector);
-    // SAFETY: forwarded.
-    unsafe { scalar_depthwise_row(row, block) }
+    for k in 0..rows.count {
+        // SAFETY: forwarded.
+        unsafe { scalar_depthwise_row(&rows.row(k), block) }
+    }
 }
 
 /// Offset of channel `c` (from the sink's first, a multiple of the block) at pixel `p`.
@@ -900,23 +931,147 @@ macro_rules! blocked_kernel {
             }
         }
 
+        /// Up to four pixels of a depthwise row, each with its own tap columns (border pixels,
+        /// and an interior one left over by the tiles): their multiply-add chains interleave,
+        /// where one pixel at a time would wait out the latency of each.
+        ///
+        /// # Safety
+        /// As [`blocked_depthwise_row`], the pixels inside the row.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        unsafe fn depthwise_ragged<const N: usize>(row: &crate::blocked::DepthwiseRow, pixels: &[usize; 4]) {
+            let tap_col = row.dilation * LANES;
+            let mut cols = [(0, 0, 0); N];
+            for (c, &ox) in cols.iter_mut().zip(pixels) {
+                *c = row.columns(ox);
+            }
+            // SAFETY: forwarded; each pixel reads only its tap columns inside the input.
+            unsafe {
+                let mut acc = [zero(); N];
+                for (v, &ox) in acc.iter_mut().zip(pixels) {
+                    *v = blocked_start(&row.sink, 0, ox * LANES);
+                }
+                for r in 0..row.tap_rows {
+                    for (a, &(s_lo, s_hi, first)) in acc.iter_mut().zip(&cols) {
+                        let xr = row.x.add(r * row.x_tap_row + first * LANES);
+                        let wr = row.w.add((r * row.kw + s_lo) * LANES);
+                        for s in 0..s_hi - s_lo {
+                            *a = fma(load(wr.add(s * LANES)), load(xr.add(s * tap_col)), *a);
+                        }
+                    }
+                }
+                for (&v, &ox) in acc.iter().zip(pixels) {
+                    blocked_finish!(&row.sink, [[v]], ox * LANES);
+                }
+            }
+        }
+
+        /// A run of output rows of a depthwise channel block.
+        ///
+        /// # Safety
+        /// The CPU has the module's features, the block is `LANES` and the rows' pointers
+        /// are valid for their extents.
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn blocked_depthwise_rows(rows: &crate::blocked::DepthwiseRows) {
+            let g = &rows.geo;
+            // SAFETY: forwarded.
+            unsafe {
+                if g.kernel == (3, 3) && g.dilation == (1, 1) {
+                    match g.stride.1 {
+                        1 => return depthwise_rows_3x3::<1>(rows),
+                        2 => return depthwise_rows_3x3::<2>(rows),
+                        _ => {}
+                    }
+                }
+                for k in 0..rows.count {
+                    blocked_depthwise_row(&rows.row(k));
+                }
+            }
+        }
+
+        /// Rows of a 3×3 depthwise block at column stride `S`, undilated (MobileNets' and
+        /// EfficientNets' layers): the nine weight vectors stay in registers for all the rows,
+        /// the interior runs four pixels at a time with every tap unrolled (tap rows inside the
+        /// input: all three, or those at the plane's top and bottom edges), the rest as
+        /// [`blocked_depthwise_row`] does.
+        ///
+        /// # Safety
+        /// As [`blocked_depthwise_rows`].
+        #[target_feature(enable = $feature)]
+        unsafe fn depthwise_rows_3x3<const S: usize>(rows: &crate::blocked::DepthwiseRows) {
+            let g = &rows.geo;
+            let (lo, hi) = rows.interior;
+            // SAFETY: the weights hold nine vectors; every pixel below reads only taps inside
+            // the input (interior pixels all three columns, rows from `tap_rows`).
+            unsafe {
+                let mut w = [[zero(); 3]; 3];
+                for (r, wr) in w.iter_mut().enumerate() {
+                    for (s, v) in wr.iter_mut().enumerate() {
+                        *v = load(rows.w.add((r * 3 + s) * LANES));
+                    }
+                }
+                for k in 0..rows.count {
+                    let row = rows.row(k);
+                    let (r_lo, _) = crate::blocked::tap_rows(g, rows.first + k);
+                    let mut ox = lo;
+                    while ox + 4 <= hi {
+                        let x = row.x.add((ox * S - g.pad.1) * LANES);
+                        let at = ox * LANES;
+                        let mut acc = [zero(); 4];
+                        for (p, v) in acc.iter_mut().enumerate() {
+                            *v = blocked_start(&row.sink, 0, at + p * LANES);
+                        }
+                        for r in 0..row.tap_rows {
+                            let xr = x.add(r * row.x_tap_row);
+                            // A constant row of weights per case keeps them in registers.
+                            let wr = match r_lo + r {
+                                0 => w[0],
+                                1 => w[1],
+                                _ => w[2],
+                            };
+                            for (s, &ws) in wr.iter().enumerate() {
+                                for (p, a) in acc.iter_mut().enumerate() {
+                                    *a = fma(ws, load(xr.add((p * S + s) * LANES)), *a);
+                                }
+                            }
+                        }
+                        blocked_finish!(&row.sink, [acc], at);
+                        ox += 4;
+                    }
+                    // The border pixels and the interior ones left over, four at a time.
+                    let (mut group, mut n) = ([0usize; 4], 0);
+                    for ox in (0..lo).chain(ox..hi).chain(hi..row.out_w) {
+                        group[n] = ox;
+                        n += 1;
+                        if n == 4 {
+                            depthwise_ragged::<4>(&row, &group);
+                            n = 0;
+                        }
+                    }
+                    match n {
+                        1 => depthwise_ragged::<1>(&row, &group),
+                        2 => depthwise_ragged::<2>(&row, &group),
+                        3 => depthwise_ragged::<3>(&row, &group),
+                        _ => {}
+                    }
+                }
+            }
+        }
+
         /// One output row of a depthwise channel block: border pixels one at a time with
         /// the taps that exist, the interior in tiles of `DEPTHWISE_PIXELS` (then 4, 2, 1).
         ///
         /// # Safety
-        /// The CPU has the module's features, the block is `LANES` and the row's pointers
-        /// are valid for its extents.
+        /// As [`blocked_depthwise_rows`], for the row.
+        #[inline]
         #[target_feature(enable = $feature)]
-        pub(crate) unsafe fn blocked_depthwise_row(row: &crate::blocked::DepthwiseRow) {
+        unsafe fn blocked_depthwise_row(row: &crate::blocked::DepthwiseRow) {
             const WIDE: usize = crate::blocked::DEPTHWISE_PIXELS;
             let (lo, hi) = row.interior;
             // SAFETY: forwarded; interior pixels read every tap column.
             unsafe {
-                for ox in (0..lo).chain(hi..row.out_w) {
-                    depthwise_pixels::<1>(row, ox, row.columns(ox));
-                }
                 let mut ox = lo;
-                while ox < hi {
+                while hi - ox >= 2 {
                     let cols = (0, row.kw, ox * row.stride - row.pad);
                     match hi - ox {
                         n if n >= WIDE => {
@@ -927,15 +1082,27 @@ macro_rules! blocked_kernel {
                             depthwise_pixels::<4>(row, ox, cols);
                             ox += 4;
                         }
-                        n if n >= 2 => {
+                        _ => {
                             depthwise_pixels::<2>(row, ox, cols);
                             ox += 2;
                         }
-                        _ => {
-                            depthwise_pixels::<1>(row, ox, cols);
-                            ox += 1;
-                        }
                     }
+                }
+                // The border pixels and an interior one left over, four at a time.
+                let (mut group, mut n) = ([0usize; 4], 0);
+                for ox in (0..lo).chain(ox..hi).chain(hi..row.out_w) {
+                    group[n] = ox;
+                    n += 1;
+                    if n == 4 {
+                        depthwise_ragged::<4>(row, &group);
+                        n = 0;
+                    }
+                }
+                match n {
+                    1 => depthwise_ragged::<1>(row, &group),
+                    2 => depthwise_ragged::<2>(row, &group),
+                    3 => depthwise_ragged::<3>(row, &group),
+                    _ => {}
                 }
             }
         }
