@@ -1038,22 +1038,67 @@ macro_rules! blocked_kernel {
                         blocked_finish!(&row.sink, [acc], at);
                         ox += 4;
                     }
-                    // The border pixels and the interior ones left over, four at a time.
+                    // The border pixels and the interior ones left over, four at a time, each
+                    // pixel with its own tap columns.
                     let (mut group, mut n) = ([0usize; 4], 0);
                     for ox in (0..lo).chain(ox..hi).chain(hi..row.out_w) {
                         group[n] = ox;
                         n += 1;
                         if n == 4 {
-                            depthwise_ragged::<4>(&row, &group);
+                            depthwise_edge_3x3::<S>(&row, &w, r_lo, &group, 4);
                             n = 0;
                         }
                     }
-                    match n {
-                        1 => depthwise_ragged::<1>(&row, &group),
-                        2 => depthwise_ragged::<2>(&row, &group),
-                        3 => depthwise_ragged::<3>(&row, &group),
-                        _ => {}
+                    if n > 0 {
+                        depthwise_edge_3x3::<S>(&row, &w, r_lo, &group, n);
                     }
+                }
+            }
+        }
+
+        /// `n` (up to four) pixels of a 3×3 depthwise row at column stride `S`, each with its
+        /// own tap columns inside the input (a tap outside is skipped, never read), the
+        /// weights in registers.
+        ///
+        /// # Safety
+        /// As [`depthwise_rows_3x3`]; the pixels are in the row.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        unsafe fn depthwise_edge_3x3<const S: usize>(
+            row: &crate::blocked::DepthwiseRow,
+            w: &[[Vector; 3]; 3],
+            r_lo: usize,
+            pixels: &[usize; 4],
+            n: usize,
+        ) {
+            let mut cols = [(0, 0); 4];
+            for (c, &ox) in cols.iter_mut().zip(pixels).take(n) {
+                *c = crate::blocked::taps_inside(ox * S, 3, 1, row.pad, row.in_w);
+            }
+            // SAFETY: each pixel reads only its tap columns inside the input, writes its output.
+            unsafe {
+                let mut acc = [zero(); 4];
+                for (v, &ox) in acc.iter_mut().zip(pixels).take(n) {
+                    *v = blocked_start(&row.sink, 0, ox * LANES);
+                }
+                for r in 0..row.tap_rows {
+                    let xr = row.x.add(r * row.x_tap_row);
+                    let wr = match r_lo + r {
+                        0 => w[0],
+                        1 => w[1],
+                        _ => w[2],
+                    };
+                    for (s, &ws) in wr.iter().enumerate() {
+                        for p in 0..4 {
+                            let (ox, (s_lo, s_hi)) = (pixels[p], cols[p]);
+                            if p < n && s >= s_lo && s < s_hi {
+                                acc[p] = fma(ws, load(xr.add((ox * S + s - row.pad) * LANES)), acc[p]);
+                            }
+                        }
+                    }
+                }
+                for (&v, &ox) in acc.iter().zip(pixels).take(n) {
+                    blocked_finish!(&row.sink, [[v]], ox * LANES);
                 }
             }
         }
