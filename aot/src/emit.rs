@@ -84,7 +84,7 @@ pub fn emit_object(rewritten: &Rewritten, meta: &Metadata, options: &crate::AotO
                 let bytes = size.max(1) as usize;
                 match &rewritten.images[k] {
                     Some(image) if parameters => {
-                        let mut contents = image.clone();
+                        let mut contents = image.to_bytes().map_err(|e| AotError::Internal(e.to_string()))?;
                         contents.resize(bytes, 0);
                         data.define(contents.into_boxed_slice());
                     }

@@ -22,6 +22,7 @@ use std::path::Path;
 use heron_ir::TensorType;
 use heron_ir::loop_ir::workspace::WorkspaceSize;
 use heron_jit::isa::{OptLevel, TargetCpu};
+use heron_planner::rewrite::PoolImage;
 use heron_planner::{Access, PlannedModule, PoolKind};
 
 use crate::metadata::{
@@ -216,8 +217,11 @@ pub fn compile(
         .zip(&planned.rewritten.images)
         .zip(&metadata.pools)
         .filter(|(_, m)| m.kind == PoolRole::Parameter && m.source == PoolSource::User)
-        .map(|((p, image), _)| (p.name.clone(), image.clone().unwrap_or_default()))
-        .collect();
+        .map(|((p, image), _)| {
+            Ok((p.name.clone(), image.as_ref().map(PoolImage::to_bytes).transpose()?.unwrap_or_default()))
+        })
+        .collect::<Result<_, heron_planner::types::PlanError>>()
+        .map_err(|e| AotError::Internal(e.to_string()))?;
     let header = header::header(&metadata);
     let mut metadata = metadata;
     metadata.undefined_symbols = link::undefined_symbols(&object)?;

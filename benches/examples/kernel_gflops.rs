@@ -162,6 +162,61 @@ fn direct_convs(runs: usize) {
     }
 }
 
+/// The convolutions over channel-blocked tensors (`heron_kernels::blocked`, the layout the CPU
+/// target stores activations between convolutions in) on ResNet and MobileNet layer shapes
+/// (one thread, the best ISA, blocked input and output; a 3-channel first layer reads planar
+/// input), against the ISA's measured FMA peak.
+fn blocked_convs(runs: usize) {
+    use heron_kernels::blocked::{BlockedConv, Layout, block_for, conv_share};
+    let isa = Isa::detect();
+    let mut flops = 0.0;
+    let peak_seconds = median_seconds(5, || flops = peak::fma_flops(isa, 20_000_000));
+    let peak = flops / peak_seconds / 1e9;
+    let layers = [
+        (3, 64, 224, 7, 2, false),
+        (3, 32, 224, 3, 2, false),
+        (64, 128, 56, 3, 2, false),
+        (128, 256, 28, 3, 2, false),
+        (64, 64, 56, 3, 1, false),
+        (32, 192, 56, 1, 1, false),
+        (192, 32, 56, 1, 1, false),
+        (144, 24, 56, 1, 1, false),
+        (24, 144, 56, 1, 1, false),
+        (96, 576, 14, 1, 1, false),
+        (576, 96, 14, 1, 1, false),
+        (960, 160, 7, 1, 1, false),
+        (160, 960, 7, 1, 1, false),
+        (144, 144, 56, 3, 1, true),
+        (96, 96, 112, 3, 2, true),
+        (384, 384, 14, 3, 1, true),
+        (960, 960, 7, 3, 1, true),
+    ];
+    for (c, m, size, k, stride, depthwise) in layers {
+        let out = size / stride;
+        let geo = square_layer(c, m, size, k, stride, if depthwise { c } else { 1 });
+        let input = if c < 4 { Layout::Planar } else { Layout::Blocked };
+        let conv = BlockedConv { geo, block: block_for(isa), input, output: Layout::Blocked };
+        let values = |len: usize| (0..len).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
+        let (x, w) = (values(conv.input_len().expect("size")), values(geo.weights_len().expect("size")));
+        let mut packed = vec![0.0; conv.packed_weights_len().expect("size")];
+        conv.pack_weights(&w, &mut packed).expect("pack");
+        let mut y = vec![0.0; conv.output_len().expect("size")];
+        let bias = values(m);
+        let epilogue = ConvEpilogue { bias: Some(&bias), residual: None, clamp: Some((0.0, f32::INFINITY)) };
+        let seconds =
+            median_seconds(runs, || conv_share(isa, &conv, &x, &packed, &mut y, epilogue, (0, 1)).expect("conv"));
+        let gflops = 2.0 * (m * out * out * (c / geo.groups) * k * k) as f64 / seconds / 1e9;
+        println!(
+            "kernel blocked conv {k}x{k}/{stride} {c}->{m} {size}x{size}{} nchw{}c {}: median {:.3} ms, {gflops:.1} GFLOP/s = {:.0}% of peak {peak:.1}",
+            if depthwise { " depthwise" } else { "" },
+            conv.block,
+            isa.name(),
+            seconds * 1e3,
+            100.0 * gflops / peak
+        );
+    }
+}
+
 /// The integer kernels (u8 input with zero point 128, i8 weights with 0) on each variant this
 /// CPU has, against that variant's measured multiply-accumulate peak: a GEMM `n^3` and
 /// ResNet-shaped convolutions (one thread).
@@ -256,7 +311,8 @@ fn main() {
     window.pads_begin = vec![1, 1];
     window.pads_end = vec![1, 1];
     let conv = Op::Conv(ConvAttrs { window: window.clone(), group: 1 });
-    // HERON_BENCH_ONLY=gemm|conv|int8|elementwise runs that section of the kernels alone.
+    // HERON_BENCH_ONLY=gemm|conv|blocked|int8|elementwise runs that section of the kernels
+    // alone.
     let only = std::env::var("HERON_BENCH_ONLY").ok();
     let run = |section: &str| only.as_deref().is_none_or(|o| o == section);
     if run("gemm") {
@@ -264,6 +320,9 @@ fn main() {
     }
     if run("conv") {
         direct_convs(runs * 5);
+    }
+    if run("blocked") {
+        blocked_convs(runs * 5);
     }
     if run("int8") {
         direct_int8(n, runs);

@@ -3,9 +3,10 @@
 //! `main` receives them from its caller. This is what the code generators consume.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use heron_ir::DType;
 use heron_ir::loop_ir::{Arg, Buffer, BufferId, Module, PrimFunc, Scope, Stmt};
+use heron_ir::{DType, Tensor};
 
 use crate::extract::{BufferRef, Extracted};
 use crate::types::{Plan, PlanError, PoolInfo, PoolKind};
@@ -16,9 +17,40 @@ pub struct Rewritten {
     pub module: Module,
     pub pools: Vec<PoolInfo>,
     pub pool_sizes: Vec<u64>,
-    /// Initial contents of each constant pool (the constants at their offsets); `None` for
-    /// workspace pools.
-    pub images: Vec<Option<Vec<u8>>>,
+    /// Initial contents of each constant pool; `None` for workspace pools.
+    pub images: Vec<Option<PoolImage>>,
+}
+
+/// A constant pool's contents: its constants at their offsets, every one inside the pool
+/// (checked when the image is made). They are written straight into the memory that holds the
+/// pool: a large model's constants are copied once, not through an intermediate image.
+#[derive(Clone, Debug, Default)]
+pub struct PoolImage {
+    pub size: usize,
+    pub constants: Vec<(usize, Arc<Tensor>)>,
+}
+
+impl PoolImage {
+    /// Writes the constants into `dst` (the pool: at least `size` bytes, zeroed where no
+    /// constant lies).
+    pub fn write_into(&self, dst: &mut [u8]) {
+        for (offset, data) in &self.constants {
+            data.write_le_bytes(&mut dst[*offset..*offset + data.size_bytes()]);
+        }
+    }
+
+    /// The pool's bytes, `size` long, or an error when they do not fit in memory.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, PlanError> {
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(self.size).map_err(|_| PlanError::TooLarge {
+            buffer: "constant pool".into(),
+            size: self.size as u64,
+            why: "the constant pool's contents do not fit in memory".into(),
+        })?;
+        bytes.resize(self.size, 0);
+        self.write_into(&mut bytes);
+        Ok(bytes)
+    }
 }
 
 fn pool_param_name(f: &PrimFunc, pool: &str) -> String {
@@ -46,22 +78,14 @@ pub fn rewrite(module: &Module, problem: &Extracted, pools: &[PoolInfo], plan: &
     let implied_buffers: Vec<_> = implied.iter().map(|&i| problem.buffers[i].clone()).collect();
     crate::sweep::verify_live_ranges(&implied_buffers, pools, &implied_plan).map_err(invalid)?;
     let placed: HashMap<&BufferRef, usize> = problem.refs.iter().enumerate().map(|(i, r)| (r, i)).collect();
-    let mut images: Vec<Option<Vec<u8>>> = Vec::with_capacity(pools.len());
-    for (p, &size) in pools.iter().zip(&plan.pool_sizes) {
-        images.push(if p.kind == PoolKind::Constant {
-            let mut image = Vec::new();
-            let bytes = usize::try_from(size).unwrap_or(usize::MAX);
-            image.try_reserve_exact(bytes).map_err(|_| PlanError::TooLarge {
-                buffer: p.name.clone(),
-                size,
-                why: "the constant pool's contents do not fit in memory".into(),
-            })?;
-            image.resize(bytes, 0);
-            Some(image)
-        } else {
-            None
-        });
-    }
+    let mut images: Vec<Option<PoolImage>> = pools
+        .iter()
+        .zip(&plan.pool_sizes)
+        .map(|(p, &size)| {
+            (p.kind == PoolKind::Constant)
+                .then(|| PoolImage { size: usize::try_from(size).unwrap_or(usize::MAX), constants: Vec::new() })
+        })
+        .collect();
     let mut funcs = Vec::with_capacity(module.funcs.len());
     for f in &module.funcs {
         let mut f = f.clone();
@@ -92,10 +116,9 @@ pub fn rewrite(module: &Module, problem: &Extracted, pools: &[PoolInfo], plan: &
                 let i = placed[&BufferRef { func: name.clone(), buffer }];
                 let a = &plan.allocations[i];
                 if let (Stmt::AllocateConst { data, .. }, Some(image)) = (&s, images[a.pool].as_mut()) {
-                    let bytes = data.to_le_bytes();
                     let start = a.offset as usize;
-                    match image.get_mut(start..start + bytes.len()) {
-                        Some(dst) => dst.copy_from_slice(&bytes),
+                    match start.checked_add(data.size_bytes()).filter(|&end| end <= image.size) {
+                        Some(_) => image.constants.push((start, Arc::clone(data))),
                         None => {
                             failure = Some(PlanError::BadBuffer {
                                 buffer: problem.buffers[i].name.clone(),

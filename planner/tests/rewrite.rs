@@ -56,7 +56,10 @@ fn check_planned(g: &Graph, inputs: &[Tensor], pools: Vec<PoolInfo>, alg: &str) 
     let mut params: Vec<Option<Tensor>> = inputs.iter().cloned().map(Some).collect();
     params.extend(g.outputs.iter().map(|_| None));
     for image in &r.images {
-        params.push(image.clone().map(|bytes| Tensor::from_vec::<u8>(&[bytes.len()], bytes).unwrap()));
+        params.push(image.as_ref().map(|i| {
+            let bytes = i.to_bytes().unwrap();
+            Tensor::from_vec::<u8>(&[bytes.len()], bytes).unwrap()
+        }));
     }
     let got = run_params(&r.module, params).unwrap();
     for (k, w) in want.iter().enumerate() {

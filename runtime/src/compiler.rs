@@ -388,14 +388,22 @@ impl Compiler {
             .iter()
             .zip(&rewritten.pools)
             .zip(&pools)
-            .map(|((img, pool), layout)| match img.as_deref() {
-                _ if pipeline::is_device_pool(pool) => Ok(PoolMemory::Device(img.as_deref().map(Into::into))),
+            .map(|((img, pool), layout)| match img {
+                _ if pipeline::is_device_pool(pool) => {
+                    let bytes = img
+                        .as_ref()
+                        .map(|i| i.to_bytes())
+                        .transpose()
+                        .map_err(|e| RuntimeError::Compile(e.to_string()))?;
+                    Ok(PoolMemory::Device(bytes.map(Into::into)))
+                }
                 None => Ok(PoolMemory::PerWorkspace),
-                Some(b) => Ok(PoolMemory::Shared(Block::read_only_copy(
-                    b,
+                Some(image) => Ok(PoolMemory::Shared(Block::read_only_filled(
+                    image.size,
                     layout.block_align()?,
                     guard,
                     &format!("pool '{}'", pool.name),
+                    |dst| image.write_into(dst),
                 )?)),
             })
             .collect::<Result<_, RuntimeError>>()?;
@@ -490,7 +498,13 @@ fn aot_executable(library: AotLibrary, guard: GuardPages, threads: usize) -> Res
                 (PoolSource::User, PoolRole::Parameter) => {
                     let bytes = parameters.next().unwrap_or_default();
                     let align = layout.block_align()?;
-                    PoolMemory::Shared(Block::read_only_copy(&bytes, align, guard, &format!("pool '{}'", p.name))?)
+                    PoolMemory::Shared(Block::read_only_filled(
+                        bytes.len(),
+                        align,
+                        guard,
+                        &format!("pool '{}'", p.name),
+                        |dst| dst.copy_from_slice(&bytes),
+                    )?)
                 }
                 (PoolSource::User, _) => PoolMemory::PerWorkspace,
             })

@@ -51,6 +51,24 @@ impl fmt::Display for GuardPages {
     }
 }
 
+/// The size of a transparent huge page on x86-64 Linux; blocks at least this large get their
+/// own mapping.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks Linux to back bytes `start..start + len` of `mapping` with huge pages (advice only:
+/// without it, or elsewhere, the memory is the same, in small pages).
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(mapping: &region::Allocation, start: usize, len: usize) {
+    // SAFETY: the range lies inside the mapping (`start + len` <= its length), whose pages
+    // this process owns; MADV_HUGEPAGE changes no contents.
+    unsafe {
+        libc::madvise(mapping.as_ptr::<u8>().add(start).cast_mut().cast(), len, libc::MADV_HUGEPAGE);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_: &region::Allocation, _: usize, _: usize) {}
+
 /// The memory could not be had.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("out of memory: cannot allocate {bytes} bytes for {what}{}", .detail.as_ref().map_or(String::new(), |d| format!(" ({d})")))]
@@ -62,6 +80,8 @@ pub struct AllocError {
 
 enum Storage {
     Heap(Vec<u8>),
+    /// A large buffer's own mapping, in huge pages where the system allows.
+    Mapped(region::Allocation),
     /// The whole mapping: guard page, buffer pages, guard page.
     Guarded(region::Allocation),
 }
@@ -82,6 +102,7 @@ impl fmt::Debug for Block {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self.storage {
             Storage::Heap(_) => "heap",
+            Storage::Mapped(_) => "mapped",
             Storage::Guarded(_) => "guarded",
         };
         write!(f, "Block({kind}, {} bytes)", self.len)
@@ -95,6 +116,19 @@ impl Block {
         let fail = |detail: Option<String>| AllocError { what: what.to_string(), bytes: len, detail };
         let align = align.max(1);
         match guard {
+            GuardPages::Off if len >= HUGE_PAGE => {
+                // Its own mapping, aligned to a huge page and marked for huge pages: a model's
+                // constants and activations span many megabytes, which 4 KiB pages make cost
+                // a fault per page to fill and a TLB miss per page to read (Linux maps huge
+                // pages where `transparent_hugepage` is `always` or `madvise`).
+                let total = len.checked_add(HUGE_PAGE.max(align)).ok_or_else(|| fail(None))?;
+                let mapping =
+                    region::alloc(total, region::Protection::READ_WRITE).map_err(|e| fail(Some(e.to_string())))?;
+                let base = mapping.as_ptr::<u8>() as usize;
+                let start = base.next_multiple_of(HUGE_PAGE.max(align)) - base;
+                advise_huge_pages(&mapping, start, len);
+                Ok(Block { storage: Storage::Mapped(mapping), start, len })
+            }
             GuardPages::Off => {
                 let total = len.checked_add(align).ok_or_else(|| fail(None))?;
                 let mut storage = Vec::new();
@@ -124,17 +158,23 @@ impl Block {
         }
     }
 
-    /// A copy of `bytes` in the same kind of memory; read-only when guarded, so a stray write
-    /// faults too.
-    pub fn read_only_copy(bytes: &[u8], align: usize, guard: GuardPages, what: &str) -> Result<Block, AllocError> {
-        let mut block = Block::zeroed(bytes.len(), align, guard, what)?;
-        block.bytes_mut().copy_from_slice(bytes);
+    /// `len` bytes `fill` writes into zeroed memory, as [`Block::zeroed`] places them; then
+    /// read-only when guarded, so a stray write faults too.
+    pub fn read_only_filled(
+        len: usize,
+        align: usize,
+        guard: GuardPages,
+        what: &str,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Block, AllocError> {
+        let mut block = Block::zeroed(len, align, guard, what)?;
+        fill(block.bytes_mut());
         if let Storage::Guarded(mapping) = &block.storage {
             let page = region::page::size();
             let base = mapping.as_ptr::<u8>();
             // SAFETY: the buffer's pages, inside the mapping (as made writable above).
             unsafe { region::protect(base.add(page), mapping.len() - 2 * page, region::Protection::READ) }
-                .map_err(|e| AllocError { what: what.to_string(), bytes: bytes.len(), detail: Some(e.to_string()) })?;
+                .map_err(|e| AllocError { what: what.to_string(), bytes: len, detail: Some(e.to_string()) })?;
         }
         Ok(block)
     }
@@ -152,7 +192,9 @@ impl Block {
             Storage::Heap(v) => &v[self.start..self.start + self.len],
             // SAFETY: `start..start + len` lies in the mapping's readable pages, which live as
             // long as `self`; the shared borrow of `self` rules out writers.
-            Storage::Guarded(m) => unsafe { std::slice::from_raw_parts(m.as_ptr::<u8>().add(self.start), self.len) },
+            Storage::Guarded(m) | Storage::Mapped(m) => unsafe {
+                std::slice::from_raw_parts(m.as_ptr::<u8>().add(self.start), self.len)
+            },
         }
     }
 
@@ -160,9 +202,9 @@ impl Block {
         match &mut self.storage {
             Storage::Heap(v) => &mut v[self.start..self.start + self.len],
             // SAFETY: as in `bytes`, with the exclusive borrow of `self`; only blocks made by
-            // `zeroed` (read-write pages) are ever borrowed mutably: `read_only_copy` blocks
-            // are only shared.
-            Storage::Guarded(m) => unsafe {
+            // `zeroed` (read-write pages) are ever borrowed mutably: `read_only_filled` blocks
+            // are only shared once filled.
+            Storage::Guarded(m) | Storage::Mapped(m) => unsafe {
                 std::slice::from_raw_parts_mut(m.as_mut_ptr::<u8>().add(self.start), self.len)
             },
         }
@@ -176,7 +218,8 @@ mod tests {
     #[test]
     fn blocks_are_zeroed_aligned_and_sized() {
         for guard in [GuardPages::Off, GuardPages::End, GuardPages::Start] {
-            for len in [0, 1, 63, 4096, 10_000] {
+            // Past 2 MiB an unguarded block is its own huge-page mapping.
+            for len in [0, 1, 63, 4096, 10_000, 3 << 20] {
                 let mut b = Block::zeroed(len, 64, guard, "test").unwrap();
                 assert_eq!(b.len(), len);
                 assert!(b.bytes().iter().all(|&x| x == 0));
@@ -190,6 +233,17 @@ mod tests {
         assert_eq!(end % page, 0, "an end-flush block ends at a page boundary");
         let b = Block::zeroed(100, 64, GuardPages::Start, "test").unwrap();
         assert_eq!(b.bytes().as_ptr() as usize % page, 0, "a start-flush block starts at a page boundary");
+    }
+
+    #[test]
+    fn read_only_blocks_hold_what_was_written() {
+        for guard in [GuardPages::Off, GuardPages::End, GuardPages::Start] {
+            for len in [5, 3 << 20] {
+                let b = Block::read_only_filled(len, 64, guard, "test", |dst| dst[len - 1] = 9).unwrap();
+                assert_eq!(b.bytes()[len - 1], 9);
+                assert!(b.bytes()[..len - 1].iter().all(|&x| x == 0));
+            }
+        }
     }
 
     #[test]

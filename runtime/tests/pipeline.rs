@@ -54,7 +54,7 @@ fn run_from_text(name: &str, model: &Model, input: &Tensor) -> Vec<Tensor> {
         .images
         .iter()
         .zip(&planned.pool_sizes)
-        .map(|(image, &size)| image.clone().unwrap_or_else(|| vec![0u8; size as usize]))
+        .map(|(image, &size)| image.as_ref().map_or_else(|| vec![0u8; size as usize], |i| i.to_bytes().expect("image")))
         .collect();
     let args = std::iter::once(JitArg::Read(&input_bytes))
         .chain(out_bytes.iter_mut().map(|b| JitArg::Write(b)))
