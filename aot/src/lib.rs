@@ -144,6 +144,27 @@ pub struct Artifacts {
 }
 
 impl Artifacts {
+    /// The command that links a C program `prog.c` with the object written into `dir`: libm
+    /// alone for generated code; with routines (kernels, VTA), the static library whose run
+    /// context provides them.
+    pub fn link_line(&self, dir: &Path) -> String {
+        let object = dir.join(format!("{}.o", self.metadata.name));
+        match self.context_library() {
+            None => format!("cc prog.c {} -lm", object.display()),
+            Some((_, library)) => format!("cc prog.c {} {library} -lpthread -ldl -lm", object.display()),
+        }
+    }
+
+    /// The function that makes the run context and the static library that carries it, when the
+    /// object calls routines through one.
+    pub fn context_library(&self) -> Option<(&'static str, &'static str)> {
+        match (self.metadata.routines.is_empty(), self.metadata.device_slots > 0) {
+            (true, _) => None,
+            (false, true) => Some(("heron_vta_context", "libheron_vta.a")),
+            (false, false) => Some(("heron_threads_context", "libheron_threads.a")),
+        }
+    }
+
     /// Writes `NAME.o`, `NAME.h`, `NAME.json` and `NAME.<pool>.params` into `dir` (created if
     /// missing).
     pub fn write(&self, dir: &Path) -> Result<(), AotError> {

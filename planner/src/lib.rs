@@ -20,7 +20,7 @@ pub mod sweep;
 pub mod types;
 pub mod verify;
 
-pub use algorithms::{Algorithm, algorithm, registry};
+pub use algorithms::{Algorithm, AlgorithmKind, algorithm, registry};
 pub use problem::PoolProblem;
 pub use types::{
     Access, Budget, BufferInfo, MAX_ALIGNMENT, MAX_POOL_BYTES, Plan, PlanError, PoolAllocation, PoolInfo, PoolKind,
@@ -42,11 +42,11 @@ pub struct PlannedModule {
 pub fn plan_module(
     module: &heron_ir::loop_ir::Module,
     pools: &[PoolInfo],
-    algorithm_name: &str,
+    algorithm: AlgorithmKind,
     budget: &Budget,
 ) -> Result<PlannedModule, PlanError> {
     let problem = extract::extract_for_pools(module, pools)?;
-    let plan = plan_extracted(&problem, pools, algorithm(algorithm_name)?.as_ref(), budget)?;
+    let plan = plan_extracted(&problem, pools, algorithm.algorithm().as_ref(), budget)?;
     let rewritten = rewrite::rewrite(module, &problem, pools, &plan)?;
     heron_ir::loop_ir::verify::verify_module(&rewritten.module).map_err(|e| PlanError::Invalid(e.to_string()))?;
     Ok(PlannedModule { rewritten, problem, plan })

@@ -290,7 +290,7 @@ func @main(%x: f32[4], %z: f32[4]) {
     fn buffers_go_only_to_pools_their_targets_reach() {
         let m = parse_module(TEXT).unwrap();
         let pools = [pool("vta_only", &[("vta", Access::ReadWrite)]), pool("host", &[("cpu", Access::ReadWrite)])];
-        let planned = plan_module(&m, &pools, "auto", &Budget::work(10_000_000)).unwrap();
+        let planned = plan_module(&m, &pools, heron_planner::AlgorithmKind::Auto, &Budget::work(10_000_000)).unwrap();
         assert_eq!(planned.problem.targets[0], vec!["cpu".to_string()]);
         assert_eq!(planned.problem.buffers[0].pool_candidates, vec!["host".to_string()]);
         assert_eq!(planned.plan.allocations[0].pool, 1, "placed in the pool the CPU can write");
@@ -301,7 +301,7 @@ func @main(%x: f32[4], %z: f32[4]) {
         let m = parse_module(TEXT).unwrap();
         for targets in [&[("vta", Access::ReadWrite)][..], &[("cpu", Access::ReadOnly)][..]] {
             let pools = [pool("p", targets)];
-            let err = plan_module(&m, &pools, "auto", &Budget::work(10_000_000)).map(|_| ()).unwrap_err();
+            let err = plan_module(&m, &pools, heron_planner::AlgorithmKind::Auto, &Budget::work(10_000_000)).map(|_| ()).unwrap_err();
             assert!(matches!(err, PlanError::NoPoolForTargets { .. }), "{err}");
             assert!(err.to_string().contains("buffer 't' is written by target(s) cpu"), "{err}");
         }

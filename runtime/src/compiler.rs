@@ -18,7 +18,7 @@ use heron_jit::kernels::KernelConfig;
 use heron_jit::routines::{Routine, RoutineParam, RoutineSignature};
 use heron_jit::threads::ThreadPool;
 use heron_jit::{CodegenOptions, JitArg, JitModule, JitOptions};
-use heron_planner::{Budget, PlannedModule, PoolInfo, PoolKind};
+use heron_planner::{AlgorithmKind, Budget, PlannedModule, PoolInfo, PoolKind};
 use heron_vta::HwConfig;
 use heron_vta::region::{RegionCall, Session};
 use heron_vta::sim::Profile;
@@ -42,12 +42,14 @@ pub enum Engine {
 /// Compiler settings.
 #[derive(Clone, Debug)]
 pub struct CompileOptions {
+    /// How the compiled model runs.
     pub engine: Engine,
+    /// Cranelift's optimization level.
     pub opt_level: OptLevel,
     /// Emit loops marked vectorized with SIMD.
     pub vectorize: bool,
-    /// Planning algorithm (see `heron_planner::registry`).
-    pub planner: String,
+    /// The planning algorithm.
+    pub planner: AlgorithmKind,
     /// Planning work budget in work units (see `heron_planner::Budget`): plans, and so the
     /// compiled code, are the same on every run and machine.
     pub planner_work: u64,
@@ -85,7 +87,7 @@ impl Default for CompileOptions {
             engine: Engine::Jit,
             opt_level: OptLevel::default(),
             vectorize: true,
-            planner: "auto".into(),
+            planner: AlgorithmKind::Auto,
             planner_work: Budget::DEFAULT_WORK,
             planner_time_limit_ms: None,
             pools: Vec::new(),
@@ -127,8 +129,11 @@ const ALIGN: usize = 64;
 /// A memory pool as the compiled code sees it.
 #[derive(Clone, Debug)]
 pub struct PoolLayout {
+    /// The pool's name (`workspace`, `constants`, or one the options gave).
     pub name: String,
+    /// Workspace (activations and scratch) or constants.
     pub kind: PoolKind,
+    /// Its planned size.
     pub size_bytes: u64,
     /// The alignment the compiled code assumes for the pool's base.
     pub alignment: u64,
@@ -154,8 +159,11 @@ impl PoolLayout {
 /// What compiling took.
 #[derive(Clone, Debug)]
 pub struct CompileStats {
+    /// The whole compile, from model to runnable code.
     pub total: Duration,
+    /// Memory planning.
     pub planning: Duration,
+    /// Cranelift code generation (and linking, for the AOT engine).
     pub codegen: Duration,
 }
 
@@ -261,7 +269,7 @@ impl CompileOptions {
         PipelineOptions {
             limits: self.limits,
             pools: self.pools.clone(),
-            planner: self.planner.clone(),
+            planner: self.planner,
             planner_work: self.planner_work,
             planner_time_limit_ms: self.planner_time_limit_ms,
             vta: self.vta,
@@ -286,10 +294,12 @@ fn vta_routine() -> Routine {
 }
 
 impl Compiler {
+    /// A compiler with these options.
     pub fn new(options: CompileOptions) -> Compiler {
         Compiler { options }
     }
 
+    /// Its options.
     pub fn options(&self) -> &CompileOptions {
         &self.options
     }
@@ -318,6 +328,8 @@ impl Compiler {
         Ok(Planned { planned, workspace, planning })
     }
 
+    /// Compiles `model` for in-process runs: lowers, plans and generates code (or prepares
+    /// the interpreter, as the options' engine says).
     pub fn compile(&self, model: &Model) -> Result<CompiledModel, RuntimeError> {
         let start = Instant::now();
         let (inputs, outputs) = (model.inputs(), model.outputs());
@@ -517,9 +529,9 @@ impl Model {
     /// Loads a model compiled ahead of time into `dir` by `heron compile` (or
     /// [`Compiler::compile_aot`]): links `NAME.o` into a shared library if needed, loads it and
     /// its parameter blobs, and runs it through the same API as the JIT.
-    pub fn load_aot(dir: &Path) -> Result<CompiledModel, RuntimeError> {
+    pub fn load_aot(dir: impl AsRef<Path>) -> Result<CompiledModel, RuntimeError> {
         let start = Instant::now();
-        let library = AotLibrary::open(dir)?;
+        let library = AotLibrary::open(dir.as_ref())?;
         let meta = library.metadata();
         let info = |t: &heron_aot::metadata::TensorMeta| {
             let dtype = t.dtype().ok_or_else(|| RuntimeError::Compile(format!("unknown dtype '{}'", t.dtype)))?;
@@ -535,18 +547,22 @@ impl Model {
 }
 
 impl CompiledModel {
+    /// The model's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The inputs, in order.
     pub fn inputs(&self) -> &[TensorInfo] {
         &self.inputs
     }
 
+    /// The outputs, in order.
     pub fn outputs(&self) -> &[TensorInfo] {
         &self.outputs
     }
 
+    /// How it runs.
     pub fn engine(&self) -> Engine {
         match &self.backend {
             Backend::Interpreter(_) => Engine::Interpreter,
@@ -557,6 +573,7 @@ impl CompiledModel {
         }
     }
 
+    /// What compiling took.
     pub fn stats(&self) -> &CompileStats {
         &self.stats
     }
@@ -636,6 +653,23 @@ impl CompiledModel {
             threads,
             vta,
         })
+    }
+
+    /// Orders inputs given by name (or by position when the name is `None`) to match the
+    /// model's inputs, checking count, names, dtypes and shapes.
+    pub fn bind_inputs(&self, given: Vec<(Option<String>, Tensor)>) -> Result<Vec<Tensor>, RuntimeError> {
+        crate::model::bind_inputs(&self.inputs, given)
+    }
+
+    /// Runs the model on inputs given by name or position (as [`CompiledModel::bind_inputs`]
+    /// takes them) and returns the outputs with their names, in the model's output order.
+    pub fn run_named(
+        &self,
+        ws: &mut Workspace,
+        given: Vec<(Option<String>, Tensor)>,
+    ) -> Result<Vec<(String, Tensor)>, RuntimeError> {
+        let outputs = self.run_with(ws, &self.bind_inputs(given)?)?;
+        Ok(self.outputs.iter().map(|o| o.name.clone()).zip(outputs).collect())
     }
 
     /// Runs the model on `inputs` (in model order) with a fresh workspace.

@@ -73,8 +73,11 @@ fn advise_huge_pages(_: &region::Allocation, _: usize, _: usize) {}
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("out of memory: cannot allocate {bytes} bytes for {what}{}", .detail.as_ref().map_or(String::new(), |d| format!(" ({d})")))]
 pub struct AllocError {
+    /// What the memory was for.
     pub what: String,
+    /// How much was asked for.
     pub bytes: usize,
+    /// The system's reason, when it gave one.
     pub detail: Option<String>,
 }
 
@@ -179,14 +182,17 @@ impl Block {
         Ok(block)
     }
 
+    /// Its size in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether it holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Its bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.storage {
             Storage::Heap(v) => &v[self.start..self.start + self.len],
@@ -198,6 +204,7 @@ impl Block {
         }
     }
 
+    /// Its bytes, to write.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         match &mut self.storage {
             Storage::Heap(v) => &mut v[self.start..self.start + self.len],

@@ -9,41 +9,86 @@ use heron_ir::{Graph, Tensor, TensorType, VerifyErrors, verify};
 
 use crate::builtin::{BUILTIN_NAME, builtin_model};
 
+/// Everything that can go wrong loading, compiling or running a model; each prints as a
+/// sentence that says what and where.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// The ONNX file could not be read or imported.
     #[error(transparent)]
     Import(#[from] ImportError),
+    /// The graph failed verification.
     #[error(transparent)]
     Invalid(#[from] VerifyErrors),
+    /// The reference interpreter failed.
     #[error(transparent)]
     Run(#[from] InterpError),
-    #[error("the model takes {expected} inputs ({names}), got {got}")]
-    InputCount { expected: usize, got: usize, names: String },
+    /// The wrong number of inputs was given.
+    #[error("the model takes {expected} {}, got {got} ({names})", plural(*expected, "input"))]
+    InputCount {
+        /// Inputs the model takes.
+        expected: usize,
+        /// Inputs given.
+        got: usize,
+        /// The model's inputs, `name: type`.
+        names: String,
+    },
+    /// An input was given by a name the model does not have.
     #[error("the model has no input named '{name}' (inputs: {names})")]
-    UnknownInput { name: String, names: String },
+    UnknownInput {
+        /// The name given.
+        name: String,
+        /// The model's inputs, `name: type`.
+        names: String,
+    },
+    /// An input was given twice by name.
     #[error("input '{0}' is given twice")]
     DuplicateInput(String),
+    /// An input has the wrong dtype or shape.
     #[error("input '{name}' must be {expected}, got {got}")]
-    InputType { name: String, expected: TensorType, got: TensorType },
+    InputType {
+        /// The input's name.
+        name: String,
+        /// What the model takes.
+        expected: TensorType,
+        /// What was given.
+        got: TensorType,
+    },
+    /// Lowering the graph to loop IR failed.
     #[error(transparent)]
     Lower(#[from] heron_ir::lower::LowerError),
+    /// Memory planning failed.
     #[error(transparent)]
     Plan(#[from] heron_planner::PlanError),
+    /// Code generation failed.
     #[error(transparent)]
     Codegen(#[from] heron_jit::CodegenError),
+    /// Generated code reported an error while running.
     #[error(transparent)]
     Execute(#[from] heron_jit::JitRunError),
+    /// Compiling failed for another reason (the message says which).
     #[error("compile: {0}")]
     Compile(String),
+    /// An `.npy` file could not be read or written.
+    #[error(transparent)]
+    Npy(#[from] heron_ir::npy::NpyError),
+    /// A [`crate::Workspace`] was used with a model it was not made for.
     #[error("the workspace was made for another model")]
     ForeignWorkspace,
+    /// Ahead-of-time compilation, linking or loading failed.
     #[error(transparent)]
     Aot(#[from] heron_aot::AotError),
+    /// Memory for pools or staging could not be had.
     #[error(transparent)]
     Memory(#[from] crate::memory::AllocError),
-    /// (Not a `source`: the message holds the VTA error already.)
+    /// The VTA device or its compiler failed. (Not a `source`: the message holds the VTA
+    /// error already.)
     #[error("VTA: {0}")]
     Vta(heron_vta::VtaError),
+}
+
+/// `n thing` or `n things`.
+fn plural(n: usize, thing: &str) -> String {
+    if n == 1 { thing.to_string() } else { format!("{thing}s") }
 }
 
 impl From<heron_vta::VtaError> for RuntimeError {
@@ -55,7 +100,9 @@ impl From<heron_vta::VtaError> for RuntimeError {
 /// A named tensor slot of a model: an input or an output.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
+    /// The graph's name for it.
     pub name: String,
+    /// Its dtype and shape.
     pub ty: TensorType,
 }
 
@@ -68,12 +115,14 @@ pub struct Model {
 
 impl Model {
     /// Imports an ONNX file.
-    pub fn load(path: &Path) -> Result<Model, RuntimeError> {
+    pub fn load(path: impl AsRef<Path>) -> Result<Model, RuntimeError> {
         Model::load_with(path, &ImportOptions::default())
     }
 
-    /// Imports an ONNX file, with values supplied for shape-deciding inputs.
-    pub fn load_with(path: &Path, options: &ImportOptions) -> Result<Model, RuntimeError> {
+    /// Imports an ONNX file with import options: shapes for inputs with symbolic dimensions,
+    /// values for shape-deciding inputs, size limits.
+    pub fn load_with(path: impl AsRef<Path>, options: &ImportOptions) -> Result<Model, RuntimeError> {
+        let path = path.as_ref();
         let graph = load_model(path, options)?;
         let name = path.file_stem().map_or("model".into(), |s| s.to_string_lossy().into_owned());
         Model::from_graph(name, graph)
@@ -91,18 +140,22 @@ impl Model {
         Model::from_graph(BUILTIN_NAME, graph).expect("the built-in model verifies")
     }
 
+    /// The model's name (an ONNX file's stem).
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The verified graph.
     pub fn graph(&self) -> &Graph {
         &self.graph
     }
 
+    /// The inputs, in order.
     pub fn inputs(&self) -> Vec<TensorInfo> {
         self.infos(&self.graph.inputs)
     }
 
+    /// The outputs, in order.
     pub fn outputs(&self) -> Vec<TensorInfo> {
         self.infos(&self.graph.outputs)
     }
@@ -113,44 +166,10 @@ impl Model {
             .collect()
     }
 
-    fn input_names(&self) -> String {
-        input_names(&self.inputs())
-    }
-
     /// Orders inputs given by name (or by position when the name is `None`) to match the
     /// model's input list, checking count, names, dtypes and shapes.
     pub fn bind_inputs(&self, given: Vec<(Option<String>, Tensor)>) -> Result<Vec<Tensor>, RuntimeError> {
-        let infos = self.inputs();
-        if given.len() != infos.len() {
-            return Err(RuntimeError::InputCount {
-                expected: infos.len(),
-                got: given.len(),
-                names: self.input_names(),
-            });
-        }
-        let mut slots: Vec<Option<Tensor>> = vec![None; infos.len()];
-        let mut positional = Vec::new();
-        for (name, t) in given {
-            match name {
-                None => positional.push(t),
-                Some(n) => {
-                    let i = infos
-                        .iter()
-                        .position(|info| info.name == n)
-                        .ok_or_else(|| RuntimeError::UnknownInput { name: n.clone(), names: self.input_names() })?;
-                    if slots[i].replace(t).is_some() {
-                        return Err(RuntimeError::DuplicateInput(n));
-                    }
-                }
-            }
-        }
-        let mut positional = positional.into_iter();
-        for slot in slots.iter_mut().filter(|s| s.is_none()) {
-            *slot = positional.next();
-        }
-        let bound: Vec<Tensor> = slots.into_iter().map(|s| s.expect("counts checked")).collect();
-        self.check_inputs(&bound)?;
-        Ok(bound)
+        bind_inputs(&self.inputs(), given)
     }
 
     /// Checks that `inputs` match the model's inputs in count, dtype and shape.
@@ -163,6 +182,44 @@ impl Model {
         self.check_inputs(inputs)?;
         Ok(interp::run(&self.graph, inputs)?)
     }
+}
+
+/// Orders inputs given by name (or by position when the name is `None`) to match `infos`,
+/// checking count, names, dtypes and shapes.
+pub(crate) fn bind_inputs(
+    infos: &[TensorInfo],
+    given: Vec<(Option<String>, Tensor)>,
+) -> Result<Vec<Tensor>, RuntimeError> {
+        if given.len() != infos.len() {
+            return Err(RuntimeError::InputCount {
+                expected: infos.len(),
+                got: given.len(),
+                names: input_names(infos),
+            });
+        }
+        let mut slots: Vec<Option<Tensor>> = vec![None; infos.len()];
+        let mut positional = Vec::new();
+        for (name, t) in given {
+            match name {
+                None => positional.push(t),
+                Some(n) => {
+                    let i = infos
+                        .iter()
+                        .position(|info| info.name == n)
+                        .ok_or_else(|| RuntimeError::UnknownInput { name: n.clone(), names: input_names(infos) })?;
+                    if slots[i].replace(t).is_some() {
+                        return Err(RuntimeError::DuplicateInput(n));
+                    }
+                }
+            }
+        }
+        let mut positional = positional.into_iter();
+        for slot in slots.iter_mut().filter(|s| s.is_none()) {
+            *slot = positional.next();
+        }
+        let bound: Vec<Tensor> = slots.into_iter().map(|s| s.expect("counts checked")).collect();
+        check_inputs(infos, &bound)?;
+        Ok(bound)
 }
 
 /// The inputs as `name: type`, the first few of a long list (an error line stays readable).

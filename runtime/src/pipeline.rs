@@ -53,7 +53,7 @@ pub struct PipelineOptions {
     /// constant pool.
     pub pools: Vec<PoolInfo>,
     /// Planning algorithm (see `heron_planner::registry`).
-    pub planner: String,
+    pub planner: heron_planner::AlgorithmKind,
     /// Planning work budget in work units (see `heron_planner::Budget`): plans, and so the
     /// compiled code, are the same on every run and machine.
     pub planner_work: u64,
@@ -73,7 +73,7 @@ impl Default for PipelineOptions {
         PipelineOptions {
             limits: Limits::DEFAULT,
             pools: Vec::new(),
-            planner: "auto".into(),
+            planner: heron_planner::AlgorithmKind::Auto,
             planner_work: Budget::DEFAULT_WORK,
             planner_time_limit_ms: None,
             vta: None,
@@ -84,7 +84,9 @@ impl Default for PipelineOptions {
 
 /// The pools VTA regions use: activations they touch and their constants (weights, biases,
 /// programs) live in memory both the CPU and the device reach, aligned to VTA's largest element.
+/// This one holds the activations.
 pub const VTA_WORKSPACE_POOL: &str = "vta_workspace";
+/// The VTA regions' constants (see [`VTA_WORKSPACE_POOL`]).
 pub const VTA_CONSTANT_POOL: &str = "vta_constants";
 
 /// Whether `pool` is device memory (the executor allocates it through the VTA session).
@@ -111,7 +113,9 @@ fn vta_pools(config: &HwConfig) -> [PoolInfo; 2] {
 
 /// A planned module and what planning took.
 pub struct Planned {
+    /// The module with every buffer at its pool offset, and the plan.
     pub planned: PlannedModule,
+    /// How long planning took.
     pub planning: Duration,
 }
 
@@ -129,6 +133,7 @@ impl Pipeline {
         Pipeline { options, targets: vec![Box::new(cpu)] }
     }
 
+    /// What its stages read.
     pub fn options(&self) -> &PipelineOptions {
         &self.options
     }
@@ -204,7 +209,7 @@ impl Pipeline {
     pub fn plan(&self, flat: &Module) -> Result<Planned, RuntimeError> {
         let start = Instant::now();
         let budget = Budget::new(self.options.planner_work, self.options.planner_time_limit_ms);
-        let planned = heron_planner::plan_module(flat, &self.pools(), &self.options.planner, &budget)?;
+        let planned = heron_planner::plan_module(flat, &self.pools(), self.options.planner, &budget)?;
         let planning = start.elapsed();
         let rewritten = &planned.rewritten;
         let workspace_bytes = rewritten

@@ -51,8 +51,11 @@ pub fn hw_config_from_json(text: &str) -> Result<HwConfig, RuntimeError> {
 /// spans between them (the CPU code that ran there, in graph order).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RegionTime {
+    /// The region's name, as `heron run --stats` reports it.
     pub name: String,
+    /// `vta` or `cpu`.
     pub target: &'static str,
+    /// Wall time of the region in milliseconds.
     pub time_ms: f64,
     /// Time inside the device's run (VTA regions).
     pub device_ms: f64,

@@ -41,21 +41,71 @@ impl Algorithm for Auto {
     }
 }
 
-/// Every algorithm, by name.
+/// A planning algorithm, as options and command lines name it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum AlgorithmKind {
+    /// [`Auto`]: the default.
+    #[default]
+    Auto,
+    GreedyBySize,
+    GreedyByConflicts,
+    HillClimb,
+    BestFit,
+    Exact,
+}
+
+impl AlgorithmKind {
+    /// Every algorithm, the default first.
+    pub const ALL: [AlgorithmKind; 6] = [
+        AlgorithmKind::Auto,
+        AlgorithmKind::GreedyBySize,
+        AlgorithmKind::GreedyByConflicts,
+        AlgorithmKind::HillClimb,
+        AlgorithmKind::BestFit,
+        AlgorithmKind::Exact,
+    ];
+
+    /// The algorithm itself.
+    pub fn algorithm(self) -> Box<dyn Algorithm> {
+        match self {
+            AlgorithmKind::Auto => Box::new(Auto),
+            AlgorithmKind::GreedyBySize => Box::new(greedy::GreedyBySize),
+            AlgorithmKind::GreedyByConflicts => Box::new(greedy::GreedyByConflicts),
+            AlgorithmKind::HillClimb => Box::new(hill_climb::HillClimb),
+            AlgorithmKind::BestFit => Box::new(best_fit::BestFit),
+            AlgorithmKind::Exact => Box::new(exact::Exact),
+        }
+    }
+
+    /// Its name (`auto`, `greedy_by_size`, ...).
+    pub fn name(self) -> &'static str {
+        self.algorithm().name()
+    }
+}
+
+impl std::fmt::Display for AlgorithmKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for AlgorithmKind {
+    type Err = PlanError;
+
+    fn from_str(name: &str) -> Result<AlgorithmKind, PlanError> {
+        AlgorithmKind::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| PlanError::UnknownAlgorithm {
+            name: name.into(),
+            known: AlgorithmKind::ALL.map(AlgorithmKind::name).join(", "),
+        })
+    }
+}
+
+/// Every algorithm, the default first.
 pub fn registry() -> Vec<Box<dyn Algorithm>> {
-    vec![
-        Box::new(Auto),
-        Box::new(greedy::GreedyBySize),
-        Box::new(greedy::GreedyByConflicts),
-        Box::new(hill_climb::HillClimb),
-        Box::new(best_fit::BestFit),
-        Box::new(exact::Exact),
-    ]
+    AlgorithmKind::ALL.into_iter().map(AlgorithmKind::algorithm).collect()
 }
 
 /// The algorithm called `name`.
 pub fn algorithm(name: &str) -> Result<Box<dyn Algorithm>, PlanError> {
-    let all = registry();
-    let known = all.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
-    all.into_iter().find(|a| a.name() == name).ok_or(PlanError::UnknownAlgorithm { name: name.into(), known })
+    Ok(name.parse::<AlgorithmKind>()?.algorithm())
 }

@@ -9,7 +9,7 @@ use heron_ir::npy::read_npy;
 fn shared() -> PathBuf {
     std::env::var("HERON_SHARED")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
 }
 
 fn heron(args: &[&str]) -> String {

@@ -15,7 +15,7 @@ use prost::Message;
 fn shared() -> PathBuf {
     std::env::var("HERON_SHARED")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
 }
 
 fn mlp() -> PathBuf {

@@ -14,7 +14,7 @@ use std::time::Instant;
 fn shared() -> PathBuf {
     std::env::var("HERON_SHARED")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
 }
 
 /// A fresh directory, removed when the value drops.

@@ -128,7 +128,7 @@ fn cli_takes_the_batch_from_the_input_or_from_flags() {
 /// the last row padded) against ONNX Runtime's outputs.
 #[test]
 fn transformers_with_symbolic_batch_and_sequence() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/dynamic");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/dynamic");
     for name in ["bert_dyn", "gpt2_dyn"] {
         let model =
             DynamicModel::load(dir.join(format!("{name}.onnx")), ImportOptions::default(), CompileOptions::default())

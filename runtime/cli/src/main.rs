@@ -17,6 +17,7 @@ use heron_ir::quantize::{Calibration, QuantizeOptions, ScaleKind, quantize_model
 use heron_ir::stats::graph_stats;
 use heron_runtime::builtin::builtin_input;
 use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage as PipelineStage};
+use heron_planner::AlgorithmKind;
 use heron_runtime::{CompileOptions, CompiledModel, Compiler, GuardPages, Limits, Model};
 
 #[derive(Parser)]
@@ -243,6 +244,10 @@ fn parse_dim(s: &str) -> Result<(String, usize), String> {
     Ok((name.to_string(), n.trim().parse().map_err(|_| bad())?))
 }
 
+fn parse_algorithm(s: &str) -> Result<AlgorithmKind, String> {
+    s.parse().map_err(|e: heron_planner::PlanError| e.to_string())
+}
+
 fn parse_guard_pages(s: &str) -> Result<GuardPages, String> {
     GuardPages::parse(s).ok_or_else(|| format!("unknown guard-page mode '{s}' (off, end, start)"))
 }
@@ -322,8 +327,8 @@ enum Command {
         #[arg(long, requires = "kernels")]
         threads: Option<usize>,
         /// Planning algorithm (see `heron plan`).
-        #[arg(long, default_value = "auto")]
-        algorithm: String,
+        #[arg(long, default_value = "auto", value_parser = parse_algorithm)]
+        algorithm: AlgorithmKind,
         #[command(flatten)]
         effort: EffortFlags,
         /// `--target vta`: the object runs its int8 regions through libheron_vta.a's sessions
@@ -400,8 +405,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         svg: Option<PathBuf>,
         /// Planning algorithm (auto, greedy_by_size, greedy_by_conflicts, hill_climb, best_fit, exact).
-        #[arg(long, default_value = "auto")]
-        algorithm: String,
+        #[arg(long, default_value = "auto", value_parser = parse_algorithm)]
+        algorithm: AlgorithmKind,
         #[command(flatten)]
         effort: EffortFlags,
         #[command(flatten)]
@@ -549,7 +554,7 @@ fn main() -> ExitCode {
             quantize(&model, &output, &calibration, &options)
         }
         Command::Plan { model, buffers, pools, svg, algorithm, effort, limits } => match (model, buffers) {
-            (_, Some(buffers)) => plan_buffers(&buffers, &algorithm, &effort.budget(heron_planner::Budget::PLAN_WORK)),
+            (_, Some(buffers)) => plan_buffers(&buffers, algorithm, &effort.budget(heron_planner::Budget::PLAN_WORK)),
             (Some(model), None) => {
                 let opts = PlanOptions { pools, svg, algorithm, effort, limits };
                 plan_model(&model, &opts)
@@ -766,9 +771,9 @@ fn lower(path: &Path, stage: Stage, full_constants: bool, target: &TargetFlags, 
     Ok(())
 }
 
-fn plan_buffers(path: &Path, algorithm: &str, budget: &heron_planner::Budget) -> Result<()> {
+fn plan_buffers(path: &Path, algorithm: AlgorithmKind, budget: &heron_planner::Budget) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let plan = heron_planner::json::plan_json(&text, algorithm, budget)?;
+    let plan = heron_planner::json::plan_json(&text, algorithm.name(), budget)?;
     println!("{}", serde_json::to_string(&plan)?);
     Ok(())
 }
@@ -776,7 +781,7 @@ fn plan_buffers(path: &Path, algorithm: &str, budget: &heron_planner::Budget) ->
 struct PlanOptions {
     pools: PoolFlags,
     svg: Option<PathBuf>,
-    algorithm: String,
+    algorithm: AlgorithmKind,
     effort: EffortFlags,
     limits: LimitFlags,
 }
@@ -785,7 +790,7 @@ fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
     let module = lowered(path, Stage::Flat, None, &opts.limits)?;
     let pools = opts.pools.pools()?;
     let problem = heron_planner::extract::extract_for_pools(&module, &pools)?;
-    let alg = heron_planner::algorithm(&opts.algorithm)?;
+    let alg = opts.algorithm.algorithm();
     let budget = opts.effort.budget(heron_planner::Budget::DEFAULT_WORK);
     let plan = heron_planner::plan_extracted(&problem, &pools, alg.as_ref(), &budget)?;
     println!("memory plan of {} ({} buffers, algorithm {})", path.display(), problem.buffers.len(), plan.algorithm);
@@ -828,7 +833,7 @@ struct CompileFlags {
     target_cpu: heron_jit::isa::TargetCpu,
     /// Kernels on, split into this many tasks.
     kernels: Option<usize>,
-    algorithm: String,
+    algorithm: AlgorithmKind,
     effort: EffortFlags,
     target: TargetFlags,
     limits: LimitFlags,
@@ -838,7 +843,7 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
     let start = Instant::now();
     let model = flags.limits.load(path)?;
     let options = CompileOptions {
-        planner: flags.algorithm.clone(),
+        planner: flags.algorithm,
         planner_work: flags.effort.work.unwrap_or(heron_planner::Budget::DEFAULT_WORK),
         planner_time_limit_ms: flags.effort.time_limit_ms,
         pools: flags.pools.pools()?,
@@ -872,21 +877,14 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
         );
     }
     println!("imports: {}", meta.undefined_symbols.join(" "));
-    if !meta.routines.is_empty() {
-        let (context, library) = if meta.device_slots > 0 {
-            ("heron_vta_context", "libheron_vta.a")
-        } else {
-            ("heron_threads_context", "libheron_threads.a")
-        };
+    if let Some((context, _)) = artifacts.context_library() {
         println!(
             "routines from the run context: {} (run with heron_{}_run_ctx and {context})",
             meta.routines.join(" "),
             meta.c_name
         );
-        println!("link: cc prog.c {}/{}.o {library} -lpthread -ldl -lm", dir.display(), meta.name);
-    } else {
-        println!("link: cc prog.c {}/{}.o -lm", dir.display(), meta.name);
     }
+    println!("link: {}", artifacts.link_line(dir));
     Ok(())
 }
 
