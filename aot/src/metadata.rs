@@ -56,6 +56,15 @@ pub enum PoolSource {
     Embedded,
 }
 
+impl std::fmt::Display for PoolSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PoolSource::User => "passed by the caller",
+            PoolSource::Embedded => "inside the object",
+        })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetAccess {
     pub target: String,

@@ -11,7 +11,7 @@ use heron_runtime::{CompileOptions, Compiler, Model};
 fn models(c: &mut Criterion) {
     let dir = shared_dir().join("reference");
     for name in ["tiny_relu", "mlp", "lenet", "mobilenet_ish", "resnet_ish"] {
-        let model = Model::load(&dir.join(format!("{name}.onnx"))).expect("reference model");
+        let model = Model::load(dir.join(format!("{name}.onnx"))).expect("reference model");
         let input = read_npy(&dir.join(format!("{name}.input.npy"))).expect("input");
         let compiler = Compiler::new(CompileOptions::default());
         let mut group = c.benchmark_group(name);

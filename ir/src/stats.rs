@@ -79,3 +79,20 @@ pub fn graph_stats(graph: &Graph) -> GraphStats {
     let flops = graph.nodes.iter().map(|n| 2 * macs(graph, n)).sum();
     GraphStats { op_counts, parameter_bytes: graph.parameter_bytes(), activation_bytes, peak_activation_bytes, flops }
 }
+
+/// Whether the graph output `name` holds class scores: a float vector (`[N]` or `[1, N]`, at
+/// least two classes) made by a classifier head (Softmax, LogSoftmax, Gemm, MatMul, a bias Add,
+/// or the DequantizeLinear after a quantized one), which `heron run` lists the top five of.
+pub fn is_class_scores(graph: &Graph, name: &str) -> bool {
+    let Some(&id) = graph.outputs.iter().find(|&&o| graph.value(o).name == name) else { return false };
+    let ty = graph.ty(id);
+    let classes = ty.shape.last().copied().unwrap_or(0);
+    let vector = ty.shape.len() <= 2 && ty.shape.iter().rev().skip(1).all(|&d| d == 1);
+    if !ty.dtype.is_float() || !vector || classes < 2 {
+        return false;
+    }
+    let producers = graph.producers();
+    producers[id.0].is_some_and(|n| {
+        matches!(graph.nodes[n].op.name(), "Softmax" | "LogSoftmax" | "Gemm" | "MatMul" | "Add" | "DequantizeLinear")
+    })
+}

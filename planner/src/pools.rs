@@ -199,6 +199,8 @@ struct Spread<'a> {
     shed: Vec<bool>,
     /// The order buffers are decided in.
     order: Vec<usize>,
+    /// Per pool: the method whose placement it holds.
+    placed_by: Vec<Option<&'static str>>,
     busy: Vec<u128>,
 }
 
@@ -256,7 +258,7 @@ impl Spread<'_> {
             let members = self.members(p);
             let mut problem = PoolProblem::with_given_lifetimes(self.buffers, &members, self.pools[p].size_hint_bytes);
             problem.recover_lifetimes(budget);
-            let offsets = alg.place(&problem, budget);
+            let (offsets, by) = alg.place_explained(&problem, budget);
             debug_assert!(problem.is_valid(&offsets), "{} produced an invalid placement", alg.name());
             // The algorithm's placement, unless it overflows where the current one does not.
             if problem.peak(&offsets) <= limit || !self.real[p] || self.peak(p) > limit {
@@ -264,6 +266,7 @@ impl Spread<'_> {
                     self.offset[i] = o;
                 }
                 self.real[p] = true;
+                self.placed_by[p] = Some(by);
             }
             let sticking: Vec<usize> = members.iter().copied().filter(|&i| self.end(i) > limit).collect();
             if sticking.is_empty() {
@@ -349,6 +352,7 @@ pub fn plan_pools<A: Algorithm + ?Sized>(
         real: pools.iter().map(|p| p.size_hint_bytes.is_some()).collect(),
         shed: vec![false; n],
         order,
+        placed_by: vec![None; pools.len()],
         busy: Vec::new(),
     };
     // With a choice of pools, the search decodes the first assignment itself (by the same rule);
@@ -387,5 +391,11 @@ pub fn plan_pools<A: Algorithm + ?Sized>(
     }
     let allocations = (0..n).map(|i| PoolAllocation { pool: spread.pool(i), offset: spread.offset[i] }).collect();
     let pool_sizes = (0..pools.len()).map(|p| spread.peak(p)).collect();
-    Ok(Plan { algorithm: alg.name().to_string(), allocations, pool_sizes })
+    // An algorithm that combines methods names the one each pool's placement came from.
+    let methods: Vec<String> = (0..pools.len())
+        .filter_map(|p| spread.placed_by[p].filter(|&by| by != alg.name()).map(|by| format!("{}: {by}", pools[p].name)))
+        .collect();
+    let algorithm =
+        if methods.is_empty() { alg.name().to_string() } else { format!("{} ({})", alg.name(), methods.join(", ")) };
+    Ok(Plan { algorithm, allocations, pool_sizes })
 }

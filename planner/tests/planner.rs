@@ -301,7 +301,9 @@ func @main(%x: f32[4], %z: f32[4]) {
         let m = parse_module(TEXT).unwrap();
         for targets in [&[("vta", Access::ReadWrite)][..], &[("cpu", Access::ReadOnly)][..]] {
             let pools = [pool("p", targets)];
-            let err = plan_module(&m, &pools, heron_planner::AlgorithmKind::Auto, &Budget::work(10_000_000)).map(|_| ()).unwrap_err();
+            let err = plan_module(&m, &pools, heron_planner::AlgorithmKind::Auto, &Budget::work(10_000_000))
+                .map(|_| ())
+                .unwrap_err();
             assert!(matches!(err, PlanError::NoPoolForTargets { .. }), "{err}");
             assert!(err.to_string().contains("buffer 't' is written by target(s) cpu"), "{err}");
         }

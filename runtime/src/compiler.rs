@@ -25,7 +25,7 @@ use heron_vta::sim::Profile;
 
 use crate::memory::{Block, GuardPages};
 use crate::model::{Model, RuntimeError, TensorInfo, check_inputs};
-use crate::pipeline::{self, Pipeline, PipelineOptions, Stage};
+use crate::pipeline::{self, Pipeline, PipelineOptions, Stage, StageTimes};
 
 /// How a compiled model runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -37,6 +37,16 @@ pub enum Engine {
     Interpreter,
     /// An object compiled ahead of time, linked into a shared library and loaded in-process.
     Aot,
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Engine::Jit => "jit",
+            Engine::Interpreter => "interp",
+            Engine::Aot => "aot",
+        })
+    }
 }
 
 /// Compiler settings.
@@ -161,10 +171,16 @@ impl PoolLayout {
 pub struct CompileStats {
     /// The whole compile, from model to runnable code.
     pub total: Duration,
-    /// Memory planning.
-    pub planning: Duration,
-    /// Cranelift code generation (and linking, for the AOT engine).
-    pub codegen: Duration,
+    /// Each stage's time, in the order they ran (graph passes, lowering, target, layouts,
+    /// flattening, planning, code generation, constants; linking for the AOT engine).
+    pub stages: StageTimes,
+}
+
+impl CompileStats {
+    /// What no stage accounts for (the time between stages).
+    pub fn other(&self) -> Duration {
+        self.total.saturating_sub(self.stages.sum())
+    }
 }
 
 /// Where a pool's memory comes from at run time.
@@ -260,7 +276,6 @@ struct Planned {
     planned: PlannedModule,
     /// Per-function workspace sizes, when asked for.
     workspace: Vec<WorkspaceSize>,
-    planning: Duration,
 }
 
 impl CompileOptions {
@@ -307,15 +322,22 @@ impl Compiler {
     /// The pipeline up to code generation (see [`Pipeline`]), shared by the JIT and AOT paths.
     /// `workspace_sizes`: also run the per-function workspace-size query (AOT metadata only).
     /// `kernels`: the CPU target may call the kernels (if the options let it).
-    fn plan(&self, model: &Model, workspace_sizes: bool, kernels: bool) -> Result<Planned, RuntimeError> {
+    fn plan(
+        &self,
+        model: &Model,
+        workspace_sizes: bool,
+        kernels: bool,
+        times: &mut StageTimes,
+    ) -> Result<Planned, RuntimeError> {
         let mut options = self.options.pipeline();
         if !kernels {
             options.kernels = None;
         }
         let pipeline = Pipeline::new(options);
-        let flat = pipeline.module(model, Stage::Flat)?;
+        let flat = pipeline.module_timed(model, Stage::Flat, times)?;
         let workspace = if workspace_sizes { module_workspace(&flat) } else { Vec::new() };
         let pipeline::Planned { planned, planning } = pipeline.plan(&flat)?;
+        times.add("planning", planning);
         let main =
             planned.rewritten.module.main().ok_or_else(|| RuntimeError::Compile("lowering produced no main".into()))?;
         let expected = model.inputs().len() + model.outputs().len() + planned.rewritten.pools.len();
@@ -325,7 +347,7 @@ impl Compiler {
                 main.params.len()
             )));
         }
-        Ok(Planned { planned, workspace, planning })
+        Ok(Planned { planned, workspace })
     }
 
     /// Compiles `model` for in-process runs: lowers, plans and generates code (or prepares
@@ -333,9 +355,10 @@ impl Compiler {
     pub fn compile(&self, model: &Model) -> Result<CompiledModel, RuntimeError> {
         let start = Instant::now();
         let (inputs, outputs) = (model.inputs(), model.outputs());
-        let backend = match self.options.engine {
+        let mut stages = StageTimes::default();
+        let exe = match self.options.engine {
             Engine::Interpreter => {
-                let stats = CompileStats { total: start.elapsed(), planning: Duration::ZERO, codegen: Duration::ZERO };
+                let stats = CompileStats { total: start.elapsed(), stages };
                 let name = model.name().to_string();
                 return Ok(CompiledModel {
                     name,
@@ -345,11 +368,10 @@ impl Compiler {
                     stats,
                 });
             }
-            Engine::Jit => self.compile_jit(model)?,
-            Engine::Aot => self.compile_aot_in_process(model)?,
+            Engine::Jit => self.compile_jit(model, &mut stages)?,
+            Engine::Aot => self.compile_aot_in_process(model, &mut stages)?,
         };
-        let (exe, planning, codegen) = backend;
-        let stats = CompileStats { total: start.elapsed(), planning, codegen };
+        let stats = CompileStats { total: start.elapsed(), stages };
         Ok(CompiledModel {
             name: model.name().to_string(),
             inputs,
@@ -359,8 +381,8 @@ impl Compiler {
         })
     }
 
-    fn compile_jit(&self, model: &Model) -> Result<(Executable, Duration, Duration), RuntimeError> {
-        let Planned { planned, planning, .. } = self.plan(model, false, true)?;
+    fn compile_jit(&self, model: &Model, times: &mut StageTimes) -> Result<Executable, RuntimeError> {
+        let Planned { planned, .. } = self.plan(model, false, true, times)?;
         let rewritten = planned.rewritten;
         let (inputs, outputs) = (model.inputs().len(), model.outputs().len());
         let read_only: Vec<bool> = (0..inputs)
@@ -381,7 +403,8 @@ impl Compiler {
                 .collect(),
         };
         let code = JitModule::compile(&rewritten.module, &read_only, options)?;
-        let codegen = codegen_start.elapsed();
+        times.add("code generation", codegen_start.elapsed());
+        let constants_start = Instant::now();
         let pools = rewritten
             .pools
             .iter()
@@ -419,15 +442,15 @@ impl Compiler {
                 )?)),
             })
             .collect::<Result<_, RuntimeError>>()?;
-        let exe = Executable {
+        times.add("constants", constants_start.elapsed());
+        Ok(Executable {
             code: Code::Jit(code),
             pools,
             memory,
             guard_pages: guard,
             threads: self.options.threads,
             vta: self.options.vta,
-        };
-        Ok((exe, planning, codegen))
+        })
     }
 
     /// Compiles `model` ahead of time: an object file, its C header, metadata and parameter
@@ -435,7 +458,16 @@ impl Compiler {
     /// embedded in the object and whether it calls the kernels (packed for this machine's ISA,
     /// split into `threads` tasks).
     pub fn compile_aot(&self, model: &Model, aot: &AotOptions) -> Result<Artifacts, RuntimeError> {
-        let Planned { planned, workspace, .. } = self.plan(model, true, aot.kernels)?;
+        self.compile_aot_timed(model, aot, &mut StageTimes::default())
+    }
+
+    fn compile_aot_timed(
+        &self,
+        model: &Model,
+        aot: &AotOptions,
+        times: &mut StageTimes,
+    ) -> Result<Artifacts, RuntimeError> {
+        let Planned { planned, workspace } = self.plan(model, true, aot.kernels, times)?;
         let spec = |infos: Vec<TensorInfo>| {
             infos.into_iter().map(|i| TensorSpec { name: i.name, ty: i.ty }).collect::<Vec<_>>()
         };
@@ -448,12 +480,13 @@ impl Compiler {
             .chain(kernels.then(heron_jit::kernels::routines).into_iter().flatten())
             .map(|r| r.signature)
             .collect();
-        Ok(heron_aot::compile(&planned, &workspace, &spec(model.inputs()), &spec(model.outputs()), &aot)?)
+        let (inputs, outputs) = (spec(model.inputs()), spec(model.outputs()));
+        Ok(times.time("code generation", || heron_aot::compile(&planned, &workspace, &inputs, &outputs, &aot))?)
     }
 
     /// [`Engine::Aot`]: compile for this machine, link a shared library in a scratch directory
     /// and load it (the directory is removed once the library is mapped).
-    fn compile_aot_in_process(&self, model: &Model) -> Result<(Executable, Duration, Duration), RuntimeError> {
+    fn compile_aot_in_process(&self, model: &Model, times: &mut StageTimes) -> Result<Executable, RuntimeError> {
         if self.options.vta.is_some() {
             return Err(RuntimeError::Compile(
                 "the in-process AOT engine runs without VTA; use the JIT, or `heron compile --target vta` and a C \
@@ -462,14 +495,14 @@ impl Compiler {
             ));
         }
         static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let start = Instant::now();
         let mut aot = AotOptions::new("model");
         aot.target_cpu = heron_jit::isa::TargetCpu::Native;
         aot.kernels = true;
         // Constants in heap memory like the JIT's, not file-backed .rodata: large weight sets
         // stream measurably slower from 4 KiB file pages (resnet_ish: ~1.4x).
         aot.embed_parameters = false;
-        let artifacts = self.compile_aot(model, &aot)?;
+        let artifacts = self.compile_aot_timed(model, &aot, times)?;
+        let start = Instant::now();
         let unique = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("heron-aot-{}-{unique}", std::process::id()));
         let guard = self.options.guard_pages;
@@ -479,8 +512,8 @@ impl Compiler {
             .and_then(|()| aot_executable(AotLibrary::open(&dir)?, guard, self.options.threads));
         // Best effort: a leftover scratch directory is harmless.
         let _ = std::fs::remove_dir_all(&dir);
-        let exe = loaded?;
-        Ok((exe, Duration::ZERO, start.elapsed()))
+        times.add("linking", start.elapsed());
+        loaded
     }
 }
 
@@ -541,7 +574,9 @@ impl Model {
         let outputs = meta.outputs.iter().map(info).collect::<Result<Vec<_>, RuntimeError>>()?;
         let name = meta.name.clone();
         let exe = aot_executable(library, GuardPages::from_env(), physical_cores())?;
-        let stats = CompileStats { total: start.elapsed(), planning: Duration::ZERO, codegen: Duration::ZERO };
+        let mut stages = StageTimes::default();
+        stages.add("loading", start.elapsed());
+        let stats = CompileStats { total: start.elapsed(), stages };
         Ok(CompiledModel { name, inputs, outputs, backend: Backend::Compiled(Box::new(exe)), stats })
     }
 }

@@ -48,10 +48,11 @@ pub use heron_ir::onnx::ImportOptions;
 /// Quantization of float ONNX models to int8 QDQ form (what `heron quantize` runs).
 pub use heron_ir::quantize;
 pub use heron_ir::{DType, Graph, Limits, Tensor, TensorType};
-pub use heron_planner::{AlgorithmKind, PoolInfo, PoolKind};
-/// The n-dimensional arrays [`Tensor`] holds.
-pub use ndarray;
 pub use heron_jit::isa::OptLevel;
+pub use heron_planner::{AlgorithmKind, PoolInfo, PoolKind};
 pub use heron_vta::HwConfig;
 pub use memory::GuardPages;
-pub use model::{Model, RuntimeError, TensorInfo};
+pub use model::{InputFill, Model, RuntimeError, TensorInfo, generate_inputs};
+/// The n-dimensional arrays [`Tensor`] holds.
+pub use ndarray;
+pub use pipeline::StageTimes;

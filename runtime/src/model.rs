@@ -5,7 +5,7 @@ use std::path::Path;
 
 use heron_ir::interp::{self, InterpError};
 use heron_ir::onnx::{ImportError, ImportOptions, load_model};
-use heron_ir::{Graph, Tensor, TensorType, VerifyErrors, verify};
+use heron_ir::{Graph, Limits, Tensor, TensorType, VerifyErrors, verify};
 
 use crate::builtin::{BUILTIN_NAME, builtin_model};
 
@@ -177,6 +177,13 @@ impl Model {
         check_inputs(&self.inputs(), inputs)
     }
 
+    /// Inputs of the model's types made up for a run without data (`heron run MODEL` with no
+    /// `--input`, benchmarks): checked against the model's size limits and allocated fallibly,
+    /// as any tensor, so a hostile model's declared input shape is an error, not an abort.
+    pub fn generated_inputs(&self, fill: InputFill) -> Result<Vec<Tensor>, RuntimeError> {
+        generate_inputs(&self.inputs(), &self.graph.limits, fill)
+    }
+
     /// Runs the model on the reference interpreter (inputs in model order).
     pub fn run_interpreter(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
         self.check_inputs(inputs)?;
@@ -190,36 +197,108 @@ pub(crate) fn bind_inputs(
     infos: &[TensorInfo],
     given: Vec<(Option<String>, Tensor)>,
 ) -> Result<Vec<Tensor>, RuntimeError> {
-        if given.len() != infos.len() {
-            return Err(RuntimeError::InputCount {
-                expected: infos.len(),
-                got: given.len(),
-                names: input_names(infos),
-            });
-        }
-        let mut slots: Vec<Option<Tensor>> = vec![None; infos.len()];
-        let mut positional = Vec::new();
-        for (name, t) in given {
-            match name {
-                None => positional.push(t),
-                Some(n) => {
-                    let i = infos
-                        .iter()
-                        .position(|info| info.name == n)
-                        .ok_or_else(|| RuntimeError::UnknownInput { name: n.clone(), names: input_names(infos) })?;
-                    if slots[i].replace(t).is_some() {
-                        return Err(RuntimeError::DuplicateInput(n));
-                    }
+    if given.len() != infos.len() {
+        return Err(RuntimeError::InputCount { expected: infos.len(), got: given.len(), names: input_names(infos) });
+    }
+    let mut slots: Vec<Option<Tensor>> = vec![None; infos.len()];
+    let mut positional = Vec::new();
+    for (name, t) in given {
+        match name {
+            None => positional.push(t),
+            Some(n) => {
+                let i = infos
+                    .iter()
+                    .position(|info| info.name == n)
+                    .ok_or_else(|| RuntimeError::UnknownInput { name: n.clone(), names: input_names(infos) })?;
+                if slots[i].replace(t).is_some() {
+                    return Err(RuntimeError::DuplicateInput(n));
                 }
             }
         }
-        let mut positional = positional.into_iter();
-        for slot in slots.iter_mut().filter(|s| s.is_none()) {
-            *slot = positional.next();
+    }
+    let mut positional = positional.into_iter();
+    for slot in slots.iter_mut().filter(|s| s.is_none()) {
+        *slot = positional.next();
+    }
+    let bound: Vec<Tensor> = slots.into_iter().map(|s| s.expect("counts checked")).collect();
+    check_inputs(infos, &bound)?;
+    Ok(bound)
+}
+
+/// Tensors of the types `infos` give, made up for a run without data: each checked against
+/// `limits` and allocated fallibly (see [`Model::generated_inputs`]).
+pub fn generate_inputs(infos: &[TensorInfo], limits: &Limits, fill: InputFill) -> Result<Vec<Tensor>, RuntimeError> {
+    let mut rng = fill.seed().map(SplitMix::new);
+    infos
+        .iter()
+        .map(|info| {
+            let why =
+                |e: String| RuntimeError::Compile(format!("cannot make input '{}' ({}): {e}", info.name, info.ty));
+            limits.check(&info.ty).map_err(|e| why(e.to_string()))?;
+            let mut t = Tensor::try_zeros(&info.ty).map_err(why)?;
+            if let Some(rng) = rng.as_mut() {
+                rng.fill_uniform(&mut t);
+            }
+            Ok(t)
+        })
+        .collect()
+}
+
+/// How [`Model::generated_inputs`] fills its tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputFill {
+    /// Floats uniform in `[-1, 1)` from this seed (the same values on every run and machine);
+    /// integers and booleans zero (valid as indices and masks).
+    Random {
+        /// The generator's seed.
+        seed: u64,
+    },
+    /// Every element zero.
+    Zeros,
+}
+
+impl InputFill {
+    /// The random fill with the seed `heron run` and the benchmarks use.
+    pub const DEFAULT_RANDOM: InputFill = InputFill::Random { seed: 0x5eed };
+
+    fn seed(self) -> Option<u64> {
+        match self {
+            InputFill::Random { seed } => Some(seed),
+            InputFill::Zeros => None,
         }
-        let bound: Vec<Tensor> = slots.into_iter().map(|s| s.expect("counts checked")).collect();
-        check_inputs(infos, &bound)?;
-        Ok(bound)
+    }
+}
+
+/// SplitMix64: a small, well-mixed generator for reproducible made-up inputs.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn new(seed: u64) -> SplitMix {
+        SplitMix(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[-1, 1)`, 24 bits of it.
+    fn next_f32(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u32 << 23) as f32 - 1.0
+    }
+
+    /// Fills a float tensor in place (other dtypes stay zero).
+    fn fill_uniform(&mut self, t: &mut Tensor) {
+        match t {
+            Tensor::F16(a) => a.mapv_inplace(|_| half::f16::from_f32(self.next_f32())),
+            Tensor::F32(a) => a.mapv_inplace(|_| self.next_f32()),
+            Tensor::F64(a) => a.mapv_inplace(|_| f64::from(self.next_f32())),
+            _ => {}
+        }
+    }
 }
 
 /// The inputs as `name: type`, the first few of a long list (an error line stays readable).

@@ -111,6 +111,39 @@ fn vta_pools(config: &HwConfig) -> [PoolInfo; 2] {
     ]
 }
 
+/// Time spent in each stage of a compile, in the order the stages ran.
+#[derive(Clone, Debug, Default)]
+pub struct StageTimes(pub Vec<(&'static str, Duration)>);
+
+impl StageTimes {
+    /// Runs `f`, adding its time to the stage `name`.
+    pub fn time<T>(&mut self, name: &'static str, f: impl FnOnce() -> T) -> T {
+        let start = Instant::now();
+        let result = f();
+        self.add(name, start.elapsed());
+        result
+    }
+
+    /// Adds `time` to the stage `name` (a new stage goes last).
+    pub fn add(&mut self, name: &'static str, time: Duration) {
+        tracing::info!(stage = name, ms = time.as_secs_f64() * 1e3, "compile stage");
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, t)) => *t += time,
+            None => self.0.push((name, time)),
+        }
+    }
+
+    /// The time of stage `name` (zero if it did not run).
+    pub fn get(&self, name: &str) -> Duration {
+        self.0.iter().find(|(n, _)| *n == name).map_or(Duration::ZERO, |&(_, t)| t)
+    }
+
+    /// The sum of every stage.
+    pub fn sum(&self) -> Duration {
+        self.0.iter().map(|&(_, t)| t).sum()
+    }
+}
+
 /// A planned module and what planning took.
 pub struct Planned {
     /// The module with every buffer at its pool offset, and the plan.
@@ -182,24 +215,32 @@ impl Pipeline {
     /// The loop-IR module after `stage` (up to [`Stage::Flat`]; [`Stage::Planned`] is
     /// [`Pipeline::plan`] of the flat module).
     pub fn module(&self, model: &Model, stage: Stage) -> Result<Module, RuntimeError> {
+        self.module_timed(model, stage, &mut StageTimes::default())
+    }
+
+    /// [`Pipeline::module`], adding each stage's time to `times`.
+    pub fn module_timed(&self, model: &Model, stage: Stage, times: &mut StageTimes) -> Result<Module, RuntimeError> {
         let compile = |e: &dyn std::fmt::Display| RuntimeError::Compile(e.to_string());
-        let graph = self.optimized_graph(model);
-        let mut module = heron_ir::lower::lower(&graph)?;
+        let graph = times.time("graph passes", || self.optimized_graph(model));
+        let mut module = times.time("lowering", || heron_ir::lower::lower(&graph))?;
         if stage >= Stage::Target {
-            if let Some(config) = &self.options.vta {
-                let partition = heron_vta_compiler::partition(&graph, config);
-                let vta = VtaTarget::new(&graph, &partition, config).map_err(|e| compile(&e))?;
-                vta.apply(&mut module).map_err(|e| compile(&e))?;
-            }
-            for target in &self.targets {
-                target.apply(&mut module).map_err(|e| compile(&e))?;
-            }
+            times.time("target", || -> Result<(), RuntimeError> {
+                if let Some(config) = &self.options.vta {
+                    let partition = heron_vta_compiler::partition(&graph, config);
+                    let vta = VtaTarget::new(&graph, &partition, config).map_err(|e| compile(&e))?;
+                    vta.apply(&mut module).map_err(|e| compile(&e))?;
+                }
+                for target in &self.targets {
+                    target.apply(&mut module).map_err(|e| compile(&e))?;
+                }
+                Ok(())
+            })?;
         }
         if stage >= Stage::Layout {
-            apply_layout_transforms(&mut module).map_err(|e| compile(&e))?;
+            times.time("layouts", || apply_layout_transforms(&mut module)).map_err(|e| compile(&e))?;
         }
         if stage >= Stage::Flat {
-            flatten(&mut module);
+            times.time("flattening", || flatten(&mut module));
         }
         Ok(module)
     }

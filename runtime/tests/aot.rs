@@ -26,7 +26,7 @@ fn examples() -> PathBuf {
 
 fn reference(name: &str) -> (Model, Tensor, Tensor) {
     let dir = shared_dir().join("reference");
-    let model = Model::load(&dir.join(format!("{name}.onnx"))).expect("model");
+    let model = Model::load(dir.join(format!("{name}.onnx"))).expect("model");
     let input = read_npy(&dir.join(format!("{name}.input.npy"))).expect("input");
     let want = read_npy(&dir.join(format!("{name}.ref.npy"))).expect("reference output");
     (model, input, want)

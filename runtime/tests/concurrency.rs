@@ -49,7 +49,7 @@ fn stress(compiled: &CompiledModel, base: &Tensor) {
 
 fn mobilenet() -> (Model, Tensor) {
     let dir = shared_dir().join("reference");
-    let model = Model::load(&dir.join("mobilenet_ish.onnx")).expect("model");
+    let model = Model::load(dir.join("mobilenet_ish.onnx")).expect("model");
     let input = read_npy(&dir.join("mobilenet_ish.input.npy")).expect("input");
     (model, input)
 }

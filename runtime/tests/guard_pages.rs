@@ -58,7 +58,7 @@ fn guards_fault_on_the_first_byte_outside() {
 fn reference_models_run_identically_between_guard_pages() {
     let dir = shared_dir().join("reference");
     for name in ["tiny_relu", "mlp", "lenet", "mobilenet_ish", "resnet_ish"] {
-        let model = Model::load(&dir.join(format!("{name}.onnx"))).expect("model");
+        let model = Model::load(dir.join(format!("{name}.onnx"))).expect("model");
         let input = read_npy(&dir.join(format!("{name}.input.npy"))).expect("input");
         for engine in [Engine::Jit, Engine::Aot] {
             let compile = |guard_pages| {

@@ -8,7 +8,7 @@ use heron_runtime::{CompileOptions, CompiledModel, Compiler, Model, RuntimeError
 
 fn lenet() -> (CompiledModel, Tensor) {
     let dir = shared_dir().join("reference");
-    let model = Model::load(&dir.join("lenet.onnx")).expect("lenet");
+    let model = Model::load(dir.join("lenet.onnx")).expect("lenet");
     let input = read_npy(&dir.join("lenet.input.npy")).expect("input");
     (Compiler::new(CompileOptions::default()).compile(&model).expect("compile"), input)
 }
@@ -41,7 +41,7 @@ fn two_threads_share_one_compiled_model() {
 #[test]
 fn jit_matches_the_interpreter_on_lenet() {
     let (compiled, input) = lenet();
-    let model = Model::load(&shared_dir().join("reference/lenet.onnx")).expect("lenet");
+    let model = Model::load(shared_dir().join("reference/lenet.onnx")).expect("lenet");
     let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter");
     let got = compiled.run(std::slice::from_ref(&input)).expect("jit");
     assert_float_rule(&got[0], &want[0]).expect("float rule");

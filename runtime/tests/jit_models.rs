@@ -19,7 +19,7 @@ pub fn reference_inputs(name: &str) -> Vec<heron_ir::Tensor> {
 
 fn check_model(name: &str) {
     let dir = shared_dir().join("reference");
-    let model = Model::load(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let model = Model::load(dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
     let input = reference_inputs(name);
     let want = read_npy(&dir.join(format!("{name}.ref.npy"))).expect("reference output");
     let compiled = Compiler::new(CompileOptions::default()).compile(&model).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -94,7 +94,7 @@ fn gpt2_tiny() {
 fn torch_exports_on_the_aot_engine() {
     let dir = shared_dir().join("reference");
     for name in ["bert_tiny", "gpt2_tiny", "mobilenet_v2", "resnet18"] {
-        let model = Model::load(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let model = Model::load(dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
         let want = read_npy(&dir.join(format!("{name}.ref.npy"))).expect("reference output");
         let options = CompileOptions { engine: heron_runtime::Engine::Aot, ..CompileOptions::default() };
         let compiled = Compiler::new(options).compile(&model).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -107,7 +107,7 @@ fn torch_exports_on_the_aot_engine() {
 #[test]
 fn out_of_range_token_ids_are_errors() {
     let dir = shared_dir().join("reference");
-    let model = Model::load(&dir.join("bert_tiny.onnx")).unwrap();
+    let model = Model::load(dir.join("bert_tiny.onnx")).unwrap();
     let mut inputs = reference_inputs("bert_tiny");
     let mut ids: Vec<i64> = inputs[0].to_i64_vec().unwrap();
     ids[3] = 5000;

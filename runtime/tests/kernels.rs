@@ -21,7 +21,7 @@ fn reference_models_match_with_kernels_on_and_off() {
     let dir = shared_dir().join("reference");
     let expected_calls = [("mlp", 3), ("lenet", 7), ("mobilenet_ish", 14), ("resnet18", 22), ("mobilenet_v2", 53)];
     for (name, calls) in expected_calls {
-        let model = Model::load(&dir.join(format!("{name}.onnx"))).expect("model");
+        let model = Model::load(dir.join(format!("{name}.onnx"))).expect("model");
         let input = read_npy(&dir.join(format!("{name}.input.npy"))).expect("input");
         let want = read_npy(&dir.join(format!("{name}.ref.npy"))).expect("reference output");
         let config = KernelConfig::host(2);

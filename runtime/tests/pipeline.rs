@@ -16,7 +16,7 @@ use heron_runtime::{CompileOptions, Compiler, Model};
 
 fn reference(name: &str) -> (Model, Tensor) {
     let dir = shared_dir().join("reference");
-    let model = Model::load(&dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let model = Model::load(dir.join(format!("{name}.onnx"))).unwrap_or_else(|e| panic!("{name}: {e}"));
     (model, read_npy(&dir.join(format!("{name}.input.npy"))).expect("input"))
 }
 

@@ -307,7 +307,7 @@ fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
     let float = std::fs::read(reference.join("resnet18.onnx")).unwrap();
     let (bytes, _) = quantize_model(&float, &[vec![input.clone()]], &QuantizeOptions::default()).unwrap();
     std::fs::write(dir.join("r18q.onnx"), bytes).unwrap();
-    let model = Model::load(&dir.join("r18q.onnx")).unwrap();
+    let model = Model::load(dir.join("r18q.onnx")).unwrap();
 
     let options = CompileOptions { threads: 1, vta: Some(HwConfig::default()), ..CompileOptions::default() };
     let compiler = Compiler::new(options);

@@ -14,12 +14,19 @@ pub use canonical::{Decision, decide};
 
 pub struct Exact;
 
+/// What plans say when the exact search beat the heuristics.
+const EXACT_SEARCH: &str = "exact search";
+
 impl Algorithm for Exact {
     fn name(&self) -> &'static str {
         "exact"
     }
 
     fn place(&self, p: &PoolProblem, budget: &Budget) -> Vec<u64> {
+        self.place_explained(p, budget).0
+    }
+
+    fn place_explained(&self, p: &PoolProblem, budget: &Budget) -> (Vec<u64>, &'static str) {
         // The exact search needs work for at least a few rounds of restarts; when the budget
         // cannot pay for them, the heuristics get everything.
         let restarts = 64 * p.len() as u64 * canonical::NODE_UNITS;
@@ -29,7 +36,8 @@ impl Algorithm for Exact {
         let clique = p.adj.iter().all(|a| a.len() + 1 == p.len());
         let exact_pays = p.intervals.is_some() && !clique && budget.remaining() > restarts;
         let mut best = BestFit.place(p, &budget.share(if exact_pays { 0.1 } else { 1.0 }));
-        let Some(intervals) = p.intervals.as_ref().filter(|_| exact_pays) else { return best };
+        let mut by = BestFit.name();
+        let Some(intervals) = p.intervals.as_ref().filter(|_| exact_pays) else { return (best, by) };
         let lb = max_load(&p.sizes, intervals);
         let mut hi = p.peak(&best); // the best found
         let mut lo = lb; // nothing below is feasible
@@ -41,6 +49,7 @@ impl Algorithm for Exact {
                 Decision::Feasible(o) => {
                     hi = p.peak(&o);
                     best = o;
+                    by = EXACT_SEARCH;
                 }
                 Decision::Infeasible => lo = cap + 1,
                 Decision::Unknown => {}
@@ -59,6 +68,7 @@ impl Algorithm for Exact {
                 Decision::Feasible(o) => {
                     hi = p.peak(&o);
                     best = o;
+                    by = EXACT_SEARCH;
                     break;
                 }
                 Decision::Infeasible => lo = target + 1,
@@ -71,10 +81,11 @@ impl Algorithm for Exact {
                 Decision::Feasible(o) => {
                     hi = p.peak(&o);
                     best = o;
+                    by = EXACT_SEARCH;
                 }
                 Decision::Infeasible | Decision::Unknown => lo = target + 1,
             }
         }
-        best
+        (best, by)
     }
 }

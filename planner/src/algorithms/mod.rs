@@ -20,6 +20,12 @@ pub trait Algorithm: Send + Sync {
     /// conflicting buffers overlapping) even when the budget runs out.
     fn place(&self, problem: &PoolProblem, budget: &Budget) -> Vec<u64>;
 
+    /// [`Algorithm::place`], also naming the method whose placement it kept: an algorithm
+    /// that tries several says which one won (plans report it).
+    fn place_explained(&self, problem: &PoolProblem, budget: &Budget) -> (Vec<u64>, &'static str) {
+        (self.place(problem, budget), self.name())
+    }
+
     /// Plans buffers over pools: each buffer goes to the first of its candidate pools where it
     /// fits under the pool's size hint.
     fn plan(&self, buffers: &[BufferInfo], pools: &[PoolInfo], budget: &Budget) -> Result<Plan, PlanError> {
@@ -38,6 +44,10 @@ impl Algorithm for Auto {
 
     fn place(&self, problem: &PoolProblem, budget: &Budget) -> Vec<u64> {
         exact::Exact.place(problem, budget)
+    }
+
+    fn place_explained(&self, problem: &PoolProblem, budget: &Budget) -> (Vec<u64>, &'static str) {
+        exact::Exact.place_explained(problem, budget)
     }
 }
 

@@ -15,14 +15,50 @@ use heron_ir::npy::{read_npy, write_npy};
 use heron_ir::onnx::ImportOptions;
 use heron_ir::quantize::{Calibration, QuantizeOptions, ScaleKind, quantize_model};
 use heron_ir::stats::graph_stats;
+use heron_planner::AlgorithmKind;
 use heron_runtime::builtin::builtin_input;
 use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage as PipelineStage};
-use heron_planner::AlgorithmKind;
 use heron_runtime::{CompileOptions, CompiledModel, Compiler, GuardPages, Limits, Model};
+
+mod inputs;
+
+/// `println!` to standard output that returns the error (a closed pipe, a full disk) instead of
+/// panicking, so the command fails with a clear message and status.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*).map_err(OutputError)?
+    }};
+}
+
+/// `print!`, as [`outln!`].
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*).map_err(OutputError)?
+    }};
+}
+
+/// Standard output could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write to standard output: {}", describe_io(.0))]
+struct OutputError(std::io::Error);
+
+fn describe_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe => "the reader closed the pipe (broken pipe)".into(),
+        std::io::ErrorKind::StorageFull => "no space left on the device".into(),
+        _ => e.to_string(),
+    }
+}
 
 #[derive(Parser)]
 #[command(name = "heron", version, about = "Heron: a small-footprint ML compiler and runtime")]
 struct Cli {
+    /// Log the compile stages and their times to standard error (-v: stages, -vv: more);
+    /// `RUST_LOG` (e.g. `RUST_LOG=heron_runtime=debug`) sets the filter itself.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -76,6 +112,15 @@ enum Engine {
 }
 
 impl Engine {
+    /// Words for the run line.
+    fn describe(self) -> &'static str {
+        match self {
+            Engine::Jit => "the JIT engine",
+            Engine::Interp => "the reference interpreter",
+            Engine::Aot => "the AOT engine",
+        }
+    }
+
     fn compile_options(self, limits: &LimitFlags, threads: Option<usize>) -> CompileOptions {
         let engine = match self {
             Engine::Jit => heron_runtime::Engine::Jit,
@@ -99,6 +144,15 @@ enum TargetKind {
     Cpu,
     /// Offload int8 regions to VTA (the built-in simulator, or `HERON_VTA_DRIVER`).
     Vta,
+}
+
+impl TargetKind {
+    fn describe(self) -> &'static str {
+        match self {
+            TargetKind::Cpu => "target cpu",
+            TargetKind::Vta => "target vta: int8 regions on VTA",
+        }
+    }
 }
 
 /// Where a model runs: the CPU alone, or VTA for its int8 regions.
@@ -252,15 +306,45 @@ fn parse_guard_pages(s: &str) -> Result<GuardPages, String> {
     GuardPages::parse(s).ok_or_else(|| format!("unknown guard-page mode '{s}' (off, end, start)"))
 }
 
+/// How `heron run` and `heron bench` make inputs when none are given.
+#[derive(Clone, Copy, ValueEnum)]
+enum Fill {
+    Random,
+    Zeros,
+}
+
+impl Fill {
+    fn input_fill(self) -> heron_runtime::InputFill {
+        match self {
+            Fill::Random => heron_runtime::InputFill::DEFAULT_RANDOM,
+            Fill::Zeros => heron_runtime::InputFill::Zeros,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Fill::Random => "seeded random values: floats uniform in [-1, 1), integers 0; --fill zeros for zeros",
+            Fill::Zeros => "zeros",
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a model (the built-in CNN when no MODEL is given) and print its outputs.
     Run {
-        /// ONNX model file; omit to run the built-in model on a generated image.
+        /// ONNX model file, or a folder `heron compile` wrote; omit to run the built-in model on
+        /// a generated image.
         model: Option<PathBuf>,
-        /// Input as FILE.npy (in model input order) or NAME=FILE.npy; repeat for several inputs.
-        #[arg(long = "input", value_name = "[NAME=]FILE.npy")]
+        /// Input as [NAME=]FILE: .npy (any dtype, f16 included), .npz (arrays by name) or an
+        /// ONNX TensorProto .pb; in model input order without NAME=. Repeat for several inputs.
+        /// Without any, the inputs are generated (see --fill).
+        #[arg(long = "input", value_name = "[NAME=]FILE")]
         inputs: Vec<String>,
+        /// Generated inputs (when no --input is given): `random` (floats uniform in [-1, 1)
+        /// from a fixed seed, integers 0) or `zeros`.
+        #[arg(long, value_enum, default_value = "random")]
+        fill: Fill,
         /// Write every output to DIR/<output name>.npy (characters other than letters, digits,
         /// `.`, `_` and `-` become `_`; a file name already taken gets `_2`, `_3`, ...).
         #[arg(long, value_name = "DIR")]
@@ -282,6 +366,16 @@ enum Command {
     /// peak workspace bytes.
     Bench {
         model: PathBuf,
+        /// Input as [NAME=]FILE (as for `heron run`); without any, generated inputs.
+        #[arg(long = "input", value_name = "[NAME=]FILE")]
+        inputs: Vec<String>,
+        /// Generated inputs (when no --input is given): `random` or `zeros`.
+        #[arg(long, value_enum, default_value = "random")]
+        fill: Fill,
+        /// Also write the results as JSON (per-run times, statistics, compile stages, memory)
+        /// to FILE (`-` for standard output, which then holds only the JSON).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
         /// Timed runs.
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -479,34 +573,58 @@ fn parse_target_cpu(s: &str) -> Result<heron_jit::isa::TargetCpu, String> {
         .ok_or_else(|| format!("unknown target CPU '{s}' (native, x86-64, x86-64-v2, x86-64-v3)"))
 }
 
-/// A reader that closes the pipe (`heron ... | head`) ends the program quietly; any other panic
-/// is a bug, reported on one line like every error.
+/// Output that cannot be written (outside [`outln!`]: clap's help, say) is an error with a
+/// failing status, not a success; any other panic is a bug, reported on one line like every
+/// error.
 fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
         let message = info.payload_as_str().unwrap_or("panic");
-        if message.contains("Broken pipe") {
-            std::process::exit(0);
+        if message.starts_with("failed printing to stdout") {
+            eprintln!("error: cannot write to standard output: {message}");
+            std::process::exit(1);
         }
         let place = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         eprintln!("error: internal error (please report): {message}{place}");
     }));
 }
 
+/// Logging to standard error: `RUST_LOG` when set, else by `-v` count.
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "heron_runtime=info,heron=info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .init();
+}
+
 fn main() -> ExitCode {
     install_panic_hook();
     let cli = Cli::parse();
+    init_logging(cli.verbose);
     let result = match cli.command {
-        Command::Run { model, inputs, output_dir, engine, threads, target, stats, limits } => run(
+        Command::Run { model, inputs, fill, output_dir, engine, threads, target, stats, limits } => run(
             model.as_deref(),
-            &inputs,
+            (&inputs, fill),
             (output_dir.as_deref(), stats.as_deref()),
             (engine, threads, &target),
             &limits,
         ),
-        Command::Bench { model, runs, warmup, engine, threads, target, limits } => target.vta().and_then(|vta| {
-            let options = CompileOptions { vta, ..engine.compile_options(&limits, threads) };
-            bench(&model, runs, warmup, options, &limits)
-        }),
+        Command::Bench { model, inputs, fill, json, runs, warmup, engine, threads, target, limits } => {
+            target.vta().and_then(|vta| {
+                let options = CompileOptions { vta, ..engine.compile_options(&limits, threads) };
+                let timing = BenchTiming { runs, warmup };
+                bench(&model, (&inputs, fill), json.as_deref(), timing, options, &limits)
+            })
+        }
         Command::Inspect { model, workspace, target, limits } => inspect(&model, workspace, &target, &limits),
         Command::Lower { model, stage, full_constants, target, limits } => {
             lower(&model, stage, full_constants, &target, &limits)
@@ -571,26 +689,46 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_input(arg: &str) -> Result<(Option<String>, Tensor)> {
-    let (name, file) = match arg.split_once('=') {
-        Some((n, f)) if !n.is_empty() => (Some(n.to_string()), f),
-        _ => (None, arg),
-    };
-    let t = read_npy(Path::new(file))?;
-    Ok((name, t))
+/// The tensors the `--input` arguments name, in order.
+fn read_inputs(args: &[String], limits: &Limits) -> Result<Vec<(Option<String>, Tensor)>> {
+    let mut given = Vec::new();
+    for arg in args {
+        given.extend(inputs::read_input_arg(arg, limits)?);
+    }
+    Ok(given)
+}
+
+/// The inputs of a run: the files given, else generated ones (and a line saying so).
+fn inputs_for(model: &Model, given: Vec<(Option<String>, Tensor)>, fill: Fill) -> Result<Vec<Tensor>> {
+    if !given.is_empty() {
+        return Ok(model.bind_inputs(given)?);
+    }
+    let generated = model.generated_inputs(fill.input_fill())?;
+    if !generated.is_empty() {
+        outln!("no --input given: running on generated inputs ({})", fill.describe());
+    }
+    Ok(generated)
 }
 
 fn run(
     model_path: Option<&Path>,
-    inputs: &[String],
+    (inputs, fill): (&[String], Fill),
     (output_dir, stats_file): (Option<&Path>, Option<&Path>),
     (engine, threads, target): (Engine, Option<usize>, &TargetFlags),
     limits: &LimitFlags,
 ) -> Result<()> {
-    let given = if model_path.is_none() && inputs.is_empty() {
-        vec![(None, builtin_input())]
-    } else {
-        inputs.iter().map(|a| parse_input(a)).collect::<Result<Vec<_>>>()?
+    if let Some(dir) = model_path.filter(|p| p.is_dir()) {
+        return run_aot_folder(dir, (inputs, fill), output_dir, limits);
+    }
+    if model_path.is_none() && !inputs.is_empty() {
+        anyhow::bail!(
+            "the model is missing: `heron run MODEL.onnx --input FILE` (only `heron run` with no arguments runs the \
+             built-in model, on a generated image)"
+        );
+    }
+    let given = match model_path {
+        None => vec![(None, builtin_input())],
+        Some(_) => read_inputs(inputs, &limits.limits())?,
     };
     let t0 = Instant::now();
     let model = match model_path {
@@ -598,8 +736,8 @@ fn run(
         None => Model::builtin(),
     };
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let bound = model.bind_inputs(given)?;
-    println!("model {} loaded in {load_ms:.2} ms", model.name());
+    outln!("model {} loaded in {load_ms:.2} ms", model.name());
+    let bound = inputs_for(&model, given, fill)?;
     let vta = target.vta()?;
     if vta.is_some() && !matches!(engine, Engine::Jit) {
         anyhow::bail!("--target vta runs on the JIT engine");
@@ -607,7 +745,7 @@ fn run(
     let options = CompileOptions { vta, ..engine.compile_options(limits, threads) };
     let compiled = Compiler::new(options).compile(&model)?;
     if !matches!(engine, Engine::Interp) {
-        print_compile_stats(&compiled);
+        print_compile_stats(&compiled)?;
     }
     let mut ws = compiled.workspace()?;
     ws.take_vta_stats();
@@ -615,13 +753,13 @@ fn run(
     let outputs = compiled.run_with(&mut ws, &bound)?;
     let t2 = Instant::now();
     let run_ms = (t2 - t1).as_secs_f64() * 1e3;
-    println!("ran on engine {engine:?} (target {:?}) in {run_ms:.3} ms", target.target);
+    outln!("ran on {} ({}) in {run_ms:.3} ms", engine.describe(), target.target.describe());
     let vta_stats = ws.take_vta_stats();
     if let Some(stats) = &vta_stats {
         let regions = heron_runtime::vta::region_times(stats, t1, t2);
         let json = heron_runtime::vta::stats_json(&regions, stats);
         let summary = &json["summary"];
-        println!(
+        outln!(
             "regions: {} on VTA ({:.3} ms, {:.3} ms in the device, {} simulated cycles), {:.3} ms on the CPU",
             regions.iter().filter(|r| r.target == "vta").count(),
             summary["vta_ms"].as_f64().unwrap_or(0.0),
@@ -629,11 +767,11 @@ fn run(
             summary["simulated_cycles"],
             summary["cpu_ms"].as_f64().unwrap_or(0.0)
         );
-        println!("vta counters: {}", json["vta"]);
+        outln!("vta counters: {}", json["vta"]);
         if let Some(file) = stats_file {
             let text = serde_json::to_string_pretty(&json)?;
             std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))?;
-            println!("wrote {}", file.display());
+            outln!("wrote {}", file.display());
         }
     } else if let Some(file) = stats_file {
         let regions = [heron_runtime::vta::RegionTime {
@@ -646,66 +784,166 @@ fn run(
         let empty = heron_runtime::VtaStats { calls: Vec::new(), profile: None };
         let text = serde_json::to_string_pretty(&heron_runtime::vta::stats_json(&regions, &empty))?;
         std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))?;
-        println!("wrote {}", file.display());
+        outln!("wrote {}", file.display());
     }
-    for (info, t) in model.outputs().iter().zip(&outputs) {
-        print_output(&info.name, t);
+    let scores = |name: &str| heron_ir::stats::is_class_scores(model.graph(), name);
+    report_outputs(&model.outputs(), &outputs, output_dir, scores)
+}
+
+/// Prints each output (values, and the top five where it holds class scores) and writes them to
+/// `output_dir`.
+fn report_outputs(
+    infos: &[heron_runtime::TensorInfo],
+    outputs: &[Tensor],
+    output_dir: Option<&Path>,
+    class_scores: impl Fn(&str) -> bool,
+) -> Result<()> {
+    for (info, t) in infos.iter().zip(outputs) {
+        print_output(&info.name, t, class_scores(&info.name))?;
     }
     if let Some(dir) = output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let infos = model.outputs();
         let names: Vec<&str> = infos.iter().map(|o| o.name.as_str()).collect();
-        for ((name, stem), t) in names.iter().zip(file_stems(&names)).zip(&outputs) {
+        for ((name, stem), t) in names.iter().zip(file_stems(&names)).zip(outputs) {
             let file = dir.join(format!("{stem}.npy"));
             write_npy(&file, t)?;
-            println!("wrote {} (output '{name}')", file.display());
+            outln!("wrote {} (output '{name}')", file.display());
         }
     }
     Ok(())
 }
 
-fn print_compile_stats(compiled: &CompiledModel) {
-    let st = compiled.stats();
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    println!(
-        "compiled in {:.1} ms (planning {:.1} ms, code generation {:.1} ms)",
-        ms(st.total),
-        ms(st.planning),
-        ms(st.codegen)
-    );
-    for p in compiled.pools() {
-        println!("  pool {} ({:?}): {} bytes", p.name, p.kind, p.size_bytes);
-    }
+/// `heron run DIR` on a folder `heron compile` wrote: loads its object (linked into a shared
+/// library) and runs it.
+fn run_aot_folder(
+    dir: &Path,
+    (inputs, fill): (&[String], Fill),
+    output_dir: Option<&Path>,
+    limits: &LimitFlags,
+) -> Result<()> {
+    let t0 = Instant::now();
+    let compiled = Model::load_aot(dir).with_context(|| {
+        format!("{} is a folder: `heron run` loads folders `heron compile MODEL -o DIR` wrote", dir.display())
+    })?;
+    outln!("AOT model {} loaded from {} in {:.2} ms", compiled.name(), dir.display(), t0.elapsed().as_secs_f64() * 1e3);
+    let given = read_inputs(inputs, &limits.limits())?;
+    let bound = if given.is_empty() {
+        let generated = heron_runtime::generate_inputs(compiled.inputs(), &limits.limits(), fill.input_fill())?;
+        outln!("no --input given: running on generated inputs ({})", fill.describe());
+        generated
+    } else {
+        compiled.bind_inputs(given)?
+    };
+    let t1 = Instant::now();
+    let outputs = compiled.run(&bound)?;
+    outln!("ran on the AOT engine in {:.3} ms", t1.elapsed().as_secs_f64() * 1e3);
+    // Which outputs are class scores is the graph's to say, and an object has none.
+    report_outputs(compiled.outputs(), &outputs, output_dir, |_| false)
 }
 
-fn bench(path: &Path, runs: usize, warmup: usize, options: CompileOptions, limits: &LimitFlags) -> Result<()> {
-    let model = limits.load(path)?;
-    let inputs = model.inputs().iter().map(|i| Tensor::try_zeros(&i.ty)).collect::<Result<Vec<_>, _>>();
-    let inputs = inputs.map_err(|e| anyhow::anyhow!("bench inputs: {e}"))?;
+fn print_compile_stats(compiled: &CompiledModel) -> Result<()> {
+    let st = compiled.stats();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let stages: Vec<String> = st
+        .stages
+        .0
+        .iter()
+        .map(|&(name, t)| format!("{name} {:.1}", ms(t)))
+        .chain(std::iter::once(format!("other {:.1}", ms(st.other()))))
+        .collect();
+    outln!("compiled in {:.1} ms ({} ms)", ms(st.total), stages.join(" + "));
+    for p in compiled.pools() {
+        outln!("  pool {} ({}): {} bytes", p.name, p.kind, p.size_bytes);
+    }
+    Ok(())
+}
+
+/// How many runs `heron bench` times.
+#[derive(Clone, Copy)]
+struct BenchTiming {
+    runs: usize,
+    warmup: usize,
+}
+
+fn bench(
+    path: &Path,
+    (inputs, fill): (&[String], Fill),
+    json: Option<&Path>,
+    timing: BenchTiming,
+    options: CompileOptions,
+    limits: &LimitFlags,
+) -> Result<()> {
+    let given = read_inputs(inputs, &limits.limits())?;
+    let model = limits.load_for(path, &given)?;
+    let to_stdout = json == Some(Path::new("-"));
+    let (inputs, generated) = if given.is_empty() {
+        (model.generated_inputs(fill.input_fill())?, true)
+    } else {
+        (model.bind_inputs(given)?, false)
+    };
     let compiled = Compiler::new(options).compile(&model)?;
-    print_compile_stats(&compiled);
+    if !to_stdout {
+        if generated && !inputs.is_empty() {
+            outln!("no --input given: timing on generated inputs ({})", fill.describe());
+        }
+        print_compile_stats(&compiled)?;
+    }
     let mut ws = compiled.workspace()?;
-    for _ in 0..warmup {
+    for _ in 0..timing.warmup {
         compiled.run_with(&mut ws, &inputs)?;
     }
-    let mut times: Vec<f64> = Vec::with_capacity(runs.max(1));
-    for _ in 0..runs.max(1) {
+    let mut times: Vec<f64> = Vec::with_capacity(timing.runs.max(1));
+    for _ in 0..timing.runs.max(1) {
         let t = Instant::now();
         compiled.run_with(&mut ws, &inputs)?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    times.sort_by(f64::total_cmp);
-    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    println!(
-        "{}: {} runs, median {:.4} ms, p90 {:.4} ms, min {:.4} ms",
-        model.name(),
-        times.len(),
-        at(0.5),
-        at(0.9),
-        times[0]
-    );
-    println!("peak workspace: {} bytes", ws.pool_bytes());
-    println!("threads: {}", ws.threads());
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+    if !to_stdout {
+        outln!(
+            "{}: {} runs, median {:.4} ms, p90 {:.4} ms, min {:.4} ms",
+            model.name(),
+            sorted.len(),
+            at(0.5),
+            at(0.9),
+            sorted[0]
+        );
+        outln!("peak workspace: {} bytes", ws.pool_bytes());
+        outln!("threads: {}", ws.threads());
+    }
+    if let Some(file) = json {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let stages: serde_json::Map<String, serde_json::Value> =
+            compiled.stats().stages.0.iter().map(|&(name, t)| (name.to_string(), ms(t).into())).collect();
+        let report = serde_json::json!({
+            "model": model.name(),
+            "engine": compiled.engine().to_string(),
+            "threads": ws.threads(),
+            "generated_inputs": generated,
+            "compile_ms": ms(compiled.stats().total),
+            "compile_stages_ms": stages,
+            "runs": sorted.len(),
+            "warmup": timing.warmup,
+            "median_ms": at(0.5),
+            "p10_ms": at(0.1),
+            "p90_ms": at(0.9),
+            "min_ms": sorted[0],
+            "max_ms": sorted[sorted.len() - 1],
+            "mean_ms": sorted.iter().sum::<f64>() / sorted.len() as f64,
+            "run_ms": times,
+            "workspace_bytes": ws.pool_bytes(),
+            "pools": compiled.pools().iter().map(|p| serde_json::json!({"name": p.name, "bytes": p.size_bytes})).collect::<Vec<_>>(),
+        });
+        let text = serde_json::to_string_pretty(&report)?;
+        if to_stdout {
+            outln!("{text}");
+        } else {
+            std::fs::write(file, text).with_context(|| format!("cannot write {}", file.display()))?;
+            outln!("wrote {}", file.display());
+        }
+    }
     Ok(())
 }
 
@@ -731,23 +969,21 @@ fn file_stems(names: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn print_output(name: &str, t: &Tensor) {
-    println!("output '{name}': {} {:?}", t.dtype(), t.shape());
+fn print_output(name: &str, t: &Tensor, class_scores: bool) -> Result<()> {
+    outln!("output '{name}': {} {:?}", t.dtype(), t.shape());
     // Only what is printed is converted: outputs may be gigabytes.
     let shown: Vec<String> = t.first_f64(8).iter().map(|v| format!("{v:.6}")).collect();
     let more = if t.len() > 8 { ", ..." } else { "" };
-    println!("  values: [{}{more}]", shown.join(", "));
-    // Class scores: a float vector (leading dims 1) with at least two classes.
+    outln!("  values: [{}{more}]", shown.join(", "));
     let classes = t.shape().last().copied().unwrap_or(0);
-    let looks_like_scores =
-        t.dtype().is_float() && (2..=1 << 20).contains(&classes) && t.len() == classes && t.shape().len() <= 2;
-    if looks_like_scores {
+    if class_scores && t.len() == classes {
         let values = t.to_f64_vec();
         let mut idx: Vec<usize> = (0..classes).collect();
         idx.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
         let top: Vec<String> = idx.iter().take(5).map(|&i| format!("class {i}: {:.6}", values[i])).collect();
-        println!("  top-{}: {}", top.len(), top.join(", "));
+        outln!("  top-{}: {}", top.len(), top.join(", "));
     }
+    Ok(())
 }
 
 fn lowered(path: &Path, stage: Stage, vta: Option<heron_runtime::HwConfig>, limits: &LimitFlags) -> Result<Module> {
@@ -767,14 +1003,14 @@ fn lowered(path: &Path, stage: Stage, vta: Option<heron_runtime::HwConfig>, limi
 fn lower(path: &Path, stage: Stage, full_constants: bool, target: &TargetFlags, limits: &LimitFlags) -> Result<()> {
     let module = lowered(path, stage, target.vta()?, limits)?;
     let data = if full_constants { ConstData::Full } else { ConstData::Elided };
-    print!("{}", print_module(&module, data));
+    out!("{}", print_module(&module, data));
     Ok(())
 }
 
 fn plan_buffers(path: &Path, algorithm: AlgorithmKind, budget: &heron_planner::Budget) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let plan = heron_planner::json::plan_json(&text, algorithm.name(), budget)?;
-    println!("{}", serde_json::to_string(&plan)?);
+    outln!("{}", serde_json::to_string(&plan)?);
     Ok(())
 }
 
@@ -793,35 +1029,28 @@ fn plan_model(path: &Path, opts: &PlanOptions) -> Result<()> {
     let alg = opts.algorithm.algorithm();
     let budget = opts.effort.budget(heron_planner::Budget::DEFAULT_WORK);
     let plan = heron_planner::plan_extracted(&problem, &pools, alg.as_ref(), &budget)?;
-    println!("memory plan of {} ({} buffers, algorithm {})", path.display(), problem.buffers.len(), plan.algorithm);
-    for (p, pool) in pools.iter().enumerate() {
-        let members: Vec<usize> = (0..problem.buffers.len()).filter(|&i| plan.allocations[i].pool == p).collect();
-        // A pool holds one kind: listed conflicts, or conflicts implied by live ranges.
-        let lb = if members.iter().any(|&i| problem.implied[i]) {
-            let sizes: Vec<u64> = members.iter().map(|&i| problem.buffers[i].size_bytes).collect();
-            let ranges: Vec<(u64, u64)> = members.iter().filter_map(|&i| problem.buffers[i].live_range).collect();
-            heron_planner::bound::max_load(&sizes, &ranges)
-        } else {
-            let sub = heron_planner::PoolProblem::from_buffers(&problem.buffers, &members, None);
-            heron_planner::bound::lower_bound(&sub, &heron_planner::Budget::work(heron_planner::json::BOUND_WORK))
-        };
+    outln!("memory plan of {} ({} buffers, algorithm {})", path.display(), problem.buffers.len(), plan.algorithm);
+    let bounds = heron_planner::svg::pool_lower_bounds(&problem, &pools, &plan);
+    for ((p, pool), &lb) in pools.iter().enumerate().zip(&bounds) {
         let ratio = if lb == 0 { 1.0 } else { plan.pool_sizes[p] as f64 / lb as f64 };
         let hint = pool.size_hint_bytes.map_or("unbounded".to_string(), |h| format!("limit {h}"));
-        println!(
-            "pool {} ({:?}, {hint}): {} bytes, lower bound {lb}, ratio {ratio:.4}",
-            pool.name, pool.kind, plan.pool_sizes[p]
+        outln!(
+            "pool {} ({}, {hint}): {} bytes, lower bound {lb}, ratio {ratio:.4}",
+            pool.name,
+            pool.kind,
+            plan.pool_sizes[p]
         );
     }
-    println!("{:<48} {:>10} {:>10} {:>12}  live", "buffer", "size", "offset", "pool");
+    outln!("{:<48} {:>10} {:>10} {:>12}  live", "buffer", "size", "offset", "pool");
     for (i, b) in problem.buffers.iter().enumerate() {
         let a = &plan.allocations[i];
         let live: Vec<String> = problem.ranges[i].iter().map(|(s, e)| format!("[{s}, {e})")).collect();
-        println!("{:<48} {:>10} {:>10} {:>12}  {}", b.name, b.size_bytes, a.offset, pools[a.pool].name, live.join(" "));
+        outln!("{:<48} {:>10} {:>10} {:>12}  {}", b.name, b.size_bytes, a.offset, pools[a.pool].name, live.join(" "));
     }
     if let Some(svg) = &opts.svg {
         std::fs::write(svg, heron_planner::svg::memory_map_svg(&problem, &pools, &plan))
             .with_context(|| format!("cannot write {}", svg.display()))?;
-        println!("wrote {}", svg.display());
+        outln!("wrote {}", svg.display());
     }
     Ok(())
 }
@@ -860,7 +1089,7 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
     let artifacts = Compiler::new(options).compile_aot(&model, &aot)?;
     artifacts.write(dir)?;
     let meta = &artifacts.metadata;
-    println!(
+    outln!(
         "compiled {} to {}/{}.{{o,h,json}} in {:.1} ms: object {} bytes, entry {}",
         path.display(),
         dir.display(),
@@ -871,27 +1100,24 @@ fn compile(path: &Path, dir: &Path, flags: &CompileFlags) -> Result<()> {
     );
     for p in &meta.pools {
         let file = p.params_file.as_ref().map_or(String::new(), |f| format!(", contents in {f}"));
-        println!(
-            "pool {} ({}, {:?}): {} bytes, aligned to {}{file}",
-            p.name, p.kind, p.source, p.size_bytes, p.alignment
-        );
+        outln!("pool {} ({}, {}): {} bytes, aligned to {}{file}", p.name, p.kind, p.source, p.size_bytes, p.alignment);
     }
-    println!("imports: {}", meta.undefined_symbols.join(" "));
+    outln!("imports: {}", meta.undefined_symbols.join(" "));
     if let Some((context, _)) = artifacts.context_library() {
-        println!(
+        outln!(
             "routines from the run context: {} (run with heron_{}_run_ctx and {context})",
             meta.routines.join(" "),
             meta.c_name
         );
     }
-    println!("link: {}", artifacts.link_line(dir));
+    outln!("link: {}", artifacts.link_line(dir));
     Ok(())
 }
 
 fn vta_disasm(path: &Path) -> Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let isa = heron_vta::Isa::new(heron_vta::HwConfig::default())?;
-    print!("{}", heron_vta::isa::disassemble(&isa, &bytes)?);
+    out!("{}", heron_vta::isa::disassemble(&isa, &bytes)?);
     Ok(())
 }
 
@@ -913,7 +1139,7 @@ fn layout(shape: &[usize], map: &str, index: Option<&[i64]>) -> Result<()> {
         }
     }
     json.push('}');
-    println!("{json}");
+    outln!("{json}");
     Ok(())
 }
 
@@ -944,7 +1170,7 @@ fn quantize(path: &Path, output: &Path, files: &[PathBuf], options: &QuantizeOpt
     }
     let (quantized, report) = quantize_model(&bytes, &samples, options)?;
     std::fs::write(output, quantized).with_context(|| format!("writing {}", output.display()))?;
-    println!(
+    outln!(
         "quantized {} Conv/Gemm/MatMul and {} activations ({} calibration samples) -> {}",
         report.anchors.len(),
         report.activations.len(),
@@ -952,10 +1178,10 @@ fn quantize(path: &Path, output: &Path, files: &[PathBuf], options: &QuantizeOpt
         output.display()
     );
     if report.folded_batch_norms > 0 {
-        println!("folded {} BatchNormalization into the Conv before them", report.folded_batch_norms);
+        outln!("folded {} BatchNormalization into the Conv before them", report.folded_batch_norms);
     }
     for (node, why) in &report.left_float {
-        println!("left in float: {node} ({why})");
+        outln!("left in float: {node} ({why})");
     }
     Ok(())
 }
@@ -985,33 +1211,33 @@ fn split_samples(t: Tensor, ty: &heron_ir::TensorType) -> Result<Vec<Tensor>> {
 fn inspect(path: &Path, workspace: bool, target: &TargetFlags, limits: &LimitFlags) -> Result<()> {
     let model = limits.load(path)?;
     let stats = graph_stats(model.graph());
-    println!("model {}", model.name());
+    outln!("model {}", model.name());
     for i in model.inputs() {
-        println!("input  {}: {}", i.name, i.ty);
+        outln!("input  {}: {}", i.name, i.ty);
     }
     for o in model.outputs() {
-        println!("output {}: {}", o.name, o.ty);
+        outln!("output {}: {}", o.name, o.ty);
     }
     let nodes: usize = stats.op_counts.values().sum();
-    println!("nodes: {nodes}");
+    outln!("nodes: {nodes}");
     for (op, n) in &stats.op_counts {
-        println!("  {op:<20} {n}");
+        outln!("  {op:<20} {n}");
     }
-    println!("parameter bytes: {}", stats.parameter_bytes);
-    println!("activation bytes: {} (peak live in node order: {})", stats.activation_bytes, stats.peak_activation_bytes);
-    println!("FLOPs: {} ({:.4} GFLOP, 2 x MACs of Conv/Gemm/MatMul)", stats.flops, stats.flops as f64 / 1e9);
+    outln!("parameter bytes: {}", stats.parameter_bytes);
+    outln!("activation bytes: {} (peak live in node order: {})", stats.activation_bytes, stats.peak_activation_bytes);
+    outln!("FLOPs: {} ({:.4} GFLOP, 2 x MACs of Conv/Gemm/MatMul)", stats.flops, stats.flops as f64 / 1e9);
     if let Some(vta) = target.vta()? {
         let pipeline =
             Pipeline::new(PipelineOptions { limits: limits.limits(), vta: Some(vta), ..PipelineOptions::default() });
         if let Some((graph, partition)) = pipeline.partition(&model) {
-            print!("{}", heron_vta_compiler::partition::Display { partition: &partition, graph: &graph });
+            out!("{}", heron_vta_compiler::partition::Display { partition: &partition, graph: &graph });
         }
     }
     if workspace {
         let module = lowered(path, Stage::Flat, None, limits)?;
-        println!("workspace per function (bytes; unshared / shared by liveness):");
+        outln!("workspace per function (bytes; unshared / shared by liveness):");
         for w in module_workspace(&module) {
-            println!("  {:<32} {:>10} {:>10}", w.func, w.unshared_bytes, w.shared_bytes);
+            outln!("  {:<32} {:>10} {:>10}", w.func, w.unshared_bytes, w.shared_bytes);
         }
     }
     Ok(())

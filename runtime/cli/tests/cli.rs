@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use heron_ir::npy::read_npy;
+use heron_ir::npy::{read_npy, write_npy};
 
 fn shared() -> PathBuf {
     std::env::var("HERON_SHARED")
@@ -245,7 +245,7 @@ fn quantize_writes_a_qdq_model_that_runs() {
     shape[0] = 2;
     let twice = heron_ir::Tensor::from_le_bytes(&heron_ir::TensorType::new(x.dtype(), shape), &both).expect("tensor");
     let samples = dir.join("samples.npy");
-    heron_ir::npy::write_npy(&samples, &twice).expect("write samples");
+    write_npy(&samples, &twice).expect("write samples");
     let out = dir.join("lenet_q.onnx");
     let model = reference.join("lenet.onnx");
     let text = heron(&[
@@ -289,7 +289,7 @@ fn output_files_never_overwrite_each_other() {
     let model = dir.join("names.onnx");
     std::fs::write(&model, m.to_bytes()).unwrap();
     let (out_dir, x) = (dir.join("out"), dir.join("x.npy"));
-    heron_ir::npy::write_npy(&x, &heron_ir::Tensor::from_vec::<f32>(&[2], vec![0.0; 2]).unwrap()).unwrap();
+    write_npy(&x, &heron_ir::Tensor::from_vec::<f32>(&[2], vec![0.0; 2]).unwrap()).unwrap();
     let out = heron(&[
         "run",
         model.to_str().unwrap(),
@@ -305,4 +305,190 @@ fn output_files_never_overwrite_each_other() {
         assert_eq!(got, vec![i as f64; 2], "{file}");
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+fn reference(name: &str) -> String {
+    shared().join("reference").join(name).display().to_string()
+}
+
+/// `heron ARGS`, expected to fail: its standard error.
+fn heron_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_heron")).args(args).output().expect("run heron");
+    assert_eq!(out.status.code(), Some(1), "heron {args:?} should fail: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn run_without_inputs_generates_them_and_says_so() {
+    let out = heron(&["run", &reference("mlp.onnx"), "--threads", "1"]);
+    assert!(out.contains("no --input given: running on generated inputs (seeded random"), "{out}");
+    let again = heron(&["run", &reference("mlp.onnx"), "--threads", "1"]);
+    let values = |s: &str| s.lines().find(|l| l.contains("values:")).map(str::to_string);
+    assert_eq!(values(&out), values(&again), "the generated inputs are the same on every run");
+    let zeros = heron(&["run", &reference("tiny_relu.onnx"), "--fill", "zeros"]);
+    assert!(zeros.contains("(zeros)") && zeros.contains("values: [0.000000, 0.000000"), "{zeros}");
+    // A Relu's output is no class scores: no top-5 (the MLP's Softmax is).
+    assert!(!zeros.contains("top-5") && out.contains("top-5"), "{zeros}\n{out}");
+}
+
+#[test]
+fn an_input_without_a_model_is_an_error() {
+    let err = heron_fails(&["run", "--input", &reference("mlp.input.npy")]);
+    assert!(err.contains("the model is missing"), "{err}");
+}
+
+#[test]
+fn inputs_come_from_npz_and_tensor_proto_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = read_npy(&shared().join("reference/mlp.input.npy")).unwrap();
+    let want = heron(&["run", &reference("mlp.onnx"), "--input", &reference("mlp.input.npy")]);
+    let values = |s: &str| s.lines().find(|l| l.contains("values:")).map(str::to_string).expect("values line");
+    // .npz, stored (np.savez): the array named by the input.
+    let npz = dir.path().join("x.npz");
+    {
+        let file = std::fs::File::create(&npz).unwrap();
+        let mut zip = zip::ZipWriter::new(file);
+        let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+        zip.start_file("input.npy", options).unwrap();
+        let npy = dir.path().join("x.npy");
+        write_npy(&npy, &x).unwrap();
+        std::io::Write::write_all(&mut zip, &std::fs::read(&npy).unwrap()).unwrap();
+        zip.finish().unwrap();
+    }
+    let got = heron(&["run", &reference("mlp.onnx"), "--input", npz.to_str().unwrap()]);
+    assert_eq!(values(&got), values(&want));
+    // An ONNX TensorProto .pb.
+    let pb = dir.path().join("input_0.pb");
+    let proto = heron_ir::onnx::tensor_to_proto("input", &x);
+    std::fs::write(&pb, prost::Message::encode_to_vec(&proto)).unwrap();
+    let got = heron(&["run", &reference("mlp.onnx"), "--input", pb.to_str().unwrap()]);
+    assert_eq!(values(&got), values(&want));
+    // f16 .npy files are read (and then must match the input's dtype).
+    let half = dir.path().join("h.npy");
+    write_f16_npy(&half, &[1, 784]);
+    let err = heron_fails(&["run", &reference("mlp.onnx"), "--input", half.to_str().unwrap()]);
+    assert!(err.contains("must be f32[1, 784], got f16[1, 784]"), "{err}");
+    std::fs::write(&pb, b"\xff\xff\xff not a tensor").unwrap();
+    let err = heron_fails(&["run", &reference("mlp.onnx"), "--input", pb.to_str().unwrap()]);
+    assert!(err.contains("not an ONNX TensorProto"), "{err}");
+}
+
+/// An f16 .npy file of zeros (numpy's format, version 1.0).
+fn write_f16_npy(path: &std::path::Path, shape: &[usize]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let mut header = format!("{{'descr': '<f2', 'fortran_order': False, 'shape': ({},), }}", dims.join(", "));
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(vec![0u8; 2 * shape.iter().product::<usize>()]);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn output_that_cannot_be_written_is_an_error() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_heron"))
+        .args(["inspect", &reference("mlp.onnx")])
+        .stdout(full)
+        .output()
+        .expect("run heron");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot write to standard output: no space left"), "{err}");
+    // A reader that closes the pipe early.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_heron"))
+        .args(["lower", &reference("resnet18.onnx"), "--full-constants"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run heron");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("broken pipe") && !err.contains("internal error"), "{err}");
+}
+
+#[test]
+fn the_compile_line_names_every_stage_and_adds_up() {
+    let out = heron(&["run", &reference("lenet.onnx"), "--input", &reference("lenet.input.npy"), "--threads", "1"]);
+    let line = out.lines().find(|l| l.starts_with("compiled in ")).expect("compile line");
+    for stage in ["graph passes", "lowering", "target", "layouts", "planning", "code generation", "constants", "other"]
+    {
+        assert!(line.contains(stage), "{line}");
+    }
+    let total: f64 = line["compiled in ".len()..].split(' ').next().unwrap().parse().unwrap();
+    let parts: f64 = line
+        .split(['(', '+'])
+        .skip(1)
+        .map(|p| p.trim().trim_end_matches(" ms)").rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert!((total - parts).abs() <= 0.5, "{line}: stages sum to {parts}");
+    assert!(out.contains("ran on the JIT engine (target cpu)"), "{out}");
+}
+
+#[test]
+fn bench_writes_json_and_keeps_its_summary_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let out = heron(&[
+        "bench",
+        &reference("lenet.onnx"),
+        "--input",
+        &reference("lenet.input.npy"),
+        "--runs",
+        "5",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.lines().any(|l| l.starts_with("compiled in ")), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("lenet: 5 runs, median ")), "{out}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["runs"], 5);
+    assert_eq!(report["run_ms"].as_array().unwrap().len(), 5);
+    assert_eq!(report["generated_inputs"], false);
+    assert!(report["compile_stages_ms"]["planning"].as_f64().is_some(), "{report}");
+    assert!(report["workspace_bytes"].as_u64().unwrap() > 0);
+    let only_json = heron(&["bench", &reference("tiny_relu.onnx"), "--runs", "2", "--json", "-"]);
+    let parsed: serde_json::Value = serde_json::from_str(&only_json).expect("standard output is the JSON alone");
+    assert_eq!(parsed["generated_inputs"], true);
+}
+
+#[test]
+fn run_loads_a_folder_heron_compile_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("mlp_aot");
+    let compiled = heron(&["compile", &reference("mlp.onnx"), "--name", "mlp", "-o", out_dir.to_str().unwrap()]);
+    assert!(compiled.contains(&format!("link: cc prog.c {}/mlp.o -lm", out_dir.display())), "{compiled}");
+    let jit = heron(&["run", &reference("mlp.onnx"), "--input", &reference("mlp.input.npy")]);
+    let aot = heron(&["run", out_dir.to_str().unwrap(), "--input", &reference("mlp.input.npy")]);
+    assert!(aot.contains("AOT model mlp loaded from"), "{aot}");
+    let values = |s: &str| s.lines().find(|l| l.contains("values:")).map(str::to_string).expect("values line");
+    assert_eq!(values(&aot), values(&jit));
+    let err = heron_fails(&["run", dir.path().to_str().unwrap()]);
+    assert!(err.contains("`heron run` loads folders `heron compile MODEL -o DIR` wrote"), "{err}");
+}
+
+#[test]
+fn verbose_logs_the_compile_stages() {
+    let out = Command::new(env!("CARGO_BIN_EXE_heron"))
+        .args(["-v", "run", &reference("mlp.onnx")])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run heron");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("compile stage") && err.contains("stage=\"planning\""), "{err}");
+    assert!(!err.contains('\x1b'), "no colour codes when standard error is no terminal: {err}");
+}
+
+#[test]
+fn plan_reports_the_method_behind_the_plan() {
+    let out = heron(&["plan", &reference("lenet.onnx")]);
+    assert!(out.lines().next().is_some_and(|l| l.contains("algorithm auto (")), "{out}");
+    assert!(out.contains("(workspace, unbounded)") && out.contains("(constants, unbounded)"), "{out}");
 }

@@ -105,7 +105,9 @@ fn to_tensor(value: &Bound<'_, PyAny>, dtype: Option<DType>) -> PyResult<Tensor>
     try_dtypes!(f32 => F32, f64 => F64, half::f16 => F16, i8 => I8, i16 => I16, i32 => I32, i64 => I64,
         u8 => U8, u16 => U16, u32 => U32, u64 => U64, bool => Bool);
     let dtype = array.cast::<PyUntypedArray>()?.dtype();
-    Err(PyTypeError::new_err(format!("heron cannot take arrays of dtype {dtype} (supported: float16/32/64, int8-64, uint8-64, bool)")))
+    Err(PyTypeError::new_err(format!(
+        "heron cannot take arrays of dtype {dtype} (supported: float16/32/64, int8-64, uint8-64, bool)"
+    )))
 }
 
 /// Outputs as numpy arrays; each takes over its tensor's buffer (no copy).
@@ -242,8 +244,9 @@ impl PyModel {
             (other, _) => return Err(PyValueError::new_err(format!("target must be 'cpu' or 'vta', not {other:?}"))),
         };
         if let Some(g) = guard_pages {
-            options.guard_pages = GuardPages::parse(g)
-                .ok_or_else(|| PyValueError::new_err(format!("guard_pages must be 'off', 'end' or 'start', not {g:?}")))?;
+            options.guard_pages = GuardPages::parse(g).ok_or_else(|| {
+                PyValueError::new_err(format!("guard_pages must be 'off', 'end' or 'start', not {g:?}"))
+            })?;
         }
         let model = Arc::clone(&self.model);
         let compiled = py.detach(move || Compiler::new(options).compile(&model)).map_err(heron_error)?;
@@ -262,8 +265,14 @@ impl PyModel {
     }
 
     fn __repr__(&self) -> String {
-        let list = |l: Vec<TensorInfo>| l.iter().map(|i| format!("{}: {}", i.name, i.ty)).collect::<Vec<_>>().join(", ");
-        format!("Model({:?}, inputs=[{}], outputs=[{}])", self.model.name(), list(self.model.inputs()), list(self.model.outputs()))
+        let list =
+            |l: Vec<TensorInfo>| l.iter().map(|i| format!("{}: {}", i.name, i.ty)).collect::<Vec<_>>().join(", ");
+        format!(
+            "Model({:?}, inputs=[{}], outputs=[{}])",
+            self.model.name(),
+            list(self.model.inputs()),
+            list(self.model.outputs())
+        )
     }
 }
 

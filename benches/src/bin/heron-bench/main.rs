@@ -20,7 +20,6 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use heron_ir::npy::{read_npy, write_npy};
-use heron_ir::tensor::Tensor;
 
 use engines::EngineKind;
 use report::{Measurement, ModelReport};
@@ -249,8 +248,7 @@ fn prepare_inputs(model: &Path, given: &[String], dir: &Path) -> Result<Vec<Inpu
         }
     }
     let tensors = if files.is_empty() {
-        let mut rng = heron_planner::problem::Rng::new(0x5eed);
-        infos.iter().map(|i| random_tensor(&i.ty, &mut rng)).collect::<Result<Vec<_>>>()?
+        heron.generated_inputs(heron_runtime::InputFill::DEFAULT_RANDOM)?
     } else {
         let read = files
             .iter()
@@ -269,16 +267,6 @@ fn prepare_inputs(model: &Path, given: &[String], dir: &Path) -> Result<Vec<Inpu
             Ok(InputFile { name: info.name.clone(), path })
         })
         .collect()
-}
-
-fn random_tensor(ty: &heron_ir::TensorType, rng: &mut heron_planner::problem::Rng) -> Result<Tensor> {
-    let zeros = Tensor::try_zeros(ty).map_err(|e| anyhow::anyhow!("input of type {ty:?}: {e}"))?;
-    if !ty.dtype.is_float() {
-        return Ok(zeros);
-    }
-    let values: Vec<f32> =
-        (0..zeros.len()).map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0).collect();
-    Ok(Tensor::from_vec(zeros.shape(), values).map_err(anyhow::Error::msg)?.cast(ty.dtype))
 }
 
 fn run_worker(
