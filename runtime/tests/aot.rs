@@ -93,11 +93,17 @@ fn u1_single_model_with_embedded_workspace_and_constants() {
     assert!(artifacts.header.contains("void* reserved;"), "no user pools: placeholder members");
     let exe = dir.join("u1");
     build_c_program(&[&examples().join("u1_embedded/main.c")], &[&dir.join("lenet.o")], dir, &exe).expect("cc");
-    write_raw(&input, &dir.join("in.bin"));
-    run_program(&exe, &[&dir.join("in.bin"), &dir.join("out.bin")]);
-    let got = read_raw(&dir.join("out.bin"), &want);
+    // The examples read and write .npy files (raw bytes under any other name: U2, U3's output).
+    heron_runtime::write_npy(&dir.join("in.npy"), &input).expect("write input");
+    run_program(&exe, &[&dir.join("in.npy"), &dir.join("out.npy")]);
+    let got = heron_runtime::read_npy(&dir.join("out.npy")).expect("an .npy output").reshape(want.shape()).unwrap();
     assert_float_rule(&got, &model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter")[0])
         .expect("U1 equals the interpreter");
+    // Another dtype is refused with the conversion to make.
+    heron_runtime::write_npy(&dir.join("f64.npy"), &input.cast(heron_runtime::DType::F64)).expect("write");
+    let out = Command::new(&exe).args([dir.join("f64.npy"), dir.join("x.npy")]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("x.astype(np.float32)"));
     assert_float_rule(&got, &want).expect("U1 equals ONNX Runtime");
 }
 
@@ -140,8 +146,8 @@ fn u3_two_workspace_pools_with_fallback_and_user_parameters() {
     let exe = dir.join("u3");
     build_c_program(&[&examples().join("u3_pools_and_parameters/main.c")], &[&dir.join("net.o")], dir, &exe)
         .expect("cc");
-    write_raw(&input, &dir.join("in.bin"));
-    run_program(&exe, &[&dir.join("net.flash.params"), &dir.join("in.bin"), &dir.join("out.bin")]);
+    heron_runtime::write_npy(&dir.join("in.npy"), &input).expect("write input");
+    run_program(&exe, &[&dir.join("net.flash.params"), &dir.join("in.npy"), &dir.join("out.bin")]);
     // mobilenet_ish is big: checked against the stored ONNX Runtime output.
     assert_float_rule(&read_raw(&dir.join("out.bin"), &want), &want).expect("U3 equals ONNX Runtime");
     // The same directory loads in-process through the inference API.

@@ -330,12 +330,10 @@ fn aot_c_program_runs_the_quantized_resnet18_like_the_jit() {
     let example = root.join("aot/examples/vta_offload/main.c");
     heron_aot::link::build_c_program_with_runtime(&[&example], &[&dir.join("r18.o")], Some(&vta), &dir, &exe)
         .expect("cc");
-    let mut raw = vec![0u8; input.tensor_type().size_bytes()];
-    input.write_le_bytes(&mut raw);
-    std::fs::write(dir.join("in.bin"), raw).unwrap();
+    heron_ir::npy::write_npy(&dir.join("in.npy"), &input).unwrap();
     let run = Command::new(&exe)
         .arg(dir.join("r18.vta_constants.params"))
-        .arg(dir.join("in.bin"))
+        .arg(dir.join("in.npy"))
         .arg(dir.join("out.bin"))
         .output()
         .unwrap();

@@ -1,6 +1,6 @@
 /* U1: one model, workspace and constants embedded in the object. The program links lenet.o
    and nothing else: no allocator, no pools to manage.
-   Usage: u1 INPUT.bin OUTPUT.bin (raw little-endian float32). */
+   Usage: u1 INPUT OUTPUT: float32 as .npy files, or raw little-endian bytes (any other name). */
 #include "lenet.h"
 #include "../common/io.h"
 
@@ -8,8 +8,8 @@ static float input[HERON_LENET_INPUT_SIZE];
 static float output[HERON_LENET_FC_22_SIZE];
 
 int main(int argc, char** argv) {
-  if (argc != 3) { fprintf(stderr, "usage: %s INPUT.bin OUTPUT.bin\n", argv[0]); return 1; }
-  read_exact(argv[1], input, sizeof input);
+  if (argc != 3) { fprintf(stderr, "usage: %s INPUT.npy OUTPUT.npy\n", argv[0]); return 1; }
+  read_input(argv[1], input, HERON_LENET_INPUT_SIZE);
   HeronInputs_lenet inputs = { .input = input };
   HeronOutputs_lenet outputs = { .fc_22 = output };
   /* Both pools are embedded: no workspace or parameter structs to pass. */
@@ -20,6 +20,6 @@ int main(int argc, char** argv) {
     fprintf(stderr, "a NULL output was not rejected\n");
     return 4;
   }
-  write_all(argv[2], output, sizeof output);
+  write_output(argv[2], output, HERON_LENET_FC_22_SIZE);
   return 0;
 }

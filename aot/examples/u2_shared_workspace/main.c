@@ -1,6 +1,6 @@
 /* U2: two different models compiled with the same workspace pool name ("shared"); the
    program owns one buffer of the larger size and lends it to both, running them alternately.
-   Usage: u2 LENET_IN.bin MLP_IN.bin LENET_OUT.bin MLP_OUT.bin */
+   Usage: u2 LENET_IN MLP_IN LENET_OUT MLP_OUT (float32 .npy files, or raw bytes). */
 #include <string.h>
 
 #include "lenet.h"
@@ -31,8 +31,8 @@ static void run_mlp(float* out) {
 
 int main(int argc, char** argv) {
   if (argc != 5) { fprintf(stderr, "usage: %s LENET_IN MLP_IN LENET_OUT MLP_OUT\n", argv[0]); return 1; }
-  read_exact(argv[1], lenet_in, sizeof lenet_in);
-  read_exact(argv[2], mlp_in, sizeof mlp_in);
+  read_input(argv[1], lenet_in, HERON_LENET_INPUT_SIZE);
+  read_input(argv[2], mlp_in, HERON_MLP_INPUT_SIZE);
   /* Alternate: each run overwrites the other's scratch, and must not care. */
   run_lenet(lenet_out);
   run_mlp(mlp_out);
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "results changed between alternating runs\n");
     return 4;
   }
-  write_all(argv[3], lenet_out, sizeof lenet_out);
-  write_all(argv[4], mlp_out, sizeof mlp_out);
+  write_output(argv[3], lenet_out, HERON_LENET_FC_22_SIZE);
+  write_output(argv[4], mlp_out, HERON_MLP_SOFTMAX_12_SIZE);
   return 0;
 }

@@ -1,7 +1,7 @@
 /* U3: two workspace pools — a small fast "sram" with a size hint and a large "dram" that takes
    whatever does not fit — and the weights in a user-provided "flash" parameter pool, loaded
    from the .params blob heron wrote.
-   Usage: u3 NET.flash.params INPUT.bin OUTPUT.bin */
+   Usage: u3 NET.flash.params INPUT OUTPUT (float32 .npy files, or raw bytes). */
 #include "net.h"
 #include "../common/io.h"
 
@@ -12,9 +12,9 @@ static float input[HERON_NET_INPUT_SIZE];
 static float output[HERON_NET_FC_111_SIZE];
 
 int main(int argc, char** argv) {
-  if (argc != 4) { fprintf(stderr, "usage: %s PARAMS INPUT.bin OUTPUT.bin\n", argv[0]); return 1; }
+  if (argc != 4) { fprintf(stderr, "usage: %s PARAMS INPUT.npy OUTPUT.npy\n", argv[0]); return 1; }
   read_exact(argv[1], flash, sizeof flash);
-  read_exact(argv[2], input, sizeof input);
+  read_input(argv[2], input, HERON_NET_INPUT_SIZE);
   HeronInputs_net inputs = { .input = input };
   HeronOutputs_net outputs = { .fc_111 = output };
   HeronWorkspaces_net workspaces = { .sram = sram, .dram = dram };
@@ -25,6 +25,6 @@ int main(int argc, char** argv) {
     fprintf(stderr, "missing parameters were not rejected\n");
     return 4;
   }
-  write_all(argv[3], output, sizeof output);
+  write_output(argv[3], output, HERON_NET_FC_111_SIZE);
   return 0;
 }

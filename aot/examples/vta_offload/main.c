@@ -2,7 +2,7 @@
    --name r18`, its int8 regions run on a VTA device (the simulator in libheron_vta.a, or the
    driver HERON_VTA_DRIVER names), the rest on this CPU. The VTA pools are device memory from the
    session; the weights come from the .params blob heron wrote. Prints the seven VTA counters.
-   Usage: vta_offload R18.vta_constants.params INPUT.bin OUTPUT.bin */
+   Usage: vta_offload R18.vta_constants.params INPUT OUTPUT (float32 .npy files, or raw bytes). */
 #include <stdint.h>
 #include "r18.h"
 #include "heron_vta.h"
@@ -14,9 +14,9 @@ static float input[HERON_R18_INPUT_SIZE];
 static float output[HERON_R18_OUTPUT_SIZE];
 
 int main(int argc, char** argv) {
-  if (argc != 4) { fprintf(stderr, "usage: %s PARAMS INPUT.bin OUTPUT.bin\n", argv[0]); return 1; }
+  if (argc != 4) { fprintf(stderr, "usage: %s PARAMS INPUT.npy OUTPUT.npy\n", argv[0]); return 1; }
   read_exact(argv[1], weights, sizeof weights);
-  read_exact(argv[2], input, sizeof input);
+  read_input(argv[2], input, HERON_R18_INPUT_SIZE);
   HeronVtaSession* session = heron_vta_session_new(NULL);
   if (!session) { fprintf(stderr, "no VTA session: %s\n", heron_vta_session_last_error()); return 5; }
   uint8_t* vta_workspace = heron_vta_session_alloc(session, HERON_R18_VTA_WORKSPACE_WORKSPACE_BUFFER_SIZE, NULL, 0);
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   check_status("r18", error ? -1 : status);
   const char* counters = heron_vta_session_counters(session);
   printf("vta counters: %s\n", counters ? counters : "(none)");
-  write_all(argv[3], output, sizeof output);
+  write_output(argv[3], output, HERON_R18_OUTPUT_SIZE);
   heron_vta_context_free(ctx);
   heron_vta_session_free(session);
   return 0;
