@@ -8,7 +8,7 @@ use std::process::Command;
 
 use heron_aot::link::{build_c_program, exported_symbols, undefined_symbols};
 use heron_aot::{ALLOWED_IMPORTS, AotOptions, Artifacts};
-use heron_ir::npy::read_npy;
+use heron_ir::npy::{read_npy, write_npy};
 use heron_ir::testing::{assert_float_rule, shared_dir};
 use heron_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType};
 use heron_planner::spec::parse_pool_spec;
@@ -94,13 +94,13 @@ fn u1_single_model_with_embedded_workspace_and_constants() {
     let exe = dir.join("u1");
     build_c_program(&[&examples().join("u1_embedded/main.c")], &[&dir.join("lenet.o")], dir, &exe).expect("cc");
     // The examples read and write .npy files (raw bytes under any other name: U2, U3's output).
-    heron_runtime::write_npy(&dir.join("in.npy"), &input).expect("write input");
+    write_npy(&dir.join("in.npy"), &input).expect("write input");
     run_program(&exe, &[&dir.join("in.npy"), &dir.join("out.npy")]);
-    let got = heron_runtime::read_npy(&dir.join("out.npy")).expect("an .npy output").reshape(want.shape()).unwrap();
+    let got = read_npy(&dir.join("out.npy")).expect("an .npy output").reshape(want.shape()).unwrap();
     assert_float_rule(&got, &model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter")[0])
         .expect("U1 equals the interpreter");
     // Another dtype is refused with the conversion to make.
-    heron_runtime::write_npy(&dir.join("f64.npy"), &input.cast(heron_runtime::DType::F64)).expect("write");
+    write_npy(&dir.join("f64.npy"), &input.cast(DType::F64)).expect("write");
     let out = Command::new(&exe).args([dir.join("f64.npy"), dir.join("x.npy")]).output().expect("run");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("x.astype(np.float32)"));
@@ -146,7 +146,7 @@ fn u3_two_workspace_pools_with_fallback_and_user_parameters() {
     let exe = dir.join("u3");
     build_c_program(&[&examples().join("u3_pools_and_parameters/main.c")], &[&dir.join("net.o")], dir, &exe)
         .expect("cc");
-    heron_runtime::write_npy(&dir.join("in.npy"), &input).expect("write input");
+    write_npy(&dir.join("in.npy"), &input).expect("write input");
     run_program(&exe, &[&dir.join("net.flash.params"), &dir.join("in.npy"), &dir.join("out.bin")]);
     // mobilenet_ish is big: checked against the stored ONNX Runtime output.
     assert_float_rule(&read_raw(&dir.join("out.bin"), &want), &want).expect("U3 equals ONNX Runtime");
