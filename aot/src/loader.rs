@@ -49,15 +49,24 @@ fn find_metadata(dir: &Path) -> Result<PathBuf, AotError> {
     match found.len() {
         1 => Ok(found.remove(0)),
         0 => Err(AotError::Metadata(format!("{}: no NAME.json (run `heron compile` into it)", dir.display()))),
-        _ => Err(AotError::Metadata(format!("{}: several .json files; load one by name", dir.display()))),
+        _ => Err(AotError::Metadata(format!(
+            "{}: several .json files; give the model's own (`heron run {}/NAME.json`)",
+            dir.display(),
+            dir.display()
+        ))),
     }
 }
 
 impl AotLibrary {
-    /// Opens the model `heron compile` wrote into `dir`: reads `NAME.json`, links `NAME.o` into
-    /// `NAME.so` with the system C compiler unless that exists and is newer, and loads it.
-    pub fn open(dir: &Path) -> Result<AotLibrary, AotError> {
-        let json_path = find_metadata(dir)?;
+    /// Opens the model `heron compile` wrote into a folder (`path`, holding one `NAME.json`, or
+    /// that `NAME.json` itself): reads the metadata, links `NAME.o` into `NAME.so` with the
+    /// system C compiler unless that exists and is newer, and loads it.
+    pub fn open(path: &Path) -> Result<AotLibrary, AotError> {
+        let (dir, json_path) = if path.is_file() {
+            (path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")), path.to_path_buf())
+        } else {
+            (path, find_metadata(path)?)
+        };
         let text = std::fs::read_to_string(&json_path).map_err(io_error(&json_path))?;
         let metadata: Metadata =
             serde_json::from_str(&text).map_err(|e| AotError::Metadata(format!("{}: {e}", json_path.display())))?;

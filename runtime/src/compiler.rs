@@ -559,7 +559,7 @@ fn aot_executable(library: AotLibrary, guard: GuardPages, threads: usize) -> Res
 }
 
 impl Model {
-    /// Loads a model compiled ahead of time into `dir` by `heron compile` (or
+    /// Loads a model compiled ahead of time into `dir` (or `dir/NAME.json`) by `heron compile` (or
     /// [`Compiler::compile_aot`]): links `NAME.o` into a shared library if needed, loads it and
     /// its parameter blobs, and runs it through the same API as the JIT.
     pub fn load_aot(dir: impl AsRef<Path>) -> Result<CompiledModel, RuntimeError> {

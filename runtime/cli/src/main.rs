@@ -333,8 +333,8 @@ impl Fill {
 enum Command {
     /// Run a model (the built-in CNN when no MODEL is given) and print its outputs.
     Run {
-        /// ONNX model file, or a folder `heron compile` wrote; omit to run the built-in model on
-        /// a generated image.
+        /// ONNX model file, or a folder `heron compile` wrote (or its NAME.json); omit to run the
+        /// built-in model on a generated image.
         model: Option<PathBuf>,
         /// Input as [NAME=]FILE: .npy (any dtype, f16 included), .npz (arrays by name) or an
         /// ONNX TensorProto .pb; in model input order without NAME=. Repeat for several inputs.
@@ -717,7 +717,8 @@ fn run(
     (engine, threads, target): (Engine, Option<usize>, &TargetFlags),
     limits: &LimitFlags,
 ) -> Result<()> {
-    if let Some(dir) = model_path.filter(|p| p.is_dir()) {
+    let compiled_folder = |p: &&Path| p.is_dir() || p.extension().is_some_and(|e| e == "json");
+    if let Some(dir) = model_path.filter(compiled_folder) {
         return run_aot_folder(dir, (inputs, fill), output_dir, limits);
     }
     if model_path.is_none() && !inputs.is_empty() {
@@ -823,7 +824,7 @@ fn run_aot_folder(
 ) -> Result<()> {
     let t0 = Instant::now();
     let compiled = Model::load_aot(dir).with_context(|| {
-        format!("{} is a folder: `heron run` loads folders `heron compile MODEL -o DIR` wrote", dir.display())
+        format!("`heron run {}` loads what `heron compile MODEL -o DIR` wrote (DIR, or DIR/NAME.json)", dir.display())
     })?;
     outln!("AOT model {} loaded from {} in {:.2} ms", compiled.name(), dir.display(), t0.elapsed().as_secs_f64() * 1e3);
     let given = read_inputs(inputs, &limits.limits())?;

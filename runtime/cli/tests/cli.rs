@@ -470,7 +470,14 @@ fn run_loads_a_folder_heron_compile_wrote() {
     let values = |s: &str| s.lines().find(|l| l.contains("values:")).map(str::to_string).expect("values line");
     assert_eq!(values(&aot), values(&jit));
     let err = heron_fails(&["run", dir.path().to_str().unwrap()]);
-    assert!(err.contains("`heron run` loads folders `heron compile MODEL -o DIR` wrote"), "{err}");
+    assert!(err.contains("loads what `heron compile MODEL -o DIR` wrote"), "{err}");
+    // A folder holding several models: each is run by its NAME.json.
+    heron(&["compile", &reference("lenet.onnx"), "--name", "lenet", "-o", out_dir.to_str().unwrap()]);
+    let err = heron_fails(&["run", out_dir.to_str().unwrap()]);
+    assert!(err.contains("several .json files; give the model's own"), "{err}");
+    let lenet = out_dir.join("lenet.json");
+    let aot = heron(&["run", lenet.to_str().unwrap(), "--input", &reference("lenet.input.npy")]);
+    assert!(aot.contains("AOT model lenet loaded from"), "{aot}");
 }
 
 #[test]
