@@ -68,28 +68,42 @@ fn square_layer(c: usize, m: usize, size: usize, k: usize, stride: usize, groups
     Conv2d::from_dims([1, c, size, size, m, out, out, k, k, stride, stride, 1, 1, groups, k / 2, k / 2])
 }
 
-/// The GEMM kernel on each available ISA against its FMA peak.
+/// The GEMM kernel on each available ISA against its FMA peak. The peak and the kernel are
+/// timed alternately and compared pair by pair (the median of the pairs' ratios): on a shared
+/// machine whose speed drifts, a peak measured minutes apart from the kernel says little.
 fn direct_gemm(n: usize, runs: usize) {
     let values = |len: usize| (0..len).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect::<Vec<f32>>();
     let (a, b) = (values(n * n), values(n * n));
     for isa in Isa::available() {
         let iterations = 20_000_000 / if isa == Isa::Scalar { 16 } else { 1 };
-        let mut flops = 0.0;
-        let peak_seconds = median_seconds(5, || flops = peak::fma_flops(isa, iterations));
-        let peak = flops / peak_seconds / 1e9;
         let mut packed = vec![0.0; gemm::packed_b_len(isa, n, n).expect("size")];
         gemm::pack_b(isa, &b, (n, 1), (n, n), &mut packed).expect("pack");
         let mut c = vec![0.0; n * n];
-        let runs = if isa == Isa::Scalar { 1 } else { runs };
-        let seconds = median_seconds(runs, || {
-            gemm::sgemm(isa, (n, n, n), &a, n, &packed, &mut c, n, gemm::Epilogue::default()).expect("gemm")
-        });
-        let gflops = 2.0 * (n * n * n) as f64 / seconds / 1e9;
+        let pairs = if isa == Isa::Scalar { 1 } else { runs.max(3) };
+        let (mut peaks, mut kernels, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..pairs {
+            let mut flops = 0.0;
+            let peak_seconds = median_seconds(3, || flops = peak::fma_flops(isa, iterations));
+            let peak = flops / peak_seconds / 1e9;
+            let seconds = median_seconds(3.min(runs), || {
+                gemm::sgemm(isa, (n, n, n), &a, n, &packed, &mut c, n, gemm::Epilogue::default()).expect("gemm")
+            });
+            let gflops = 2.0 * (n * n * n) as f64 / seconds / 1e9;
+            peaks.push(peak);
+            kernels.push(gflops);
+            ratios.push(gflops / peak);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (peak, gflops, ratio) = (median(&mut peaks), median(&mut kernels), median(&mut ratios));
         println!(
-            "kernel sgemm {n}^3 {}: median {:.3} ms, {gflops:.1} GFLOP/s = {:.0}% of the measured FMA peak {peak:.1} GFLOP/s",
+            "kernel sgemm {n}^3 {}: median {:.3} ms, {gflops:.1} GFLOP/s = {:.0}% of the measured FMA peak {peak:.1} GFLOP/s \
+             (median of {pairs} alternating peak/kernel pairs' ratios)",
             isa.name(),
-            seconds * 1e3,
-            100.0 * gflops / peak
+            2.0 * (n * n * n) as f64 / gflops / 1e6,
+            100.0 * ratio
         );
     }
 }

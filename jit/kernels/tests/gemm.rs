@@ -82,6 +82,34 @@ proptest! {
     }
 }
 
+/// Long reductions split the rows into bands that fit L2 (several bands, the last short):
+/// every element is still the in-order f32 sum, bit for bit, for any task split.
+#[test]
+fn long_reductions_run_in_row_bands() {
+    for (m, n, k) in [(101, 40, 3000), (13, 70, 20_000), (64, 17, 1500)] {
+        let a = values(m * k, 7);
+        let b = values(k * n, 9);
+        // Every tile adds its products in order, in f32: the same bits as this.
+        let want: Vec<f32> = (0..m * n)
+            .map(|e| (0..k).fold(0.0f32, |acc, p| a[(e / n) * k + p].mul_add(b[p * n + e % n], acc)))
+            .collect();
+        for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
+            let mut packed = vec![0.0; packed_b_len(isa, k, n).unwrap()];
+            pack_b(isa, &b, (n, 1), (k, n), &mut packed).unwrap();
+            for tasks in [1, 2, 3, 7] {
+                let mut c = vec![f32::NAN; m * n];
+                for task in 0..tasks {
+                    sgemm_share(isa, (m, n, k), (&a, k), &packed, (&mut c, n), Epilogue::default(), (task, tasks))
+                        .unwrap();
+                }
+                for (i, (&got, &w)) in c.iter().zip(&want).enumerate() {
+                    assert_eq!(got.to_bits(), w.to_bits(), "{isa:?} {m}x{n}x{k}, {tasks} tasks, element {i}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn short_operands_are_errors() {
     let isa = Isa::detect();
