@@ -113,6 +113,19 @@ pub fn memory_map_svg(problem: &Extracted, pools: &[PoolInfo], plan: &Plan) -> S
     out
 }
 
+/// Opens a pool's panel group (closed by the caller) with its title: name, kind, size, `detail`.
+fn open_panel(out: &mut String, pool: &PoolInfo, kind: &str, size: u64, top: f64, detail: &str) {
+    let name = escape(&pool.name);
+    let _ = writeln!(
+        out,
+        r#"<g class="pool" data-name="{name}" data-kind="{kind}" data-size="{size}"><text class="pool-title" x="{LEFT}" y="{:.1}" font-size="13" font-weight="bold">pool {name} ({}): {} ({size} bytes), {}</text>"#,
+        top + 14.0,
+        pool.kind,
+        human_bytes(size),
+        escape(detail)
+    );
+}
+
 /// A workspace pool: time on x, offset on y. Returns the y where the next panel starts.
 fn workspace_panel(
     out: &mut String,
@@ -127,18 +140,7 @@ fn workspace_panel(
     let panel_top = top + 24.0;
     let x_of = |step: u64| LEFT + WIDTH * step as f64 / steps as f64;
     let y_of = |bytes: u64| panel_top + PANEL_H * (1.0 - bytes as f64 / size as f64);
-    let _ = writeln!(
-        out,
-        r#"<g class="pool" data-name="{}" data-kind="workspace" data-size="{}"><text class="pool-title" x="{LEFT}" y="{:.1}" font-size="13" font-weight="bold">pool {} ({}): {} ({} bytes), lower bound {}</text>"#,
-        escape(&pool.name),
-        plan.pool_sizes[p],
-        top + 14.0,
-        escape(&pool.name),
-        pool.kind,
-        human_bytes(plan.pool_sizes[p]),
-        plan.pool_sizes[p],
-        human_bytes(lower_bound)
-    );
+    open_panel(out, pool, "workspace", plan.pool_sizes[p], top, &format!("lower bound {}", human_bytes(lower_bound)));
     let _ = writeln!(
         out,
         r##"<rect class="frame" x="{LEFT}" y="{panel_top:.1}" width="{WIDTH}" height="{PANEL_H}" fill="#fafafa" stroke="#444"/>"##
@@ -240,18 +242,8 @@ fn constant_panel(
     let size = plan.pool_sizes[p].max(1);
     let bar_top = top + 24.0;
     let x_of = |bytes: u64| LEFT + WIDTH * bytes as f64 / size as f64;
-    let _ = writeln!(
-        out,
-        r#"<g class="pool" data-name="{}" data-kind="constants" data-size="{}"><text class="pool-title" x="{LEFT}" y="{:.1}" font-size="13" font-weight="bold">pool {} ({}): {} ({} bytes), {} constants, live for the whole run</text>"#,
-        escape(&pool.name),
-        plan.pool_sizes[p],
-        top + 14.0,
-        escape(&pool.name),
-        pool.kind,
-        human_bytes(plan.pool_sizes[p]),
-        plan.pool_sizes[p],
-        members.len()
-    );
+    let detail = format!("{} constants, live for the whole run", members.len());
+    open_panel(out, pool, "constants", plan.pool_sizes[p], top, &detail);
     let mut sorted = members.to_vec();
     sorted.sort_by_key(|&i| plan.allocations[i].offset);
     for &i in &sorted {
