@@ -113,6 +113,45 @@ pub fn memory_map_svg(problem: &Extracted, pools: &[PoolInfo], plan: &Plan) -> S
     out
 }
 
+/// A rectangle's name inside it (left-aligned, vertically centred) when it fits; the rest show
+/// it on hover only.
+fn label(out: &mut String, name: &str, (x, y, w, h): (f64, f64, f64, f64)) {
+    if text_width(name) + 6.0 <= w && h >= 13.0 {
+        let _ = write!(
+            out,
+            r#"<text class="buffer-name" x="{:.1}" y="{:.1}" font-size="10">{}</text>"#,
+            x + 3.0,
+            y + h / 2.0 + 4.0,
+            escape(name)
+        );
+    }
+}
+
+/// Ticks along an x axis at `bottom` covering `0..=max`, at most about `max_ticks` of them,
+/// labelled by `text`.
+fn x_ticks(
+    out: &mut String,
+    bottom: f64,
+    max: u64,
+    max_ticks: f64,
+    x_of: impl Fn(u64) -> f64,
+    text: impl Fn(u64) -> String,
+) {
+    let step = (tick_step(max as f64, max_ticks) as u64).max(1);
+    let mut tick = 0u64;
+    while tick <= max {
+        let tx = x_of(tick);
+        let _ = writeln!(
+            out,
+            r##"<line class="tick" x1="{tx:.1}" y1="{bottom:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#444"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            bottom + 5.0,
+            bottom + 17.0,
+            text(tick)
+        );
+        tick += step;
+    }
+}
+
 /// Opens a pool's panel group (closed by the caller) with its title: name, kind, size, `detail`.
 fn open_panel(out: &mut String, pool: &PoolInfo, kind: &str, size: u64, top: f64, detail: &str) {
     let name = escape(&pool.name);
@@ -166,19 +205,8 @@ fn workspace_panel(
         panel_top + PANEL_H / 2.0
     );
     // x axis: operator steps, the operator's name under the first tick of each.
-    let step = tick_step(steps as f64, 10.0) as u64;
     let bottom = panel_top + PANEL_H;
-    let mut tick = 0u64;
-    while tick <= steps {
-        let tx = x_of(tick);
-        let _ = writeln!(
-            out,
-            r##"<line class="tick" x1="{tx:.1}" y1="{bottom:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#444"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{tick}</text>"##,
-            bottom + 5.0,
-            bottom + 17.0
-        );
-        tick += step.max(1);
-    }
+    x_ticks(out, bottom, steps, 10.0, x_of, |tick| tick.to_string());
     let _ = writeln!(
         out,
         r#"<text class="axis-label" x="{:.1}" y="{:.1}" text-anchor="middle">operator step (time) →</text>"#,
@@ -201,15 +229,7 @@ fn workspace_panel(
                 a.offset,
                 escape(op)
             );
-            if text_width(&b.name) + 6.0 <= w && h >= 13.0 {
-                let _ = write!(
-                    out,
-                    r#"<text class="buffer-name" x="{:.1}" y="{:.1}" font-size="10">{}</text>"#,
-                    x + 3.0,
-                    y + h / 2.0 + 4.0,
-                    escape(&b.name)
-                );
-            }
+            label(out, &b.name, (x, y, w, h));
             out.push_str("</g>\n");
         }
     }
@@ -258,31 +278,11 @@ fn constant_panel(
             b.size_bytes,
             a.offset
         );
-        if text_width(&b.name) + 6.0 <= w {
-            let _ = write!(
-                out,
-                r#"<text class="buffer-name" x="{:.1}" y="{:.1}" font-size="10">{}</text>"#,
-                x + 3.0,
-                bar_top + CONST_H / 2.0 + 4.0,
-                escape(&b.name)
-            );
-        }
+        label(out, &b.name, (x, bar_top, w, CONST_H));
         out.push_str("</g>\n");
     }
     let bottom = bar_top + CONST_H;
-    let step = tick_step(size as f64, 8.0) as u64;
-    let mut tick = 0u64;
-    while tick <= size {
-        let tx = x_of(tick);
-        let _ = writeln!(
-            out,
-            r##"<line class="tick" x1="{tx:.1}" y1="{bottom:.1}" x2="{tx:.1}" y2="{:.1}" stroke="#444"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-            bottom + 5.0,
-            bottom + 17.0,
-            human_bytes(tick)
-        );
-        tick += step.max(1);
-    }
+    x_ticks(out, bottom, size, 8.0, x_of, human_bytes);
     let _ = writeln!(
         out,
         r#"<text class="axis-label" x="{:.1}" y="{:.1}" text-anchor="middle">offset (bytes) →</text></g>"#,
