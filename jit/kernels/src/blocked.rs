@@ -704,47 +704,82 @@ unsafe fn scalar_depthwise_row(row: &DepthwiseRow, block: usize) {
 
 /// The epilogue and stores of one tile's accumulators (`[[Vector; P]; OB]`) at output
 /// offset `$at` (elements from the sink's first pixel): whole blocks of a blocked output in
-/// place, in registers (a macro: a function taking them was not inlined, and the
-/// accumulators went through memory); partial blocks and planar outputs by `blocked_store`.
-/// Expands inside a kernel, over its module's vector helpers.
+/// place, one unrolled pass per kind of epilogue (a macro: a function taking them was not
+/// inlined, and the accumulators went through memory; branches inside the pass kept it from
+/// being unrolled, and it then cost as much as a short reduction); a last partial block with
+/// its lanes past the channels set to zero; a planar output's channels, each to its own plane,
+/// by `planar_store`. Expands inside a kernel, over its module's vector helpers.
 #[cfg(target_arch = "x86_64")]
 macro_rules! blocked_finish {
     ($sink:expr, $acc:expr, $at:expr) => {{
         let sink: &crate::blocked::Sink = $sink;
-        // The loops below index the accumulators: handed a copy, the kernel's loop keeps
-        // them in registers instead of storing each after every multiply-add.
-        let acc = std::hint::black_box($acc);
+        let acc = $acc;
         let (os, base) = (&sink.strides, $at);
-        let (lo, hi) = match sink.clamp {
-            Some((lo, hi)) => (splat(lo), splat(hi)),
-            None => (zero(), zero()),
-        };
-        for (ob, row) in acc.iter().enumerate() {
-            let whole = os.lanes == LANES && sink.channels_left >= (ob + 1) * LANES;
-            if !whole && sink.finish {
-                for (p, &v) in row.iter().enumerate() {
-                    blocked_store(sink, ob, base + p * os.pixel, v);
+        let clamp = if sink.finish { sink.clamp } else { None };
+        let residual = if sink.finish { sink.residual } else { std::ptr::null() };
+        if os.lanes == LANES && sink.channels_left >= acc.len() * LANES {
+            match (residual.is_null(), clamp) {
+                (true, None) => crate::blocked::each_vector!(acc, base, os, sink, |v, _at| v),
+                (true, Some((lo, hi))) => {
+                    let (lo, hi) = (splat(lo), splat(hi));
+                    crate::blocked::each_vector!(acc, base, os, sink, |v, _at| min(max(v, lo), hi))
                 }
-                continue;
+                (false, None) => {
+                    crate::blocked::each_vector!(acc, base, os, sink, |v, at| add(v, load(residual.add(at))))
+                }
+                (false, Some((lo, hi))) => {
+                    let (lo, hi) = (splat(lo), splat(hi));
+                    crate::blocked::each_vector!(acc, base, os, sink, |v, at| min(
+                        max(add(v, load(residual.add(at))), lo),
+                        hi
+                    ))
+                }
             }
-            for (p, &v) in row.iter().enumerate() {
-                let at = base + ob * os.channel + p * os.pixel;
-                let mut v = v;
-                if sink.finish {
-                    if !sink.residual.is_null() {
-                        v = add(v, load(sink.residual.add(at)));
-                    }
-                    if sink.clamp.is_some() {
-                        v = min(max(v, lo), hi);
-                    }
+        } else {
+            for (ob, row) in acc.iter().enumerate() {
+                let first = ob * LANES;
+                if first >= sink.channels_left {
+                    continue;
                 }
-                store_n(sink.out.add(at), v, LANES);
+                let valid = (sink.channels_left - first).min(LANES);
+                if os.lanes != LANES {
+                    planar_store(sink, first, valid, base, row);
+                    continue;
+                }
+                for (p, &v) in row.iter().enumerate() {
+                    let at = base + ob * os.channel + p * os.pixel;
+                    let mut v = v;
+                    if !residual.is_null() {
+                        v = add(v, load(residual.add(at)));
+                    }
+                    if let Some((lo, hi)) = clamp {
+                        v = min(max(v, splat(lo)), splat(hi));
+                    }
+                    if sink.finish && valid < LANES {
+                        v = select((1u32 << valid) - 1, v, zero());
+                    }
+                    store_n(sink.out.add(at), v, LANES);
+                }
             }
         }
     }};
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use blocked_finish;
+
+/// Stores `value(v, at)` for every accumulator `v` of a tile at its output offset `at` (a
+/// blocked output's whole blocks).
+#[cfg(target_arch = "x86_64")]
+macro_rules! each_vector {
+    ($acc:expr, $base:expr, $os:expr, $sink:expr, |$v:ident, $at:ident| $value:expr) => {
+        for (ob, row) in $acc.iter().enumerate() {
+            for (p, &$v) in row.iter().enumerate() {
+                let $at = $base + ob * $os.channel + p * $os.pixel;
+                store_n($sink.out.add($at), $value, LANES);
+            }
+        }
+    };
+}
 
 /// One input channel and tap of a dense tile: the `OB` blocks' weights loaded, then each
 /// pixel's input broadcast and multiplied into its `OB` accumulators (`OB` loads, `P`
@@ -767,6 +802,8 @@ macro_rules! blocked_step {
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use blocked_step;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use each_vector;
 
 /// The vector kernels, written over a module's vector helpers (see [`crate::tile`]).
 #[cfg(target_arch = "x86_64")]
@@ -797,40 +834,37 @@ macro_rules! blocked_kernel {
             }
         }
 
-        /// The epilogue of block `ob` at output offset `at` (from the sink's first block) and
-        /// its store, for a last partial block (its lanes past the channels become zero) or a
-        /// planar output (each channel to its own plane).
+        /// The epilogue and stores of one output block's pixels (`row`, at most 12) into a
+        /// planar output: channels `first..first + valid`, each a run of pixels in its plane.
         ///
         /// # Safety
         /// As the kernels.
         #[inline(never)]
         #[target_feature(enable = $feature)]
-        unsafe fn blocked_store(sink: &crate::blocked::Sink, ob: usize, at: usize, v: Vector) {
+        unsafe fn planar_store(sink: &crate::blocked::Sink, first: usize, valid: usize, at: usize, row: &[Vector]) {
             let os = &sink.strides;
-            let first = ob * LANES;
-            if first >= sink.channels_left {
-                return;
-            }
-            let valid = (sink.channels_left - first).min(LANES);
-            let mut lanes = [0.0f32; LANES];
-            // SAFETY: the lanes below `valid` are channels of the output (and residual).
+            let mut pixels = [[0.0f32; LANES]; 12];
+            // SAFETY: the channels below `valid` are planes of the output (and residual),
+            // the row's pixels inside them.
             unsafe {
-                store_n(lanes.as_mut_ptr(), v, LANES);
-                for (lane, value) in lanes.iter_mut().enumerate().take(valid) {
-                    let at = at + if os.lanes == 1 { (first + lane) * os.channel } else { ob * os.channel + lane };
-                    if !sink.residual.is_null() {
-                        *value += *sink.residual.add(at);
-                    }
-                    if let Some((lo, hi)) = sink.clamp {
-                        *value = value.max(lo).min(hi);
-                    }
-                    if os.lanes == 1 {
-                        *sink.out.add(at) = *value;
-                    }
+                for (lanes, &v) in pixels.iter_mut().zip(row) {
+                    store_n(lanes.as_mut_ptr(), v, LANES);
                 }
-                if os.lanes != 1 {
-                    lanes[valid..].fill(0.0);
-                    store_n(sink.out.add(at + ob * os.channel), load(lanes.as_ptr()), LANES);
+                for c in 0..valid {
+                    let plane = at + (first + c) * os.channel;
+                    for (p, lanes) in pixels.iter().enumerate().take(row.len()) {
+                        let at = plane + p * os.pixel;
+                        let mut v = lanes[c];
+                        if sink.finish {
+                            if !sink.residual.is_null() {
+                                v += *sink.residual.add(at);
+                            }
+                            if let Some((lo, hi)) = sink.clamp {
+                                v = v.max(lo).min(hi);
+                            }
+                        }
+                        *sink.out.add(at) = v;
+                    }
                 }
             }
         }
@@ -844,12 +878,20 @@ macro_rules! blocked_kernel {
         pub(crate) unsafe fn blocked_dense<const OB: usize, const P: usize>(t: &crate::blocked::DenseRun) {
             let xs = t.x_strides;
             let one_tap = t.tap_rows == 1 && t.tap_cols == 1;
+            let pointwise = one_tap && xs.lanes == LANES && t.x_step == LANES && t.w_channel == LANES;
             let pixel = t.sink.strides.pixel;
             // The input channels as blocks of `xs.lanes` (a planar input's one by one), the
             // last `rest` channels short of a whole block: walked with pointer steps, no
             // division per block.
             let (full, rest) = (t.channels / xs.lanes, t.channels % xs.lanes);
             let blocks = full + usize::from(rest > 0);
+            // The blocks' starting values when they do not accumulate: the same for every
+            // tile (the bias, or zero).
+            let mut starts = [zero(); OB];
+            for (ob, v) in starts.iter_mut().enumerate() {
+                // SAFETY: the bias holds the channels below `channels_left`.
+                *v = unsafe { blocked_start(&crate::blocked::Sink { accumulate: false, ..t.sink }, ob, 0) };
+            }
             // SAFETY: every offset is inside the run's extents.
             unsafe {
                 for tile in 0..t.tiles {
@@ -857,13 +899,35 @@ macro_rules! blocked_kernel {
                     let mut acc = [[zero(); P]; OB];
                     for (ob, row) in acc.iter_mut().enumerate() {
                         for (p, v) in row.iter_mut().enumerate() {
-                            *v = blocked_start(&t.sink, ob, at + p * pixel);
+                            *v = if t.sink.accumulate {
+                                load(t.sink.out.add(at + ob * t.sink.strides.channel + p * pixel))
+                            } else {
+                                starts[ob]
+                            };
                         }
                     }
                     let (mut xb, mut wb) = (x0, t.w);
                     for b in 0..blocks {
                         let lanes = if b < full { xs.lanes } else { rest };
-                        if one_tap && lanes == LANES && OB == 3 {
+                        if pointwise && lanes == LANES {
+                            // A whole input block of a stride-1 pointwise layer: pixels one
+                            // block apart and a channel's weights one vector on, so every
+                            // offset is a constant and the unrolled block runs only loads,
+                            // broadcasts and multiply-adds (no address arithmetic per channel,
+                            // which a core shared with another thread pays for).
+                            for l in 0..LANES {
+                                let mut wv = [zero(); OB];
+                                for (ob, v) in wv.iter_mut().enumerate() {
+                                    *v = load(wb.add(ob * t.w_block + l * LANES));
+                                }
+                                for p in 0..P {
+                                    let xv = splat(*xb.add(p * LANES + l));
+                                    for ob in 0..OB {
+                                        acc[ob][p] = fma(wv[ob], xv, acc[ob][p]);
+                                    }
+                                }
+                            }
+                        } else if one_tap && lanes == LANES && OB == 3 {
                             // A whole input block of a 1×1 layer on a three-block tile: unrolled,
                             // every offset a constant (its nine multiply-adds per channel leave
                             // the loop's bookkeeping in the way: 0.8-0.9× the time, measured;

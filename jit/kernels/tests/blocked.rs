@@ -134,6 +134,93 @@ fn run(
     out
 }
 
+/// Pointwise layers (1×1, stride 1, no padding: the kernels' whole-plane path) with channel
+/// counts across block tails and planes that end inside a tile.
+fn pointwise() -> impl Strategy<Value = Conv2d> {
+    (1usize..3, 1usize..70, 1usize..70, 1usize..12, 1usize..40).prop_map(|(batch, c, m, h, w)| Conv2d {
+        batch,
+        in_channels: c,
+        in_h: h,
+        in_w: w,
+        out_channels: m,
+        out_h: h,
+        out_w: w,
+        kernel: (1, 1),
+        stride: (1, 1),
+        dilation: (1, 1),
+        groups: 1,
+        pad: (0, 0),
+    })
+}
+
+type Epilogue = (bool, bool, Option<(f32, f32)>);
+
+fn epilogues() -> impl Strategy<Value = Epilogue> {
+    (
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(None), Just(Some((0.0f32, 6.0f32))), Just(Some((-0.5f32, 0.25f32)))],
+    )
+}
+
+/// The kernel on every ISA this CPU has, in one and in `tasks` shares, against the formula;
+/// lanes past the channels of a blocked output are zero and every run gives the same bits.
+fn check_conv(
+    geo: Conv2d,
+    block: usize,
+    (planar_in, planar_out): (bool, bool),
+    (with_bias, with_residual, bounds): Epilogue,
+    tasks: usize,
+    seed: u64,
+) -> Result<(), TestCaseError> {
+    let depthwise = geo.is_depthwise();
+    let layout = |planar: bool| if planar && !depthwise { Layout::Planar } else { Layout::Blocked };
+    let conv = BlockedConv { geo, block, input: layout(planar_in), output: layout(planar_out) };
+    let x = values(geo.input_len().unwrap(), seed);
+    let w = values(geo.weights_len().unwrap(), seed ^ 1);
+    let bias = with_bias.then(|| values(geo.out_channels, seed ^ 2));
+    let residual = with_residual.then(|| values(geo.output_len().unwrap(), seed ^ 3));
+    let want = reference(&geo, &x, &w, bias.as_deref(), residual.as_deref(), bounds);
+    let out_dims = [geo.batch, geo.out_channels, geo.out_h, geo.out_w];
+    let x_stored = store(conv.input, block, [geo.batch, geo.in_channels, geo.in_h, geo.in_w], &x);
+    let residual_stored = residual.as_ref().map(|r| store(conv.output, block, out_dims, r));
+    let mut packed = vec![0.0; conv.packed_weights_len().unwrap()];
+    conv.pack_weights(&w, &mut packed).unwrap();
+    let mut first: Option<Vec<f32>> = None;
+    for isa in Isa::available() {
+        for t in [1, tasks] {
+            let got = run(isa, &conv, &x_stored, &packed, bias.as_deref(), residual_stored.as_deref(), bounds, t);
+            for (i, &want) in want.iter().enumerate() {
+                let (n, rest) =
+                    (i / (geo.out_channels * geo.out_h * geo.out_w), i % (geo.out_channels * geo.out_h * geo.out_w));
+                let (c, rest) = (rest / (geo.out_h * geo.out_w), rest % (geo.out_h * geo.out_w));
+                let at = offset(
+                    conv.output,
+                    block,
+                    [geo.out_channels, geo.out_h, geo.out_w],
+                    [n, c, rest / geo.out_w, rest % geo.out_w],
+                );
+                prop_assert!(close(got[at], want), "{isa:?} {conv:?} element {i}: {} vs {want}", got[at]);
+            }
+            if conv.output == Layout::Blocked {
+                // Lanes past the channels are zero.
+                let stored_want = store(Layout::Blocked, block, out_dims, &vec![1.0; geo.output_len().unwrap()]);
+                for (g, s) in got.iter().zip(&stored_want) {
+                    prop_assert!(*s != 0.0 || *g == 0.0, "a padding lane holds {g}");
+                }
+            }
+            match &first {
+                None => first = Some(got),
+                Some(f) => prop_assert!(
+                    f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{isa:?}, {t} tasks: other bits"
+                ),
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
 
@@ -141,47 +228,24 @@ proptest! {
     fn blocked_conv_matches_the_formula(
         geo in geometry(),
         block in prop_oneof![Just(8usize), Just(16usize)],
-        (planar_in, planar_out) in (any::<bool>(), any::<bool>()),
-        (with_bias, with_residual, bounds) in (any::<bool>(), any::<bool>(), prop_oneof![Just(None), Just(Some((0.0f32, 6.0f32))), Just(Some((-0.5f32, 0.25f32)))]),
+        layouts in (any::<bool>(), any::<bool>()),
+        epilogue in epilogues(),
         tasks in 1usize..4,
         seed in any::<u64>(),
     ) {
-        let depthwise = geo.is_depthwise();
-        let layout = |planar: bool| if planar && !depthwise { Layout::Planar } else { Layout::Blocked };
-        let conv = BlockedConv { geo, block, input: layout(planar_in), output: layout(planar_out) };
-        let x = values(geo.input_len().unwrap(), seed);
-        let w = values(geo.weights_len().unwrap(), seed ^ 1);
-        let bias = with_bias.then(|| values(geo.out_channels, seed ^ 2));
-        let residual = with_residual.then(|| values(geo.output_len().unwrap(), seed ^ 3));
-        let want = reference(&geo, &x, &w, bias.as_deref(), residual.as_deref(), bounds);
-        let out_dims = [geo.batch, geo.out_channels, geo.out_h, geo.out_w];
-        let x_stored = store(conv.input, block, [geo.batch, geo.in_channels, geo.in_h, geo.in_w], &x);
-        let residual_stored = residual.as_ref().map(|r| store(conv.output, block, out_dims, r));
-        let mut packed = vec![0.0; conv.packed_weights_len().unwrap()];
-        conv.pack_weights(&w, &mut packed).unwrap();
-        let mut first: Option<Vec<f32>> = None;
-        for isa in Isa::available() {
-            for t in [1, tasks] {
-                let got = run(isa, &conv, &x_stored, &packed, bias.as_deref(), residual_stored.as_deref(), bounds, t);
-                for (i, &want) in want.iter().enumerate() {
-                    let (n, rest) = (i / (geo.out_channels * geo.out_h * geo.out_w), i % (geo.out_channels * geo.out_h * geo.out_w));
-                    let (c, rest) = (rest / (geo.out_h * geo.out_w), rest % (geo.out_h * geo.out_w));
-                    let at = offset(conv.output, block, [geo.out_channels, geo.out_h, geo.out_w], [n, c, rest / geo.out_w, rest % geo.out_w]);
-                    prop_assert!(close(got[at], want), "{isa:?} {conv:?} element {i}: {} vs {want}", got[at]);
-                }
-                if conv.output == Layout::Blocked {
-                    // Lanes past the channels are zero.
-                    let stored_want = store(Layout::Blocked, block, out_dims, &vec![1.0; geo.output_len().unwrap()]);
-                    for (g, s) in got.iter().zip(&stored_want) {
-                        prop_assert!(*s != 0.0 || *g == 0.0, "a padding lane holds {g}");
-                    }
-                }
-                match &first {
-                    None => first = Some(got),
-                    Some(f) => prop_assert!(f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "{isa:?}, {t} tasks: other bits"),
-                }
-            }
-        }
+        check_conv(geo, block, layouts, epilogue, tasks, seed)?;
+    }
+
+    #[test]
+    fn pointwise_conv_matches_the_formula(
+        geo in pointwise(),
+        block in prop_oneof![Just(8usize), Just(16usize)],
+        layouts in (any::<bool>(), any::<bool>()),
+        epilogue in epilogues(),
+        tasks in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        check_conv(geo, block, layouts, epilogue, tasks, seed)?;
     }
 }
 
