@@ -158,7 +158,13 @@ fn direct_convs(runs: usize) {
         let mut scratch = vec![0.0; geo.scratch_len(isa).expect("size")];
         let mut y = vec![0.0; geo.output_len().expect("size")];
         let bias = values(m);
-        let epilogue = ConvEpilogue { bias: Some(&bias), residual: None, clamp: Some((0.0, f32::INFINITY)) };
+        let epilogue = ConvEpilogue {
+            bias: Some(&bias),
+            residual: None,
+            clamp: Some((0.0, f32::INFINITY)),
+            activation: None,
+            tail: None,
+        };
         let seconds = median_seconds(runs, || {
             conv2d_share(isa, &geo, &x, &packed, &mut y, epilogue, &mut scratch, (0, 1)).expect("conv")
         });
@@ -216,7 +222,13 @@ fn blocked_convs(runs: usize) {
         conv.pack_weights(&w, &mut packed).expect("pack");
         let mut y = vec![0.0; conv.output_len().expect("size")];
         let bias = values(m);
-        let epilogue = ConvEpilogue { bias: Some(&bias), residual: None, clamp: Some((0.0, f32::INFINITY)) };
+        let epilogue = ConvEpilogue {
+            bias: Some(&bias),
+            residual: None,
+            clamp: Some((0.0, f32::INFINITY)),
+            activation: None,
+            tail: None,
+        };
         let seconds =
             median_seconds(runs, || conv_share(isa, &conv, &x, &packed, &mut y, epilogue, (0, 1)).expect("conv"));
         let gflops = 2.0 * (m * out * out * (c / geo.groups) * k * k) as f64 / seconds / 1e9;

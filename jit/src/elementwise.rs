@@ -9,9 +9,11 @@
 //! other function stays generated code.
 
 use heron_ir::DType;
-use heron_ir::loop_ir::{Arg, BinOp, BufferId, Call, Callee, Expr, ForKind, MathOp, PrimFunc, Stmt, VarDecl, VarId};
+use heron_ir::loop_ir::{
+    Arg, BinOp, BufferId, Call, Callee, CmpOp, Expr, ForKind, MathOp, PrimFunc, Stmt, VarDecl, VarId,
+};
 use heron_kernels::abi::MAP_F32;
-use heron_kernels::elementwise::{MAX_CONSTS, MAX_INPUTS, MAX_OPS, MapOp, Operand, Program};
+use heron_kernels::elementwise::{MAX_CONSTS, MAX_INPUTS, MAX_OPS, MapOp, Operand, Program, TailOperand};
 
 use crate::int8::peel;
 use crate::kernels::KernelConfig;
@@ -27,18 +29,16 @@ pub(crate) struct MapPlan {
     cols: usize,
 }
 
-/// Builds the program while walking the stored expression.
-struct Builder<'f> {
-    f: &'f PrimFunc,
-    loops: &'f [(VarId, i64)],
+/// Builds a program while walking a stored expression: `classify` names the input a leaf of
+/// the expression reads (a buffer load, or a kernel's accumulator), or refuses it.
+struct Builder<'c, K> {
     ops: Vec<MapOp>,
     consts: Vec<f32>,
-    inputs: Vec<(BufferId, Operand)>,
-    /// Where per-row inputs start broadcasting (the first axis of `cols`).
-    split: Option<usize>,
+    inputs: Vec<K>,
+    classify: &'c mut dyn FnMut(&Expr) -> Option<K>,
 }
 
-impl Builder<'_> {
+impl<K: PartialEq> Builder<'_, K> {
     /// Appends `op` (the stack depth is checked when the program is made).
     fn push(&mut self, op: MapOp) -> Option<()> {
         (self.ops.len() < MAX_OPS).then(|| self.ops.push(op))
@@ -46,29 +46,44 @@ impl Builder<'_> {
 
     fn expr(&mut self, e: &Expr) -> Option<()> {
         match e {
-            Expr::Float { value, dtype: DType::F32 } => {
-                let v = *value as f32;
-                let k = match self.consts.iter().position(|c| c.to_bits() == v.to_bits()) {
-                    Some(k) => k,
-                    None if self.consts.len() < MAX_CONSTS => {
-                        self.consts.push(v);
-                        self.consts.len() - 1
-                    }
-                    None => return None,
-                };
-                self.push(MapOp::Const(k as u8))
-            }
-            Expr::Load { buffer, indices } => {
-                let operand = self.operand(*buffer, indices)?;
-                let k = match self.inputs.iter().position(|i| *i == (*buffer, operand)) {
+            Expr::Float { value, dtype: DType::F32 } => self.constant(*value as f32),
+            Expr::Load { .. } => {
+                let key = (self.classify)(e)?;
+                let k = match self.inputs.iter().position(|i| *i == key) {
                     Some(k) => k,
                     None if self.inputs.len() < MAX_INPUTS => {
-                        self.inputs.push((*buffer, operand));
+                        self.inputs.push(key);
                         self.inputs.len() - 1
                     }
                     None => return None,
                 };
                 self.push(MapOp::Input(k as u8))
+            }
+            // `a < b ? t : f` and the other orders (`>` and `>=` as `<` and `<=` swapped).
+            Expr::Select { cond, then, otherwise } => {
+                let Expr::Cmp { op, lhs, rhs } = &**cond else { return None };
+                let (a, b, select) = match op {
+                    CmpOp::Lt => (lhs, rhs, MapOp::LessSelect),
+                    CmpOp::Le => (lhs, rhs, MapOp::LessEqSelect),
+                    CmpOp::Gt => (rhs, lhs, MapOp::LessSelect),
+                    CmpOp::Ge => (rhs, lhs, MapOp::LessEqSelect),
+                    CmpOp::Eq | CmpOp::Ne => return None,
+                };
+                for x in [a, b, then, otherwise] {
+                    self.expr(x)?;
+                }
+                self.push(select)
+            }
+            // `tanh x = 2·sigmoid(2x) − 1`.
+            Expr::Math { op: MathOp::Tanh, arg } => {
+                self.expr(arg)?;
+                self.constant(2.0)?;
+                self.push(MapOp::Mul)?;
+                self.push(MapOp::Sigmoid)?;
+                self.constant(2.0)?;
+                self.push(MapOp::Mul)?;
+                self.constant(1.0)?;
+                self.push(MapOp::Sub)
             }
             Expr::Binary { op, lhs, rhs } => {
                 let op = match op {
@@ -80,8 +95,12 @@ impl Builder<'_> {
                     BinOp::Max => MapOp::Max,
                     _ => return None,
                 };
-                self.expr(lhs)?;
-                self.expr(rhs)?;
+                // A sum or product takes its deeper operand first: the stack stays shallower
+                // (and `a + b`, `a · b` are the same bits either way round).
+                let swap = matches!(op, MapOp::Add | MapOp::Mul) && depth(rhs) > depth(lhs);
+                let (first, second) = if swap { (rhs, lhs) } else { (lhs, rhs) };
+                self.expr(first)?;
+                self.expr(second)?;
                 self.push(op)
             }
             Expr::Math { op, arg } => {
@@ -99,16 +118,56 @@ impl Builder<'_> {
         }
     }
 
-    /// How `buffer[indices]` lines up with the output: every index the loop variable of its
-    /// axis (or anything on an axis of extent 1), or that up to a split and 0 on the trailing
-    /// axes where the buffer has extent 1.
-    fn operand(&mut self, buffer: BufferId, indices: &[Expr]) -> Option<Operand> {
-        let b = self.f.buffer(buffer);
-        if b.dtype != DType::F32 || indices.len() != self.loops.len() || b.shape.len() != self.loops.len() {
+    fn constant(&mut self, v: f32) -> Option<()> {
+        let k = match self.consts.iter().position(|c| c.to_bits() == v.to_bits()) {
+            Some(k) => k,
+            None if self.consts.len() < MAX_CONSTS => {
+                self.consts.push(v);
+                self.consts.len() - 1
+            }
+            None => return None,
+        };
+        self.push(MapOp::Const(k as u8))
+    }
+}
+
+/// The stack depth evaluating `e` takes (as [`Builder::expr`] orders it; saturating, for what
+/// it refuses).
+fn depth(e: &Expr) -> usize {
+    let above = |d: usize, n: usize| d.saturating_add(n);
+    match e {
+        Expr::Binary { op, lhs, rhs } => {
+            let (l, r) = (depth(lhs), depth(rhs));
+            if matches!(op, BinOp::Add | BinOp::Mul) { l.max(r).max(above(l.min(r), 1)) } else { l.max(above(r, 1)) }
+        }
+        Expr::Select { cond, then, otherwise } => match &**cond {
+            Expr::Cmp { lhs, rhs, .. } => {
+                depth(lhs).max(above(depth(rhs), 1)).max(above(depth(then), 2)).max(above(depth(otherwise), 3))
+            }
+            _ => usize::MAX,
+        },
+        Expr::Math { arg, .. } => above(depth(arg), 1),
+        _ => 1,
+    }
+}
+
+/// How `buffer[indices]` lines up with a map's output: every index the loop variable of its
+/// axis (or anything on an axis of extent 1), or that up to a split (the first per-row input
+/// fixes it in `split`) and 0 on the trailing axes where the buffer has extent 1.
+fn map_operand(
+    f: &PrimFunc,
+    loops: &[(VarId, i64)],
+    split: &mut Option<usize>,
+    buffer: BufferId,
+    indices: &[Expr],
+) -> Option<Operand> {
+    {
+        let b = f.buffer(buffer);
+        if b.dtype != DType::F32 || indices.len() != loops.len() || b.shape.len() != loops.len() {
             return None;
         }
         let mut first_broadcast = None;
-        for (j, ((idx, &(var, extent)), &dim)) in indices.iter().zip(self.loops).zip(&b.shape).enumerate() {
+        for (j, ((idx, &(var, extent)), &dim)) in indices.iter().zip(loops).zip(&b.shape).enumerate() {
             if extent == 1 {
                 if dim != 1 || idx.as_int().is_some_and(|v| v != 0) {
                     return None;
@@ -123,8 +182,8 @@ impl Builder<'_> {
                 _ => return None,
             }
         }
-        let Some(split) = first_broadcast else { return Some(Operand::Full) };
-        if *self.split.get_or_insert(split) != split {
+        let Some(first) = first_broadcast else { return Some(Operand::Full) };
+        if *split.get_or_insert(first) != first {
             return None;
         }
         Some(Operand::PerRow)
@@ -152,26 +211,38 @@ pub(crate) fn match_map(f: &PrimFunc) -> Option<MapPlan> {
     if out_buffer.dtype != DType::F32 || !matches_loops || loops.is_empty() {
         return None;
     }
-    let mut builder =
-        Builder { f, loops: &loops, ops: Vec::new(), consts: Vec::new(), inputs: Vec::new(), split: None };
+    let mut split = None;
+    let mut classify = |e: &Expr| match e {
+        Expr::Load { buffer, indices } => {
+            map_operand(f, &loops, &mut split, *buffer, indices).map(|operand| (*buffer, operand))
+        }
+        _ => None,
+    };
+    let mut builder = Builder { ops: Vec::new(), consts: Vec::new(), inputs: Vec::new(), classify: &mut classify };
     builder.expr(value)?;
+    let (ops, consts, inputs) = (builder.ops, builder.consts, builder.inputs);
     // Arithmetic alone runs as fast in generated code, whose values stay in registers; the
     // routine's stack machine wins where `exp` is (SiLU: measured 4x).
-    let transcendental = builder.ops.iter().any(|op| matches!(op, MapOp::Exp | MapOp::Sigmoid));
-    if builder.inputs.is_empty() || !transcendental {
+    let transcendental = ops.iter().any(|op| matches!(op, MapOp::Exp | MapOp::Sigmoid));
+    if inputs.is_empty() || !transcendental {
         return None;
     }
-    let program = Program::new(&builder.ops, &builder.consts).ok()?;
+    let program = Program::new(&ops, &consts).ok()?;
     // Without per-row inputs the whole output is one row.
-    let split = builder.split.unwrap_or(0);
+    let split = split.unwrap_or(0);
     let product =
         |axes: &[(VarId, i64)]| axes.iter().try_fold(1usize, |p, &(_, e)| p.checked_mul(usize::try_from(e).ok()?));
     let (rows, cols) = (product(&loops[..split])?, product(&loops[split..])?);
-    Some(MapPlan { out: *out, inputs: builder.inputs, program, rows, cols })
+    Some(MapPlan { out: *out, inputs, program, rows, cols })
 }
 
 /// Replaces `f`'s body with the routine's call, in a parallel loop over tasks.
 pub(crate) fn apply_map(plan: MapPlan, f: &mut PrimFunc, config: KernelConfig) {
+    f.body = Stmt::Seq(vec![map_call(plan, f, config)]);
+}
+
+/// The routine's call for `plan`, in a parallel loop over tasks (a new variable of `f`).
+pub(crate) fn map_call(plan: MapPlan, f: &mut PrimFunc, config: KernelConfig) -> Stmt {
     let MapPlan { out, inputs, program, rows, cols } = plan;
     f.vars.push(VarDecl { name: "task".into(), dtype: DType::I64 });
     let task = VarId(f.vars.len() as u32 - 1);
@@ -190,10 +261,58 @@ pub(crate) fn apply_map(plan: MapPlan, f: &mut PrimFunc, config: KernelConfig) {
     args.extend([int(config.isa.code()), int(rows as i64), int(cols as i64), int(per_row), int(ops_lo), int(ops_hi)]);
     args.extend(program.consts().iter().map(|&c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
     args.extend([Arg::Expr(Expr::Var(task)), int(tasks as i64)]);
-    f.body = Stmt::Seq(vec![Stmt::For {
+    Stmt::For {
         var: task,
         extent: Expr::index(tasks as i64),
         kind: if tasks > 1 { ForKind::Parallel } else { ForKind::Serial },
         body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(MAP_F32.into()), args })),
-    }]);
+    }
+}
+
+/// The elementwise routine running `program` (a tail program: input 0 the output) in place
+/// over a planar `[N, C, H, W]` output of `rows = N·C` planes of `cols = H·W`, its operands
+/// whole tensors or one value per channel (per plane: the routine's rows).
+pub(crate) fn map_in_place(
+    out: BufferId,
+    operands: &[(BufferId, TailOperand)],
+    program: Program,
+    (rows, cols): (usize, usize),
+) -> MapPlan {
+    let mut inputs = vec![(out, Operand::Full)];
+    inputs.extend(
+        operands
+            .iter()
+            .map(|&(b, kind)| (b, if kind == TailOperand::PerChannel { Operand::PerRow } else { Operand::Full })),
+    );
+    MapPlan { out, inputs, program, rows, cols }
+}
+
+/// A leaf of a convolution's store expression, as its tail program reads it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TailInput {
+    /// The kernel's result.
+    Output,
+    Operand(BufferId, TailOperand),
+}
+
+/// The tail program (`heron_kernels::elementwise::Tail`) computing `e`, a convolution's store
+/// expression, over the kernel's result: what its own epilogue has no form for (hard-swish,
+/// SiLU, LeakyReLU, ELU, a sigmoid) runs on each of the kernel's tiles while they are in
+/// cache, instead of generated code going over the whole output again. `classify` names each
+/// leaf; `None` when `e` needs more than the program holds.
+pub(crate) fn match_tail(
+    e: &Expr,
+    classify: &mut dyn FnMut(&Expr) -> Option<TailInput>,
+) -> Option<(Program, Vec<(BufferId, TailOperand)>)> {
+    let mut builder = Builder { ops: Vec::new(), consts: Vec::new(), inputs: vec![TailInput::Output], classify };
+    builder.expr(e)?;
+    let program = Program::new(&builder.ops, &builder.consts).ok()?;
+    let operands = builder.inputs[1..]
+        .iter()
+        .map(|input| match input {
+            TailInput::Operand(b, kind) => Some((*b, *kind)),
+            TailInput::Output => None,
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((program, operands))
 }

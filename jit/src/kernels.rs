@@ -30,7 +30,8 @@ use std::sync::Arc;
 use heron_ir::loop_ir::analysis::affine_terms;
 use heron_ir::loop_ir::interp::{ExternArg, Externs};
 use heron_ir::loop_ir::{
-    Arg, BinOp, Buffer, BufferId, Call, Callee, Expr, ForKind, MAIN, Module, PrimFunc, Scope, Stmt, VarDecl, VarId,
+    Arg, BinOp, Buffer, BufferId, Call, Callee, CmpOp, Expr, ForKind, MAIN, Module, PrimFunc, Scope, Stmt, VarDecl,
+    VarId,
 };
 use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
@@ -39,8 +40,10 @@ use heron_kernels::abi::{
     blocked_layouts, flags, layouts,
 };
 use heron_kernels::blocked::{BlockedConv, Layout};
-use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
-use heron_kernels::elementwise::{Operand, Program, map_share};
+use heron_kernels::conv::{Activation, Conv2d, ConvEpilogue, conv2d_share};
+use heron_kernels::elementwise::{MapOp, Operand, Program, Tail, TailOperand, map_share};
+
+use crate::elementwise::TailInput;
 use heron_kernels::gemm;
 use heron_kernels::pool::{max_pool2d_blocked_share, max_pool2d_share, window_dims, window_from_dims};
 pub use heron_kernels::qgemm::Int8Isa;
@@ -90,7 +93,9 @@ pub fn routines() -> Vec<Routine> {
     use RoutineParam::{Buffer as B, F32, I64};
     let params = |name: &str| match name {
         CONV2D_F32 => [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat(),
-        CONV2D_BLOCKED_F32 => [vec![B; 5], vec![I64; 20], vec![F32, F32, I64, I64]].concat(),
+        CONV2D_BLOCKED_F32 => {
+            [vec![B; 5], vec![I64; 20], vec![F32, F32, I64, I64], vec![B; 2], vec![I64; 3], vec![F32; 4]].concat()
+        }
         GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
         MAXPOOL2D_BLOCKED_F32 => [vec![B; 2], vec![I64; 19]].concat(),
@@ -865,6 +870,15 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         _ => out,
     };
     let conv_dims = |geo: &Conv2d| geo.dims().map(i);
+    // A blocked convolution applies the rest of its epilogue itself: a piecewise-linear
+    // activation in registers, or one with `exp` as its tail program (arithmetic alone runs
+    // as fast in generated code).
+    let rest = generic.as_ref().filter(|_| blocked.is_some() && plan.quant.is_none());
+    let activation = rest.and_then(|e| native_activation(e, plan.acc));
+    let tail = rest
+        .filter(|_| activation.is_none())
+        .and_then(|e| tail_of(f, e, plan.acc, out, &plan.out_loops))
+        .filter(|(program, _)| program.ops().iter().any(|op| matches!(op, MapOp::Exp | MapOp::Sigmoid)));
     let (routine, args) = if let Some(q) = &plan.quant {
         let (routine, input, dims) = match &plan.kernel {
             Kernel::Conv { geo, input, .. } => (CONV2D_Q8, *input, conv_dims(geo).to_vec()),
@@ -938,6 +952,11 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
             flag_bits |= flags::CLAMP;
             (lo, hi)
         });
+        flag_bits |= match activation {
+            Some(Activation::LeakyRelu(_)) => flags::LEAKY_RELU,
+            Some(Activation::HardSwish) => flags::HARD_SWISH,
+            None => 0,
+        };
         args.extend([
             Arg::Expr(Expr::index(flag_bits)),
             Arg::Expr(Expr::float(f64::from(lo), DType::F32)),
@@ -945,6 +964,28 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
             Arg::Expr(Expr::Var(task)),
             i(config.tasks),
         ]);
+        if routine == CONV2D_BLOCKED_F32 {
+            let (program, operands) = match &tail {
+                Some((program, operands)) => (Some(program), &operands[..]),
+                None => (None, &[][..]),
+            };
+            let mut per_channel = 0;
+            for k in 0..2 {
+                let (buffer, kind) = operands.get(k).copied().unwrap_or((out, TailOperand::Full));
+                args.push(Arg::Buffer(buffer));
+                if kind == TailOperand::PerChannel {
+                    per_channel |= 1 << k;
+                }
+            }
+            let [lo, hi] = program.map_or([0, 0], Program::encode);
+            args.extend([lo, hi, per_channel].map(|v| Arg::Expr(Expr::index(v))));
+            let consts = match (program, activation) {
+                (Some(program), _) => program.consts(),
+                (None, Some(Activation::LeakyRelu(alpha))) => [alpha, 0.0, 0.0, 0.0],
+                (None, _) => [0.0; 4],
+            };
+            args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
+        }
         (routine, args)
     };
     stmts.push(Stmt::For {
@@ -953,7 +994,25 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         kind: if config.tasks > 1 { ForKind::Parallel } else { ForKind::Serial },
         body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(routine.into()), args })),
     });
-    if let Some(e) = generic {
+    // A planar convolution's activation with `exp` runs as the elementwise routine over its
+    // output, after every task of the kernel.
+    let planar_map = match (&plan.kernel, &generic, routine) {
+        (Kernel::Conv { geo, .. }, Some(e), CONV2D_F32) => tail_of(f, e, plan.acc, out, &plan.out_loops)
+            .filter(|(program, _)| program.ops().iter().any(|op| matches!(op, MapOp::Exp | MapOp::Sigmoid)))
+            // The routine's per-row values are per plane: per channel only for one image.
+            .filter(|(_, operands)| geo.batch == 1 || operands.iter().all(|(_, k)| *k == TailOperand::Full))
+            .map(|(program, operands)| {
+                let planes = (geo.batch * geo.out_channels, geo.out_h * geo.out_w);
+                crate::elementwise::map_in_place(out, &operands, program, planes)
+            }),
+        _ => None,
+    };
+    if let Some(map) = planar_map {
+        stmts.push(crate::elementwise::map_call(map, f, config));
+        f.body = Stmt::Seq(stmts);
+        return;
+    }
+    if let Some(e) = generic.filter(|_| tail.is_none() && activation.is_none()) {
         // The rest of the epilogue: the accumulator is the kernel's output (in place, unless
         // an integer product wrote its own buffer).
         let idx: Vec<Expr> = plan.out_loops.iter().map(|(v, _)| Expr::Var(*v)).collect();
@@ -969,6 +1028,84 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         }));
     }
     f.body = Stmt::Seq(stmts);
+}
+
+/// The activation a blocked kernel computes in registers that `e`, a convolution's store
+/// expression over its accumulator `acc`, is: LeakyReLU or hard-swish as lowering writes them.
+fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
+    let float = |e: &Expr| match e {
+        Expr::Float { value, .. } => Some(*value),
+        _ => None,
+    };
+    fn binary(e: &Expr, want: BinOp) -> Option<(&Expr, &Expr)> {
+        match e {
+            Expr::Binary { op, lhs, rhs } if *op == want => Some((&**lhs, &**rhs)),
+            _ => None,
+        }
+    }
+    let x = |e: &Expr| is_acc(e, acc);
+    match e {
+        // `x < 0 ? x · alpha : x`.
+        Expr::Select { cond, then, otherwise } => {
+            let Expr::Cmp { op: CmpOp::Lt, lhs, rhs } = &**cond else { return None };
+            let (scaled, alpha) = binary(then, BinOp::Mul)?;
+            let alpha = float(alpha)?;
+            (x(lhs) && float(rhs) == Some(0.0) && x(scaled) && x(otherwise))
+                .then_some(Activation::LeakyRelu(alpha as f32))
+        }
+        // `x · min(max(x / 6 + 0.5, 0), 1)`.
+        _ => {
+            let (v, gate) = binary(e, BinOp::Mul)?;
+            let (gate, one) = binary(gate, BinOp::Min)?;
+            let (gate, zero) = binary(gate, BinOp::Max)?;
+            let (gate, half) = binary(gate, BinOp::Add)?;
+            let (w, six) = binary(gate, BinOp::Div)?;
+            let constants = [float(one), float(zero), float(half), float(six)];
+            (x(v) && x(w) && constants == [Some(1.0), Some(0.0), Some(0.5), Some(6.0)]).then_some(Activation::HardSwish)
+        }
+    }
+}
+
+/// The tail program of a convolution whose store expression is `e` over its accumulator
+/// `acc`: the kernel's result, buffers shaped like the output, and values per channel.
+fn tail_of(
+    f: &PrimFunc,
+    e: &Expr,
+    acc: BufferId,
+    out: BufferId,
+    out_loops: &[(VarId, i64)],
+) -> Option<(Program, Vec<(BufferId, TailOperand)>)> {
+    let &[_, (c_var, channels), _, _] = out_loops else { return None };
+    // Variables of loops that run once index nothing.
+    let live = |(mut terms, constant): (HashMap<VarId, i64>, i64)| {
+        terms.retain(|v, _| out_loops.iter().any(|(x, n)| x == v && *n > 1));
+        (terms, constant)
+    };
+    let out_index: Vec<Expr> = out_loops.iter().map(|(v, _)| Expr::Var(*v)).collect();
+    let (out_terms, _) = live(flat_offset(f, out, &out_index)?);
+    let out_len = f.buffer(out).num_elements();
+    let mut classify = |x: &Expr| {
+        if is_acc(x, acc) {
+            return Some(TailInput::Output);
+        }
+        let Expr::Load { buffer, indices } = x else { return None };
+        let b = f.buffer(*buffer);
+        if b.dtype != DType::F32 || *buffer == out || !f.params.contains(buffer) {
+            return None;
+        }
+        let (terms, constant) = live(flat_offset(f, *buffer, indices)?);
+        if constant != 0 {
+            return None;
+        }
+        if b.num_elements() == out_len && terms == out_terms {
+            return Some(TailInput::Operand(*buffer, TailOperand::Full));
+        }
+        let per_channel =
+            if channels > 1 { terms.len() == 1 && coefficient(&terms, c_var) == 1 } else { terms.is_empty() };
+        (per_channel && b.num_elements() as i64 == channels)
+            .then_some(TailInput::Operand(*buffer, TailOperand::PerChannel))
+    };
+    crate::elementwise::match_tail(e, &mut classify)
 }
 
 /// A max pool nest as lowering emits it (locals `acc` and `found`, every tap of a constant
@@ -1211,11 +1348,13 @@ impl Externs for KernelExterns {
                     bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
                     residual: (bits & flags::RESIDUAL != 0).then_some(&residual[..]),
                     clamp: (bits & flags::CLAMP != 0).then_some((float(&args[24])?, float(&args[25])?)),
+                    activation: None,
+                    tail: None,
                 };
                 let r = conv2d_share(isa, &geo, &x, &w, &mut out, epilogue, &mut scratch, (t[0], t[1]));
                 (4, r.map(|()| out))
             }
-            CONV2D_BLOCKED_F32 if args.len() == 29 => {
+            CONV2D_BLOCKED_F32 if args.len() == 38 => {
                 let isa = isa_of(&args[5])?;
                 let d = ints(&args[6..25])?;
                 let t = ints(&args[27..29])?;
@@ -1226,10 +1365,33 @@ impl Externs for KernelExterns {
                 let (x, w, bias, residual) =
                     (floats(&args[0])?, floats(&args[1])?, floats(&args[2])?, floats(&args[3])?);
                 let mut out = floats(&args[4])?;
+                let operands = [floats(&args[29])?, floats(&args[30])?];
+                let tail = match (&args[31], &args[32], &args[33]) {
+                    (ExternArg::Int(0), ..) => None,
+                    (ExternArg::Int(lo), ExternArg::Int(hi), ExternArg::Int(per_channel)) => {
+                        let consts = [float(&args[34])?, float(&args[35])?, float(&args[36])?, float(&args[37])?];
+                        let program = Program::decode([*lo, *hi], consts).map_err(|e| e.to_string())?;
+                        let kind = |k: usize| {
+                            if per_channel >> k & 1 == 1 { TailOperand::PerChannel } else { TailOperand::Full }
+                        };
+                        Some(Tail {
+                            program,
+                            operands: [Some((&operands[0][..], kind(0))), Some((&operands[1][..], kind(1)))],
+                        })
+                    }
+                    _ => return Err("expected the tail program's words".into()),
+                };
                 let epilogue = ConvEpilogue {
                     bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
                     residual: (bits & flags::RESIDUAL != 0).then_some(&residual[..]),
                     clamp: (bits & flags::CLAMP != 0).then_some((float(&args[25])?, float(&args[26])?)),
+                    activation: match (bits & flags::LEAKY_RELU != 0, bits & flags::HARD_SWISH != 0) {
+                        (false, false) => None,
+                        (true, false) => Some(Activation::LeakyRelu(float(&args[34])?)),
+                        (false, true) => Some(Activation::HardSwish),
+                        (true, true) => return Err("two activations".into()),
+                    },
+                    tail,
                 };
                 let r = heron_kernels::blocked::conv_share(isa, &conv, &x, &w, &mut out, epilogue, (t[0], t[1]));
                 (4, r.map(|()| out))

@@ -119,6 +119,80 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
     }
 }
 
+/// Activations after blocked convolutions run inside the kernel: LeakyReLU and hard-swish in
+/// registers, a sigmoid, SiLU (a Sigmoid and a Mul) and ELU as the kernel's tail program, so no pass of generated code goes over
+/// the blocked tensors after them. Channel counts end inside a block; the chain (a first
+/// strided layer on the planar input, pointwise, depthwise, pointwise) matches the interpreter
+/// on 1 and 2 threads, with infinities and NaN among the inputs.
+#[test]
+fn activations_after_blocked_convolutions_run_in_the_kernel() {
+    use heron_ir::op::Activation;
+    use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, ValueId, Window};
+    let values = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
+    };
+    let one = |op: Op| move |g: &mut Graph, name: String, v: ValueId| g.add_op(name, op.clone(), &[v]).unwrap();
+    let silu = |g: &mut Graph, name: String, v: ValueId| {
+        let s = g.add_op(format!("{name}_sigmoid"), Op::Unary(UnaryOp::Sigmoid), &[v]).unwrap();
+        g.add_op(name, Op::Binary(BinaryOp::Mul), &[v, s]).unwrap()
+    };
+    type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
+    let activations: [(&str, Build); 5] = [
+        ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 }))),
+        ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish)))),
+        ("Sigmoid", Box::new(one(Op::Unary(UnaryOp::Sigmoid)))),
+        ("SiLU", Box::new(silu)),
+        ("Elu", Box::new(one(Op::Activation(Activation::Elu { alpha: 0.7 })))),
+    ];
+    for (name, activation) in activations {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 19, 19]));
+        // (in, out, kernel, stride, groups)
+        let layers = [(3, 12, 3, 2, 1), (12, 20, 1, 1, 1), (20, 20, 3, 1, 20), (20, 12, 1, 1, 1)];
+        let mut v = x;
+        for (k, &(c, m, size, stride, group)) in layers.iter().enumerate() {
+            let mut window = Window::dense(vec![size, size]);
+            window.strides = vec![stride, stride];
+            window.pads_begin = vec![size / 2; 2];
+            window.pads_end = vec![size / 2; 2];
+            let n = m * (c / group) * size * size;
+            let w =
+                g.add_constant(format!("w{k}"), Tensor::from_vec(&[m, c / group, size, size], values(n, k)).unwrap());
+            let b = g.add_constant(format!("b{k}"), Tensor::from_vec(&[m], values(m, k + 7)).unwrap());
+            v = g.add_op(format!("conv{k}"), Op::Conv(ConvAttrs { window, group }), &[v, w, b]).unwrap();
+            v = activation(&mut g, format!("act{k}"), v);
+        }
+        g.set_outputs(vec![v]);
+        let model = Model::from_graph("activations", g).expect("model");
+        if KernelConfig::host(1).is_some() {
+            let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
+            let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
+            let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+            assert_eq!(text.matches("call extern \"heron_conv2d_blocked_f32\"").count(), 4, "{name}:\n{text}");
+            // Four functions, one per layer, and main: no nest after a kernel.
+            assert_eq!(
+                text.matches("\nfunc @").count() + usize::from(text.starts_with("func @")),
+                5,
+                "{name}:\n{text}"
+            );
+        }
+        let mut input = values(3 * 19 * 19, 3).into_iter().map(|v| v * 40.0).collect::<Vec<f32>>();
+        input[5] = f32::INFINITY;
+        input[100] = f32::NEG_INFINITY;
+        input[200] = f32::NAN;
+        let input = Tensor::from_vec(&[1, 3, 19, 19], input).expect("input");
+        let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter").remove(0);
+        for threads in [1, 2] {
+            let compiled = Compiler::new(CompileOptions { threads, ..CompileOptions::default() })
+                .compile(&model)
+                .expect("compile");
+            let got = compiled.run(std::slice::from_ref(&input)).expect("run").remove(0);
+            heron_ir::testing::assert_engines_agree(&got, &want)
+                .unwrap_or_else(|e| panic!("{name}, {threads} threads: {e}"));
+        }
+    }
+}
+
 /// A quantized block as QLinearConv and QLinearMatMul import it: an integer convolution
 /// (padding, stride 2, weights zero point per channel), its i32 bias, scale and
 /// requantization to u8, then an integer GEMM on the flattened result. Both products run as

@@ -2,8 +2,9 @@
 //! output (activations, clips, bias and residual adds), so the chain is applied at the anchor's
 //! store and its intermediate tensors are never materialised.
 
+use crate::DType;
 use crate::graph::{Graph, ValueId};
-use crate::op::{BinaryOp, Op, UnaryOp};
+use crate::op::{Activation, BinaryOp, Op, UnaryOp};
 use crate::tensor::Tensor;
 
 use super::takes_epilogue;
@@ -15,6 +16,9 @@ use super::takes_epilogue;
 pub enum Epilogue {
     Unary(UnaryOp),
     LeakyRelu(f32),
+    /// An activation with parameters (f32 values only); SiLU (`x · sigmoid(x)`, a Sigmoid and
+    /// a Mul reading the same value) fuses as `Swish { alpha: 1 }`.
+    Activation(Activation),
     Clip {
         min: Option<Tensor>,
         max: Option<Tensor>,
@@ -75,7 +79,18 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
         if takes_epilogue(&node.op) && node.outputs.len() == 1 {
             let mut cur = node.outputs[0];
             loop {
-                if is_output[cur.0] || uses[cur.0] != 1 || group.epilogue.len() >= MAX_EPILOGUE {
+                if is_output[cur.0] || group.epilogue.len() >= MAX_EPILOGUE {
+                    break;
+                }
+                if let Some((sigmoid, mul)) = silu(graph, &consumers, &uses, &is_output, &absorbed, cur) {
+                    group.epilogue.push(Epilogue::Activation(Activation::Swish { alpha: 1.0 }));
+                    group.fused.extend([sigmoid, mul]);
+                    absorbed[sigmoid] = true;
+                    absorbed[mul] = true;
+                    cur = graph.nodes[mul].outputs[0];
+                    continue;
+                }
+                if uses[cur.0] != 1 {
                     break;
                 }
                 let c = consumers[cur.0][0];
@@ -86,6 +101,7 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                 let step = match &cn.op {
                     Op::Unary(u) => Epilogue::Unary(*u),
                     Op::LeakyRelu { alpha } => Epilogue::LeakyRelu(*alpha),
+                    Op::Activation(a) if graph.ty(cur).dtype == DType::F32 => Epilogue::Activation(*a),
                     Op::Clip { min, max } => Epilogue::Clip { min: min.clone(), max: max.clone() },
                     Op::Binary(op) => {
                         let (lhs, rhs) = (cn.inputs[0], cn.inputs[1]);
@@ -124,4 +140,34 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
         groups.push(group);
     }
     groups
+}
+
+/// SiLU on `v`: its only consumers are a Sigmoid of it and a Mul of it and that sigmoid (the
+/// sigmoid's value read by nothing else, neither a graph output), both f32 and unfused; the
+/// two nodes' indices.
+fn silu(
+    graph: &Graph,
+    consumers: &[Vec<usize>],
+    uses: &[usize],
+    is_output: &[bool],
+    absorbed: &[bool],
+    v: ValueId,
+) -> Option<(usize, usize)> {
+    if uses[v.0] != 2 || consumers[v.0].len() != 2 || graph.ty(v).dtype != DType::F32 {
+        return None;
+    }
+    let sigmoid = *consumers[v.0].iter().find(|&&c| graph.nodes[c].op == Op::Unary(UnaryOp::Sigmoid))?;
+    let mul = *consumers[v.0].iter().find(|&&c| c != sigmoid)?;
+    let s = graph.nodes[sigmoid].outputs[0];
+    let (m, inputs) = (&graph.nodes[mul], &graph.nodes[mul].inputs);
+    let reads = inputs.len() == 2 && (inputs[..] == [v, s] || inputs[..] == [s, v]);
+    let ok = m.op == Op::Binary(BinaryOp::Mul)
+        && reads
+        && uses[s.0] == 1
+        && !is_output[s.0]
+        && !absorbed[sigmoid]
+        && !absorbed[mul]
+        && m.outputs.len() == 1
+        && graph.ty(m.outputs[0]) == graph.ty(v);
+    ok.then_some((sigmoid, mul))
 }

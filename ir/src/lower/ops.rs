@@ -198,6 +198,14 @@ impl Epi {
                     }
                     leaky_expr(v, *a, self.dtype)
                 }
+                Epilogue::Activation(a) => {
+                    if !matches!(v, Expr::Var(_) | Expr::Load { .. } | Expr::Int { .. } | Expr::Float { .. }) {
+                        let var = fb.var("e", self.dtype);
+                        lets.push(Stmt::Let { var, value: v });
+                        v = Expr::Var(var);
+                    }
+                    indexing::activation_expr(*a, v, self.dtype)
+                }
                 Epilogue::Clip { min, max } => clip_expr(v, min.as_ref(), max.as_ref()),
                 Epilogue::Binary { op, value_is_lhs, .. } => {
                     let o = operand.as_ref().expect("binary epilogue has an operand").load_broadcast(out_idx);

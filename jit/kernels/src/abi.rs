@@ -11,8 +11,8 @@
 
 use crate::Isa;
 use crate::blocked::{BlockedConv, Layout};
-use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
-use crate::elementwise::{MAX_INPUTS, Operand, Program, map_raw};
+use crate::conv::{Activation, Conv2d, ConvEpilogue, conv2d_share};
+use crate::elementwise::{MAX_INPUTS, MapOp, Operand, Program, Tail, TailOperand, map_raw};
 use crate::gemm::{Epilogue, sgemm_share};
 use crate::pool::{max_pool2d_blocked_share, max_pool2d_share, window_from_dims};
 use crate::qgemm::{self, Bytes, Int8Isa};
@@ -52,6 +52,11 @@ pub mod flags {
     pub const BIAS: i64 = 1;
     pub const RESIDUAL: i64 = 2;
     pub const CLAMP: i64 = 4;
+    /// [`heron_conv2d_blocked_f32`] only: LeakyReLU after the clamp, its slope the tail's
+    /// first constant (with no tail program).
+    pub const LEAKY_RELU: i64 = 8;
+    /// [`heron_conv2d_blocked_f32`] only: hard-swish after the clamp (with no tail program).
+    pub const HARD_SWISH: i64 = 16;
 }
 
 /// Bits of [`heron_conv2d_blocked_f32`]'s `layouts` argument: which tensors are blocked
@@ -171,6 +176,8 @@ pub unsafe extern "C" fn heron_conv2d_f32(
             bias: (flags & flags::BIAS != 0).then(|| view(bias, m)),
             residual: (flags & flags::RESIDUAL != 0).then(|| view(residual, out_len)),
             clamp: (flags & flags::CLAMP != 0).then_some((lo, hi)),
+            activation: None,
+            tail: None,
         };
         let scratch = if per_task == 0 || scratch.is_null() { &mut [] } else { view_mut(scratch.add(at), per_task) };
         let _ = conv2d_share(
@@ -189,11 +196,17 @@ pub unsafe extern "C" fn heron_conv2d_f32(
 /// `out = clamp(conv2d(x, w) + bias + residual)` over channel-blocked tensors, share `task` of
 /// `tasks` (see [`crate::blocked`]): `x` and `out` stored as `layouts` says (blocks of `block`
 /// channels, or planar NCHW), `w` packed by [`BlockedConv::pack_weights`], the residual
-/// stored like the output; the shape as [`heron_conv2d_f32`]'s.
+/// stored like the output; the shape as [`heron_conv2d_f32`]'s. Then, unless `tail_ops_lo` is
+/// zero, the tail program ([`crate::elementwise::Tail`]: two words and four constants as
+/// [`heron_map_f32`] takes them) over the result, its input 0 the output and inputs 1 and 2
+/// `tail_a` and `tail_b` (bit `k` of `tail_per_channel`: operand `k` holds one value per
+/// output channel, else the output's shape and layout). Instead of a program, `flags` may name
+/// an activation the kernel applies in registers ([`flags::LEAKY_RELU`], its slope in `t0`,
+/// or [`flags::HARD_SWISH`]). An invalid program, or both, computes nothing.
 ///
 /// # Safety
-/// Every pointer holds the elements its shape and layout say; concurrent calls differ in
-/// `task`.
+/// Every pointer holds the elements its shape and layout say (a tail operand the program does
+/// not read may be NULL); concurrent calls differ in `task`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn heron_conv2d_blocked_f32(
@@ -226,6 +239,15 @@ pub unsafe extern "C" fn heron_conv2d_blocked_f32(
     hi: f32,
     task: i64,
     tasks: i64,
+    tail_a: *const f32,
+    tail_b: *const f32,
+    tail_ops_lo: i64,
+    tail_ops_hi: i64,
+    tail_per_channel: i64,
+    t0: f32,
+    t1: f32,
+    t2: f32,
+    t3: f32,
 ) {
     let Some(isa) = Isa::from_code(isa) else { return };
     let Some((input, output)) = blocked_layouts(layouts) else { return };
@@ -242,12 +264,46 @@ pub unsafe extern "C" fn heron_conv2d_blocked_f32(
         Some((conv.input_len().ok()?, conv.packed_weights_len().ok()?, conv.output_len().ok()?))
     })();
     let Some((x_len, w_len, out_len)) = lens else { return };
+    let activation = match (flags & flags::LEAKY_RELU != 0, flags & flags::HARD_SWISH != 0) {
+        (false, false) => None,
+        (true, false) => Some(Activation::LeakyRelu(t0)),
+        (false, true) => Some(Activation::HardSwish),
+        (true, true) => return,
+    };
+    if activation.is_some() && tail_ops_lo != 0 {
+        return;
+    }
+    let tail = if tail_ops_lo == 0 {
+        None
+    } else {
+        let Ok(program) = Program::decode([tail_ops_lo, tail_ops_hi], [t0, t1, t2, t3]) else { return };
+        let mut operands = [None; MAX_INPUTS - 1];
+        for (k, (slot, p)) in operands.iter_mut().zip([tail_a, tail_b]).enumerate() {
+            let read = program.ops().contains(&MapOp::Input(k as u8 + 1));
+            if !read {
+                continue;
+            }
+            if p.is_null() {
+                return;
+            }
+            let (kind, len) = if tail_per_channel >> k & 1 == 1 {
+                (TailOperand::PerChannel, m)
+            } else {
+                (TailOperand::Full, out_len)
+            };
+            // SAFETY: the caller guarantees an operand the program reads holds `len` elements.
+            *slot = Some((unsafe { view(p, len) }, kind));
+        }
+        Some(Tail { program, operands })
+    };
     // SAFETY: the caller guarantees each buffer holds what the checked shapes say.
     unsafe {
         let epilogue = ConvEpilogue {
             bias: (flags & flags::BIAS != 0).then(|| view(bias, m)),
             residual: (flags & flags::RESIDUAL != 0).then(|| view(residual, out_len)),
             clamp: (flags & flags::CLAMP != 0).then_some((lo, hi)),
+            activation,
+            tail,
         };
         let _ = crate::blocked::conv_share(
             isa,

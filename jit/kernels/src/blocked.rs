@@ -20,7 +20,8 @@
 //! Work is split into items (image, output block group or channel block, output row) and task
 //! `t` of `T` runs a contiguous run of them.
 
-use crate::conv::{Conv2d, ConvEpilogue};
+use crate::conv::{Activation, Conv2d, ConvEpilogue};
+use crate::elementwise::{MAX_INPUTS, Source, Tail, TailOperand, segment};
 use crate::{Isa, KernelError, check_share, need, share};
 
 /// How a 4-D activation is stored.
@@ -291,6 +292,7 @@ pub(crate) struct Sink {
     /// The bias from the tile's first channel (null: none).
     pub bias: *const f32,
     pub clamp: Option<(f32, f32)>,
+    pub activation: Option<Activation>,
     /// The accumulators start from the output (a later chunk of the input channels) instead
     /// of the bias.
     pub accumulate: bool,
@@ -428,6 +430,9 @@ pub fn conv_share(
     if let Some(r) = epilogue.residual {
         need("residual", r.len(), out_len)?;
     }
+    if let Some(tail) = &epilogue.tail {
+        tail.check(out_len, conv.geo.out_channels)?;
+    }
     let geo = conv.canonical();
     let x_strides = Strides::of(conv.input, conv.block, geo.in_channels, geo.in_h, geo.in_w);
     let out_strides = Strides::of(conv.output, conv.block, geo.out_channels, geo.out_h, geo.out_w);
@@ -435,15 +440,19 @@ pub fn conv_share(
     let b = conv.block;
     let (kh, kw) = geo.kernel;
     let vector = isa != Isa::Scalar && isa.is_available() && block_for(isa) == b;
-    let mut sink = |n: usize, oc: usize, oy: usize, ox: usize| {
+    // Every kernel call below writes through this pointer (the tiles, then the tail).
+    let (out, out_len) = (out.as_mut_ptr(), out.len());
+    let sink = |n: usize, oc: usize, oy: usize, ox: usize| {
         let at = out_strides.at(n, oc, oy, ox);
+        assert!(at < out_len, "a tile starts inside the output");
         Sink {
-            out: out[at..].as_mut_ptr(),
+            out: out.wrapping_add(at),
             residual: epilogue.residual.map_or(std::ptr::null(), |r| r[at..].as_ptr()),
             strides: out_strides,
             channels_left: geo.out_channels - oc,
             bias: epilogue.bias.map_or(std::ptr::null(), |bias| bias[oc..].as_ptr()),
             clamp: epilogue.clamp,
+            activation: epilogue.activation,
             accumulate: false,
             finish: true,
         }
@@ -470,6 +479,11 @@ pub fn conv_share(
             // SAFETY: each row's taps lie inside the checked input (rows from `tap_rows`,
             // columns from `columns` per pixel), its pixels and block inside the output.
             unsafe { run_depthwise_rows(isa, vector, b, &plane) };
+            if let Some(tail) = &epilogue.tail {
+                let span = plane.count * geo.out_w;
+                // SAFETY: the rows' pixels of the block lie inside the output (checked above).
+                unsafe { run_tail(isa, tail, out, &out_strides, &geo, (n, oc, b), (first, 0, span)) };
+            }
         }
         return Ok(());
     }
@@ -528,8 +542,79 @@ pub fn conv_share(
                 ox += p * tiles;
             }
         }
+        if let Some(tail) = &epilogue.tail {
+            // SAFETY: the item's pixels and blocks lie inside the output (checked above).
+            unsafe { run_tail(isa, tail, out, &out_strides, &geo, (n, oc, blocks * b), (oy, first, pixels)) };
+        }
     }
     Ok(())
+}
+
+/// Runs `tail` over the output channels `c0..c0 + channels` (whole blocks from `c0`) of image
+/// `n`, from row `oy`, pixel `ox`, for `span` pixels (a run of whole rows when it passes a
+/// row's end), in place and while the kernel's results are in cache. A blocked output's lanes
+/// past the channels stay zero.
+///
+/// # Safety
+/// The pixels and channels lie inside `out` (laid out as `strides` says) and the tail's
+/// operands (checked by [`Tail::check`]).
+unsafe fn run_tail(
+    isa: Isa,
+    tail: &Tail<'_>,
+    out: *mut f32,
+    strides: &Strides,
+    geo: &Conv2d,
+    (n, c0, channels): (usize, usize, usize),
+    (oy, ox, span): (usize, usize, usize),
+) {
+    let m = geo.out_channels;
+    let last = (c0 + channels).min(m);
+    let source = |at: usize, lanes: &[f32; 16], block: usize, c: usize| {
+        let mut sources = [Source::Value(0.0); MAX_INPUTS];
+        sources[0] = Source::Full(out.wrapping_add(at));
+        for (s, operand) in sources[1..].iter_mut().zip(&tail.operands) {
+            *s = match operand {
+                Some((data, TailOperand::Full)) => Source::Full(data.as_ptr().wrapping_add(at)),
+                Some((_, TailOperand::PerChannel)) if block > 1 => Source::Lanes(lanes.as_ptr(), block),
+                Some((data, TailOperand::PerChannel)) => Source::Value(data[c]),
+                None => Source::Value(0.0),
+            };
+        }
+        sources
+    };
+    if strides.lanes == 1 {
+        for c in c0..last {
+            let at = strides.at(n, c, oy, ox);
+            // SAFETY: the caller's promise; a plane's pixels are contiguous.
+            unsafe { segment(isa, &tail.program, source(at, &[0.0; 16], 1, c), out.add(at), span) };
+        }
+        return;
+    }
+    let block = strides.lanes;
+    for first in (c0..last).step_by(block) {
+        let valid = (m - first).min(block);
+        let at = strides.at(n, first, oy, ox);
+        // One block's per-channel values, zero past the channels (the operand holds `m`).
+        let mut lanes = [[0.0f32; 16]; MAX_INPUTS - 1];
+        for (values, operand) in lanes.iter_mut().zip(&tail.operands) {
+            if let Some((data, TailOperand::PerChannel)) = operand {
+                values[..valid].copy_from_slice(&data[first..first + valid]);
+            }
+        }
+        let mut sources = source(at, &lanes[0], block, first);
+        if let (Some((_, TailOperand::PerChannel)), Source::Lanes(..)) = (&tail.operands[1], sources[2]) {
+            sources[2] = Source::Lanes(lanes[1].as_ptr(), block);
+        }
+        // SAFETY: the caller's promise; a block's pixels are contiguous.
+        unsafe {
+            segment(isa, &tail.program, sources, out.add(at), span * block);
+            if valid < block {
+                for p in 0..span {
+                    std::slice::from_raw_parts_mut(out.add(at + p * block + valid), block - valid).fill(0.0);
+                }
+            }
+        }
+    }
 }
 
 /// Input channels a dense tile takes per pass: as many as keep its weights within 16 KiB (in
@@ -647,6 +732,9 @@ unsafe fn scalar_finish(sink: &Sink, block: usize, c: usize, p: usize, acc: f32)
             if let Some((lo, hi)) = sink.clamp {
                 v = v.max(lo).min(hi);
             }
+            if let Some(act) = sink.activation {
+                v = act.apply(v);
+            }
         }
         *sink.out.add(at) = v;
     }
@@ -717,23 +805,41 @@ macro_rules! blocked_finish {
         let (os, base) = (&sink.strides, $at);
         let clamp = if sink.finish { sink.clamp } else { None };
         let residual = if sink.finish { sink.residual } else { std::ptr::null() };
+        let activation = if sink.finish { sink.activation } else { None };
         if os.lanes == LANES && sink.channels_left >= acc.len() * LANES {
-            match (residual.is_null(), clamp) {
-                (true, None) => crate::blocked::each_vector!(acc, base, os, sink, |v, _at| v),
-                (true, Some((lo, hi))) => {
+            match (residual.is_null(), clamp, activation) {
+                (true, None, None) => crate::blocked::each_vector!(acc, base, os, sink, |v, _at| v),
+                (true, None, Some(crate::conv::Activation::LeakyRelu(alpha))) => {
+                    let alpha = splat(alpha);
+                    crate::blocked::each_vector!(acc, base, os, sink, |v, _at| leaky_relu(v, alpha))
+                }
+                (true, None, Some(crate::conv::Activation::HardSwish)) => {
+                    crate::blocked::each_vector!(acc, base, os, sink, |v, _at| hard_swish(v))
+                }
+                (true, Some((lo, hi)), None) => {
                     let (lo, hi) = (splat(lo), splat(hi));
                     crate::blocked::each_vector!(acc, base, os, sink, |v, _at| min(max(v, lo), hi))
                 }
-                (false, None) => {
+                (false, None, None) => {
                     crate::blocked::each_vector!(acc, base, os, sink, |v, at| add(v, load(residual.add(at))))
                 }
-                (false, Some((lo, hi))) => {
+                (false, Some((lo, hi)), None) => {
                     let (lo, hi) = (splat(lo), splat(hi));
                     crate::blocked::each_vector!(acc, base, os, sink, |v, at| min(
                         max(add(v, load(residual.add(at))), lo),
                         hi
                     ))
                 }
+                _ => crate::blocked::each_vector!(acc, base, os, sink, |v, at| {
+                    let mut v = v;
+                    if !residual.is_null() {
+                        v = add(v, load(residual.add(at)));
+                    }
+                    if let Some((lo, hi)) = clamp {
+                        v = min(max(v, splat(lo)), splat(hi));
+                    }
+                    activate(v, activation)
+                }),
             }
         } else {
             for (ob, row) in acc.iter().enumerate() {
@@ -755,6 +861,7 @@ macro_rules! blocked_finish {
                     if let Some((lo, hi)) = clamp {
                         v = min(max(v, splat(lo)), splat(hi));
                     }
+                    v = activate(v, activation);
                     if sink.finish && valid < LANES {
                         v = select((1u32 << valid) - 1, v, zero());
                     }
@@ -834,6 +941,17 @@ macro_rules! blocked_kernel {
             }
         }
 
+        /// `activation` of `v`: the scalar [`crate::conv::Activation::apply`] lane by lane.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        fn activate(v: Vector, activation: Option<crate::conv::Activation>) -> Vector {
+            match activation {
+                None => v,
+                Some(crate::conv::Activation::LeakyRelu(alpha)) => leaky_relu(v, splat(alpha)),
+                Some(crate::conv::Activation::HardSwish) => hard_swish(v),
+            }
+        }
+
         /// The epilogue and stores of one output block's pixels (`row`, at most 12) into a
         /// planar output: channels `first..first + valid`, each a run of pixels in its plane.
         ///
@@ -861,6 +979,9 @@ macro_rules! blocked_kernel {
                             }
                             if let Some((lo, hi)) = sink.clamp {
                                 v = v.max(lo).min(hi);
+                            }
+                            if let Some(act) = sink.activation {
+                                v = act.apply(v);
                             }
                         }
                         *sink.out.add(at) = v;

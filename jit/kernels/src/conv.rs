@@ -86,6 +86,41 @@ pub struct ConvEpilogue<'a> {
     /// A tensor shaped like the output, added to it.
     pub residual: Option<&'a [f32]>,
     pub clamp: Option<(f32, f32)>,
+    /// An activation after the clamp, in registers (blocked kernels only).
+    pub activation: Option<Activation>,
+    /// An elementwise program over the result (blocked kernels only, see
+    /// [`crate::blocked::conv_share`]).
+    pub tail: Option<crate::elementwise::Tail<'a>>,
+}
+
+/// A piecewise-linear activation a blocked kernel applies to its results in registers, as
+/// generated code computes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Activation {
+    /// `x < 0 ? x · alpha : x`.
+    LeakyRelu(f32),
+    /// `x · min(max(x / 6 + 0.5, 0), 1)`.
+    HardSwish,
+}
+
+impl Activation {
+    /// The activation of one value (NaN-propagating `min`/`max`, as the vector code).
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            Activation::LeakyRelu(alpha) => {
+                if x < 0.0 {
+                    x * alpha
+                } else {
+                    x
+                }
+            }
+            Activation::HardSwish => {
+                let t = x / 6.0 + 0.5;
+                let t = if t.is_nan() { t } else { t.max(0.0).min(1.0) };
+                x * t
+            }
+        }
+    }
 }
 
 fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, KernelError> {
@@ -336,6 +371,9 @@ pub fn conv2d_share(
     }
     if let Some(r) = epilogue.residual {
         need("residual", r.len(), geo.output_len()?)?;
+    }
+    if epilogue.tail.is_some() || epilogue.activation.is_some() {
+        return Err(KernelError::Geometry("a planar convolution runs no activation nor tail program"));
     }
     if geo.batch == 0 {
         return Ok(());

@@ -35,6 +35,11 @@ pub enum MapOp {
     Div,
     Min,
     Max,
+    /// Pops `a`, `b`, `then`, `otherwise`; pushes `a < b ? then : otherwise` (false when
+    /// either is NaN): LeakyReLU, ELU, a threshold.
+    LessSelect,
+    /// As [`MapOp::LessSelect`] with `a <= b`.
+    LessEqSelect,
 }
 
 impl MapOp {
@@ -53,6 +58,8 @@ impl MapOp {
             MapOp::Div => 0x43,
             MapOp::Min => 0x44,
             MapOp::Max => 0x45,
+            MapOp::LessSelect => 0x50,
+            MapOp::LessEqSelect => 0x51,
         }
     }
 
@@ -71,6 +78,8 @@ impl MapOp {
             0x43 => MapOp::Div,
             0x44 => MapOp::Min,
             0x45 => MapOp::Max,
+            0x50 => MapOp::LessSelect,
+            0x51 => MapOp::LessEqSelect,
             _ => return None,
         })
     }
@@ -80,6 +89,7 @@ impl MapOp {
         match self {
             MapOp::Input(_) | MapOp::Const(_) => (0, 1),
             MapOp::Neg | MapOp::Abs | MapOp::Sqrt | MapOp::Exp | MapOp::Sigmoid => (1, 1),
+            MapOp::LessSelect | MapOp::LessEqSelect => (4, 1),
             _ => (2, 1),
         }
     }
@@ -184,11 +194,55 @@ impl Operand {
     }
 }
 
-/// Where a block reads an input: a pointer at the block's first element, or one value.
+/// How an operand of a [`Tail`] lines up with the kernel's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TailOperand {
+    /// Shaped and laid out as the output.
+    Full,
+    /// One value per output channel.
+    PerChannel,
+}
+
+/// An elementwise program a convolution kernel runs over its output once the values are
+/// final, while they are still in cache (an activation its own epilogue has no form for:
+/// hard-swish, SiLU, LeakyReLU, ELU, a sigmoid): `Input(0)` reads the output itself,
+/// `Input(1)` and `Input(2)` the operands.
+#[derive(Clone, Copy, Debug)]
+pub struct Tail<'a> {
+    pub program: Program,
+    pub operands: [Option<(&'a [f32], TailOperand)>; MAX_INPUTS - 1],
+}
+
+impl Tail<'_> {
+    /// Checks that every operand the program reads is given and holds what its kind says for
+    /// an output of `out_len` elements and `channels` channels.
+    pub fn check(&self, out_len: usize, channels: usize) -> Result<(), KernelError> {
+        for op in self.program.ops() {
+            let MapOp::Input(k) = *op else { continue };
+            if k == 0 {
+                continue;
+            }
+            let Some(Some((data, kind))) = self.operands.get(usize::from(k) - 1) else {
+                return Err(KernelError::Program("it reads an operand that was not given"));
+            };
+            let want = match kind {
+                TailOperand::Full => out_len,
+                TailOperand::PerChannel => channels,
+            };
+            crate::need("tail operand", data.len(), want)?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a block reads an input: a pointer at the block's first element, one value, or a
+/// vector's worth of values repeated (`Lanes(p, n)`: element `i` is `p[i % n]`, a per-channel
+/// value over a channel-blocked tensor's pixels).
 #[derive(Clone, Copy)]
-enum Source {
+pub(crate) enum Source {
     Full(*const f32),
     Value(f32),
+    Lanes(*const f32, usize),
 }
 
 /// Share `task` of `tasks` of `out[r, c] = program(inputs[k][r, c] ...)`; `inputs[k]` is
@@ -269,14 +323,16 @@ pub(crate) unsafe fn map_raw(
 ///
 /// # Safety
 /// Each `Full` source and `out` hold `len` elements.
-unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_INPUTS], out: *mut f32, len: usize) {
+pub(crate) unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_INPUTS], out: *mut f32, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        if isa == Isa::Avx512 && Isa::Avx512.is_available() {
+        // The vector code reads a pattern as one whole vector per vector of the output.
+        let fits = |lanes: usize| sources.iter().all(|s| !matches!(s, Source::Lanes(_, n) if *n != lanes));
+        if isa == Isa::Avx512 && Isa::Avx512.is_available() && fits(16) {
             // SAFETY: the CPU has AVX-512F; the rest is the caller's promise.
             return unsafe { x86::avx512(program, sources, out, len) };
         }
-        if isa == Isa::Avx2Fma && Isa::Avx2Fma.is_available() {
+        if isa == Isa::Avx2Fma && Isa::Avx2Fma.is_available() && fits(8) {
             // SAFETY: the CPU has AVX2 and FMA; the rest is the caller's promise.
             return unsafe { x86::avx2(program, sources, out, len) };
         }
@@ -289,9 +345,10 @@ unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_INPUTS], ou
             match op {
                 MapOp::Input(k) => {
                     stack[sp] = match sources[usize::from(k)] {
-                        // SAFETY: `i < len`, inside the source.
+                        // SAFETY: `i < len`, inside the source; a pattern holds `n` values.
                         Source::Full(p) => unsafe { *p.add(i) },
                         Source::Value(v) => v,
+                        Source::Lanes(p, n) => unsafe { *p.add(i % n) },
                     };
                     sp += 1;
                 }
@@ -304,6 +361,12 @@ unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_INPUTS], ou
                 MapOp::Sqrt => stack[sp - 1] = stack[sp - 1].sqrt(),
                 MapOp::Exp => stack[sp - 1] = scalar::exp(stack[sp - 1]),
                 MapOp::Sigmoid => stack[sp - 1] = scalar::sigmoid(stack[sp - 1]),
+                MapOp::LessSelect | MapOp::LessEqSelect => {
+                    let [a, b, then, otherwise] = [stack[sp - 4], stack[sp - 3], stack[sp - 2], stack[sp - 1]];
+                    sp -= 3;
+                    let taken = if op == MapOp::LessSelect { a < b } else { a <= b };
+                    stack[sp - 1] = if taken { then } else { otherwise };
+                }
                 binary => {
                     let (a, b) = (stack[sp - 2], stack[sp - 1]);
                     sp -= 1;
@@ -420,6 +483,10 @@ mod x86 {
                                         // inside the source.
                                         Source::Full(p) => unsafe { $ops::load(p.add(at + v * $lanes), lanes) },
                                         Source::Value(x) => $ops::splat(x),
+                                        // SAFETY: a pattern of this ISA's lanes (checked by
+                                        // `segment`), read from a vector's start (`at` and
+                                        // `v·lanes` are multiples of it).
+                                        Source::Lanes(p, _) => unsafe { $ops::load(p, $lanes) },
                                     };
                                 }
                                 sp += 1;
@@ -430,6 +497,15 @@ mod x86 {
                             }
                             MapOp::Exp => stack[sp - 1] = $ops::exp(stack[sp - 1]),
                             MapOp::Sigmoid => stack[sp - 1] = $ops::sigmoid(stack[sp - 1]),
+                            MapOp::LessSelect | MapOp::LessEqSelect => {
+                                sp -= 3;
+                                for v in 0..VECTORS {
+                                    let (a, b) = (stack[sp - 1][v], stack[sp][v]);
+                                    let (then, otherwise) = (stack[sp + 1][v], stack[sp + 2][v]);
+                                    let taken = if op == MapOp::LessSelect { $ops::lt(a, b) } else { $ops::le(a, b) };
+                                    stack[sp - 1][v] = $ops::select(taken, then, otherwise);
+                                }
+                            }
                             MapOp::Neg | MapOp::Abs | MapOp::Sqrt => {
                                 for v in 0..VECTORS {
                                     let x = stack[sp - 1][v];
@@ -622,13 +698,18 @@ mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        fn lt(a: __m512, b: __m512) -> __mmask16 {
+        pub(super) fn lt(a: __m512, b: __m512) -> __mmask16 {
             _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(super) fn le(a: __m512, b: __m512) -> __mmask16 {
+            _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b)
         }
         /// `mask ? then : otherwise` lane-wise.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        fn select(mask: __mmask16, then: __m512, otherwise: __m512) -> __m512 {
+        pub(super) fn select(mask: __mmask16, then: __m512, otherwise: __m512) -> __m512 {
             _mm512_mask_blend_ps(mask, otherwise, then)
         }
         /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
@@ -723,7 +804,7 @@ mod x86 {
         /// `mask ? then : otherwise` lane-wise.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        fn select(mask: __m256, then: __m256, otherwise: __m256) -> __m256 {
+        pub(super) fn select(mask: __m256, then: __m256, otherwise: __m256) -> __m256 {
             _mm256_blendv_ps(otherwise, then, mask)
         }
         /// `a < b ? a : b`, NaN (`a + b`) when either is.
@@ -757,8 +838,13 @@ mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        fn lt(a: __m256, b: __m256) -> __m256 {
+        pub(super) fn lt(a: __m256, b: __m256) -> __m256 {
             _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(super) fn le(a: __m256, b: __m256) -> __m256 {
+            _mm256_cmp_ps::<_CMP_LE_OQ>(a, b)
         }
         /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
         /// factors so neither exponent overflows.

@@ -313,6 +313,22 @@ pub(crate) mod x86 {
             _mm512_mask_blend_ps(bits as __mmask16, otherwise, if_set)
         }
 
+        /// `x < 0 ? x · alpha : x` (see [`crate::conv::Activation`]).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn leaky_relu(x: __m512, alpha: __m512) -> __m512 {
+            _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps()), x, alpha)
+        }
+        /// `x · min(max(x / 6 + 0.5, 0), 1)`, a NaN kept (see [`crate::conv::Activation`]).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn hard_swish(x: __m512) -> __m512 {
+            let t = _mm512_add_ps(_mm512_div_ps(x, _mm512_set1_ps(6.0)), _mm512_set1_ps(0.5));
+            // `max`/`min` return their second operand when either is NaN.
+            let t = _mm512_min_ps(_mm512_set1_ps(1.0), _mm512_max_ps(_mm512_setzero_ps(), t));
+            _mm512_mul_ps(x, t)
+        }
+
         super::tile_kernel!("avx512f");
         crate::blocked::blocked_kernel!("avx512f");
         crate::depthwise::depthwise_kernel!("avx512f");
@@ -460,6 +476,22 @@ pub(crate) mod x86 {
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn select(bits: u32, if_set: __m256, otherwise: __m256) -> __m256 {
             _mm256_blendv_ps(otherwise, if_set, _mm256_castsi256_ps(bit_mask(bits)))
+        }
+
+        /// `x < 0 ? x · alpha : x` (see [`crate::conv::Activation`]).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn leaky_relu(x: __m256, alpha: __m256) -> __m256 {
+            _mm256_blendv_ps(x, _mm256_mul_ps(x, alpha), _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps()))
+        }
+        /// `x · min(max(x / 6 + 0.5, 0), 1)`, a NaN kept (see [`crate::conv::Activation`]).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn hard_swish(x: __m256) -> __m256 {
+            let t = _mm256_add_ps(_mm256_div_ps(x, _mm256_set1_ps(6.0)), _mm256_set1_ps(0.5));
+            // `max`/`min` return their second operand when either is NaN.
+            let t = _mm256_min_ps(_mm256_set1_ps(1.0), _mm256_max_ps(_mm256_setzero_ps(), t));
+            _mm256_mul_ps(x, t)
         }
 
         super::tile_kernel!("avx2,fma");

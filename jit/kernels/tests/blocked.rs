@@ -1,14 +1,16 @@
 //! Convolutions over channel-blocked tensors on every ISA variant against a direct f64
 //! formula: dense (planar or blocked input and output) and depthwise, random shapes with
 //! channel counts across block tails, strides 1-3, dilations, padding on every side, 1×1
-//! planes flattened into one row, every epilogue and task split; blocked outputs hold zeros
+//! planes flattened into one row, every epilogue (activations in registers, a tail program
+//! with a per-channel operand) and task split; blocked outputs hold zeros
 //! past their channels; all ISAs and splits give the same bits; bad shapes are errors.
 
 mod common;
 
 use common::{clamp, close, values};
 use heron_kernels::blocked::{BlockedConv, Layout, conv_share, tensor_len};
-use heron_kernels::conv::{Conv2d, ConvEpilogue};
+use heron_kernels::conv::{Activation, Conv2d, ConvEpilogue};
+use heron_kernels::elementwise::{MapOp, Program, Tail, TailOperand};
 use heron_kernels::{Isa, KernelError};
 use proptest::prelude::*;
 
@@ -123,11 +125,20 @@ fn run(
     bias: Option<&[f32]>,
     residual: Option<&[f32]>,
     bounds: Option<(f32, f32)>,
+    (finish, scale): (Finish, &[f32]),
     tasks: usize,
 ) -> Vec<f32> {
     // Garbage where nothing must be read: padding lanes of the output are overwritten.
     let mut out = vec![f32::NAN; conv.output_len().unwrap()];
-    let epilogue = ConvEpilogue { bias, residual, clamp: bounds };
+    let sigmoid_of_scaled = Program::new(&[MapOp::Input(0), MapOp::Input(1), MapOp::Mul, MapOp::Sigmoid], &[]).unwrap();
+    let (activation, tail) = match finish {
+        Finish::None => (None, None),
+        Finish::Activation(a) => (Some(a), None),
+        Finish::Tail => {
+            (None, Some(Tail { program: sigmoid_of_scaled, operands: [Some((scale, TailOperand::PerChannel)), None] }))
+        }
+    };
+    let epilogue = ConvEpilogue { bias, residual, clamp: bounds, activation, tail };
     for task in 0..tasks {
         conv_share(isa, conv, x, packed, &mut out, epilogue, (task, tasks)).unwrap();
     }
@@ -153,14 +164,45 @@ fn pointwise() -> impl Strategy<Value = Conv2d> {
     })
 }
 
-type Epilogue = (bool, bool, Option<(f32, f32)>);
+/// What runs after the clamp: nothing, an activation in registers, or a tail program
+/// (`sigmoid(x · scale[c])`, a per-channel operand).
+#[derive(Clone, Copy, Debug)]
+enum Finish {
+    None,
+    Activation(Activation),
+    Tail,
+}
+
+type Epilogue = (bool, bool, Option<(f32, f32)>, Finish);
 
 fn epilogues() -> impl Strategy<Value = Epilogue> {
     (
         any::<bool>(),
         any::<bool>(),
         prop_oneof![Just(None), Just(Some((0.0f32, 6.0f32))), Just(Some((-0.5f32, 0.25f32)))],
+        prop_oneof![
+            2 => Just(Finish::None),
+            1 => Just(Finish::Activation(Activation::LeakyRelu(0.1))),
+            1 => Just(Finish::Activation(Activation::HardSwish)),
+            1 => Just(Finish::Tail),
+        ],
     )
+}
+
+/// The finish of channel `c`'s value `v`, in f64.
+fn finish_reference(finish: Finish, scale: &[f32], c: usize, v: f64) -> f64 {
+    match finish {
+        Finish::None => v,
+        Finish::Activation(Activation::LeakyRelu(alpha)) => {
+            if v < 0.0 {
+                v * alpha as f64
+            } else {
+                v
+            }
+        }
+        Finish::Activation(Activation::HardSwish) => v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
+        Finish::Tail => 1.0 / (1.0 + (-v * scale[c] as f64).exp()),
+    }
 }
 
 /// The kernel on every ISA this CPU has, in one and in `tasks` shares, against the formula;
@@ -169,7 +211,7 @@ fn check_conv(
     geo: Conv2d,
     block: usize,
     (planar_in, planar_out): (bool, bool),
-    (with_bias, with_residual, bounds): Epilogue,
+    (with_bias, with_residual, bounds, finish): Epilogue,
     tasks: usize,
     seed: u64,
 ) -> Result<(), TestCaseError> {
@@ -180,6 +222,7 @@ fn check_conv(
     let w = values(geo.weights_len().unwrap(), seed ^ 1);
     let bias = with_bias.then(|| values(geo.out_channels, seed ^ 2));
     let residual = with_residual.then(|| values(geo.output_len().unwrap(), seed ^ 3));
+    let scale = values(geo.out_channels, seed ^ 4);
     let want = reference(&geo, &x, &w, bias.as_deref(), residual.as_deref(), bounds);
     let out_dims = [geo.batch, geo.out_channels, geo.out_h, geo.out_w];
     let x_stored = store(conv.input, block, [geo.batch, geo.in_channels, geo.in_h, geo.in_w], &x);
@@ -189,7 +232,17 @@ fn check_conv(
     let mut first: Option<Vec<f32>> = None;
     for isa in Isa::available() {
         for t in [1, tasks] {
-            let got = run(isa, &conv, &x_stored, &packed, bias.as_deref(), residual_stored.as_deref(), bounds, t);
+            let got = run(
+                isa,
+                &conv,
+                &x_stored,
+                &packed,
+                bias.as_deref(),
+                residual_stored.as_deref(),
+                bounds,
+                (finish, &scale),
+                t,
+            );
             for (i, &want) in want.iter().enumerate() {
                 let (n, rest) =
                     (i / (geo.out_channels * geo.out_h * geo.out_w), i % (geo.out_channels * geo.out_h * geo.out_w));
@@ -200,7 +253,8 @@ fn check_conv(
                     [geo.out_channels, geo.out_h, geo.out_w],
                     [n, c, rest / geo.out_w, rest % geo.out_w],
                 );
-                prop_assert!(close(got[at], want), "{isa:?} {conv:?} element {i}: {} vs {want}", got[at]);
+                let want = finish_reference(finish, &scale, c, want);
+                prop_assert!(close(got[at], want), "{isa:?} {conv:?} {finish:?} element {i}: {} vs {want}", got[at]);
             }
             if conv.output == Layout::Blocked {
                 // Lanes past the channels are zero.

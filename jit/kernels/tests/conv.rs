@@ -229,7 +229,7 @@ fn check_every_isa(
         let per_task = geo.scratch_len(isa).unwrap();
         let mut scratch = vec![f32::NAN; per_task * tasks];
         let mut out = vec![f32::NAN; geo.output_len().unwrap()];
-        let epilogue = ConvEpilogue { bias, residual, clamp: bounds };
+        let epilogue = ConvEpilogue { bias, residual, clamp: bounds, activation: None, tail: None };
         let shares = scratch.chunks_mut(per_task.max(1)).chain(std::iter::repeat_with(|| &mut [][..]));
         for (task, s) in shares.take(tasks).enumerate() {
             conv2d_share(isa, geo, &x, &packed, &mut out, epilogue, s, (task, tasks)).unwrap();

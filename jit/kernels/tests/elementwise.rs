@@ -30,6 +30,12 @@ fn reference(program: &Program, consts: &[f32], inputs: &[f64]) -> f64 {
                     _ => 1.0 / (1.0 + (-x).exp()),
                 }));
             }
+            LessSelect | LessEqSelect => {
+                let (otherwise, then) = (stack.pop().unwrap(), stack.pop().unwrap());
+                let (b, a) = (stack.pop().unwrap(), stack.pop().unwrap());
+                let taken = if op == LessSelect { a < b } else { a <= b };
+                stack.push(if taken { then } else { otherwise });
+            }
             binary => {
                 let (b, a) = (stack.pop().unwrap(), stack.pop().unwrap());
                 stack.push(f32_result(match binary {
@@ -52,7 +58,8 @@ fn f32_result(v: f64) -> f64 {
 }
 
 /// Programs and their constants: SiLU, sigmoid, hard-swish `x·min(max(x + 3, 0), 6) / 6`, a
-/// squeeze-excitation scale `x·sigmoid(s)`, a residual `relu(x + y)`, and one of everything.
+/// squeeze-excitation scale `x·sigmoid(s)`, a residual `relu(x + y)`, LeakyReLU
+/// `x < 0 ? 0.1·x : x`, ELU-like `x <= y ? exp(x) − 1 : x`, and one of everything.
 fn programs() -> Vec<(Vec<MapOp>, Vec<f32>)> {
     vec![
         (vec![Input(0), Input(0), Sigmoid, Mul], vec![]),
@@ -64,6 +71,8 @@ fn programs() -> Vec<(Vec<MapOp>, Vec<f32>)> {
         (vec![Input(0), Input(1), Sigmoid, Mul], vec![]),
         (vec![Input(0), Input(1), Add, Const(0), Max], vec![0.0]),
         (vec![Input(0), Exp, Input(1), Abs, Sqrt, Sub, Input(2), Neg, Div, Input(0), Min], vec![]),
+        (vec![Input(0), Const(0), Input(0), Const(1), Mul, Input(0), LessSelect], vec![0.0, 0.1]),
+        (vec![Input(0), Input(1), Input(0), Exp, Const(0), Sub, Input(0), LessEqSelect], vec![1.0]),
     ]
 }
 
@@ -92,7 +101,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn programs_match_the_reference(
-        which in 0usize..6,
+        which in 0usize..8,
         rows in 1usize..9,
         cols in 1usize..150,
         per_row in any::<[bool; 3]>(),
