@@ -30,8 +30,8 @@ use std::sync::Arc;
 use heron_ir::loop_ir::analysis::affine_terms;
 use heron_ir::loop_ir::interp::{ExternArg, Externs};
 use heron_ir::loop_ir::{
-    Arg, BinOp, Buffer, BufferId, Call, Callee, CmpOp, Expr, ForKind, MAIN, Module, PrimFunc, Scope, Stmt, VarDecl,
-    VarId,
+    Arg, BinOp, Buffer, BufferId, Call, Callee, CmpOp, Expr, ForKind, MAIN, MathOp, Module, PrimFunc, Scope, Stmt,
+    VarDecl, VarId,
 };
 use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
@@ -955,6 +955,8 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         flag_bits |= match activation {
             Some(Activation::LeakyRelu(_)) => flags::LEAKY_RELU,
             Some(Activation::HardSwish) => flags::HARD_SWISH,
+            Some(Activation::Sigmoid) => flags::SIGMOID,
+            Some(Activation::Silu) => flags::SILU,
             None => 0,
         };
         args.extend([
@@ -1031,7 +1033,8 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
 }
 
 /// The activation a blocked kernel computes in registers that `e`, a convolution's store
-/// expression over its accumulator `acc`, is: LeakyReLU or hard-swish as lowering writes them.
+/// expression over its accumulator `acc`, is: LeakyReLU, hard-swish, a sigmoid or SiLU as
+/// lowering writes them.
 fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
     let float = |e: &Expr| match e {
         Expr::Float { value, .. } => Some(*value),
@@ -1044,6 +1047,21 @@ fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
         }
     }
     let x = |e: &Expr| is_acc(e, acc);
+    let sigmoid_of_x = |e: &Expr| match e {
+        // Swish's `sigmoid(1 · x)` too.
+        Expr::Math { op: MathOp::Sigmoid, arg } => {
+            x(arg) || binary(arg, BinOp::Mul).is_some_and(|(one, v)| float(one) == Some(1.0) && x(v))
+        }
+        _ => false,
+    };
+    if sigmoid_of_x(e) {
+        return Some(Activation::Sigmoid);
+    }
+    if let Some((v, s)) = binary(e, BinOp::Mul)
+        && ((x(v) && sigmoid_of_x(s)) || (x(s) && sigmoid_of_x(v)))
+    {
+        return Some(Activation::Silu);
+    }
     match e {
         // `x < 0 ? x · alpha : x`.
         Expr::Select { cond, then, otherwise } => {
@@ -1385,12 +1403,7 @@ impl Externs for KernelExterns {
                     bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
                     residual: (bits & flags::RESIDUAL != 0).then_some(&residual[..]),
                     clamp: (bits & flags::CLAMP != 0).then_some((float(&args[25])?, float(&args[26])?)),
-                    activation: match (bits & flags::LEAKY_RELU != 0, bits & flags::HARD_SWISH != 0) {
-                        (false, false) => None,
-                        (true, false) => Some(Activation::LeakyRelu(float(&args[34])?)),
-                        (false, true) => Some(Activation::HardSwish),
-                        (true, true) => return Err("two activations".into()),
-                    },
+                    activation: flags::activation(bits, float(&args[34])?)?,
                     tail,
                 };
                 let r = heron_kernels::blocked::conv_share(isa, &conv, &x, &w, &mut out, epilogue, (t[0], t[1]));

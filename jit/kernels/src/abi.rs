@@ -11,7 +11,7 @@
 
 use crate::Isa;
 use crate::blocked::{BlockedConv, Layout};
-use crate::conv::{Activation, Conv2d, ConvEpilogue, conv2d_share};
+use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use crate::elementwise::{MAX_INPUTS, MapOp, Operand, Program, Tail, TailOperand, map_raw};
 use crate::gemm::{Epilogue, sgemm_share};
 use crate::pool::{max_pool2d_blocked_share, max_pool2d_share, window_from_dims};
@@ -57,6 +57,25 @@ pub mod flags {
     pub const LEAKY_RELU: i64 = 8;
     /// [`heron_conv2d_blocked_f32`] only: hard-swish after the clamp (with no tail program).
     pub const HARD_SWISH: i64 = 16;
+    /// [`heron_conv2d_blocked_f32`] only: a sigmoid after the clamp (with no tail program).
+    pub const SIGMOID: i64 = 32;
+    /// [`heron_conv2d_blocked_f32`] only: SiLU after the clamp (with no tail program).
+    pub const SILU: i64 = 64;
+
+    /// The activation the bits of `flags` name (LeakyReLU's slope given), or `Err` when they
+    /// name more than one.
+    pub fn activation(flags: i64, slope: f32) -> Result<Option<crate::conv::Activation>, &'static str> {
+        use crate::conv::Activation;
+        let named = [
+            (LEAKY_RELU, Activation::LeakyRelu(slope)),
+            (HARD_SWISH, Activation::HardSwish),
+            (SIGMOID, Activation::Sigmoid),
+            (SILU, Activation::Silu),
+        ];
+        let mut found = named.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, a)| *a);
+        let first = found.next();
+        if found.next().is_some() { Err("more than one activation") } else { Ok(first) }
+    }
 }
 
 /// Bits of [`heron_conv2d_blocked_f32`]'s `layouts` argument: which tensors are blocked
@@ -202,7 +221,8 @@ pub unsafe extern "C" fn heron_conv2d_f32(
 /// `tail_a` and `tail_b` (bit `k` of `tail_per_channel`: operand `k` holds one value per
 /// output channel, else the output's shape and layout). Instead of a program, `flags` may name
 /// an activation the kernel applies in registers ([`flags::LEAKY_RELU`], its slope in `t0`,
-/// or [`flags::HARD_SWISH`]). An invalid program, or both, computes nothing.
+/// [`flags::HARD_SWISH`], [`flags::SIGMOID`] or [`flags::SILU`]). An invalid program, or both,
+/// computes nothing.
 ///
 /// # Safety
 /// Every pointer holds the elements its shape and layout say (a tail operand the program does
@@ -264,12 +284,7 @@ pub unsafe extern "C" fn heron_conv2d_blocked_f32(
         Some((conv.input_len().ok()?, conv.packed_weights_len().ok()?, conv.output_len().ok()?))
     })();
     let Some((x_len, w_len, out_len)) = lens else { return };
-    let activation = match (flags & flags::LEAKY_RELU != 0, flags & flags::HARD_SWISH != 0) {
-        (false, false) => None,
-        (true, false) => Some(Activation::LeakyRelu(t0)),
-        (false, true) => Some(Activation::HardSwish),
-        (true, true) => return,
-    };
+    let Ok(activation) = flags::activation(flags, t0) else { return };
     if activation.is_some() && tail_ops_lo != 0 {
         return;
     }

@@ -93,14 +93,17 @@ pub struct ConvEpilogue<'a> {
     pub tail: Option<crate::elementwise::Tail<'a>>,
 }
 
-/// A piecewise-linear activation a blocked kernel applies to its results in registers, as
-/// generated code computes it.
+/// An activation a blocked kernel applies to its results in registers.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     /// `x < 0 ? x · alpha : x`.
     LeakyRelu(f32),
     /// `x · min(max(x / 6 + 0.5, 0), 1)`.
     HardSwish,
+    /// `1 / (1 + e^-x)`, as the elementwise programs compute it.
+    Sigmoid,
+    /// SiLU, `x · sigmoid(x)`.
+    Silu,
 }
 
 impl Activation {
@@ -119,6 +122,8 @@ impl Activation {
                 let t = if t.is_nan() { t } else { t.max(0.0).min(1.0) };
                 x * t
             }
+            Activation::Sigmoid => crate::elementwise::scalar::sigmoid(x),
+            Activation::Silu => x * crate::elementwise::scalar::sigmoid(x),
         }
     }
 }

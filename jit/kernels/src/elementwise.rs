@@ -402,7 +402,7 @@ pub(crate) unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_
 
 /// `e^x` (Cody-Waite reduction, a degree-6 polynomial), the vector code's steps one lane at a
 /// time.
-mod scalar {
+pub(crate) mod scalar {
     pub(super) const HI: f32 = 88.722_84;
     pub(super) const LO: f32 = -103.972_08;
     pub(super) const MAGIC: f32 = 12_582_912.0;
@@ -413,7 +413,7 @@ mod scalar {
 
     /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero, where `e^-x` would overflow while
     /// the result is still a (subnormal) number.
-    pub(super) fn sigmoid(x: f32) -> f32 {
+    pub(crate) fn sigmoid(x: f32) -> f32 {
         let e = exp(-x.abs());
         let numerator = if x < 0.0 { e } else { 1.0 };
         numerator / (1.0 + e)
@@ -457,7 +457,7 @@ mod scalar {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::scalar::{C1, C2, HI, LO, MAGIC, POLY};
     use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
 
@@ -553,7 +553,7 @@ mod x86 {
             /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero, on a block of vectors.
             #[inline]
             #[target_feature(enable = $feature)]
-            pub(super) fn sigmoid(x: [$v; 4]) -> [$v; 4] {
+            pub(crate) fn sigmoid(x: [$v; 4]) -> [$v; 4] {
                 let mut t = x;
                 for v in 0..4 {
                     t[v] = neg(abs(x[v]));
@@ -600,7 +600,7 @@ mod x86 {
     use transcendentals;
 
     /// AVX-512 operations.
-    mod z {
+    pub(crate) mod z {
         use std::arch::x86_64::*;
 
         use super::{C1, C2, HI, LO, MAGIC, POLY};
@@ -728,7 +728,7 @@ mod x86 {
     }
 
     /// AVX2 operations.
-    mod y {
+    pub(crate) mod y {
         use std::arch::x86_64::*;
 
         use super::{C1, C2, HI, LO, MAGIC, POLY};

@@ -313,6 +313,17 @@ pub(crate) mod x86 {
             _mm512_mask_blend_ps(bits as __mmask16, otherwise, if_set)
         }
 
+        /// `1 / (1 + e^-x)` on four vectors, as the elementwise programs compute it.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn sigmoid4(x: [__m512; 4]) -> [__m512; 4] {
+            crate::elementwise::x86::z::sigmoid(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn mul(a: __m512, b: __m512) -> __m512 {
+            _mm512_mul_ps(a, b)
+        }
         /// `x < 0 ? x · alpha : x` (see [`crate::conv::Activation`]).
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -478,6 +489,17 @@ pub(crate) mod x86 {
             _mm256_blendv_ps(otherwise, if_set, _mm256_castsi256_ps(bit_mask(bits)))
         }
 
+        /// `1 / (1 + e^-x)` on four vectors, as the elementwise programs compute it.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn sigmoid4(x: [__m256; 4]) -> [__m256; 4] {
+            crate::elementwise::x86::y::sigmoid(x)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn mul(a: __m256, b: __m256) -> __m256 {
+            _mm256_mul_ps(a, b)
+        }
         /// `x < 0 ? x · alpha : x` (see [`crate::conv::Activation`]).
         #[inline]
         #[target_feature(enable = "avx2,fma")]

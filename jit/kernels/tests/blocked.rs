@@ -184,6 +184,8 @@ fn epilogues() -> impl Strategy<Value = Epilogue> {
             2 => Just(Finish::None),
             1 => Just(Finish::Activation(Activation::LeakyRelu(0.1))),
             1 => Just(Finish::Activation(Activation::HardSwish)),
+            1 => Just(Finish::Activation(Activation::Sigmoid)),
+            1 => Just(Finish::Activation(Activation::Silu)),
             1 => Just(Finish::Tail),
         ],
     )
@@ -201,6 +203,8 @@ fn finish_reference(finish: Finish, scale: &[f32], c: usize, v: f64) -> f64 {
             }
         }
         Finish::Activation(Activation::HardSwish) => v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
+        Finish::Activation(Activation::Sigmoid) => 1.0 / (1.0 + (-v).exp()),
+        Finish::Activation(Activation::Silu) => v / (1.0 + (-v).exp()),
         Finish::Tail => 1.0 / (1.0 + (-v * scale[c] as f64).exp()),
     }
 }
