@@ -957,6 +957,7 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
             Some(Activation::HardSwish) => flags::HARD_SWISH,
             Some(Activation::Sigmoid) => flags::SIGMOID,
             Some(Activation::Silu) => flags::SILU,
+            Some(Activation::HardSigmoid { .. }) => flags::HARD_SIGMOID,
             None => 0,
         };
         args.extend([
@@ -984,6 +985,7 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
             let consts = match (program, activation) {
                 (Some(program), _) => program.consts(),
                 (None, Some(Activation::LeakyRelu(alpha))) => [alpha, 0.0, 0.0, 0.0],
+                (None, Some(Activation::HardSigmoid { alpha, beta })) => [alpha, beta, 0.0, 0.0],
                 (None, _) => [0.0; 4],
             };
             args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
@@ -1033,8 +1035,8 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
 }
 
 /// The activation a blocked kernel computes in registers that `e`, a convolution's store
-/// expression over its accumulator `acc`, is: LeakyReLU, hard-swish, a sigmoid or SiLU as
-/// lowering writes them.
+/// expression over its accumulator `acc`, is: LeakyReLU, hard-swish, HardSigmoid, a sigmoid or
+/// SiLU as lowering writes them.
 fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
     let float = |e: &Expr| match e {
         Expr::Float { value, .. } => Some(*value),
@@ -1071,7 +1073,16 @@ fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
             (x(lhs) && float(rhs) == Some(0.0) && x(scaled) && x(otherwise))
                 .then_some(Activation::LeakyRelu(alpha as f32))
         }
-        // `x · min(max(x / 6 + 0.5, 0), 1)`.
+        // `min(max(alpha · x + beta, 0), 1)`, and `x · min(max(x / 6 + 0.5, 0), 1)`.
+        _ if let Some((gate, one)) = binary(e, BinOp::Min)
+            && let Some((gate, zero)) = binary(gate, BinOp::Max)
+            && let Some((scaled, beta)) = binary(gate, BinOp::Add)
+            && let Some((alpha, v)) = binary(scaled, BinOp::Mul) =>
+        {
+            let (alpha, beta) = (float(alpha)?, float(beta)?);
+            (x(v) && float(one) == Some(1.0) && float(zero) == Some(0.0))
+                .then_some(Activation::HardSigmoid { alpha: alpha as f32, beta: beta as f32 })
+        }
         _ => {
             let (v, gate) = binary(e, BinOp::Mul)?;
             let (gate, one) = binary(gate, BinOp::Min)?;
@@ -1403,7 +1414,7 @@ impl Externs for KernelExterns {
                     bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
                     residual: (bits & flags::RESIDUAL != 0).then_some(&residual[..]),
                     clamp: (bits & flags::CLAMP != 0).then_some((float(&args[25])?, float(&args[26])?)),
-                    activation: flags::activation(bits, float(&args[34])?)?,
+                    activation: flags::activation(bits, [float(&args[34])?, float(&args[35])?])?,
                     tail,
                 };
                 let r = heron_kernels::blocked::conv_share(isa, &conv, &x, &w, &mut out, epilogue, (t[0], t[1]));

@@ -120,7 +120,8 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
 }
 
 /// Activations after blocked convolutions run inside the kernel: LeakyReLU and hard-swish in
-/// registers, a sigmoid, SiLU (a Sigmoid and a Mul) and ELU as the kernel's tail program, so no pass of generated code goes over
+/// registers (and HardSigmoid, a sigmoid and SiLU, a Sigmoid and a Mul), ELU as the kernel's
+/// tail program, so no pass of generated code goes over
 /// the blocked tensors after them. Channel counts end inside a block; the chain (a first
 /// strided layer on the planar input, pointwise, depthwise, pointwise) matches the interpreter
 /// on 1 and 2 threads, with infinities and NaN among the inputs.
@@ -137,12 +138,13 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         g.add_op(name, Op::Binary(BinaryOp::Mul), &[v, s]).unwrap()
     };
     type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
-    let activations: [(&str, Build); 5] = [
+    let activations: [(&str, Build); 6] = [
         ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 }))),
         ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish)))),
         ("Sigmoid", Box::new(one(Op::Unary(UnaryOp::Sigmoid)))),
         ("SiLU", Box::new(silu)),
         ("Elu", Box::new(one(Op::Activation(Activation::Elu { alpha: 0.7 })))),
+        ("HardSigmoid", Box::new(one(Op::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 })))),
     ];
     for (name, activation) in activations {
         let mut g = Graph::new();

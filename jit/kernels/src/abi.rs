@@ -61,16 +61,20 @@ pub mod flags {
     pub const SIGMOID: i64 = 32;
     /// [`heron_conv2d_blocked_f32`] only: SiLU after the clamp (with no tail program).
     pub const SILU: i64 = 64;
+    /// [`heron_conv2d_blocked_f32`] only: HardSigmoid after the clamp, its `alpha` and `beta`
+    /// the tail's first two constants (with no tail program).
+    pub const HARD_SIGMOID: i64 = 128;
 
-    /// The activation the bits of `flags` name (LeakyReLU's slope given), or `Err` when they
-    /// name more than one.
-    pub fn activation(flags: i64, slope: f32) -> Result<Option<crate::conv::Activation>, &'static str> {
+    /// The activation the bits of `flags` name (LeakyReLU's slope or HardSigmoid's `alpha`,
+    /// and its `beta`, given), or `Err` when they name more than one.
+    pub fn activation(flags: i64, [slope, beta]: [f32; 2]) -> Result<Option<crate::conv::Activation>, &'static str> {
         use crate::conv::Activation;
         let named = [
             (LEAKY_RELU, Activation::LeakyRelu(slope)),
             (HARD_SWISH, Activation::HardSwish),
             (SIGMOID, Activation::Sigmoid),
             (SILU, Activation::Silu),
+            (HARD_SIGMOID, Activation::HardSigmoid { alpha: slope, beta }),
         ];
         let mut found = named.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, a)| *a);
         let first = found.next();
@@ -221,7 +225,8 @@ pub unsafe extern "C" fn heron_conv2d_f32(
 /// `tail_a` and `tail_b` (bit `k` of `tail_per_channel`: operand `k` holds one value per
 /// output channel, else the output's shape and layout). Instead of a program, `flags` may name
 /// an activation the kernel applies in registers ([`flags::LEAKY_RELU`], its slope in `t0`,
-/// [`flags::HARD_SWISH`], [`flags::SIGMOID`] or [`flags::SILU`]). An invalid program, or both,
+/// [`flags::HARD_SWISH`], [`flags::SIGMOID`], [`flags::SILU`] or [`flags::HARD_SIGMOID`], its
+/// `alpha` and `beta` in `t0` and `t1`). An invalid program, or both,
 /// computes nothing.
 ///
 /// # Safety
@@ -284,7 +289,7 @@ pub unsafe extern "C" fn heron_conv2d_blocked_f32(
         Some((conv.input_len().ok()?, conv.packed_weights_len().ok()?, conv.output_len().ok()?))
     })();
     let Some((x_len, w_len, out_len)) = lens else { return };
-    let Ok(activation) = flags::activation(flags, t0) else { return };
+    let Ok(activation) = flags::activation(flags, [t0, t1]) else { return };
     if activation.is_some() && tail_ops_lo != 0 {
         return;
     }

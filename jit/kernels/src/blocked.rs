@@ -816,6 +816,10 @@ macro_rules! blocked_finish {
                 (true, None, Some(crate::conv::Activation::HardSwish)) => {
                     crate::blocked::each_vector!(acc, base, os, sink, |v, _at| hard_swish(v))
                 }
+                (true, None, Some(crate::conv::Activation::HardSigmoid { alpha, beta })) => {
+                    let (alpha, beta) = (splat(alpha), splat(beta));
+                    crate::blocked::each_vector!(acc, base, os, sink, |v, _at| hard_sigmoid(v, alpha, beta))
+                }
                 (true, None, Some(act @ (crate::conv::Activation::Sigmoid | crate::conv::Activation::Silu))) => {
                     // Four vectors at a time, as the vector `exp` takes them.
                     let pixels = acc[0].len();
@@ -968,6 +972,9 @@ macro_rules! blocked_kernel {
                 Some(crate::conv::Activation::HardSwish) => hard_swish(v),
                 Some(crate::conv::Activation::Sigmoid) => sigmoid4([v; 4])[0],
                 Some(crate::conv::Activation::Silu) => mul(v, sigmoid4([v; 4])[0]),
+                Some(crate::conv::Activation::HardSigmoid { alpha, beta }) => {
+                    hard_sigmoid(v, splat(alpha), splat(beta))
+                }
             }
         }
 

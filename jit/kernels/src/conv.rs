@@ -104,6 +104,8 @@ pub enum Activation {
     Sigmoid,
     /// SiLU, `x · sigmoid(x)`.
     Silu,
+    /// `min(max(alpha · x + beta, 0), 1)`.
+    HardSigmoid { alpha: f32, beta: f32 },
 }
 
 impl Activation {
@@ -124,6 +126,10 @@ impl Activation {
             }
             Activation::Sigmoid => crate::elementwise::scalar::sigmoid(x),
             Activation::Silu => x * crate::elementwise::scalar::sigmoid(x),
+            Activation::HardSigmoid { alpha, beta } => {
+                let t = alpha * x + beta;
+                if t.is_nan() { t } else { t.max(0.0).min(1.0) }
+            }
         }
     }
 }

@@ -324,6 +324,13 @@ pub(crate) mod x86 {
         pub(crate) fn mul(a: __m512, b: __m512) -> __m512 {
             _mm512_mul_ps(a, b)
         }
+        /// `min(max(alpha · x + beta, 0), 1)`, a NaN kept (see [`crate::conv::Activation`]).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn hard_sigmoid(x: __m512, alpha: __m512, beta: __m512) -> __m512 {
+            let t = _mm512_add_ps(_mm512_mul_ps(alpha, x), beta);
+            _mm512_min_ps(_mm512_set1_ps(1.0), _mm512_max_ps(_mm512_setzero_ps(), t))
+        }
         /// `x < 0 ? x · alpha : x` (see [`crate::conv::Activation`]).
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -499,6 +506,13 @@ pub(crate) mod x86 {
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn mul(a: __m256, b: __m256) -> __m256 {
             _mm256_mul_ps(a, b)
+        }
+        /// `min(max(alpha · x + beta, 0), 1)`, a NaN kept (see [`crate::conv::Activation`]).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn hard_sigmoid(x: __m256, alpha: __m256, beta: __m256) -> __m256 {
+            let t = _mm256_add_ps(_mm256_mul_ps(alpha, x), beta);
+            _mm256_min_ps(_mm256_set1_ps(1.0), _mm256_max_ps(_mm256_setzero_ps(), t))
         }
         /// `x < 0 ? x · alpha : x` (see [`crate::conv::Activation`]).
         #[inline]

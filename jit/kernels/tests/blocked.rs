@@ -186,6 +186,7 @@ fn epilogues() -> impl Strategy<Value = Epilogue> {
             1 => Just(Finish::Activation(Activation::HardSwish)),
             1 => Just(Finish::Activation(Activation::Sigmoid)),
             1 => Just(Finish::Activation(Activation::Silu)),
+            1 => Just(Finish::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 })),
             1 => Just(Finish::Tail),
         ],
     )
@@ -205,6 +206,7 @@ fn finish_reference(finish: Finish, scale: &[f32], c: usize, v: f64) -> f64 {
         Finish::Activation(Activation::HardSwish) => v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
         Finish::Activation(Activation::Sigmoid) => 1.0 / (1.0 + (-v).exp()),
         Finish::Activation(Activation::Silu) => v / (1.0 + (-v).exp()),
+        Finish::Activation(Activation::HardSigmoid { alpha, beta }) => (alpha as f64 * v + beta as f64).clamp(0.0, 1.0),
         Finish::Tail => 1.0 / (1.0 + (-v * scale[c] as f64).exp()),
     }
 }
