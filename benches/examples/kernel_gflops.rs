@@ -158,13 +158,7 @@ fn direct_convs(runs: usize) {
         let mut scratch = vec![0.0; geo.scratch_len(isa).expect("size")];
         let mut y = vec![0.0; geo.output_len().expect("size")];
         let bias = values(m);
-        let epilogue = ConvEpilogue {
-            bias: Some(&bias),
-            residual: None,
-            clamp: Some((0.0, f32::INFINITY)),
-            activation: None,
-            tail: None,
-        };
+        let epilogue = relu(&bias);
         let seconds = median_seconds(runs, || {
             conv2d_share(isa, &geo, &x, &packed, &mut y, epilogue, &mut scratch, (0, 1)).expect("conv")
         });
@@ -222,13 +216,7 @@ fn blocked_convs(runs: usize) {
         conv.pack_weights(&w, &mut packed).expect("pack");
         let mut y = vec![0.0; conv.output_len().expect("size")];
         let bias = values(m);
-        let epilogue = ConvEpilogue {
-            bias: Some(&bias),
-            residual: None,
-            clamp: Some((0.0, f32::INFINITY)),
-            activation: None,
-            tail: None,
-        };
+        let epilogue = relu(&bias);
         let seconds =
             median_seconds(runs, || conv_share(isa, &conv, &x, &packed, &mut y, epilogue, (0, 1)).expect("conv"));
         let gflops = 2.0 * (m * out * out * (c / geo.groups) * k * k) as f64 / seconds / 1e9;
@@ -391,4 +379,9 @@ fn main() {
     let y = g.add_op("conv", Op::ConvInteger(ConvAttrs { window, group: 1 }), &[x, w, zx, zw]).expect("conv");
     g.set_outputs(vec![y]);
     time(&format!("u8 x i8 conv3x3 {c}->{c} {hw}x{hw}"), g, vec![bytes(&[1, c, hw, hw])], conv_ops, runs * 5, "GOP/s");
+}
+
+/// A bias and ReLU, the epilogue every timed convolution takes.
+fn relu(bias: &[f32]) -> ConvEpilogue<'_> {
+    ConvEpilogue { bias: Some(bias), residual: None, clamp: Some((0.0, f32::INFINITY)), activation: None, tail: None }
 }

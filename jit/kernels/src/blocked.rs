@@ -300,6 +300,29 @@ pub(crate) struct Sink {
     pub finish: bool,
 }
 
+impl Sink {
+    /// The epilogue of one value stored at offset `at` (the last chunk: residual, clamp,
+    /// activation; otherwise the raw sum), one lane of what the vector code computes.
+    ///
+    /// # Safety
+    /// A residual holds element `at`.
+    pub(crate) unsafe fn finish_value(&self, mut v: f32, at: usize) -> f32 {
+        if self.finish {
+            if !self.residual.is_null() {
+                // SAFETY: the caller's promise.
+                v += unsafe { *self.residual.add(at) };
+            }
+            if let Some((lo, hi)) = self.clamp {
+                v = v.max(lo).min(hi);
+            }
+            if let Some(act) = self.activation {
+                v = act.apply(v);
+            }
+        }
+        v
+    }
+}
+
 /// Runs of dense tiles along an output row, as raw pointers and strides.
 #[derive(Clone, Copy)]
 pub(crate) struct DenseRun {
@@ -724,19 +747,7 @@ unsafe fn scalar_finish(sink: &Sink, block: usize, c: usize, p: usize, acc: f32)
             }
             return;
         }
-        let mut v = acc;
-        if sink.finish {
-            if !sink.residual.is_null() {
-                v += *sink.residual.add(at);
-            }
-            if let Some((lo, hi)) = sink.clamp {
-                v = v.max(lo).min(hi);
-            }
-            if let Some(act) = sink.activation {
-                v = act.apply(v);
-            }
-        }
-        *sink.out.add(at) = v;
+        *sink.out.add(at) = sink.finish_value(acc, at);
     }
 }
 
@@ -998,19 +1009,7 @@ macro_rules! blocked_kernel {
                     let plane = at + (first + c) * os.channel;
                     for (p, lanes) in pixels.iter().enumerate().take(row.len()) {
                         let at = plane + p * os.pixel;
-                        let mut v = lanes[c];
-                        if sink.finish {
-                            if !sink.residual.is_null() {
-                                v += *sink.residual.add(at);
-                            }
-                            if let Some((lo, hi)) = sink.clamp {
-                                v = v.max(lo).min(hi);
-                            }
-                            if let Some(act) = sink.activation {
-                                v = act.apply(v);
-                            }
-                        }
-                        *sink.out.add(at) = v;
+                        *sink.out.add(at) = sink.finish_value(lanes[c], at);
                     }
                 }
             }
