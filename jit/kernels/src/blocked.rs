@@ -1200,10 +1200,10 @@ macro_rules! blocked_kernel {
         }
 
         /// Rows of a 3×3 depthwise block at column stride `S`, undilated (MobileNets' and
-        /// EfficientNets' layers): the nine weight vectors stay in registers for all the rows,
-        /// the interior runs four pixels at a time with every tap unrolled (tap rows inside the
-        /// input: all three, or those at the plane's top and bottom edges), the rest as
-        /// [`blocked_depthwise_row`] does.
+        /// EfficientNets' layers): the interior runs eight pixels at a time (eight independent
+        /// sums hide the FMA latency; four left the chain of nine dependent FMAs exposed), with
+        /// every tap unrolled over the tap rows inside the input (all three, or those at the
+        /// plane's top and bottom edges); each border pixel takes its tap columns inside.
         ///
         /// # Safety
         /// As [`blocked_depthwise_rows`].
@@ -1223,93 +1223,87 @@ macro_rules! blocked_kernel {
                 for k in 0..rows.count {
                     let row = rows.row(k);
                     let (r_lo, _) = crate::blocked::tap_rows(g, rows.first + k);
+                    let w = &w[r_lo..r_lo + row.tap_rows];
                     let mut ox = lo;
-                    while ox + 4 <= hi {
-                        let x = row.x.add((ox * S - g.pad.1) * LANES);
-                        let at = ox * LANES;
-                        let mut acc = [zero(); 4];
-                        for (p, v) in acc.iter_mut().enumerate() {
-                            *v = blocked_start(&row.sink, 0, at + p * LANES);
-                        }
-                        for r in 0..row.tap_rows {
-                            let xr = x.add(r * row.x_tap_row);
-                            // A constant row of weights per case keeps them in registers.
-                            let wr = match r_lo + r {
-                                0 => w[0],
-                                1 => w[1],
-                                _ => w[2],
-                            };
-                            for (s, &ws) in wr.iter().enumerate() {
-                                for (p, a) in acc.iter_mut().enumerate() {
-                                    *a = fma(ws, load(xr.add((p * S + s) * LANES)), *a);
-                                }
-                            }
-                        }
-                        blocked_finish!(&row.sink, [acc], at);
+                    while ox + 8 <= hi {
+                        depthwise_3x3_interior::<S, 8>(&row, w, ox);
+                        ox += 8;
+                    }
+                    if ox + 4 <= hi {
+                        depthwise_3x3_interior::<S, 4>(&row, w, ox);
                         ox += 4;
                     }
-                    // The border pixels and the interior ones left over, four at a time, each
-                    // pixel with its own tap columns.
-                    let (mut group, mut n) = ([0usize; 4], 0);
-                    for ox in (0..lo).chain(ox..hi).chain(hi..row.out_w) {
-                        group[n] = ox;
-                        n += 1;
-                        if n == 4 {
-                            depthwise_edge_3x3::<S>(&row, &w, r_lo, &group, 4);
-                            n = 0;
-                        }
+                    if ox + 2 <= hi {
+                        depthwise_3x3_interior::<S, 2>(&row, w, ox);
+                        ox += 2;
                     }
-                    if n > 0 {
-                        depthwise_edge_3x3::<S>(&row, &w, r_lo, &group, n);
+                    if ox < hi {
+                        depthwise_3x3_interior::<S, 1>(&row, w, ox);
+                    }
+                    for ox in (0..lo).chain(hi..row.out_w) {
+                        depthwise_3x3_border::<S>(&row, w, ox);
                     }
                 }
             }
         }
 
-        /// `n` (up to four) pixels of a 3×3 depthwise row at column stride `S`, each with its
-        /// own tap columns inside the input (a tap outside is skipped, never read), the
-        /// weights in registers.
+        /// `N` interior pixels of a 3×3 depthwise row from `ox`, the weights' tap rows `w`.
         ///
         /// # Safety
-        /// As [`depthwise_rows_3x3`]; the pixels are in the row.
+        /// As [`depthwise_rows_3x3`]; the pixels are interior ones of the row.
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn depthwise_edge_3x3<const S: usize>(
+        unsafe fn depthwise_3x3_interior<const S: usize, const N: usize>(
             row: &crate::blocked::DepthwiseRow,
-            w: &[[Vector; 3]; 3],
-            r_lo: usize,
-            pixels: &[usize; 4],
-            n: usize,
+            w: &[[Vector; 3]],
+            ox: usize,
         ) {
-            let mut cols = [(0, 0); 4];
-            for (c, &ox) in cols.iter_mut().zip(pixels).take(n) {
-                *c = crate::blocked::taps_inside(ox * S, 3, 1, row.pad, row.in_w);
-            }
-            // SAFETY: each pixel reads only its tap columns inside the input, writes its output.
+            // SAFETY: interior pixels read all three tap columns inside the input.
             unsafe {
-                let mut acc = [zero(); 4];
-                for (v, &ox) in acc.iter_mut().zip(pixels).take(n) {
-                    *v = blocked_start(&row.sink, 0, ox * LANES);
+                let x = row.x.add((ox * S - row.pad) * LANES);
+                let at = ox * LANES;
+                let mut acc = [zero(); N];
+                for (p, v) in acc.iter_mut().enumerate() {
+                    *v = blocked_start(&row.sink, 0, at + p * LANES);
                 }
-                for r in 0..row.tap_rows {
-                    let xr = row.x.add(r * row.x_tap_row);
-                    let wr = match r_lo + r {
-                        0 => w[0],
-                        1 => w[1],
-                        _ => w[2],
-                    };
+                for (r, wr) in w.iter().enumerate() {
+                    let xr = x.add(r * row.x_tap_row);
                     for (s, &ws) in wr.iter().enumerate() {
-                        for p in 0..4 {
-                            let (ox, (s_lo, s_hi)) = (pixels[p], cols[p]);
-                            if p < n && s >= s_lo && s < s_hi {
-                                acc[p] = fma(ws, load(xr.add((ox * S + s - row.pad) * LANES)), acc[p]);
-                            }
+                        for (p, a) in acc.iter_mut().enumerate() {
+                            *a = fma(ws, load(xr.add((p * S + s) * LANES)), *a);
                         }
                     }
                 }
-                for (&v, &ox) in acc.iter().zip(pixels).take(n) {
-                    blocked_finish!(&row.sink, [[v]], ox * LANES);
+                blocked_finish!(&row.sink, [acc], at);
+            }
+        }
+
+        /// Border pixel `ox` of a 3×3 depthwise row: only its tap columns inside the input are
+        /// read (a padded tap is skipped, not multiplied by zero, so inf/NaN stay out).
+        ///
+        /// # Safety
+        /// As [`depthwise_rows_3x3`]; the pixel is in the row.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        unsafe fn depthwise_3x3_border<const S: usize>(
+            row: &crate::blocked::DepthwiseRow,
+            w: &[[Vector; 3]],
+            ox: usize,
+        ) {
+            let (s_lo, s_hi) = crate::blocked::taps_inside(ox * S, 3, 1, row.pad, row.in_w);
+            // SAFETY: the pixel reads only its tap columns inside the input.
+            unsafe {
+                let mut acc = blocked_start(&row.sink, 0, ox * LANES);
+                if s_lo < s_hi {
+                    let x = row.x.add((ox * S + s_lo - row.pad) * LANES);
+                    for (r, wr) in w.iter().enumerate() {
+                        let xr = x.add(r * row.x_tap_row);
+                        for (j, &ws) in wr[s_lo..s_hi].iter().enumerate() {
+                            acc = fma(ws, load(xr.add(j * LANES)), acc);
+                        }
+                    }
                 }
+                blocked_finish!(&row.sink, [[acc]], ox * LANES);
             }
         }
 
