@@ -296,9 +296,9 @@ pub(crate) enum TailInput {
 }
 
 /// The tail program (`heron_kernels::elementwise::Tail`) computing `e`, a convolution's store
-/// expression, over the kernel's result: what its own epilogue has no form for (hard-swish,
-/// SiLU, LeakyReLU, ELU, a sigmoid) runs on each of the kernel's tiles while they are in
-/// cache, instead of generated code going over the whole output again. `classify` names each
+/// expression, over the kernel's result: what its own epilogue has no form for (ELU, PReLU,
+/// a Swish, arithmetic with other tensors) runs on each of the kernel's tiles while they are
+/// in cache, instead of generated code going over the whole output again. `classify` names each
 /// leaf; `None` when `e` needs more than the program holds.
 pub(crate) fn match_tail(
     e: &Expr,

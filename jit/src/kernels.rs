@@ -870,15 +870,13 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         _ => out,
     };
     let conv_dims = |geo: &Conv2d| geo.dims().map(i);
-    // A blocked convolution applies the rest of its epilogue itself: a piecewise-linear
-    // activation in registers, or one with `exp` as its tail program (arithmetic alone runs
-    // as fast in generated code).
+    // A blocked convolution applies the rest of its epilogue itself: an activation it knows in
+    // registers, anything else a tail program holds (PReLU's per-channel slope, ELU, ...) on
+    // each tile while it is in cache, instead of generated code going over the blocked output
+    // again through its index map.
     let rest = generic.as_ref().filter(|_| blocked.is_some() && plan.quant.is_none());
     let activation = rest.and_then(|e| native_activation(e, plan.acc));
-    let tail = rest
-        .filter(|_| activation.is_none())
-        .and_then(|e| tail_of(f, e, plan.acc, out, &plan.out_loops))
-        .filter(|(program, _)| program.ops().iter().any(|op| matches!(op, MapOp::Exp | MapOp::Sigmoid)));
+    let tail = rest.filter(|_| activation.is_none()).and_then(|e| tail_of(f, e, plan.acc, out, &plan.out_loops));
     let (routine, args) = if let Some(q) = &plan.quant {
         let (routine, input, dims) = match &plan.kernel {
             Kernel::Conv { geo, input, .. } => (CONV2D_Q8, *input, conv_dims(geo).to_vec()),

@@ -120,15 +120,15 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
 }
 
 /// Activations after blocked convolutions run inside the kernel: LeakyReLU and hard-swish in
-/// registers (and HardSigmoid, a sigmoid and SiLU, a Sigmoid and a Mul), ELU as the kernel's
-/// tail program, so no pass of generated code goes over
-/// the blocked tensors after them. Channel counts end inside a block; the chain (a first
+/// registers (and HardSigmoid, a sigmoid and SiLU, a Sigmoid and a Mul), ELU and PReLU (a
+/// Less, a Mul by a per-channel slope and a Where) as the kernel's tail program, so no pass of
+/// generated code goes over the blocked tensors after them. Channel counts end inside a block; the chain (a first
 /// strided layer on the planar input, pointwise, depthwise, pointwise) matches the interpreter
 /// on 1 and 2 threads, with infinities and NaN among the inputs.
 #[test]
 fn activations_after_blocked_convolutions_run_in_the_kernel() {
     use heron_ir::op::Activation;
-    use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, ValueId, Window};
+    use heron_ir::{BinaryOp, CompareOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, ValueId, Window};
     let values = |n: usize, seed: usize| -> Vec<f32> {
         (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
     };
@@ -137,14 +137,25 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         let s = g.add_op(format!("{name}_sigmoid"), Op::Unary(UnaryOp::Sigmoid), &[v]).unwrap();
         g.add_op(name, Op::Binary(BinaryOp::Mul), &[v, s]).unwrap()
     };
+    // PReLU as the importer writes it: Less(x, 0), Mul(x, slope), Where; one slope per channel.
+    let prelu = move |g: &mut Graph, name: String, v: ValueId| {
+        let m = g.ty(v).shape[1];
+        let slope = Tensor::from_vec(&[m, 1, 1], values(m, 11).into_iter().map(|s| s + 0.25).collect()).unwrap();
+        let slope = g.add_constant(format!("{name}_slope"), slope);
+        let zero = g.add_constant(format!("{name}_zero"), Tensor::from_vec(&[], vec![0.0f32]).unwrap());
+        let negative = g.add_op(format!("{name}_negative"), Op::Compare(CompareOp::Less), &[v, zero]).unwrap();
+        let scaled = g.add_op(format!("{name}_scaled"), Op::Binary(BinaryOp::Mul), &[v, slope]).unwrap();
+        g.add_op(name, Op::Where, &[negative, scaled, v]).unwrap()
+    };
     type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
-    let activations: [(&str, Build); 6] = [
+    let activations: [(&str, Build); 7] = [
         ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 }))),
         ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish)))),
         ("Sigmoid", Box::new(one(Op::Unary(UnaryOp::Sigmoid)))),
         ("SiLU", Box::new(silu)),
         ("Elu", Box::new(one(Op::Activation(Activation::Elu { alpha: 0.7 })))),
         ("HardSigmoid", Box::new(one(Op::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 })))),
+        ("PRelu", Box::new(prelu)),
     ];
     for (name, activation) in activations {
         let mut g = Graph::new();

@@ -4,7 +4,7 @@
 
 use crate::DType;
 use crate::graph::{Graph, ValueId};
-use crate::op::{Activation, BinaryOp, Op, UnaryOp};
+use crate::op::{Activation, BinaryOp, CompareOp, Op, UnaryOp};
 use crate::tensor::Tensor;
 
 use super::takes_epilogue;
@@ -22,6 +22,11 @@ pub enum Epilogue {
     Clip {
         min: Option<Tensor>,
         max: Option<Tensor>,
+    },
+    /// PReLU, `value < 0 ? value · slope : value`, `slope` broadcast to the value's shape
+    /// (ONNX `PRelu` imports as a Less, a Mul and a Where reading the same value).
+    PRelu {
+        slope: ValueId,
     },
     /// `value op other` (or `other op value` when `value_is_lhs` is false), `other`
     /// broadcast to the value's shape.
@@ -90,6 +95,16 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                     cur = graph.nodes[mul].outputs[0];
                     continue;
                 }
+                if let Some(prelu) = prelu(graph, &consumers, &uses, &is_output, &absorbed, cur) {
+                    // The slope must exist before the anchor runs.
+                    if producers[prelu.slope.0].is_none_or(|p| p < i) {
+                        group.epilogue.push(Epilogue::PRelu { slope: prelu.slope });
+                        group.fused.extend(prelu.nodes);
+                        prelu.nodes.iter().for_each(|&n| absorbed[n] = true);
+                        cur = graph.nodes[prelu.nodes[2]].outputs[0];
+                        continue;
+                    }
+                }
                 if uses[cur.0] != 1 {
                     break;
                 }
@@ -126,10 +141,7 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
             }
         }
         let mut inputs: Vec<ValueId> = Vec::new();
-        let extra = group.epilogue.iter().filter_map(|e| match e {
-            Epilogue::Binary { other, .. } => Some(*other),
-            _ => None,
-        });
+        let extra = group.epilogue.iter().filter_map(Epilogue::operand);
         let mut seen = std::collections::HashSet::new();
         for v in node.inputs.iter().copied().chain(extra) {
             if seen.insert(v) {
@@ -140,6 +152,62 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
         groups.push(group);
     }
     groups
+}
+
+impl Epilogue {
+    /// The tensor the step reads besides the value, if any.
+    pub fn operand(&self) -> Option<ValueId> {
+        match self {
+            Epilogue::Binary { other, .. } => Some(*other),
+            Epilogue::PRelu { slope } => Some(*slope),
+            _ => None,
+        }
+    }
+}
+
+/// A PReLU on a value: its Less, Mul and Where nodes (in that order) and the slope.
+struct PRelu {
+    nodes: [usize; 3],
+    slope: ValueId,
+}
+
+/// PReLU on `v` as the importer writes it: `v`'s only consumers are `Less(v, 0)` (a constant
+/// zero), `Mul(v, slope)` (either order) and `Where(less, mul, v)`, the first two read by
+/// nothing else, none a graph output or fused already, all f32 and shaped like `v`.
+fn prelu(
+    graph: &Graph,
+    consumers: &[Vec<usize>],
+    uses: &[usize],
+    is_output: &[bool],
+    absorbed: &[bool],
+    v: ValueId,
+) -> Option<PRelu> {
+    if uses[v.0] != 3 || consumers[v.0].len() != 3 || graph.ty(v).dtype != DType::F32 {
+        return None;
+    }
+    let find = |op: &Op| consumers[v.0].iter().copied().find(|&c| graph.nodes[c].op == *op);
+    let less = find(&Op::Compare(CompareOp::Less))?;
+    let mul = find(&Op::Binary(BinaryOp::Mul))?;
+    let select = find(&Op::Where)?;
+    let (ln, mn, wn) = (&graph.nodes[less], &graph.nodes[mul], &graph.nodes[select]);
+    let zero = graph.constant(*ln.inputs.get(1)?).is_some_and(|t| t.len() == 1 && t.to_f64_vec()[0] == 0.0);
+    let slope = match mn.inputs[..] {
+        [a, b] if a == v && b != v => b,
+        [a, b] if b == v && a != v => a,
+        _ => return None,
+    };
+    let (l, m) = (ln.outputs[0], mn.outputs[0]);
+    let only_here = |x: ValueId| uses[x.0] == 1 && !is_output[x.0];
+    let ok = ln.inputs[0] == v
+        && zero
+        && wn.inputs[..] == [l, m, v]
+        && only_here(l)
+        && only_here(m)
+        && graph.ty(m) == graph.ty(v)
+        && wn.outputs.len() == 1
+        && graph.ty(wn.outputs[0]) == graph.ty(v)
+        && [less, mul, select].iter().all(|&n| !absorbed[n]);
+    ok.then_some(PRelu { nodes: [less, mul, select], slope })
 }
 
 /// SiLU on `v`: its only consumers are a Sigmoid of it and a Mul of it and that sigmoid (the

@@ -183,30 +183,31 @@ impl Epi {
         Stmt::seq(lets)
     }
 
-    /// The epilogue applied to `v`. A step that reads its operand more than once (LeakyRelu)
-    /// gets it through a `let` (pushed to `lets`), so the expression grows linearly with the
-    /// chain, never exponentially.
+    /// `v` for a step that reads it more than once: a `let` (pushed to `lets`) unless it is a
+    /// leaf, so the expression grows linearly with the chain, never exponentially.
+    fn reused(&self, fb: &mut FuncBuilder, v: Expr, lets: &mut Vec<Stmt>) -> Expr {
+        if matches!(v, Expr::Var(_) | Expr::Load { .. } | Expr::Int { .. } | Expr::Float { .. }) {
+            return v;
+        }
+        let var = fb.var("e", self.dtype);
+        lets.push(Stmt::Let { var, value: v });
+        Expr::Var(var)
+    }
+
+    /// The epilogue applied to `v` (steps reading it twice through [`Epi::reused`]).
     fn apply(&self, fb: &mut FuncBuilder, mut v: Expr, out_idx: &[Expr], lets: &mut Vec<Stmt>) -> Expr {
         for (step, operand) in &self.steps {
             v = match step {
                 Epilogue::Unary(u) => unary_expr(*u, v, self.dtype),
-                Epilogue::LeakyRelu(a) => {
-                    if !matches!(v, Expr::Var(_) | Expr::Load { .. } | Expr::Int { .. } | Expr::Float { .. }) {
-                        let var = fb.var("e", self.dtype);
-                        lets.push(Stmt::Let { var, value: v });
-                        v = Expr::Var(var);
-                    }
-                    leaky_expr(v, *a, self.dtype)
-                }
-                Epilogue::Activation(a) => {
-                    if !matches!(v, Expr::Var(_) | Expr::Load { .. } | Expr::Int { .. } | Expr::Float { .. }) {
-                        let var = fb.var("e", self.dtype);
-                        lets.push(Stmt::Let { var, value: v });
-                        v = Expr::Var(var);
-                    }
-                    indexing::activation_expr(*a, v, self.dtype)
-                }
+                Epilogue::LeakyRelu(a) => leaky_expr(self.reused(fb, v, lets), *a, self.dtype),
+                Epilogue::Activation(a) => indexing::activation_expr(*a, self.reused(fb, v, lets), self.dtype),
                 Epilogue::Clip { min, max } => clip_expr(v, min.as_ref(), max.as_ref()),
+                Epilogue::PRelu { .. } => {
+                    let v = self.reused(fb, v, lets);
+                    let slope = operand.as_ref().expect("PReLU has a slope").load_broadcast(out_idx);
+                    let negative = Expr::cmp(CmpOp::Lt, v.clone(), lit(self.dtype, 0.0));
+                    Expr::select(negative, mul(v.clone(), slope), v)
+                }
                 Epilogue::Binary { op, value_is_lhs, .. } => {
                     let o = operand.as_ref().expect("binary epilogue has an operand").load_broadcast(out_idx);
                     if *value_is_lhs { binary_expr(*op, v, o, self.dtype) } else { binary_expr(*op, o, v, self.dtype) }
@@ -256,10 +257,7 @@ pub(crate) fn lower_group(graph: &Graph, group: &Group, k: usize) -> Result<Prim
             .epilogue
             .iter()
             .map(|e| {
-                let operand = match e {
-                    Epilogue::Binary { other, .. } => Some(params[other].clone()),
-                    _ => None,
-                };
+                let operand = e.operand().map(|v| params[&v].clone());
                 (e.clone(), operand)
             })
             .collect(),
