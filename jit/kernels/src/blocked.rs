@@ -831,19 +831,12 @@ macro_rules! blocked_finish {
                     let (alpha, beta) = (splat(alpha), splat(beta));
                     crate::blocked::each_vector!(acc, base, os, sink, |v, _at| hard_sigmoid(v, alpha, beta))
                 }
+                // A block's pixels at once: their dependency chains interleaved.
                 (true, None, Some(act @ (crate::conv::Activation::Sigmoid | crate::conv::Activation::Silu))) => {
-                    // Four vectors at a time, as the vector `exp` takes them.
-                    let pixels = acc[0].len();
-                    let count = acc.len() * pixels;
-                    for k in (0..count).step_by(4) {
-                        let mut x = [zero(); 4];
-                        for (j, v) in x.iter_mut().enumerate().take(count - k) {
-                            *v = acc[(k + j) / pixels][(k + j) % pixels];
-                        }
-                        let s = sigmoid4(x);
-                        for j in 0..(count - k).min(4) {
-                            let (ob, p) = ((k + j) / pixels, (k + j) % pixels);
-                            let v = if act == crate::conv::Activation::Silu { mul(x[j], s[j]) } else { s[j] };
+                    for (ob, row) in acc.iter().enumerate() {
+                        let s = sigmoid_row(*row);
+                        for (p, (&v, &s)) in row.iter().zip(&s).enumerate() {
+                            let v = if act == crate::conv::Activation::Silu { mul(v, s) } else { s };
                             store_n(sink.out.add(base + ob * os.channel + p * os.pixel), v, LANES);
                         }
                     }
@@ -981,8 +974,8 @@ macro_rules! blocked_kernel {
                 None => v,
                 Some(crate::conv::Activation::LeakyRelu(alpha)) => leaky_relu(v, splat(alpha)),
                 Some(crate::conv::Activation::HardSwish) => hard_swish(v),
-                Some(crate::conv::Activation::Sigmoid) => sigmoid4([v; 4])[0],
-                Some(crate::conv::Activation::Silu) => mul(v, sigmoid4([v; 4])[0]),
+                Some(crate::conv::Activation::Sigmoid) => sigmoid(v),
+                Some(crate::conv::Activation::Silu) => mul(v, sigmoid(v)),
                 Some(crate::conv::Activation::HardSigmoid { alpha, beta }) => {
                     hard_sigmoid(v, splat(alpha), splat(beta))
                 }

@@ -411,12 +411,36 @@ pub(crate) mod scalar {
     pub(super) const POLY: [f32; 6] =
         [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
-    /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero, where `e^-x` would overflow while
-    /// the result is still a (subnormal) number.
+    /// Where a sigmoid's `e^-|x|` is clamped: its power of two is then `2^-127` at the least,
+    /// whose bits (`(n + 127) << 23`) are 0.0, so one factor scales it (`exp` needs two for its
+    /// subnormal results) and a sigmoid below about -87.7 is exactly 0.
+    pub(super) const SIGMOID_LO: f32 = -88.0;
+
+    /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero (`e^-x` would overflow there): `exp`'s
+    /// steps on `-|x|` without its range checks, the same bits as `exp` down to about -87.3.
     pub(crate) fn sigmoid(x: f32) -> f32 {
-        let e = exp(-x.abs());
+        let t = -x.abs();
+        let t = if t < SIGMOID_LO { SIGMOID_LO } else { t };
+        let (e, ni) = reduced_exp(t);
+        let e = e * f32::from_bits((ni.wrapping_add(127) << 23) as u32);
         let numerator = if x < 0.0 { e } else { 1.0 };
         numerator / (1.0 + e)
+    }
+
+    /// `e^x` of an `x` in range as `e^r` and the power of two `n` (`x = n·ln 2 + r`) that
+    /// scales it.
+    fn reduced_exp(x: f32) -> (f32, i32) {
+        let shifted = x * std::f32::consts::LOG2_E + MAGIC;
+        let n = shifted - MAGIC;
+        let ni = (shifted.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+        let r = (-n).mul_add(C1, x);
+        let r = (-n).mul_add(C2, r);
+        let mut p = POLY[0];
+        for c in &POLY[1..] {
+            p = p.mul_add(r, *c);
+        }
+        let p = p.mul_add(r * r, r);
+        (p + 1.0, ni)
     }
 
     pub(super) fn exp(x: f32) -> f32 {
@@ -428,17 +452,7 @@ pub(crate) mod scalar {
         } else {
             x
         };
-        let shifted = xc * std::f32::consts::LOG2_E + MAGIC;
-        let n = shifted - MAGIC;
-        let ni = (shifted.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-        let r = (-n).mul_add(C1, xc);
-        let r = (-n).mul_add(C2, r);
-        let mut p = POLY[0];
-        for c in &POLY[1..] {
-            p = p.mul_add(r, *c);
-        }
-        let p = p.mul_add(r * r, r);
-        let e = p + 1.0;
+        let (e, ni) = reduced_exp(xc);
         let half = ni >> 1;
         let rest = ni.wrapping_sub(half);
         let (s1, s2) = (
@@ -458,7 +472,7 @@ pub(crate) mod scalar {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::scalar::{C1, C2, HI, LO, MAGIC, POLY};
+    use super::scalar::{C1, C2, HI, LO, MAGIC, POLY, SIGMOID_LO};
     use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
 
     /// Evaluates `program` on `len` elements, four vectors of `$lanes` at a time, with this
@@ -550,50 +564,66 @@ pub(crate) mod x86 {
     /// `neg`, `abs`, `fmadd`, `fnmadd`, `gt`, `lt`, `select`, `scale`): the scalar code's steps.
     macro_rules! transcendentals {
         ($feature:literal, $v:ty) => {
-            /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero, on a block of vectors.
+            /// `1 / (1 + e^-x)` on `N` vectors (their steps interleaved): the scalar code's
+            /// steps.
             #[inline]
             #[target_feature(enable = $feature)]
-            pub(crate) fn sigmoid(x: [$v; 4]) -> [$v; 4] {
+            pub(crate) fn sigmoid<const N: usize>(x: [$v; N]) -> [$v; N] {
                 let mut t = x;
-                for v in 0..4 {
-                    t[v] = neg(abs(x[v]));
+                for v in 0..N {
+                    let m = neg(abs(x[v]));
+                    t[v] = select(lt(m, splat(SIGMOID_LO)), splat(SIGMOID_LO), m);
                 }
-                let e = exp(t);
-                for v in 0..4 {
+                let (mut e, shifted) = reduced_exp(t);
+                for v in 0..N {
+                    e[v] = scale_normal(e[v], shifted[v]);
                     let numerator = select(lt(x[v], splat(0.0)), e[v], splat(1.0));
                     t[v] = div(numerator, add(splat(1.0), e[v]));
                 }
                 t
             }
-            /// `e^x` on a block of vectors, each step over all four so that their dependency
-            /// chains overlap.
+            /// `e^x` on `N` vectors, each step over all of them so that their dependency chains
+            /// overlap.
             #[inline]
             #[target_feature(enable = $feature)]
-            pub(super) fn exp(x: [$v; 4]) -> [$v; 4] {
+            pub(super) fn exp<const N: usize>(x: [$v; N]) -> [$v; N] {
                 // Placeholders, each overwritten below before it is read.
-                let (mut above, mut below) = ([gt(x[0], x[0]); 4], [gt(x[0], x[0]); 4]);
-                let (mut xc, mut shifted, mut r, mut p) = (x, x, x, x);
-                for v in 0..4 {
+                let (mut above, mut below) = ([gt(x[0], x[0]); N], [gt(x[0], x[0]); N]);
+                let mut xc = x;
+                for v in 0..N {
                     (above[v], below[v]) = (gt(x[v], splat(HI)), lt(x[v], splat(LO)));
                     xc[v] = select(below[v], splat(LO), select(above[v], splat(HI), x[v]));
-                    shifted[v] = add(mul(xc[v], splat(std::f32::consts::LOG2_E)), splat(MAGIC));
                 }
-                for v in 0..4 {
-                    let n = sub(shifted[v], splat(MAGIC));
-                    r[v] = fnmadd(n, splat(C2), fnmadd(n, splat(C1), xc[v]));
-                    p[v] = splat(POLY[0]);
-                }
-                for c in &POLY[1..] {
-                    for v in 0..4 {
-                        p[v] = fmadd(p[v], r[v], splat(*c));
-                    }
-                }
-                for v in 0..4 {
-                    let e = add(fmadd(p[v], mul(r[v], r[v]), r[v]), splat(1.0));
-                    let e = select(above[v], splat(f32::INFINITY), scale(e, shifted[v]));
+                let (mut p, shifted) = reduced_exp(xc);
+                for v in 0..N {
+                    let e = select(above[v], splat(f32::INFINITY), scale(p[v], shifted[v]));
                     p[v] = select(below[v], splat(0.0), e);
                 }
                 p
+            }
+            /// `e^r` of `N` vectors in range, and `x·log2 e + MAGIC`, whose bits hold the power of
+            /// two `n` that scales it.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            fn reduced_exp<const N: usize>(x: [$v; N]) -> ([$v; N], [$v; N]) {
+                let (mut shifted, mut r, mut p) = (x, x, x);
+                for v in 0..N {
+                    shifted[v] = add(mul(x[v], splat(std::f32::consts::LOG2_E)), splat(MAGIC));
+                }
+                for v in 0..N {
+                    let n = sub(shifted[v], splat(MAGIC));
+                    r[v] = fnmadd(n, splat(C2), fnmadd(n, splat(C1), x[v]));
+                    p[v] = splat(POLY[0]);
+                }
+                for c in &POLY[1..] {
+                    for v in 0..N {
+                        p[v] = fmadd(p[v], r[v], splat(*c));
+                    }
+                }
+                for v in 0..N {
+                    p[v] = add(fmadd(p[v], mul(r[v], r[v]), r[v]), splat(1.0));
+                }
+                (p, shifted)
             }
         };
     }
@@ -603,7 +633,7 @@ pub(crate) mod x86 {
     pub(crate) mod z {
         use std::arch::x86_64::*;
 
-        use super::{C1, C2, HI, LO, MAGIC, POLY};
+        use super::{C1, C2, HI, LO, MAGIC, POLY, SIGMOID_LO};
 
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -724,6 +754,16 @@ pub(crate) mod x86 {
             let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_sub_epi32(n, half), bias)));
             _mm512_mul_ps(_mm512_mul_ps(e, s1), s2)
         }
+        /// `e · 2^n` for `n` (see `scale`) of -127 or more: one factor.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn scale_normal(e: __m512, shifted: __m512) -> __m512 {
+            let bias = _mm512_set1_epi32((MAGIC.to_bits() as i32).wrapping_sub(127));
+            _mm512_mul_ps(
+                e,
+                _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_sub_epi32(_mm512_castps_si512(shifted), bias))),
+            )
+        }
         super::transcendentals!("avx512f", __m512);
     }
 
@@ -731,7 +771,7 @@ pub(crate) mod x86 {
     pub(crate) mod y {
         use std::arch::x86_64::*;
 
-        use super::{C1, C2, HI, LO, MAGIC, POLY};
+        use super::{C1, C2, HI, LO, MAGIC, POLY, SIGMOID_LO};
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -857,6 +897,16 @@ pub(crate) mod x86 {
             let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(half, bias)));
             let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_sub_epi32(n, half), bias)));
             _mm256_mul_ps(_mm256_mul_ps(e, s1), s2)
+        }
+        /// `e · 2^n` for `n` (see `scale`) of -127 or more: one factor.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn scale_normal(e: __m256, shifted: __m256) -> __m256 {
+            let bias = _mm256_set1_epi32((MAGIC.to_bits() as i32).wrapping_sub(127));
+            _mm256_mul_ps(
+                e,
+                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_sub_epi32(_mm256_castps_si256(shifted), bias))),
+            )
         }
         super::transcendentals!("avx2,fma", __m256);
     }

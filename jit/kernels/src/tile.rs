@@ -316,7 +316,12 @@ pub(crate) mod x86 {
         /// `1 / (1 + e^-x)` on four vectors, as the elementwise programs compute it.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn sigmoid4(x: [__m512; 4]) -> [__m512; 4] {
+        pub(crate) fn sigmoid(x: __m512) -> __m512 {
+            crate::elementwise::x86::z::sigmoid([x])[0]
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn sigmoid_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
             crate::elementwise::x86::z::sigmoid(x)
         }
         #[inline]
@@ -499,7 +504,12 @@ pub(crate) mod x86 {
         /// `1 / (1 + e^-x)` on four vectors, as the elementwise programs compute it.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn sigmoid4(x: [__m256; 4]) -> [__m256; 4] {
+        pub(crate) fn sigmoid(x: __m256) -> __m256 {
+            crate::elementwise::x86::y::sigmoid([x])[0]
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn sigmoid_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
             crate::elementwise::x86::y::sigmoid(x)
         }
         #[inline]
