@@ -214,3 +214,39 @@ fn constant_powers_become_products() {
     g.set_outputs(vec![y]);
     assert_eq!(same_outputs(&g, &[rand_tensor(&mut seed, &[1, 5], 0.1, 3.0)], reduce_powers), 0);
 }
+
+/// PReLU as the importer writes it (`Less(v, 0)`, `Mul(v, slope)`, `Where`) fuses into the
+/// convolution producing `v` as one epilogue step reading the slope; a Less against another
+/// constant, or a product read elsewhere too, is not that pattern and stays three nodes.
+#[test]
+fn prelu_fuses_only_as_the_importer_writes_it() {
+    use heron_ir::CompareOp;
+    use heron_ir::lower::{Epilogue, fuse};
+    let build = |threshold: f32, product_read_twice: bool| {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
+        let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32; 6]).unwrap());
+        let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+        let slope = g.add_constant("slope", Tensor::from_vec(&[3, 1, 1], vec![0.1f32, 0.2, 0.3]).unwrap());
+        let zero = g.add_constant("zero", Tensor::from_vec(&[], vec![threshold]).unwrap());
+        let negative = g.add_op("negative", Op::Compare(CompareOp::Less), &[v, zero]).unwrap();
+        let scaled = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[v, slope]).unwrap();
+        let y = g.add_op("prelu", Op::Where, &[negative, scaled, v]).unwrap();
+        let mut outputs = vec![y];
+        if product_read_twice {
+            outputs.push(g.add_op("again", Op::Unary(UnaryOp::Neg), &[scaled]).unwrap());
+        }
+        g.set_outputs(outputs);
+        (g, slope)
+    };
+    let (g, slope) = build(0.0, false);
+    let groups = fuse(&g);
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0].epilogue, [Epilogue::PRelu { slope }]);
+    assert!(groups[0].inputs.contains(&slope));
+    for (g, _) in [build(0.5, false), build(0.0, true)] {
+        let groups = fuse(&g);
+        assert!(groups.iter().all(|group| group.epilogue.iter().all(|e| !matches!(e, Epilogue::PRelu { .. }))));
+        assert!(groups.len() > 1, "{groups:?}");
+    }
+}
