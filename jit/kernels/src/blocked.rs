@@ -831,16 +831,6 @@ macro_rules! blocked_finish {
                     let (alpha, beta) = (splat(alpha), splat(beta));
                     crate::blocked::each_vector!(acc, base, os, sink, |v, _at| hard_sigmoid(v, alpha, beta))
                 }
-                // A block's pixels at once: their dependency chains interleaved.
-                (true, None, Some(act @ (crate::conv::Activation::Sigmoid | crate::conv::Activation::Silu))) => {
-                    for (ob, row) in acc.iter().enumerate() {
-                        let s = sigmoid_row(*row);
-                        for (p, (&v, &s)) in row.iter().zip(&s).enumerate() {
-                            let v = if act == crate::conv::Activation::Silu { mul(v, s) } else { s };
-                            store_n(sink.out.add(base + ob * os.channel + p * os.pixel), v, LANES);
-                        }
-                    }
-                }
                 (true, Some((lo, hi)), None) => {
                     let (lo, hi) = (splat(lo), splat(hi));
                     crate::blocked::each_vector!(acc, base, os, sink, |v, _at| min(max(v, lo), hi))
@@ -855,16 +845,25 @@ macro_rules! blocked_finish {
                         hi
                     ))
                 }
-                _ => crate::blocked::each_vector!(acc, base, os, sink, |v, at| {
-                    let mut v = v;
-                    if !residual.is_null() {
-                        v = add(v, load(residual.add(at)));
+                // A sigmoid, SiLU, or an activation after a residual or clamp: a block's pixels
+                // at once (a sigmoid's dependency chains interleaved across them).
+                _ => {
+                    for (ob, row) in acc.iter().enumerate() {
+                        let mut row = *row;
+                        for (p, v) in row.iter_mut().enumerate() {
+                            let at = base + ob * os.channel + p * os.pixel;
+                            if !residual.is_null() {
+                                *v = add(*v, load(residual.add(at)));
+                            }
+                            if let Some((lo, hi)) = clamp {
+                                *v = min(max(*v, splat(lo)), splat(hi));
+                            }
+                        }
+                        for (p, &v) in activate_row(row, activation).iter().enumerate() {
+                            store_n(sink.out.add(base + ob * os.channel + p * os.pixel), v, LANES);
+                        }
                     }
-                    if let Some((lo, hi)) = clamp {
-                        v = min(max(v, splat(lo)), splat(hi));
-                    }
-                    activate(v, activation)
-                }),
+                }
             }
         } else {
             for (ob, row) in acc.iter().enumerate() {
@@ -877,20 +876,19 @@ macro_rules! blocked_finish {
                     planar_store(sink, first, valid, base, row);
                     continue;
                 }
-                for (p, &v) in row.iter().enumerate() {
+                let mut row = *row;
+                for (p, v) in row.iter_mut().enumerate() {
                     let at = base + ob * os.channel + p * os.pixel;
-                    let mut v = v;
                     if !residual.is_null() {
-                        v = add(v, load(residual.add(at)));
+                        *v = add(*v, load(residual.add(at)));
                     }
                     if let Some((lo, hi)) = clamp {
-                        v = min(max(v, splat(lo)), splat(hi));
+                        *v = min(max(*v, splat(lo)), splat(hi));
                     }
-                    v = activate(v, activation);
-                    if sink.finish && valid < LANES {
-                        v = select((1u32 << valid) - 1, v, zero());
-                    }
-                    store_n(sink.out.add(at), v, LANES);
+                }
+                for (p, &v) in activate_row(row, activation).iter().enumerate() {
+                    let v = if sink.finish && valid < LANES { select((1u32 << valid) - 1, v, zero()) } else { v };
+                    store_n(sink.out.add(base + ob * os.channel + p * os.pixel), v, LANES);
                 }
             }
         }
@@ -979,6 +977,21 @@ macro_rules! blocked_kernel {
                 Some(crate::conv::Activation::HardSigmoid { alpha, beta }) => {
                     hard_sigmoid(v, splat(alpha), splat(beta))
                 }
+            }
+        }
+
+        /// [`activate`] on a block's pixels; a sigmoid's (and SiLU's) steps interleaved across
+        /// them, which hides the latency of its chain (one pixel at a time, the core waits).
+        #[inline]
+        #[target_feature(enable = $feature)]
+        fn activate_row<const P: usize>(row: [Vector; P], activation: Option<crate::conv::Activation>) -> [Vector; P] {
+            match activation {
+                Some(crate::conv::Activation::Sigmoid) => sigmoid_row(row),
+                Some(crate::conv::Activation::Silu) => {
+                    let s = sigmoid_row(row);
+                    std::array::from_fn(|p| mul(row[p], s[p]))
+                }
+                _ => row.map(|v| activate(v, activation)),
             }
         }
 
