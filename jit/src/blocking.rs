@@ -6,7 +6,9 @@
 //!
 //! A tensor of `main` is blocked when
 //! - a convolution kernel produces it (kernels write zeros into the lanes past the channels,
-//!   so nothing stale ever sits there), and it is neither an input nor an output of the model;
+//!   so nothing stale ever sits there), or generated code produces it for a convolution and
+//!   its channels fill whole blocks (no lanes past them), and it is neither an input nor an
+//!   output of the model;
 //! - every other function that touches it reads it with its shape: a convolution or max pool
 //!   kernel, or generated code (which reads it through the layout's index map); GEMM and
 //!   elementwise kernels index row-major tensors and keep them planar;
@@ -143,17 +145,21 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
             }
             let Some(&param) = f.params.get(pos) else { continue };
             let same_shape = f.buffer(param).shape == main.buffer(*b).shape;
-            // Generated code reads it through the index map; a kernel of another kind
-            // indexes it row-major, and generated code writing it would leave the lanes past
-            // the channels stale.
+            // Generated code reads and writes it through the index map; a kernel of another
+            // kind indexes it row-major. Generated code writes it only when its channels fill
+            // whole blocks: no lanes past them are left stale.
             let other_kernel = plans.contains_key(&k) && !takes_blocked;
-            let ok = same_shape && (roles.contains(&param) || !(other_kernel || writes(f, param)));
+            let whole_blocks = main.buffer(*b).shape.get(1).is_some_and(|&c| c % block == 0);
+            let ok = same_shape && (roles.contains(&param) || !(other_kernel || (writes(f, param) && !whole_blocks)));
             if !ok {
                 candidates.remove(b);
             }
         }
     }
-    candidates.retain(|b| produced.contains(b) && !main.params.contains(b));
+    // Blocked: what a kernel produces, and what generated code produces for a convolution
+    // (which then reads whole vectors; e.g. a squeeze-excitation's scaled tensor).
+    let conv_inputs: HashSet<BufferId> = uses.iter().filter(|u| u.conv.is_some()).filter_map(|u| u.input).collect();
+    candidates.retain(|b| (produced.contains(b) || conv_inputs.contains(b)) && !main.params.contains(b));
     // Constraints between a convolution's tensors, until nothing changes.
     loop {
         let mut changed = false;

@@ -206,6 +206,63 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
     }
 }
 
+/// A squeeze-excitation block (a convolution, its global average, two 1×1 convolutions and a
+/// sigmoid giving a per-channel scale, the product, a projecting convolution): the product,
+/// which generated code computes, is stored channel-blocked for the projection when its
+/// channels fill whole blocks (16), and stays planar when they do not (12, which would leave
+/// stale lanes). Either way JIT on 1 and 2 threads matches the interpreter.
+#[test]
+fn squeeze_excitation_products_feed_blocked_convolutions() {
+    use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
+    let values = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
+    };
+    for channels in [16, 12] {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 14, 14]));
+        let mut conv = |g: &mut Graph, name: &str, v, c: usize, m: usize, size: usize| {
+            let mut window = Window::dense(vec![size, size]);
+            window.pads_begin = vec![size / 2; 2];
+            window.pads_end = vec![size / 2; 2];
+            let w = Tensor::from_vec(&[m, c, size, size], values(m * c * size * size, m + c)).unwrap();
+            let w = g.add_constant(format!("{name}_w"), w);
+            let b = g.add_constant(format!("{name}_b"), Tensor::from_vec(&[m], values(m, c)).unwrap());
+            g.add_op(name, Op::Conv(ConvAttrs { window, group: 1 }), &[v, w, b]).unwrap()
+        };
+        let features = conv(&mut g, "features", x, 3, channels, 3);
+        let pooled = g.add_op("pooled", Op::GlobalAveragePool, &[features]).unwrap();
+        let squeezed = conv(&mut g, "squeeze", pooled, channels, 4, 1);
+        let squeezed = g.add_op("squeezed", Op::Unary(UnaryOp::Relu), &[squeezed]).unwrap();
+        let excited = conv(&mut g, "excite", squeezed, 4, channels, 1);
+        let scale = g.add_op("scale", Op::Unary(UnaryOp::Sigmoid), &[excited]).unwrap();
+        let scaled = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[features, scale]).unwrap();
+        let y = conv(&mut g, "project", scaled, channels, 8, 1);
+        g.set_outputs(vec![y]);
+        let model = Model::from_graph("squeeze_excitation", g).expect("model");
+        if KernelConfig::host(1).is_some() {
+            let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
+            let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
+            let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+            // The projection's call; for a blocked kernel, the 24th argument holds the layouts
+            // (bit 0: a blocked input).
+            let call = text.lines().find(|l| l.contains("(%scaled,")).unwrap_or_else(|| panic!("{text}"));
+            let blocked_input = call.contains("heron_conv2d_blocked_f32")
+                && call.split(", ").nth(23).and_then(|a| a.parse::<i64>().ok()).expect("layouts") & 1 == 1;
+            assert_eq!(blocked_input, channels % 8 == 0, "{channels} channels:\n{call}");
+        }
+        let input = Tensor::from_vec(&[1, 3, 14, 14], values(3 * 14 * 14, 5)).expect("input");
+        let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter").remove(0);
+        for threads in [1, 2] {
+            let compiled = Compiler::new(CompileOptions { threads, ..CompileOptions::default() })
+                .compile(&model)
+                .expect("compile");
+            let got = compiled.run(std::slice::from_ref(&input)).expect("run").remove(0);
+            heron_ir::testing::assert_engines_agree(&got, &want)
+                .unwrap_or_else(|e| panic!("{channels} channels, {threads} threads: {e}"));
+        }
+    }
+}
+
 /// A quantized block as QLinearConv and QLinearMatMul import it: an integer convolution
 /// (padding, stride 2, weights zero point per channel), its i32 bias, scale and
 /// requantization to u8, then an integer GEMM on the flattened result. Both products run as
