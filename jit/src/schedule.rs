@@ -530,10 +530,18 @@ pub fn mark_parallel(module: &mut Module) {
 /// depend on the thread count; threads take contiguous runs of chunks).
 const MAX_PARALLEL_CHUNKS: i64 = 16;
 
+/// Channels of the smallest channel block (`NCHW8c`; a 16-channel block holds whole 8-channel
+/// runs too).
+const BLOCK_LANES: i64 = 8;
+
 /// The number of equal chunks of at least one vector each to split a vector loop of `n`
 /// iterations into: the largest divisor of `n` up to [`MAX_PARALLEL_CHUNKS`] (`None`: below 2).
 fn parallel_chunks(n: i64) -> Option<i64> {
-    (2..=MAX_PARALLEL_CHUNKS).rev().find(|&d| n % d == 0 && n / d >= LANES)
+    let divides = |d: &i64| n % d == 0 && n / d >= LANES;
+    // Chunks of whole channel blocks first: a channel-blocked tensor's vector lanes then stay
+    // inside one block (contiguous), not across two.
+    let whole_blocks = (2..=MAX_PARALLEL_CHUNKS).rev().find(|d| divides(d) && (n / d) % BLOCK_LANES == 0);
+    whole_blocks.or_else(|| (2..=MAX_PARALLEL_CHUNKS).rev().find(divides))
 }
 
 /// `for v in 0..n vectorized { body }` as `for v_chunk in 0..chunks parallel { for v_in in
