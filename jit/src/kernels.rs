@@ -24,7 +24,7 @@
 //! count, times four for kernels without scratch, whose shares the pool balances across the
 //! threads; results do not depend on it), with per-task scratch planned like any buffer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use heron_ir::loop_ir::analysis::affine_terms;
@@ -145,20 +145,21 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             Some((k, found))
         })
         .collect();
-    let mut blocking = crate::blocking::choose(module, main_index, &found, config);
+    let crate::blocking::Blocking { block, tensors: blocked_tensors, mut convs, mut pools } =
+        crate::blocking::choose(module, main_index, &found, config);
     for (k, found) in found {
         let (before, rest) = module.funcs.split_at_mut(k.max(main_index));
         let (f, main) =
             if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
         match found {
-            Found::Contraction(plan) => apply(plan, f, main, config, blocking.convs.remove(&k)),
-            Found::MaxPool(pool) => apply_max_pool(pool, f, config, blocking.pools.remove(&k)),
+            Found::Contraction(plan) => apply(plan, f, main, config, (convs.remove(&k), &blocked_tensors)),
+            Found::MaxPool(pool) => apply_max_pool(pool, f, config, pools.remove(&k)),
             Found::Map(map) => crate::elementwise::apply_map(map, f, config),
         }
     }
     let main = &mut module.funcs[main_index];
-    for b in blocking.tensors {
-        main.layout_transforms.insert(b, crate::blocking::blocked_map(blocking.block));
+    for b in blocked_tensors {
+        main.layout_transforms.insert(b, crate::blocking::blocked_map(block));
     }
 }
 
@@ -797,7 +798,15 @@ fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig, blocked: O
 
 /// Rewrites `f` to call the kernel `plan` names (a convolution over channel-blocked tensors
 /// when `blocked` says so).
-fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig, blocked: Option<BlockedConv>) {
+/// Rewrites `f`'s nest as the kernel call `plan` found: `blocked` is its channel-blocked form
+/// (if any) and `main`'s blocked tensors.
+fn apply(
+    plan: Plan,
+    f: &mut PrimFunc,
+    main: &mut PrimFunc,
+    config: KernelConfig,
+    (blocked, blocked_tensors): (Option<BlockedConv>, &HashSet<BufferId>),
+) {
     let isa = config.isa;
     let (pos, constant) = plan.weights;
     // Pack the weights into a new constant, in kernel order.
@@ -876,7 +885,11 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
     // again through its index map.
     let rest = generic.as_ref().filter(|_| blocked.is_some() && plan.quant.is_none());
     let activation = rest.and_then(|e| native_activation(e, plan.acc));
-    let tail = rest.filter(|_| activation.is_none()).and_then(|e| tail_of(f, e, plan.acc, out, &plan.out_loops));
+    let out_blocked = blocked.as_ref().is_some_and(|b| b.output == Layout::Blocked);
+    let tail = rest
+        .filter(|_| activation.is_none())
+        .and_then(|e| tail_of(f, e, plan.acc, out, &plan.out_loops))
+        .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, out_blocked));
     let (routine, args) = if let Some(q) = &plan.quant {
         let (routine, input, dims) = match &plan.kernel {
             Kernel::Conv { geo, input, .. } => (CONV2D_Q8, *input, conv_dims(geo).to_vec()),
@@ -1003,6 +1016,7 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
             .filter(|(program, _)| program.ops().iter().any(|op| matches!(op, MapOp::Exp | MapOp::Sigmoid)))
             // The routine's per-row values are per plane: per channel only for one image.
             .filter(|(_, operands)| geo.batch == 1 || operands.iter().all(|(_, k)| *k == TailOperand::Full))
+            .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, false))
             .map(|(program, operands)| {
                 let planes = (geo.batch * geo.out_channels, geo.out_h * geo.out_w);
                 crate::elementwise::map_in_place(out, &operands, program, planes)
@@ -1030,6 +1044,34 @@ fn apply(plan: Plan, f: &mut PrimFunc, main: &mut PrimFunc, config: KernelConfig
         }));
     }
     f.body = Stmt::Seq(stmts);
+}
+
+/// Whether a tail's whole-tensor operands are stored as its output is (channel-blocked or
+/// not): the tail reads them at the output's offsets. Per-channel operands hold `C` values in
+/// channel order either way. `main` binds `f`'s parameters to its buffers.
+fn operands_stored_as(
+    f: &PrimFunc,
+    main: &PrimFunc,
+    blocked_tensors: &HashSet<BufferId>,
+    operands: &[(BufferId, TailOperand)],
+    blocked: bool,
+) -> bool {
+    let mut args: Option<Vec<Arg>> = None;
+    main.body.walk(&mut |s| {
+        if let Stmt::Evaluate(Call { callee: Callee::Func(name), args: a }) = s
+            && *name == f.name
+        {
+            args = Some(a.clone());
+        }
+    });
+    let Some(args) = args else { return false };
+    operands.iter().all(|&(b, kind)| {
+        kind == TailOperand::PerChannel
+            || match f.params.iter().position(|&p| p == b).and_then(|k| args.get(k)) {
+                Some(Arg::Buffer(m)) => blocked_tensors.contains(m) == blocked,
+                _ => false,
+            }
+    })
 }
 
 /// The activation a blocked kernel computes in registers that `e`, a convolution's store

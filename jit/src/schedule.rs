@@ -535,12 +535,14 @@ const MAX_PARALLEL_CHUNKS: i64 = 16;
 const BLOCK_LANES: i64 = 8;
 
 /// The number of equal chunks of at least one vector each to split a vector loop of `n`
-/// iterations into: the largest divisor of `n` up to [`MAX_PARALLEL_CHUNKS`] (`None`: below 2).
+/// iterations into: the largest divisor of `n` up to [`MAX_PARALLEL_CHUNKS`] whose chunks are
+/// runs of whole 8-channel blocks, when there are at least half that many of them (a
+/// channel-blocked tensor's vector lanes then stay inside one block, contiguous, instead of
+/// straddling two), else the largest divisor (`None`: below 2).
 fn parallel_chunks(n: i64) -> Option<i64> {
     let divides = |d: &i64| n % d == 0 && n / d >= LANES;
-    // Chunks of whole channel blocks first: a channel-blocked tensor's vector lanes then stay
-    // inside one block (contiguous), not across two.
-    let whole_blocks = (2..=MAX_PARALLEL_CHUNKS).rev().find(|d| divides(d) && (n / d) % BLOCK_LANES == 0);
+    let whole_blocks =
+        (MAX_PARALLEL_CHUNKS / 2..=MAX_PARALLEL_CHUNKS).rev().find(|d| divides(d) && (n / d) % BLOCK_LANES == 0);
     whole_blocks.or_else(|| (2..=MAX_PARALLEL_CHUNKS).rev().find(divides))
 }
 

@@ -220,7 +220,7 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
     for channels in [72, 12] {
         let mut g = Graph::new();
         let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 28, 28]));
-        let mut conv = |g: &mut Graph, name: &str, v, c: usize, m: usize, size: usize| {
+        let conv = |g: &mut Graph, name: &str, v, c: usize, m: usize, size: usize| {
             let mut window = Window::dense(vec![size, size]);
             window.pads_begin = vec![size / 2; 2];
             window.pads_end = vec![size / 2; 2];
@@ -268,6 +268,52 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
             let got = compiled.run(std::slice::from_ref(&input)).expect("run").remove(0);
             heron_ir::testing::assert_engines_agree(&got, &want)
                 .unwrap_or_else(|e| panic!("{channels} channels, {threads} threads: {e}"));
+        }
+    }
+}
+
+/// A tail reading a whole tensor besides the kernel's result (`hard_swish(conv(a) + a)`, the
+/// add not taken as a residual) where that tensor is channel-blocked (another convolution's
+/// input) and the output planar (a model output), or the other way round: the tail program
+/// reads its operands at the output's offsets, so it runs only when their layouts agree, and
+/// JIT on 1 and 2 threads matches the interpreter either way.
+#[test]
+fn tails_read_operands_only_in_their_own_layout() {
+    use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
+    let values = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
+    };
+    for channels in [16, 12] {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 10, 10]));
+        let conv = |g: &mut Graph, name: &str, v, c: usize, m: usize| {
+            let mut window = Window::dense(vec![3, 3]);
+            window.pads_begin = vec![1, 1];
+            window.pads_end = vec![1, 1];
+            let w =
+                g.add_constant(format!("{name}_w"), Tensor::from_vec(&[m, c, 3, 3], values(m * c * 9, m + c)).unwrap());
+            let b = g.add_constant(format!("{name}_b"), Tensor::from_vec(&[m], values(m, c)).unwrap());
+            g.add_op(name, Op::Conv(ConvAttrs { window, group: 1 }), &[v, w, b]).unwrap()
+        };
+        let a = conv(&mut g, "a", x, 3, channels);
+        let b = conv(&mut g, "b", a, channels, channels);
+        let sum = g.add_op("sum", Op::Binary(BinaryOp::Add), &[b, a]).unwrap();
+        let y = g.add_op("y", Op::Unary(UnaryOp::HardSwish), &[sum]).unwrap();
+        // `a` also feeds a depthwise-free second branch, so it stays blocked for it.
+        let z = conv(&mut g, "z", a, channels, 8);
+        g.set_outputs(vec![y, z]);
+        let model = Model::from_graph("tails", g).expect("model");
+        let input = Tensor::from_vec(&[1, 3, 10, 10], values(300, 9)).expect("input");
+        let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter");
+        for threads in [1, 2] {
+            let compiled = Compiler::new(CompileOptions { threads, ..CompileOptions::default() })
+                .compile(&model)
+                .expect("compile");
+            let got = compiled.run(std::slice::from_ref(&input)).expect("run");
+            for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+                heron_ir::testing::assert_engines_agree(got, want)
+                    .unwrap_or_else(|e| panic!("{channels} channels, output {k}, {threads} threads: {e}"));
+            }
         }
     }
 }

@@ -173,7 +173,8 @@ struct PRelu {
 
 /// PReLU on `v` as the importer writes it: `v`'s only consumers are `Less(v, 0)` (a constant
 /// zero), `Mul(v, slope)` (either order) and `Where(less, mul, v)`, the first two read by
-/// nothing else, none a graph output or fused already, all f32 and shaped like `v`.
+/// nothing else, none a graph output or fused already, `v`, the product and the result all f32
+/// and shaped alike.
 fn prelu(
     graph: &Graph,
     consumers: &[Vec<usize>],

@@ -313,12 +313,13 @@ pub(crate) mod x86 {
             _mm512_mask_blend_ps(bits as __mmask16, otherwise, if_set)
         }
 
-        /// `1 / (1 + e^-x)` on four vectors, as the elementwise programs compute it.
+        /// `1 / (1 + e^-x)`, as the elementwise programs compute it.
         #[inline]
         #[target_feature(enable = "avx512f")]
         pub(crate) fn sigmoid(x: __m512) -> __m512 {
             crate::elementwise::x86::z::sigmoid([x])[0]
         }
+        /// [`sigmoid`] of `N` vectors, their steps interleaved (the same bits per lane).
         #[inline]
         #[target_feature(enable = "avx512f")]
         pub(crate) fn sigmoid_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
@@ -501,12 +502,13 @@ pub(crate) mod x86 {
             _mm256_blendv_ps(otherwise, if_set, _mm256_castsi256_ps(bit_mask(bits)))
         }
 
-        /// `1 / (1 + e^-x)` on four vectors, as the elementwise programs compute it.
+        /// `1 / (1 + e^-x)`, as the elementwise programs compute it.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn sigmoid(x: __m256) -> __m256 {
             crate::elementwise::x86::y::sigmoid([x])[0]
         }
+        /// [`sigmoid`] of `N` vectors, their steps interleaved (the same bits per lane).
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn sigmoid_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
