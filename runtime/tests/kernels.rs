@@ -79,9 +79,6 @@ fn small_planes_with_wide_padding() {
 fn sigmoid_tails_run_as_the_elementwise_routine() {
     use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
     let (c, size) = (24, 9);
-    let values = |n: usize, seed: usize| -> Vec<f32> {
-        (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
-    };
     let mut g = Graph::new();
     let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, size, size]));
     let w = g.add_constant("w", Tensor::from_vec(&[c, c, 1, 1], values(c * c, 1)).expect("weights"));
@@ -119,6 +116,25 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
     }
 }
 
+/// `n` values in [-0.5, 0.5), different for each seed.
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
+}
+
+/// The model compiled for 1 and for 2 threads gives every output the interpreter does.
+fn agrees_with_the_interpreter_on_1_and_2_threads(model: &Model, input: &heron_ir::Tensor, what: &str) {
+    let want = model.run_interpreter(std::slice::from_ref(input)).expect("interpreter");
+    for threads in [1, 2] {
+        let compiled =
+            Compiler::new(CompileOptions { threads, ..CompileOptions::default() }).compile(model).expect("compile");
+        let got = compiled.run(std::slice::from_ref(input)).expect("run");
+        for (k, (got, want)) in got.iter().zip(&want).enumerate() {
+            heron_ir::testing::assert_engines_agree(got, want)
+                .unwrap_or_else(|e| panic!("{what}, output {k}, {threads} threads: {e}"));
+        }
+    }
+}
+
 /// Activations after blocked convolutions run inside the kernel: LeakyReLU and hard-swish in
 /// registers (and HardSigmoid, a sigmoid and SiLU, a Sigmoid and a Mul), ELU and PReLU (a
 /// Less, a Mul by a per-channel slope and a Where) as the kernel's tail program, so no pass of
@@ -129,9 +145,6 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
 fn activations_after_blocked_convolutions_run_in_the_kernel() {
     use heron_ir::op::Activation;
     use heron_ir::{BinaryOp, CompareOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, ValueId, Window};
-    let values = |n: usize, seed: usize| -> Vec<f32> {
-        (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
-    };
     let one = |op: Op| move |g: &mut Graph, name: String, v: ValueId| g.add_op(name, op.clone(), &[v]).unwrap();
     let silu = |g: &mut Graph, name: String, v: ValueId| {
         let s = g.add_op(format!("{name}_sigmoid"), Op::Unary(UnaryOp::Sigmoid), &[v]).unwrap();
@@ -194,15 +207,7 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         input[100] = f32::NEG_INFINITY;
         input[200] = f32::NAN;
         let input = Tensor::from_vec(&[1, 3, 19, 19], input).expect("input");
-        let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter").remove(0);
-        for threads in [1, 2] {
-            let compiled = Compiler::new(CompileOptions { threads, ..CompileOptions::default() })
-                .compile(&model)
-                .expect("compile");
-            let got = compiled.run(std::slice::from_ref(&input)).expect("run").remove(0);
-            heron_ir::testing::assert_engines_agree(&got, &want)
-                .unwrap_or_else(|e| panic!("{name}, {threads} threads: {e}"));
-        }
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, name);
     }
 }
 
@@ -214,9 +219,6 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
 #[test]
 fn squeeze_excitation_products_feed_blocked_convolutions() {
     use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
-    let values = |n: usize, seed: usize| -> Vec<f32> {
-        (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
-    };
     for channels in [72, 12] {
         let mut g = Graph::new();
         let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 28, 28]));
@@ -260,15 +262,7 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
             }
         }
         let input = Tensor::from_vec(&[1, 3, 28, 28], values(3 * 28 * 28, 5)).expect("input");
-        let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter").remove(0);
-        for threads in [1, 2] {
-            let compiled = Compiler::new(CompileOptions { threads, ..CompileOptions::default() })
-                .compile(&model)
-                .expect("compile");
-            let got = compiled.run(std::slice::from_ref(&input)).expect("run").remove(0);
-            heron_ir::testing::assert_engines_agree(&got, &want)
-                .unwrap_or_else(|e| panic!("{channels} channels, {threads} threads: {e}"));
-        }
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &format!("{channels} channels"));
     }
 }
 
@@ -280,9 +274,6 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
 #[test]
 fn tails_read_operands_only_in_their_own_layout() {
     use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
-    let values = |n: usize, seed: usize| -> Vec<f32> {
-        (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
-    };
     for channels in [16, 12] {
         let mut g = Graph::new();
         let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 10, 10]));
@@ -304,17 +295,7 @@ fn tails_read_operands_only_in_their_own_layout() {
         g.set_outputs(vec![y, z]);
         let model = Model::from_graph("tails", g).expect("model");
         let input = Tensor::from_vec(&[1, 3, 10, 10], values(300, 9)).expect("input");
-        let want = model.run_interpreter(std::slice::from_ref(&input)).expect("interpreter");
-        for threads in [1, 2] {
-            let compiled = Compiler::new(CompileOptions { threads, ..CompileOptions::default() })
-                .compile(&model)
-                .expect("compile");
-            let got = compiled.run(std::slice::from_ref(&input)).expect("run");
-            for (k, (got, want)) in got.iter().zip(&want).enumerate() {
-                heron_ir::testing::assert_engines_agree(got, want)
-                    .unwrap_or_else(|e| panic!("{channels} channels, output {k}, {threads} threads: {e}"));
-            }
-        }
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &format!("{channels} channels"));
     }
 }
 

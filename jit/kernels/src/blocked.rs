@@ -849,16 +849,7 @@ macro_rules! blocked_finish {
                 // at once (a sigmoid's dependency chains interleaved across them).
                 _ => {
                     for (ob, row) in acc.iter().enumerate() {
-                        let mut row = *row;
-                        for (p, v) in row.iter_mut().enumerate() {
-                            let at = base + ob * os.channel + p * os.pixel;
-                            if !residual.is_null() {
-                                *v = add(*v, load(residual.add(at)));
-                            }
-                            if let Some((lo, hi)) = clamp {
-                                *v = min(max(*v, splat(lo)), splat(hi));
-                            }
-                        }
+                        let row = with_residual_and_clamp(*row, residual, clamp, base + ob * os.channel, os.pixel);
                         for (p, &v) in activate_row(row, activation).iter().enumerate() {
                             store_n(sink.out.add(base + ob * os.channel + p * os.pixel), v, LANES);
                         }
@@ -876,16 +867,7 @@ macro_rules! blocked_finish {
                     planar_store(sink, first, valid, base, row);
                     continue;
                 }
-                let mut row = *row;
-                for (p, v) in row.iter_mut().enumerate() {
-                    let at = base + ob * os.channel + p * os.pixel;
-                    if !residual.is_null() {
-                        *v = add(*v, load(residual.add(at)));
-                    }
-                    if let Some((lo, hi)) = clamp {
-                        *v = min(max(*v, splat(lo)), splat(hi));
-                    }
-                }
+                let row = with_residual_and_clamp(*row, residual, clamp, base + ob * os.channel, os.pixel);
                 for (p, &v) in activate_row(row, activation).iter().enumerate() {
                     let v = if sink.finish && valid < LANES { select((1u32 << valid) - 1, v, zero()) } else { v };
                     store_n(sink.out.add(base + ob * os.channel + p * os.pixel), v, LANES);
@@ -978,6 +960,32 @@ macro_rules! blocked_kernel {
                     hard_sigmoid(v, splat(alpha), splat(beta))
                 }
             }
+        }
+
+        /// A block's pixels plus the residual (when not null; pixel `p` at `at + p · pixel`),
+        /// then clamped.
+        ///
+        /// # Safety
+        /// The residual, when given, holds the block's pixels at those offsets.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        unsafe fn with_residual_and_clamp<const P: usize>(
+            mut row: [Vector; P],
+            residual: *const f32,
+            clamp: Option<(f32, f32)>,
+            at: usize,
+            pixel: usize,
+        ) -> [Vector; P] {
+            for (p, v) in row.iter_mut().enumerate() {
+                if !residual.is_null() {
+                    // SAFETY: forwarded.
+                    *v = add(*v, unsafe { load(residual.add(at + p * pixel)) });
+                }
+                if let Some((lo, hi)) = clamp {
+                    *v = min(max(*v, splat(lo)), splat(hi));
+                }
+            }
+            row
         }
 
         /// [`activate`] on a block's pixels; a sigmoid's (and SiLU's) steps interleaved across
