@@ -411,21 +411,51 @@ pub(crate) mod scalar {
     pub(super) const POLY: [f32; 6] =
         [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
-    /// Where a sigmoid's `e^-|x|` is clamped: its power of two is then `2^-127` at the least,
-    /// whose bits (`(n + 127) << 23`) are 0.0, so one factor scales it (`exp` needs two for its
-    /// subnormal results) and a sigmoid below about -87.7 is exactly 0.
-    pub(super) const SIGMOID_LO: f32 = -88.0;
+    /// A sigmoid's `2^n` is built as `2^(n + SIGMOID_BIAS)` (normal down to `n = -150`) and
+    /// the result scaled back by `2^-SIGMOID_BIAS`, one rounding: subnormal results are exact.
+    const SIGMOID_BIAS: i32 = 64;
+    /// Where a sigmoid's `-|x|` is clamped: `e^-104` is below `2^-150`, so the result rounds to
+    /// 0 there as the true value does.
+    pub(super) const SIGMOID_LO: f32 = -104.0;
+    /// `2^(j/8)` for `j` in `0..8`, rounded: the sigmoid's exponential takes eighths of a power
+    /// of two from this table (one register), which leaves a short polynomial.
+    pub(super) const EIGHTHS: [f32; 8] =
+        [1.0, 1.090_507_7, 1.189_207_1, 1.296_839_6, 1.414_213_5, 1.542_210_8, 1.681_792_9, 1.834_008_1];
+    /// `e^r - 1 - r = r² · (EIGHTHS_POLY[2] + r · (EIGHTHS_POLY[1] + r · EIGHTHS_POLY[0]))` for
+    /// `|r| <= ln 2 / 16` (Taylor: its error is below 1.5e-9 there).
+    pub(super) const EIGHTHS_POLY: [f32; 3] = [1.0 / 24.0, 1.0 / 6.0, 0.5];
 
-    /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero (`e^-x` would overflow there): `exp`'s
-    /// steps on `-|x|` without its range checks, the same bits as `exp` down to about -87.3.
+    /// `1 / (1 + e^-x)`, as `e^x / (1 + e^x)` below zero (`e^-x` would overflow there), with
+    /// `e^-|x| = 2^n · 2^(j/8) · e^r`: `8n + j` the nearest integer to `-8|x| log2 e` and the
+    /// remainder `|r| <= ln 2 / 16`; `-|x|` clamped at [`SIGMOID_LO`].
+    /// Within 2e-7 of the true value, relative, where that is normal.
     pub(crate) fn sigmoid(x: f32) -> f32 {
         let t = -x.abs();
         let t = if t < SIGMOID_LO { SIGMOID_LO } else { t };
-        let (e, ni) = reduced_exp(t);
-        let e = e * f32::from_bits((ni.wrapping_add(127) << 23) as u32);
-        let numerator = if x < 0.0 { e } else { 1.0 };
+        let shifted = t.mul_add(8.0 * std::f32::consts::LOG2_E, MAGIC);
+        let k = shifted - MAGIC;
+        let r = (-k).mul_add(C1 / 8.0, t);
+        let r = (-k).mul_add(C2 / 8.0, r);
+        let [c4, c3, c2] = EIGHTHS_POLY;
+        let q = r.mul_add(c4, c3).mul_add(r, c2);
+        let p = q.mul_add(r * r, r);
+        let bits = shifted.to_bits();
+        let power = EIGHTHS[(bits & 7) as usize] * f32::from_bits(whole_power_bits(bits as i32) as u32);
+        let e = power.mul_add(p, power) * UNBIAS;
+        let numerator = if x.is_sign_negative() { e } else { 1.0 };
         numerator / (1.0 + e)
     }
+
+    /// `2^-SIGMOID_BIAS`.
+    pub(super) const UNBIAS: f32 = f32::from_bits(((127 - SIGMOID_BIAS) as u32) << 23);
+
+    /// The bits of `2^(n + SIGMOID_BIAS)` for the `8n + j` held in `shifted`'s bits (`8n + j +
+    /// MAGIC`): the vector code's integer steps.
+    fn whole_power_bits(shifted: i32) -> i32 {
+        ((shifted >> 3).wrapping_sub(WHOLE_POWER_OFFSET)) << 23
+    }
+    /// What [`whole_power_bits`] subtracts from `shifted >> 3`.
+    pub(super) const WHOLE_POWER_OFFSET: i32 = (MAGIC.to_bits() as i32 >> 3) - 127 - SIGMOID_BIAS;
 
     /// `e^x` of an `x` in range as `e^r` and the power of two `n` (`x = n·ln 2 + r`) that
     /// scales it.
@@ -472,7 +502,7 @@ pub(crate) mod scalar {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::scalar::{C1, C2, HI, LO, MAGIC, POLY, SIGMOID_LO};
+    use super::scalar::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO, UNBIAS, WHOLE_POWER_OFFSET};
     use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
 
     /// Evaluates `program` on `len` elements, four vectors of `$lanes` at a time, with this
@@ -561,7 +591,8 @@ pub(crate) mod x86 {
     evaluator!(avx2, "avx2,fma", 8, y);
 
     /// `exp` and `sigmoid` over a module's primitives (`splat`, `add`, `sub`, `mul`, `div`,
-    /// `neg`, `abs`, `fmadd`, `fnmadd`, `gt`, `lt`, `select`, `scale`): the scalar code's steps.
+    /// `neg`, `abs`, `fmadd`, `fnmadd`, `gt`, `lt`, `select`, `max_or_nan`, `if_sign`, `scale`,
+    /// `eighth_power`, `whole_power`): the scalar code's steps.
     macro_rules! transcendentals {
         ($feature:literal, $v:ty) => {
             /// `1 / (1 + e^-x)` on `N` vectors (their steps interleaved): the scalar code's
@@ -569,18 +600,23 @@ pub(crate) mod x86 {
             #[inline]
             #[target_feature(enable = $feature)]
             pub(crate) fn sigmoid<const N: usize>(x: [$v; N]) -> [$v; N] {
-                let mut t = x;
+                let (mut shifted, mut r) = (x, x);
                 for v in 0..N {
-                    let m = neg(abs(x[v]));
-                    t[v] = select(lt(m, splat(SIGMOID_LO)), splat(SIGMOID_LO), m);
+                    let t = max_or_nan(splat(SIGMOID_LO), neg(abs(x[v])));
+                    shifted[v] = fmadd(t, splat(8.0 * std::f32::consts::LOG2_E), splat(MAGIC));
+                    let k = sub(shifted[v], splat(MAGIC));
+                    r[v] = fnmadd(k, splat(C2 / 8.0), fnmadd(k, splat(C1 / 8.0), t));
                 }
-                let (mut e, shifted) = reduced_exp(t);
+                let [c4, c3, c2] = EIGHTHS_POLY;
+                let mut out = x;
                 for v in 0..N {
-                    e[v] = scale_normal(e[v], shifted[v]);
-                    let numerator = select(lt(x[v], splat(0.0)), e[v], splat(1.0));
-                    t[v] = div(numerator, add(splat(1.0), e[v]));
+                    let q = fmadd(fmadd(r[v], splat(c4), splat(c3)), r[v], splat(c2));
+                    let p = fmadd(q, mul(r[v], r[v]), r[v]);
+                    let power = mul(eighth_power(shifted[v]), whole_power(shifted[v]));
+                    let e = mul(fmadd(power, p, power), splat(UNBIAS));
+                    out[v] = div(if_sign(x[v], e, splat(1.0)), add(splat(1.0), e));
                 }
-                t
+                out
             }
             /// `e^x` on `N` vectors, each step over all of them so that their dependency chains
             /// overlap.
@@ -633,7 +669,7 @@ pub(crate) mod x86 {
     pub(crate) mod z {
         use std::arch::x86_64::*;
 
-        use super::{C1, C2, HI, LO, MAGIC, POLY, SIGMOID_LO};
+        use super::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO, UNBIAS, WHOLE_POWER_OFFSET};
 
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -754,15 +790,40 @@ pub(crate) mod x86 {
             let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_sub_epi32(n, half), bias)));
             _mm512_mul_ps(_mm512_mul_ps(e, s1), s2)
         }
-        /// `e · 2^n` for `n` (see `scale`) of -127 or more: one factor.
+        /// `b` where it is NaN, else `max(a, b)`.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        fn scale_normal(e: __m512, shifted: __m512) -> __m512 {
-            let bias = _mm512_set1_epi32((MAGIC.to_bits() as i32).wrapping_sub(127));
-            _mm512_mul_ps(
-                e,
-                _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_sub_epi32(_mm512_castps_si512(shifted), bias))),
+        fn max_or_nan(a: __m512, b: __m512) -> __m512 {
+            _mm512_max_ps(a, b)
+        }
+        /// `x`'s sign bit set ? `then` : `otherwise`, lane-wise.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn if_sign(x: __m512, then: __m512, otherwise: __m512) -> __m512 {
+            _mm512_mask_blend_ps(
+                _mm512_cmplt_epi32_mask(_mm512_castps_si512(x), _mm512_setzero_si512()),
+                otherwise,
+                then,
             )
+        }
+        /// `2^(j/8)` for the `j` in `shifted`'s low three bits (`8n + j + MAGIC`): the table
+        /// twice over, since the lookup reads four bits.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn eighth_power(shifted: __m512) -> __m512 {
+            let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS;
+            let table = _mm512_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7, t0, t1, t2, t3, t4, t5, t6, t7);
+            _mm512_permutexvar_ps(_mm512_castps_si512(shifted), table)
+        }
+        /// `2^(n + SIGMOID_BIAS)` for the `n` in `shifted` (`8n + j + MAGIC`).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn whole_power(shifted: __m512) -> __m512 {
+            let bias = _mm512_set1_epi32(WHOLE_POWER_OFFSET);
+            _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_sub_epi32(
+                _mm512_srai_epi32::<3>(_mm512_castps_si512(shifted)),
+                bias,
+            )))
         }
         super::transcendentals!("avx512f", __m512);
     }
@@ -771,7 +832,7 @@ pub(crate) mod x86 {
     pub(crate) mod y {
         use std::arch::x86_64::*;
 
-        use super::{C1, C2, HI, LO, MAGIC, POLY, SIGMOID_LO};
+        use super::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO, UNBIAS, WHOLE_POWER_OFFSET};
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -898,15 +959,34 @@ pub(crate) mod x86 {
             let s2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_sub_epi32(n, half), bias)));
             _mm256_mul_ps(_mm256_mul_ps(e, s1), s2)
         }
-        /// `e · 2^n` for `n` (see `scale`) of -127 or more: one factor.
+        /// `b` where it is NaN, else `max(a, b)`.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        fn scale_normal(e: __m256, shifted: __m256) -> __m256 {
-            let bias = _mm256_set1_epi32((MAGIC.to_bits() as i32).wrapping_sub(127));
-            _mm256_mul_ps(
-                e,
-                _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_sub_epi32(_mm256_castps_si256(shifted), bias))),
-            )
+        fn max_or_nan(a: __m256, b: __m256) -> __m256 {
+            _mm256_max_ps(a, b)
+        }
+        /// `x`'s sign bit set ? `then` : `otherwise`, lane-wise.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn if_sign(x: __m256, then: __m256, otherwise: __m256) -> __m256 {
+            _mm256_blendv_ps(otherwise, then, x)
+        }
+        /// `2^(j/8)` for the `j` in `shifted`'s low three bits (`8n + j + MAGIC`).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn eighth_power(shifted: __m256) -> __m256 {
+            let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS;
+            _mm256_permutevar8x32_ps(_mm256_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7), _mm256_castps_si256(shifted))
+        }
+        /// `2^(n + SIGMOID_BIAS)` for the `n` in `shifted` (`8n + j + MAGIC`).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn whole_power(shifted: __m256) -> __m256 {
+            let bias = _mm256_set1_epi32(WHOLE_POWER_OFFSET);
+            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_sub_epi32(
+                _mm256_srai_epi32::<3>(_mm256_castps_si256(shifted)),
+                bias,
+            )))
         }
         super::transcendentals!("avx2,fma", __m256);
     }
