@@ -440,7 +440,9 @@ pub(crate) mod scalar {
         let q = r.mul_add(c4, c3).mul_add(r, c2);
         let p = q.mul_add(r * r, r);
         let bits = shifted.to_bits();
-        let power = EIGHTHS[(bits & 7) as usize] * f32::from_bits(whole_power_bits(bits as i32) as u32);
+        // 2^(n + SIGMOID_BIAS) · 2^(j/8): n + SIGMOID_BIAS added to the table entry's exponent.
+        let n = ((bits as i32) >> 3).wrapping_sub(POWER_OFFSET);
+        let power = f32::from_bits(EIGHTHS[(bits & 7) as usize].to_bits().wrapping_add((n << 23) as u32));
         let e = power.mul_add(p, power) * UNBIAS;
         let numerator = if x.is_sign_negative() { e } else { 1.0 };
         numerator / (1.0 + e)
@@ -449,13 +451,8 @@ pub(crate) mod scalar {
     /// `2^-SIGMOID_BIAS`.
     pub(super) const UNBIAS: f32 = f32::from_bits(((127 - SIGMOID_BIAS) as u32) << 23);
 
-    /// The bits of `2^(n + SIGMOID_BIAS)` for the `8n + j` held in `shifted`'s bits (`8n + j +
-    /// MAGIC`): the vector code's integer steps.
-    fn whole_power_bits(shifted: i32) -> i32 {
-        ((shifted >> 3).wrapping_sub(WHOLE_POWER_OFFSET)) << 23
-    }
-    /// What [`whole_power_bits`] subtracts from `shifted >> 3`.
-    pub(super) const WHOLE_POWER_OFFSET: i32 = (MAGIC.to_bits() as i32 >> 3) - 127 - SIGMOID_BIAS;
+    /// `(8n + j + MAGIC) >> 3` less this is `n + SIGMOID_BIAS` (MAGIC's bits are a multiple of 8).
+    pub(super) const POWER_OFFSET: i32 = (MAGIC.to_bits() as i32 >> 3) - SIGMOID_BIAS;
 
     /// `e^x` of an `x` in range as `e^r` and the power of two `n` (`x = n·ln 2 + r`) that
     /// scales it.
@@ -502,7 +499,7 @@ pub(crate) mod scalar {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::scalar::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO, UNBIAS, WHOLE_POWER_OFFSET};
+    use super::scalar::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, POWER_OFFSET, SIGMOID_LO, UNBIAS};
     use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
 
     /// Evaluates `program` on `len` elements, four vectors of `$lanes` at a time, with this
@@ -592,7 +589,7 @@ pub(crate) mod x86 {
 
     /// `exp` and `sigmoid` over a module's primitives (`splat`, `add`, `sub`, `mul`, `div`,
     /// `neg`, `abs`, `fmadd`, `fnmadd`, `gt`, `lt`, `select`, `max_or_nan`, `if_sign`, `scale`,
-    /// `eighth_power`, `whole_power`): the scalar code's steps.
+    /// `biased_power`): the scalar code's steps.
     macro_rules! transcendentals {
         ($feature:literal, $v:ty) => {
             /// `1 / (1 + e^-x)` on `N` vectors (their steps interleaved): the scalar code's
@@ -612,7 +609,7 @@ pub(crate) mod x86 {
                 for v in 0..N {
                     let q = fmadd(fmadd(r[v], splat(c4), splat(c3)), r[v], splat(c2));
                     let p = fmadd(q, mul(r[v], r[v]), r[v]);
-                    let power = mul(eighth_power(shifted[v]), whole_power(shifted[v]));
+                    let power = biased_power(shifted[v]);
                     let e = mul(fmadd(power, p, power), splat(UNBIAS));
                     out[v] = div(if_sign(x[v], e, splat(1.0)), add(splat(1.0), e));
                 }
@@ -669,7 +666,7 @@ pub(crate) mod x86 {
     pub(crate) mod z {
         use std::arch::x86_64::*;
 
-        use super::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO, UNBIAS, WHOLE_POWER_OFFSET};
+        use super::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, POWER_OFFSET, SIGMOID_LO, UNBIAS};
 
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -806,24 +803,18 @@ pub(crate) mod x86 {
                 then,
             )
         }
-        /// `2^(j/8)` for the `j` in `shifted`'s low three bits (`8n + j + MAGIC`): the table
-        /// twice over, since the lookup reads four bits.
+        /// `2^(n + SIGMOID_BIAS) · 2^(j/8)` for the `8n + j` in `shifted` (`8n + j + MAGIC`):
+        /// the table entry (twice over, since the lookup reads four bits) with `n + SIGMOID_BIAS`
+        /// added to its exponent.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        fn eighth_power(shifted: __m512) -> __m512 {
+        fn biased_power(shifted: __m512) -> __m512 {
             let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS;
             let table = _mm512_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7, t0, t1, t2, t3, t4, t5, t6, t7);
-            _mm512_permutexvar_ps(_mm512_castps_si512(shifted), table)
-        }
-        /// `2^(n + SIGMOID_BIAS)` for the `n` in `shifted` (`8n + j + MAGIC`).
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        fn whole_power(shifted: __m512) -> __m512 {
-            let bias = _mm512_set1_epi32(WHOLE_POWER_OFFSET);
-            _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_sub_epi32(
-                _mm512_srai_epi32::<3>(_mm512_castps_si512(shifted)),
-                bias,
-            )))
+            let bits = _mm512_castps_si512(shifted);
+            let eighth = _mm512_castps_si512(_mm512_permutexvar_ps(bits, table));
+            let n = _mm512_sub_epi32(_mm512_srai_epi32::<3>(bits), _mm512_set1_epi32(POWER_OFFSET));
+            _mm512_castsi512_ps(_mm512_add_epi32(eighth, _mm512_slli_epi32::<23>(n)))
         }
         super::transcendentals!("avx512f", __m512);
     }
@@ -832,7 +823,7 @@ pub(crate) mod x86 {
     pub(crate) mod y {
         use std::arch::x86_64::*;
 
-        use super::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO, UNBIAS, WHOLE_POWER_OFFSET};
+        use super::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, POWER_OFFSET, SIGMOID_LO, UNBIAS};
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -971,22 +962,17 @@ pub(crate) mod x86 {
         fn if_sign(x: __m256, then: __m256, otherwise: __m256) -> __m256 {
             _mm256_blendv_ps(otherwise, then, x)
         }
-        /// `2^(j/8)` for the `j` in `shifted`'s low three bits (`8n + j + MAGIC`).
+        /// `2^(n + SIGMOID_BIAS) · 2^(j/8)` for the `8n + j` in `shifted` (`8n + j + MAGIC`):
+        /// the table entry with `n + SIGMOID_BIAS` added to its exponent.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        fn eighth_power(shifted: __m256) -> __m256 {
+        fn biased_power(shifted: __m256) -> __m256 {
             let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS;
-            _mm256_permutevar8x32_ps(_mm256_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7), _mm256_castps_si256(shifted))
-        }
-        /// `2^(n + SIGMOID_BIAS)` for the `n` in `shifted` (`8n + j + MAGIC`).
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
-        fn whole_power(shifted: __m256) -> __m256 {
-            let bias = _mm256_set1_epi32(WHOLE_POWER_OFFSET);
-            _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_sub_epi32(
-                _mm256_srai_epi32::<3>(_mm256_castps_si256(shifted)),
-                bias,
-            )))
+            let bits = _mm256_castps_si256(shifted);
+            let eighth =
+                _mm256_castps_si256(_mm256_permutevar8x32_ps(_mm256_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7), bits));
+            let n = _mm256_sub_epi32(_mm256_srai_epi32::<3>(bits), _mm256_set1_epi32(POWER_OFFSET));
+            _mm256_castsi256_ps(_mm256_add_epi32(eighth, _mm256_slli_epi32::<23>(n)))
         }
         super::transcendentals!("avx2,fma", __m256);
     }
