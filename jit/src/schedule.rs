@@ -492,7 +492,7 @@ pub fn mark_parallel(module: &mut Module) {
                 ForKind::Serial if safe() => break Some((path, None)),
                 // No loop above to split (a GEMM with one row): the vector loop itself, in chunks.
                 ForKind::Vectorized(_) if single_iterations && safe() => {
-                    match extent.as_int().and_then(parallel_chunks) {
+                    match extent.as_int().and_then(|n| parallel_chunks(n, contains_loop(body))) {
                         Some(chunks) => break Some((path, Some((chunks, reads_none_of_its_outputs(body, f))))),
                         None => break None,
                     }
@@ -534,16 +534,33 @@ const MAX_PARALLEL_CHUNKS: i64 = 16;
 /// runs too).
 const BLOCK_LANES: i64 = 8;
 
+/// Most 8-channel blocks a reducing vector loop is split into, one block a chunk.
+const MAX_BLOCK_CHUNKS: i64 = 256;
+
 /// The number of equal chunks of at least one vector each to split a vector loop of `n`
-/// iterations into: the largest divisor of `n` up to [`MAX_PARALLEL_CHUNKS`] whose chunks are
-/// runs of whole 8-channel blocks, when there are at least half that many of them (a
-/// channel-blocked tensor's vector lanes then stay inside one block, contiguous, instead of
-/// straddling two), else the largest divisor (`None`: below 2).
-fn parallel_chunks(n: i64) -> Option<i64> {
+/// iterations into. A loop that `reduces` (a loop inside it: a global average, a matrix-vector
+/// product) over at most [`MAX_BLOCK_CHUNKS`] whole 8-channel blocks takes one block a chunk:
+/// over a channel-blocked tensor its lanes are then one block's contiguous channels, which
+/// longer chunks reach only through `// 8` and `% 8` in every index (measured 5-10x slower),
+/// and its reduction is long enough that the shorter vector loop costs nothing. Otherwise the
+/// largest divisor of `n` up to [`MAX_PARALLEL_CHUNKS`] whose chunks are runs of whole 8-channel
+/// blocks, when there are at least half that many of them, else the largest divisor (`None`:
+/// below 2).
+fn parallel_chunks(n: i64, reduces: bool) -> Option<i64> {
+    if reduces && n % BLOCK_LANES == 0 && (2..=MAX_BLOCK_CHUNKS).contains(&(n / BLOCK_LANES)) {
+        return Some(n / BLOCK_LANES);
+    }
     let divides = |d: &i64| n % d == 0 && n / d >= LANES;
     let whole_blocks =
         (MAX_PARALLEL_CHUNKS / 2..=MAX_PARALLEL_CHUNKS).rev().find(|d| divides(d) && (n / d) % BLOCK_LANES == 0);
     whole_blocks.or_else(|| (2..=MAX_PARALLEL_CHUNKS).rev().find(divides))
+}
+
+/// Whether `s` holds a loop.
+fn contains_loop(s: &Stmt) -> bool {
+    let mut found = false;
+    s.walk(&mut |s| found |= matches!(s, Stmt::For { .. }));
+    found
 }
 
 /// `for v in 0..n vectorized { body }` as `for v_chunk in 0..chunks parallel { for v_in in

@@ -214,12 +214,12 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
 /// A squeeze-excitation block (a convolution, its global average, two 1×1 convolutions and a
 /// sigmoid giving a per-channel scale, the product, a projecting convolution): the product,
 /// which generated code computes, is stored channel-blocked for the projection when its
-/// channels fill whole blocks (72), and stays planar when they do not (12, which would leave
-/// stale lanes). Either way JIT on 1 and 2 threads matches the interpreter.
+/// channels fill whole blocks (72, 160), and stays planar when they do not (12, which would
+/// leave stale lanes). Either way JIT on 1 and 2 threads matches the interpreter.
 #[test]
 fn squeeze_excitation_products_feed_blocked_convolutions() {
     use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
-    for channels in [72, 12] {
+    for channels in [72, 160, 12] {
         let mut g = Graph::new();
         let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 28, 28]));
         let conv = |g: &mut Graph, name: &str, v, c: usize, m: usize, size: usize| {
@@ -251,14 +251,15 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
             let blocked_input = call.contains("heron_conv2d_blocked_f32")
                 && call.split(", ").nth(23).and_then(|a| a.parse::<i64>().ok()).expect("layouts") & 1 == 1;
             assert_eq!(blocked_input, channels % 8 == 0, "{channels} channels:\n{call}");
-            // The global average over the blocked tensor runs in chunks of whole blocks, so its
-            // vector lanes read contiguous channels (72 in 12 chunks of 6 would straddle blocks).
+            // The global average over the blocked tensor runs one block a chunk, so its vector
+            // lanes read contiguous channels with no `// 8` or `% 8` (72 in 12 chunks of 6 would
+            // straddle blocks; 160 in 10 chunks of 16 would index through both).
             if channels % 8 == 0 {
                 let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
                 let flat = Pipeline::new(options).module(&model, Stage::Flat).expect("flat stage");
                 let f = flat.funcs.iter().find(|f| f.name.starts_with("globalaveragepool")).expect("the pool");
                 let text = heron_ir::loop_ir::print::print_func(f, heron_ir::loop_ir::print::ConstData::Elided);
-                assert!(!text.contains("% 8)"), "{text}");
+                assert!(!text.contains("% 8)") && !text.contains("// 8)"), "{text}");
             }
         }
         let input = Tensor::from_vec(&[1, 3, 28, 28], values(3 * 28 * 28, 5)).expect("input");
