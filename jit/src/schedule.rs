@@ -251,6 +251,146 @@ fn varying_loads(body: &Stmt, f: &PrimFunc, v: VarId) -> Vec<Vec<Expr>> {
     out
 }
 
+/// Reorders the loops of each elementwise function that stores channel-blocked tensors
+/// (`NCHWnc`, chosen for the kernels) so that a block's lanes run innermost: its channel loop
+/// `c` becomes `c_block` (in `c`'s place) and `c_lane` (innermost), `c = c_block · B + c_lane`.
+/// [`schedule`] then vectorizes `c_lane`, whose lanes are contiguous, instead of the width,
+/// whose elements sit a block apart (a strided gather and scatter per vector: a
+/// squeeze-excitation product over a blocked tensor ran at 0.8 ns an element). Taken only when
+/// every load that moves with `c` is contiguous along it as well: the same blocked layout at
+/// the same channel, or a per-channel operand (`c` indexes its last axis of more than one).
+pub fn block_lanes_innermost(module: &mut Module) {
+    let Some(main) = module.funcs.iter().find(|f| f.name == heron_ir::loop_ir::MAIN) else { return };
+    let params: HashMap<&str, &[BufferId]> =
+        module.funcs.iter().map(|f| (f.name.as_str(), f.params.as_slice())).collect();
+    // Per function and parameter: the block of the tensor every call binds it to, 0 for an
+    // untransformed one; absent when calls disagree or the tensor has another layout.
+    let mut bound: HashMap<String, HashMap<BufferId, Option<usize>>> = HashMap::new();
+    main.body.walk(&mut |s| {
+        if let Stmt::Evaluate(call) = s
+            && let Callee::Func(name) = &call.callee
+            && let Some(ps) = params.get(name.as_str())
+        {
+            let entry = bound.entry(name.clone()).or_default();
+            for (&p, a) in ps.iter().zip(&call.args) {
+                let Arg::Buffer(b) = a else { continue };
+                let block = match main.layout_transforms.get(b) {
+                    None => Some(0),
+                    Some(map) => [8, 16].into_iter().find(|&n| *map == crate::blocking::blocked_map(n)),
+                };
+                let seen = entry.entry(p).or_insert(block);
+                if *seen != block {
+                    *seen = None;
+                }
+            }
+        }
+    });
+    for f in module.funcs.iter_mut().filter(|f| f.target.is_none()) {
+        let Some(bound) = bound.get(&f.name) else { continue };
+        let Stmt::Seq(items) = &mut f.body else { continue };
+        let mut loops = items.iter_mut().filter(|s| matches!(s, Stmt::For { .. }));
+        let (Some(top), None) = (loops.next(), loops.next()) else { continue };
+        let mut vars = std::mem::take(&mut f.vars);
+        let nest = std::mem::replace(top, Stmt::Seq(vec![]));
+        *top = lanes_innermost(nest, f.buffers.as_slice(), bound, &mut vars);
+        f.vars = vars;
+    }
+}
+
+/// [`block_lanes_innermost`] on one loop nest (returned unchanged when it does not qualify).
+fn lanes_innermost(
+    nest: Stmt,
+    buffers: &[heron_ir::loop_ir::Buffer],
+    bound: &HashMap<BufferId, Option<usize>>,
+    vars: &mut Vec<VarDecl>,
+) -> Stmt {
+    let mut headers = Vec::new();
+    let mut cur = &nest;
+    while let Stmt::For { var, extent, kind, body } = cur {
+        headers.push(Header { var: *var, extent: extent.clone(), kind: *kind });
+        cur = body;
+    }
+    let body = cur;
+    let mut nested = false;
+    body.walk(&mut |s| nested |= matches!(s, Stmt::For { .. }));
+    let global = |b: &BufferId| buffers[b.0 as usize].scope == Scope::Global;
+    let mut stores = Vec::new();
+    body.walk(&mut |s| {
+        if let Stmt::Store { buffer, indices, .. } = s
+            && global(buffer)
+        {
+            stores.push((*buffer, indices.clone()));
+        }
+    });
+    // The channel variable and block of the first store; every store must agree.
+    let Some((block, c)) = stores.first().and_then(|(b, idx)| match (bound.get(b), idx.get(1)) {
+        (Some(Some(block)), Some(Expr::Var(c))) if *block > 0 && idx.len() == 4 => Some((*block, *c)),
+        _ => None,
+    }) else {
+        return nest;
+    };
+    let Some(at) = headers.iter().position(|h| h.var == c) else { return nest };
+    let channels = headers[at].extent.as_int().unwrap_or(0);
+    let blocked_at_c = |b: &BufferId, idx: &[Expr]| {
+        bound.get(b) == Some(&Some(block))
+            && idx.len() == 4
+            && idx[1] == Expr::Var(c)
+            && idx.iter().enumerate().all(|(k, e)| k == 1 || !mentions_any(std::slice::from_ref(e), c))
+    };
+    let per_channel = |b: &BufferId, idx: &[Expr]| {
+        let shape = &buffers[b.0 as usize].shape;
+        bound.get(b) == Some(&Some(0))
+            && idx.iter().enumerate().all(|(k, e)| {
+                !mentions_any(std::slice::from_ref(e), c)
+                    || (*e == Expr::Var(c) && shape[k + 1..].iter().all(|&d| d == 1))
+            })
+    };
+    let mut loads_ok = true;
+    body.walk(&mut |s| {
+        s.for_each_expr(|e| {
+            fn each_load(e: &Expr, f: &mut impl FnMut(&BufferId, &[Expr])) {
+                if let Expr::Load { buffer, indices } = e {
+                    f(buffer, indices);
+                }
+                e.for_each_child(|x| each_load(x, f));
+            }
+            each_load(e, &mut |b, idx| {
+                loads_ok &= !global(b) || !mentions_any(idx, c) || blocked_at_c(b, idx) || per_channel(b, idx);
+            });
+        });
+    });
+    let qualifies = !nested
+        && loads_ok
+        && channels > 0
+        && channels % block as i64 == 0
+        && headers.iter().all(|h| h.kind == ForKind::Serial)
+        && stores.iter().all(|(b, idx)| blocked_at_c(b, idx));
+    if !qualifies {
+        return nest;
+    }
+    let name = vars[c.0 as usize].name.clone();
+    let dtype = vars[c.0 as usize].dtype;
+    let outer = VarId(vars.len() as u32);
+    vars.push(VarDecl { name: format!("{name}_block"), dtype });
+    let lane = VarId(vars.len() as u32);
+    vars.push(VarDecl { name: format!("{name}_lane"), dtype });
+    let channel = Expr::binary(
+        BinOp::Add,
+        Expr::binary(BinOp::Mul, Expr::Var(outer), Expr::index(block as i64)),
+        Expr::Var(lane),
+    );
+    let with: HashMap<VarId, Expr> = [(c, channel)].into_iter().collect();
+    let body = body.clone().map_exprs(&mut |e| substitute(&e, &with));
+    headers[at] = Header { var: outer, extent: Expr::index(channels / block as i64), kind: ForKind::Serial };
+    headers.push(Header { var: lane, extent: Expr::index(block as i64), kind: ForKind::Serial });
+    headers.into_iter().rev().fold(body, |inner, h| Stmt::For {
+        var: h.var,
+        extent: h.extent,
+        kind: h.kind,
+        body: Box::new(inner),
+    })
+}
+
 /// Picks physical layouts for the CPU kernels, before layout transforms are applied:
 /// - scratch buffers inside operators keep their logical (row-major) layout, since the
 ///   kernels vectorize along the innermost logical axis (a channel-blocked scratch would make
@@ -605,9 +745,34 @@ fn iterations(s: &Stmt) -> u64 {
 }
 
 /// Whether iterations of a loop over `var` with `body` may run on different threads: every
-/// global store in the body has `var` itself as one of its indices, and loads of the buffers
-/// the body writes read only the element being written.
+/// global store in the body has as one of its indices `var` itself, or `var · k` plus terms of
+/// loops inside the body that stay below `k` (a channel block and its lanes), and loads of the
+/// buffers the body writes read only the element being written.
 fn splits_safely(var: VarId, body: &Stmt, f: &PrimFunc) -> bool {
+    let mut extents: HashMap<VarId, i64> = HashMap::new();
+    body.walk(&mut |s| {
+        if let Stmt::For { var, extent, .. } = s
+            && let Some(n) = extent.as_int()
+        {
+            extents.insert(*var, n);
+        }
+    });
+    let owns = |e: &Expr| {
+        if matches!(e, Expr::Var(v) if *v == var) {
+            return true;
+        }
+        let Some((terms, 0)) = affine_terms(e) else { return false };
+        let Some(&k) = terms.get(&var) else { return false };
+        let mut span = 0i64;
+        for (v, &coefficient) in terms.iter().filter(|(v, _)| **v != var) {
+            let Some(&n) = extents.get(v) else { return false };
+            if coefficient <= 0 || n < 1 {
+                return false;
+            }
+            span = span.saturating_add(coefficient.saturating_mul(n - 1));
+        }
+        span < k
+    };
     let mut stores = 0;
     let mut disjoint = true;
     body.walk(&mut |s| {
@@ -615,7 +780,7 @@ fn splits_safely(var: VarId, body: &Stmt, f: &PrimFunc) -> bool {
             && f.buffer(*buffer).scope == Scope::Global
         {
             stores += 1;
-            disjoint &= indices.iter().any(|e| matches!(e, Expr::Var(v) if *v == var));
+            disjoint &= indices.iter().any(owns);
         }
     });
     stores > 0 && disjoint && reads_only_own_outputs(body, f)

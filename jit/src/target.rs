@@ -11,7 +11,7 @@ use heron_ir::loop_ir::target::{Target, TargetError};
 
 use crate::kernels::{KernelConfig, use_kernels};
 use crate::outline::split_loop_nests;
-use crate::schedule::{choose_layouts, mark_parallel, schedule};
+use crate::schedule::{block_lanes_innermost, choose_layouts, mark_parallel, schedule};
 
 /// The host CPU.
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,6 +34,7 @@ impl Target for CpuTarget {
             use_kernels(module, config);
         }
         choose_layouts(module);
+        block_lanes_innermost(module);
         schedule(module);
         split_loop_nests(module);
         mark_parallel(module);

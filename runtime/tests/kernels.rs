@@ -251,15 +251,20 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
             let blocked_input = call.contains("heron_conv2d_blocked_f32")
                 && call.split(", ").nth(23).and_then(|a| a.parse::<i64>().ok()).expect("layouts") & 1 == 1;
             assert_eq!(blocked_input, channels % 8 == 0, "{channels} channels:\n{call}");
-            // The global average over the blocked tensor runs one block a chunk, so its vector
-            // lanes read contiguous channels with no `// 8` or `% 8` (72 in 12 chunks of 6 would
-            // straddle blocks; 160 in 10 chunks of 16 would index through both).
+            // The global average over the blocked tensor runs one block a chunk, and the product
+            // with a block's lanes innermost, so their vector lanes are contiguous channels with
+            // no `// 8` or `% 8` (72 in 12 chunks of 6 would straddle blocks; 160 in 10 chunks of
+            // 16 would index through both; a vector along the width would step a block apart).
             if channels % 8 == 0 {
                 let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
                 let flat = Pipeline::new(options).module(&model, Stage::Flat).expect("flat stage");
-                let f = flat.funcs.iter().find(|f| f.name.starts_with("globalaveragepool")).expect("the pool");
-                let text = heron_ir::loop_ir::print::print_func(f, heron_ir::loop_ir::print::ConstData::Elided);
-                assert!(!text.contains("% 8)") && !text.contains("// 8)"), "{text}");
+                for prefix in ["globalaveragepool", "mul"] {
+                    let f = flat.funcs.iter().find(|f| f.name.starts_with(prefix)).expect(prefix);
+                    let text = heron_ir::loop_ir::print::print_func(f, heron_ir::loop_ir::print::ConstData::Elided);
+                    assert!(!text.contains("% 8)") && !text.contains("// 8)"), "{text}");
+                    let vector = text.lines().find(|l| l.contains("vectorized")).unwrap_or_else(|| panic!("{text}"));
+                    assert!(vector.contains("in 0..8 "), "{text}");
+                }
             }
         }
         let input = Tensor::from_vec(&[1, 3, 28, 28], values(3 * 28 * 28, 5)).expect("input");
