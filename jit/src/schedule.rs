@@ -13,7 +13,9 @@
 //! ([`register_block`], [`unroll_reductions`]) and printed at the target stage.
 //!
 //! Only loops whose variable indexes every global store of the body are moved or jammed: their
-//! iterations write disjoint outputs, so reordering them cannot change results.
+//! iterations write disjoint outputs, so reordering them cannot change results. For the same
+//! reason [`block_lanes_innermost`] reorders only bodies that read the buffers they store to at
+//! the element being written.
 
 use std::collections::{HashMap, HashSet};
 
@@ -56,22 +58,32 @@ struct Header {
     kind: ForKind,
 }
 
-fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
-    // Peel the perfectly nested chain.
+/// The perfectly nested chain of loops `s` opens with, outermost first, and the body inside.
+fn peel(s: Stmt) -> (Vec<Header>, Stmt) {
     let mut headers = Vec::new();
     let mut cur = s;
-    let body = loop {
-        match cur {
-            Stmt::For { var, extent, kind, body } => {
-                headers.push(Header { var, extent, kind });
-                match *body {
-                    inner @ Stmt::For { .. } => cur = inner,
-                    other => break other,
-                }
-            }
-            other => break other,
-        }
-    };
+    while let Stmt::For { var, extent, kind, body } = cur {
+        headers.push(Header { var, extent, kind });
+        cur = *body;
+    }
+    (headers, cur)
+}
+
+/// The loops `headers` (outermost first) around `body`.
+fn rebuild(headers: Vec<Header>, body: Stmt) -> Stmt {
+    headers.into_iter().rev().fold(body, |inner, h| Stmt::For {
+        var: h.var,
+        extent: h.extent,
+        kind: h.kind,
+        body: Box::new(inner),
+    })
+}
+
+fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
+    let (mut headers, body) = peel(s);
+    if headers.is_empty() {
+        return body;
+    }
     let last = headers.len() - 1;
     let stores = global_stores(&body, f);
     let innermost_spatial =
@@ -104,12 +116,7 @@ fn schedule_chain(s: Stmt, f: &PrimFunc) -> Stmt {
     } else {
         schedule_stmt(body, f)
     };
-    headers.into_iter().rev().fold(body, |inner, h| Stmt::For {
-        var: h.var,
-        extent: h.extent,
-        kind: h.kind,
-        body: Box::new(inner),
-    })
+    rebuild(headers, body)
 }
 
 /// Lanes of the code generator's vectors (128-bit f32).
@@ -171,17 +178,7 @@ fn unroll_reductions(body: Stmt) -> Stmt {
 /// long and its body stays small. Only the summation order changes.
 fn longest_reduction_innermost(body: Stmt, f: &PrimFunc) -> Stmt {
     let reorder = |s: Stmt| -> Stmt {
-        let mut headers = Vec::new();
-        let mut cur = s;
-        let inner = loop {
-            match cur {
-                Stmt::For { var, extent, kind, body } => {
-                    headers.push(Header { var, extent, kind });
-                    cur = *body;
-                }
-                other => break other,
-            }
-        };
+        let (mut headers, inner) = peel(s);
         // `acc = acc + e` with `e` not reading `acc`: the terms commute.
         let accumulates = matches!(&inner, Stmt::Store { buffer, indices, value: Expr::Binary { op: BinOp::Add, lhs, rhs } }
             if f.buffer(*buffer).scope == Scope::Local
@@ -191,12 +188,7 @@ fn longest_reduction_innermost(body: Stmt, f: &PrimFunc) -> Stmt {
         if accumulates && constant {
             headers.sort_by_key(|h| h.extent.as_int());
         }
-        headers.into_iter().rev().fold(inner, |b, h| Stmt::For {
-            var: h.var,
-            extent: h.extent,
-            kind: h.kind,
-            body: Box::new(b),
-        })
+        rebuild(headers, inner)
     };
     match body {
         Stmt::Seq(v) => {
@@ -276,7 +268,9 @@ pub fn block_lanes_innermost(module: &mut Module) {
                 let Arg::Buffer(b) = a else { continue };
                 let block = match main.layout_transforms.get(b) {
                     None => Some(0),
-                    Some(map) => [8, 16].into_iter().find(|&n| *map == crate::blocking::blocked_map(n)),
+                    Some(map) => {
+                        heron_kernels::blocked::BLOCKS.into_iter().find(|&n| *map == crate::blocking::blocked_map(n))
+                    }
                 };
                 let seen = entry.entry(p).or_insert(block);
                 if *seen != block {
@@ -287,50 +281,35 @@ pub fn block_lanes_innermost(module: &mut Module) {
     });
     for f in module.funcs.iter_mut().filter(|f| f.target.is_none()) {
         let Some(bound) = bound.get(&f.name) else { continue };
-        let Stmt::Seq(items) = &mut f.body else { continue };
-        let mut loops = items.iter_mut().filter(|s| matches!(s, Stmt::For { .. }));
-        let (Some(top), None) = (loops.next(), loops.next()) else { continue };
-        let mut vars = std::mem::take(&mut f.vars);
-        let nest = std::mem::replace(top, Stmt::Seq(vec![]));
-        *top = lanes_innermost(nest, f.buffers.as_slice(), bound, &mut vars);
-        f.vars = vars;
+        let Stmt::Seq(items) = &f.body else { continue };
+        let mut loops = items.iter().enumerate().filter(|(_, s)| matches!(s, Stmt::For { .. }));
+        let (Some((at, top)), None) = (loops.next(), loops.next()) else { continue };
+        let Some((nest, new_vars)) = lanes_innermost(top.clone(), f, bound) else { continue };
+        f.vars.extend(new_vars);
+        if let Stmt::Seq(items) = &mut f.body {
+            items[at] = nest;
+        }
     }
 }
 
-/// [`block_lanes_innermost`] on one loop nest (returned unchanged when it does not qualify).
-fn lanes_innermost(
-    nest: Stmt,
-    buffers: &[heron_ir::loop_ir::Buffer],
-    bound: &HashMap<BufferId, Option<usize>>,
-    vars: &mut Vec<VarDecl>,
-) -> Stmt {
-    let mut headers = Vec::new();
-    let mut cur = &nest;
-    while let Stmt::For { var, extent, kind, body } = cur {
-        headers.push(Header { var: *var, extent: extent.clone(), kind: *kind });
-        cur = body;
-    }
-    let body = cur;
-    let mut nested = false;
-    body.walk(&mut |s| nested |= matches!(s, Stmt::For { .. }));
-    let global = |b: &BufferId| buffers[b.0 as usize].scope == Scope::Global;
-    let mut stores = Vec::new();
-    body.walk(&mut |s| {
-        if let Stmt::Store { buffer, indices, .. } = s
-            && global(buffer)
-        {
-            stores.push((*buffer, indices.clone()));
-        }
-    });
+/// [`block_lanes_innermost`] on one loop nest of `f`: the reordered nest and the two variables
+/// it adds (after `f`'s), or `None` when the nest does not qualify: constant extents, serial
+/// loops, no loop or `let` inside the body, every global store to a parameter bound to a
+/// blocked tensor at `[_, c, _, _]` for one loop variable `c` whose extent is whole blocks,
+/// stored buffers read only at the element being written, and every other load that moves
+/// with `c` contiguous along it.
+fn lanes_innermost(nest: Stmt, f: &PrimFunc, bound: &HashMap<BufferId, Option<usize>>) -> Option<(Stmt, [VarDecl; 2])> {
+    let (mut headers, body) = peel(nest);
+    let mut simple = true;
+    body.walk(&mut |s| simple &= !matches!(s, Stmt::For { .. } | Stmt::Let { .. }));
+    let stores = heron_ir::loop_ir::analysis::global_stores(&body, f);
     // The channel variable and block of the first store; every store must agree.
-    let Some((block, c)) = stores.first().and_then(|(b, idx)| match (bound.get(b), idx.get(1)) {
+    let (block, c) = stores.first().and_then(|(b, idx)| match (bound.get(b), idx.get(1)) {
         (Some(Some(block)), Some(Expr::Var(c))) if *block > 0 && idx.len() == 4 => Some((*block, *c)),
         _ => None,
-    }) else {
-        return nest;
-    };
-    let Some(at) = headers.iter().position(|h| h.var == c) else { return nest };
-    let channels = headers[at].extent.as_int().unwrap_or(0);
+    })?;
+    let at = headers.iter().position(|h| h.var == c)?;
+    let channels = headers[at].extent.as_int()?;
     let blocked_at_c = |b: &BufferId, idx: &[Expr]| {
         bound.get(b) == Some(&Some(block))
             && idx.len() == 4
@@ -338,7 +317,7 @@ fn lanes_innermost(
             && idx.iter().enumerate().all(|(k, e)| k == 1 || !mentions_any(std::slice::from_ref(e), c))
     };
     let per_channel = |b: &BufferId, idx: &[Expr]| {
-        let shape = &buffers[b.0 as usize].shape;
+        let shape = &f.buffer(*b).shape;
         bound.get(b) == Some(&Some(0))
             && idx.iter().enumerate().all(|(k, e)| {
                 !mentions_any(std::slice::from_ref(e), c)
@@ -355,40 +334,39 @@ fn lanes_innermost(
                 e.for_each_child(|x| each_load(x, f));
             }
             each_load(e, &mut |b, idx| {
-                loads_ok &= !global(b) || !mentions_any(idx, c) || blocked_at_c(b, idx) || per_channel(b, idx);
+                loads_ok &= f.buffer(*b).scope != Scope::Global
+                    || !mentions_any(idx, c)
+                    || blocked_at_c(b, idx)
+                    || per_channel(b, idx);
             });
         });
     });
-    let qualifies = !nested
+    let qualifies = simple
         && loads_ok
+        && reads_only_own_outputs(&body, f)
         && channels > 0
         && channels % block as i64 == 0
-        && headers.iter().all(|h| h.kind == ForKind::Serial)
+        && headers.iter().all(|h| h.kind == ForKind::Serial && h.extent.as_int().is_some())
         && stores.iter().all(|(b, idx)| blocked_at_c(b, idx));
     if !qualifies {
-        return nest;
+        return None;
     }
-    let name = vars[c.0 as usize].name.clone();
-    let dtype = vars[c.0 as usize].dtype;
-    let outer = VarId(vars.len() as u32);
-    vars.push(VarDecl { name: format!("{name}_block"), dtype });
-    let lane = VarId(vars.len() as u32);
-    vars.push(VarDecl { name: format!("{name}_lane"), dtype });
+    let decl = &f.vars[c.0 as usize];
+    let new_vars = [
+        VarDecl { name: format!("{}_block", decl.name), dtype: decl.dtype },
+        VarDecl { name: format!("{}_lane", decl.name), dtype: decl.dtype },
+    ];
+    let (outer, lane) = (VarId(f.vars.len() as u32), VarId(f.vars.len() as u32 + 1));
     let channel = Expr::binary(
         BinOp::Add,
         Expr::binary(BinOp::Mul, Expr::Var(outer), Expr::index(block as i64)),
         Expr::Var(lane),
     );
     let with: HashMap<VarId, Expr> = [(c, channel)].into_iter().collect();
-    let body = body.clone().map_exprs(&mut |e| substitute(&e, &with));
+    let body = body.map_exprs(&mut |e| substitute(&e, &with));
     headers[at] = Header { var: outer, extent: Expr::index(channels / block as i64), kind: ForKind::Serial };
     headers.push(Header { var: lane, extent: Expr::index(block as i64), kind: ForKind::Serial });
-    headers.into_iter().rev().fold(body, |inner, h| Stmt::For {
-        var: h.var,
-        extent: h.extent,
-        kind: h.kind,
-        body: Box::new(inner),
-    })
+    Some((rebuild(headers, body), new_vars))
 }
 
 /// Picks physical layouts for the CPU kernels, before layout transforms are applied:
@@ -608,8 +586,8 @@ const MIN_PARALLEL_WORK: u64 = 1 << 14;
 
 /// Marks one loop of each operator function parallel where that is safe and worth it: the
 /// function's body is a single perfect chain of loops (besides local allocations), and the
-/// outermost serial loop of the chain with constant extent >= 2 whose variable is a whole index
-/// of every global store inside it (so iterations write disjoint elements), whose body reads
+/// outermost serial loop of the chain with constant extent >= 2 whose iterations write disjoint
+/// elements of every buffer the body stores to (see [`splits_safely`]), whose body reads
 /// no other iteration's output, and whose nest does at least [`MIN_PARALLEL_WORK`] iterations.
 /// When only loops of one iteration sit above the vectorized output loop (a matrix-vector
 /// product), that loop is split into a parallel loop over chunks around a vector loop.
@@ -744,44 +722,50 @@ fn iterations(s: &Stmt) -> u64 {
     }
 }
 
-/// Whether iterations of a loop over `var` with `body` may run on different threads: every
-/// global store in the body has as one of its indices `var` itself, or `var · k` plus terms of
-/// loops inside the body that stay below `k` (a channel block and its lanes), and loads of the
-/// buffers the body writes read only the element being written.
+/// Whether iterations of a loop over `var` with `body` may run on different threads: the
+/// global stores into each buffer share an index position that is `var` itself, or `var · k`
+/// plus terms of loops inside the body that stay below `k` (a channel block and its lanes), with
+/// one `k` per buffer, so iterations write disjoint elements; and loads of the buffers the body
+/// writes read only the element being written.
 fn splits_safely(var: VarId, body: &Stmt, f: &PrimFunc) -> bool {
+    // The largest extent of each loop variable inside (a variable may name sibling loops).
     let mut extents: HashMap<VarId, i64> = HashMap::new();
     body.walk(&mut |s| {
-        if let Stmt::For { var, extent, .. } = s
-            && let Some(n) = extent.as_int()
-        {
-            extents.insert(*var, n);
+        if let Stmt::For { var, extent, .. } = s {
+            let n = extent.as_int().unwrap_or(i64::MAX);
+            let e = extents.entry(*var).or_insert(n);
+            *e = (*e).max(n);
         }
     });
-    let owns = |e: &Expr| {
+    // `Some(k)` when `e` is `var · k` plus inner terms spanning less than `k`.
+    let stride = |e: &Expr| -> Option<i64> {
         if matches!(e, Expr::Var(v) if *v == var) {
-            return true;
+            return Some(1);
         }
-        let Some((terms, 0)) = affine_terms(e) else { return false };
-        let Some(&k) = terms.get(&var) else { return false };
+        let (terms, 0) = affine_terms(e)? else { return None };
+        let k = *terms.get(&var)?;
         let mut span = 0i64;
         for (v, &coefficient) in terms.iter().filter(|(v, _)| **v != var) {
-            let Some(&n) = extents.get(v) else { return false };
+            let n = *extents.get(v)?;
             if coefficient <= 0 || n < 1 {
-                return false;
+                return None;
             }
-            span = span.saturating_add(coefficient.saturating_mul(n - 1));
+            span = span.checked_add(coefficient.checked_mul(n - 1)?)?;
         }
-        span < k
+        (span < k).then_some(k)
     };
+    // Per buffer, the (position, k) pairs every store so far owns.
+    let mut owned: HashMap<BufferId, HashSet<(usize, i64)>> = HashMap::new();
     let mut stores = 0;
-    let mut disjoint = true;
     body.walk(&mut |s| {
         if let Stmt::Store { buffer, indices, .. } = s
             && f.buffer(*buffer).scope == Scope::Global
         {
             stores += 1;
-            disjoint &= indices.iter().any(owns);
+            let here: HashSet<(usize, i64)> =
+                indices.iter().enumerate().filter_map(|(p, e)| stride(e).map(|k| (p, k))).collect();
+            owned.entry(*buffer).and_modify(|o| o.retain(|x| here.contains(x))).or_insert(here);
         }
     });
-    stores > 0 && disjoint && reads_only_own_outputs(body, f)
+    stores > 0 && owned.values().all(|o| !o.is_empty()) && reads_only_own_outputs(body, f)
 }

@@ -1,7 +1,9 @@
 //! The CPU target: the first [`Target`]. With kernels on, it first replaces the contraction
 //! nests a precompiled kernel computes with kernel calls ([`crate::kernels`]). It picks physical layouts for the CPU kernels and
-//! reshapes integer dot products for VNNI ([`crate::schedule::choose_layouts`]), then marks
-//! loops vectorized and unrolled ([`crate::schedule::schedule`]), splits operators into
+//! reshapes integer dot products for VNNI ([`crate::schedule::choose_layouts`]), runs a
+//! channel block's lanes innermost in elementwise functions storing blocked tensors
+//! ([`crate::schedule::block_lanes_innermost`]), then marks loops vectorized and unrolled
+//! ([`crate::schedule::schedule`]), splits operators into
 //! one function per loop nest ([`crate::outline`]) and marks one loop of each parallel
 //! ([`crate::schedule::mark_parallel`]), and claims every function no
 //! earlier target took. The code generator emits these decisions; it does not make them.

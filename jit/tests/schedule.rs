@@ -44,3 +44,22 @@ fn an_elementwise_nest_is_vectorized_and_jammed() {
     assert!(printed.contains("vectorized") && printed.contains("unrolled"), "{printed}");
     assert_eq!(run_jit(&m, &x, 300), want);
 }
+
+/// A loop runs in parallel only when its iterations store disjoint elements: `a[v·512 + l·64
+/// + w]` (the inner loops span less than 512) qualifies, and the same nest storing `a[v]` as
+/// well does not (iteration 0 writes `a[1]` through its inner loops, iteration 1 directly).
+#[test]
+fn a_loop_runs_in_parallel_only_when_its_iterations_store_disjoint_elements() {
+    use heron_jit::schedule::mark_parallel;
+    let nest = |extra: &str| {
+        format!(
+            "func @f(%x: f32[32768], %a: f32[32768]) {{\n  for %v: i64 in 0..64 serial {{\n    for %l: i64 in 0..8 serial {{\n      for %w: i64 in 0..64 serial {{\n        %a[(((%v * 512) + (%l * 64)) + %w)] = (%x[(((%v * 512) + (%l * 64)) + %w)] * f32(2.0))\n      }}\n    }}\n{extra}  }}\n}}\n"
+        )
+    };
+    for (extra, parallel) in [("", true), ("    %a[%v] = f32(1.0)\n", false)] {
+        let mut m = parse_module(&nest(extra)).expect("valid loop IR");
+        mark_parallel(&mut m);
+        let printed = print_module(&m, ConstData::Elided);
+        assert_eq!(printed.contains("%v: i64 in 0..64 parallel"), parallel, "{printed}");
+    }
+}

@@ -214,8 +214,9 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
 /// A squeeze-excitation block (a convolution, its global average, two 1×1 convolutions and a
 /// sigmoid giving a per-channel scale, the product, a projecting convolution): the product,
 /// which generated code computes, is stored channel-blocked for the projection when its
-/// channels fill whole blocks (72, 160), and stays planar when they do not (12, which would
-/// leave stale lanes). Either way JIT on 1 and 2 threads matches the interpreter.
+/// channels fill whole blocks (160; 72 with 8-channel blocks, not with AVX-512's 16), and stays
+/// planar when they do not (12, which would leave stale lanes). Either way JIT on 1 and 2
+/// threads matches the interpreter.
 #[test]
 fn squeeze_excitation_products_feed_blocked_convolutions() {
     use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
@@ -241,8 +242,9 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
         let y = conv(&mut g, "project", scaled, channels, 8, 1);
         g.set_outputs(vec![y]);
         let model = Model::from_graph("squeeze_excitation", g).expect("model");
-        if KernelConfig::host(1).is_some() {
-            let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
+        if let Some(config) = KernelConfig::host(1) {
+            let block = heron_kernels::blocked::block_for(config.isa);
+            let options = PipelineOptions { kernels: Some(config), ..PipelineOptions::default() };
             let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
             let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
             // The projection's call; for a blocked kernel, the 24th argument holds the layouts
@@ -250,20 +252,25 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
             let call = text.lines().find(|l| l.contains("(%scaled,")).unwrap_or_else(|| panic!("{text}"));
             let blocked_input = call.contains("heron_conv2d_blocked_f32")
                 && call.split(", ").nth(23).and_then(|a| a.parse::<i64>().ok()).expect("layouts") & 1 == 1;
-            assert_eq!(blocked_input, channels % 8 == 0, "{channels} channels:\n{call}");
-            // The global average over the blocked tensor runs one block a chunk, and the product
-            // with a block's lanes innermost, so their vector lanes are contiguous channels with
-            // no `// 8` or `% 8` (72 in 12 chunks of 6 would straddle blocks; 160 in 10 chunks of
-            // 16 would index through both; a vector along the width would step a block apart).
-            if channels % 8 == 0 {
-                let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
+            assert_eq!(blocked_input, channels % block == 0, "{channels} channels:\n{call}");
+            // The global average over the blocked tensor runs one 8-channel run a chunk, and the
+            // product a block's lanes innermost, so their vector lanes are contiguous channels
+            // with no `// B` or `% B` in their indices (72 in 12 chunks of 6 would straddle
+            // blocks; 160 in 10 chunks of 16 would index through both; a vector along the width
+            // would step a block apart).
+            if channels % block == 0 {
+                let options = PipelineOptions { kernels: Some(config), ..PipelineOptions::default() };
                 let flat = Pipeline::new(options).module(&model, Stage::Flat).expect("flat stage");
                 for prefix in ["globalaveragepool", "mul"] {
                     let f = flat.funcs.iter().find(|f| f.name.starts_with(prefix)).expect(prefix);
                     let text = heron_ir::loop_ir::print::print_func(f, heron_ir::loop_ir::print::ConstData::Elided);
-                    assert!(!text.contains("% 8)") && !text.contains("// 8)"), "{text}");
+                    assert!(
+                        !text.contains(&format!("% {block})")) && !text.contains(&format!("// {block})")),
+                        "{text}"
+                    );
                     let vector = text.lines().find(|l| l.contains("vectorized")).unwrap_or_else(|| panic!("{text}"));
-                    assert!(vector.contains("in 0..8 "), "{text}");
+                    let lanes = if prefix == "mul" { block } else { 8 };
+                    assert!(vector.contains(&format!("in 0..{lanes} ")), "{text}");
                 }
             }
         }

@@ -400,8 +400,8 @@ pub(crate) unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_
     }
 }
 
-/// `e^x` (Cody-Waite reduction, a degree-6 polynomial), the vector code's steps one lane at a
-/// time.
+/// `e^x` (Cody-Waite reduction, a degree-6 polynomial) and the sigmoid (eighths of a power of
+/// two from a table, a degree-4 polynomial), the vector code's steps one lane at a time.
 pub(crate) mod scalar {
     pub(super) const HI: f32 = 88.722_84;
     pub(super) const LO: f32 = -103.972_08;
@@ -412,7 +412,8 @@ pub(crate) mod scalar {
         [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
     /// A sigmoid's `2^n` is built as `2^(n + SIGMOID_BIAS)` (normal down to `n = -150`) and
-    /// the result scaled back by `2^-SIGMOID_BIAS`, one rounding: subnormal results are exact.
+    /// `e^-|x|` scaled back by `2^-SIGMOID_BIAS` at the end, so subnormal results are rounded
+    /// (within one subnormal step), not flushed to zero.
     const SIGMOID_BIAS: i32 = 64;
     /// Where a sigmoid's `-|x|` is clamped: `e^-104` is below `2^-150`, so the result rounds to
     /// 0 there as the true value does.
