@@ -411,9 +411,10 @@ pub(crate) mod scalar {
     pub(super) const POLY: [f32; 6] =
         [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
-    /// A sigmoid's `2^n` is built as `2^(n + SIGMOID_BIAS)` (normal down to `n = -150`) and
-    /// `e^-|x|` scaled back by `2^-SIGMOID_BIAS` at the end, so subnormal results are rounded
-    /// (within one subnormal step), not flushed to zero.
+    /// A sigmoid's `2^n` is built as `2^(n + SIGMOID_BIAS)` (normal down to `n = -150`), and
+    /// its quotient `e^-|x| / (1 + e^-|x|)` taken as `e' / (2^SIGMOID_BIAS + e')` with
+    /// `e' = 2^SIGMOID_BIAS · e^-|x|`: the same bits where `e^-|x|` is normal, and a subnormal
+    /// result rounded once by the division, not flushed to zero.
     const SIGMOID_BIAS: i32 = 64;
     /// Where a sigmoid's `-|x|` is clamped: `e^-104` is below `2^-150`, so the result rounds to
     /// 0 there as the true value does.
@@ -441,19 +442,30 @@ pub(crate) mod scalar {
         let q = r.mul_add(c4, c3).mul_add(r, c2);
         let p = q.mul_add(r * r, r);
         let bits = shifted.to_bits();
-        // 2^(n + SIGMOID_BIAS) · 2^(j/8): n + SIGMOID_BIAS added to the table entry's exponent.
-        let n = ((bits as i32) >> 3).wrapping_sub(POWER_OFFSET);
-        let power = f32::from_bits(EIGHTHS[(bits & 7) as usize].to_bits().wrapping_add((n << 23) as u32));
-        let e = power.mul_add(p, power) * UNBIAS;
-        let numerator = if x.is_sign_negative() { e } else { 1.0 };
-        numerator / (1.0 + e)
+        let power = f32::from_bits(EIGHTHS_BIASED[(bits & 7) as usize].wrapping_add(bits << 20));
+        let biased = power.mul_add(p, power);
+        let numerator = if x.is_sign_negative() { biased } else { BIAS_SCALE };
+        numerator / (BIAS_SCALE + biased)
     }
 
-    /// `2^-SIGMOID_BIAS`.
-    pub(super) const UNBIAS: f32 = f32::from_bits(((127 - SIGMOID_BIAS) as u32) << 23);
+    /// `2^SIGMOID_BIAS`.
+    pub(super) const BIAS_SCALE: f32 = f32::from_bits(((127 + SIGMOID_BIAS) as u32) << 23);
 
-    /// `(8n + j + MAGIC) >> 3` less this is `n + SIGMOID_BIAS` (MAGIC's bits are a multiple of 8).
-    pub(super) const POWER_OFFSET: i32 = (MAGIC.to_bits() as i32 >> 3) - SIGMOID_BIAS;
+    /// [`EIGHTHS`]' bits as `2^(n + SIGMOID_BIAS) · 2^(j/8)` is built from them: the bits of
+    /// `shifted = 8n + j + MAGIC`, shifted left by 20, are `n << 23` (into the exponent) plus
+    /// `j << 20` (MAGIC's own bits shift out: their low 12 are zero), so entry `j` holds the
+    /// table's bits, plus `SIGMOID_BIAS` in the exponent, less `j << 20`; one integer add
+    /// then completes the power.
+    pub(super) const EIGHTHS_BIASED: [u32; 8] = {
+        assert!(MAGIC.to_bits() & 0xfff == 0);
+        let mut biased = [0; 8];
+        let mut j = 0;
+        while j < 8 {
+            biased[j] = EIGHTHS[j].to_bits().wrapping_add((SIGMOID_BIAS as u32) << 23).wrapping_sub((j as u32) << 20);
+            j += 1;
+        }
+        biased
+    };
 
     /// `e^x` of an `x` in range as `e^r` and the power of two `n` (`x = n·ln 2 + r`) that
     /// scales it.
@@ -500,7 +512,7 @@ pub(crate) mod scalar {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::scalar::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, POWER_OFFSET, SIGMOID_LO, UNBIAS};
+    use super::scalar::{BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO};
     use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
 
     /// Evaluates `program` on `len` elements, four vectors of `$lanes` at a time, with this
@@ -611,8 +623,8 @@ pub(crate) mod x86 {
                     let q = fmadd(fmadd(r[v], splat(c4), splat(c3)), r[v], splat(c2));
                     let p = fmadd(q, mul(r[v], r[v]), r[v]);
                     let power = biased_power(shifted[v]);
-                    let e = mul(fmadd(power, p, power), splat(UNBIAS));
-                    out[v] = div(if_sign(x[v], e, splat(1.0)), add(splat(1.0), e));
+                    let biased = fmadd(power, p, power);
+                    out[v] = div(if_sign(x[v], biased, splat(BIAS_SCALE)), add(splat(BIAS_SCALE), biased));
                 }
                 out
             }
@@ -667,7 +679,7 @@ pub(crate) mod x86 {
     pub(crate) mod z {
         use std::arch::x86_64::*;
 
-        use super::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, POWER_OFFSET, SIGMOID_LO, UNBIAS};
+        use super::{BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO};
 
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -805,17 +817,16 @@ pub(crate) mod x86 {
             )
         }
         /// `2^(n + SIGMOID_BIAS) · 2^(j/8)` for the `8n + j` in `shifted` (`8n + j + MAGIC`):
-        /// the table entry (twice over, since the lookup reads four bits) with `n + SIGMOID_BIAS`
-        /// added to its exponent.
+        /// the [`EIGHTHS_BIASED`] entry (the table twice over, since the lookup reads four bits)
+        /// plus `shifted`'s bits shifted left by 20.
         #[inline]
         #[target_feature(enable = "avx512f")]
         fn biased_power(shifted: __m512) -> __m512 {
-            let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS;
-            let table = _mm512_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7, t0, t1, t2, t3, t4, t5, t6, t7);
+            let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS_BIASED.map(|t| t as i32);
+            let table = _mm512_setr_epi32(t0, t1, t2, t3, t4, t5, t6, t7, t0, t1, t2, t3, t4, t5, t6, t7);
             let bits = _mm512_castps_si512(shifted);
-            let eighth = _mm512_castps_si512(_mm512_permutexvar_ps(bits, table));
-            let n = _mm512_sub_epi32(_mm512_srai_epi32::<3>(bits), _mm512_set1_epi32(POWER_OFFSET));
-            _mm512_castsi512_ps(_mm512_add_epi32(eighth, _mm512_slli_epi32::<23>(n)))
+            let entry = _mm512_permutexvar_epi32(bits, table);
+            _mm512_castsi512_ps(_mm512_add_epi32(entry, _mm512_slli_epi32::<20>(bits)))
         }
         super::transcendentals!("avx512f", __m512);
     }
@@ -824,7 +835,7 @@ pub(crate) mod x86 {
     pub(crate) mod y {
         use std::arch::x86_64::*;
 
-        use super::{C1, C2, EIGHTHS, EIGHTHS_POLY, HI, LO, MAGIC, POLY, POWER_OFFSET, SIGMOID_LO, UNBIAS};
+        use super::{BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO};
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -964,16 +975,14 @@ pub(crate) mod x86 {
             _mm256_blendv_ps(otherwise, then, x)
         }
         /// `2^(n + SIGMOID_BIAS) · 2^(j/8)` for the `8n + j` in `shifted` (`8n + j + MAGIC`):
-        /// the table entry with `n + SIGMOID_BIAS` added to its exponent.
+        /// the [`EIGHTHS_BIASED`] entry plus `shifted`'s bits shifted left by 20.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         fn biased_power(shifted: __m256) -> __m256 {
-            let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS;
+            let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS_BIASED.map(|t| t as i32);
             let bits = _mm256_castps_si256(shifted);
-            let eighth =
-                _mm256_castps_si256(_mm256_permutevar8x32_ps(_mm256_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7), bits));
-            let n = _mm256_sub_epi32(_mm256_srai_epi32::<3>(bits), _mm256_set1_epi32(POWER_OFFSET));
-            _mm256_castsi256_ps(_mm256_add_epi32(eighth, _mm256_slli_epi32::<23>(n)))
+            let entry = _mm256_permutevar8x32_epi32(_mm256_setr_epi32(t0, t1, t2, t3, t4, t5, t6, t7), bits);
+            _mm256_castsi256_ps(_mm256_add_epi32(entry, _mm256_slli_epi32::<20>(bits)))
         }
         super::transcendentals!("avx2,fma", __m256);
     }
