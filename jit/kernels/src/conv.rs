@@ -86,14 +86,15 @@ pub struct ConvEpilogue<'a> {
     /// A tensor shaped like the output, added to it.
     pub residual: Option<&'a [f32]>,
     pub clamp: Option<(f32, f32)>,
-    /// An activation after the clamp, in registers (blocked kernels only).
+    /// An activation after the clamp, in registers, or (a sigmoid or SiLU) swept over a run's
+    /// stored results (blocked kernels only).
     pub activation: Option<Activation>,
     /// An elementwise program over the result (blocked kernels only, see
     /// [`crate::blocked::conv_share`]).
     pub tail: Option<crate::elementwise::Tail<'a>>,
 }
 
-/// An activation a blocked kernel applies to its results in registers.
+/// An activation a blocked kernel applies to its results.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     /// `x < 0 ? x · alpha : x`.
