@@ -1141,7 +1141,7 @@ macro_rules! blocked_kernel {
         }
 
         /// `sink`'s sigmoid or SiLU over `vectors` consecutive stored vectors at `out`, two at a
-        /// time. A kernel stores a run's plain sums, then sweeps them while they are in L1: in a
+        /// time. A kernel stores a run's plain sums, then sweeps them while they are in cache: in a
         /// tile's epilogue the sigmoid's dozen constants and temporaries share the 16 registers
         /// with the accumulators and spill (a 32→128 1×1 layer's sigmoid took 3.5 ns a vector
         /// there, 2.9 swept).
