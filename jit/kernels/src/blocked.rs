@@ -13,9 +13,12 @@
 //!
 //! Padding is never materialised: taps outside the input are skipped (a row's border pixels
 //! are computed one at a time with the taps that exist). Every output element adds its taps
-//! in the order (input channel, tap row, tap column) after the bias, whatever the ISA, tile or
-//! thread, so all variants give the same bits. The lanes of a last block past `C` hold zeros
-//! in every blocked tensor a kernel writes; readers never depend on them.
+//! in the order (input channel, tap row, tap column) after the bias, except in narrow tiles
+//! of a multi-tap layer, which add a whole input block in up to four sets of sums (channels
+//! taken in turn, see [`narrow_chains`]). Tiles depend on the block alone, and the scalar
+//! kernel takes the vector one's, so for a block every ISA and thread count gives the same
+//! bits (blocks of 8 and of 16 tile rows differently). The lanes of a last block past `C`
+//! hold zeros in every blocked tensor a kernel writes; readers never depend on them.
 //!
 //! Work is split into items (image, output block group or channel block, output row) and task
 //! `t` of `T` runs a contiguous run of them.
@@ -367,8 +370,9 @@ pub(crate) struct DenseRun {
 /// Sets of partial sums a tile of `accumulators` takes over each whole input block (the
 /// vector kernels and the scalar one alike): with fewer than 8 (a border pixel, a row's last
 /// few), each accumulator is one chain of dependent multiply-adds that waits out the FMA
-/// latency at every step; with input channels taken in turn by the sets, 8 independent sums
-/// are in flight. The sets are added in order at the block's end.
+/// latency at every step; with input channels taken in turn by the sets (1, 2 or 4: a divisor
+/// of every block), up to 8 independent sums are in flight. The sets are added in order at
+/// the block's end.
 pub(crate) const fn narrow_chains(accumulators: usize) -> usize {
     let chains = 8 / if accumulators > 0 { accumulators } else { 1 };
     if chains < 1 {
@@ -1237,7 +1241,7 @@ macro_rules! blocked_kernel {
         ) -> [[Vector; P]; OB] {
             // A constant of the tile's shape (as `t.chains`), so the sets stay in registers.
             let chains = crate::blocked::narrow_chains(OB * P);
-            debug_assert_eq!(chains, t.chains);
+            debug_assert!(chains == t.chains && LANES % chains == 0);
             let mut part = [[[zero(); P]; OB]; crate::blocked::MAX_CHAINS];
             part[0] = acc;
             // SAFETY: forwarded; every channel of the block and tap of the run is inside.
