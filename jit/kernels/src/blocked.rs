@@ -373,15 +373,8 @@ pub(crate) struct DenseRun {
 /// latency at every step; with input channels taken in turn by the sets (1, 2 or 4: a divisor
 /// of every block), up to 8 independent sums are in flight. The sets are added in order at
 /// the block's end.
-pub(crate) const fn narrow_chains(accumulators: usize) -> usize {
-    let chains = 8 / if accumulators > 0 { accumulators } else { 1 };
-    if chains < 1 {
-        1
-    } else if chains > MAX_CHAINS {
-        MAX_CHAINS
-    } else {
-        chains
-    }
+pub(crate) fn narrow_chains(accumulators: usize) -> usize {
+    (8 / accumulators.max(1)).clamp(1, MAX_CHAINS)
 }
 
 /// One output row of one channel block of a depthwise convolution, as raw pointers.
