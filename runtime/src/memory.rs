@@ -55,19 +55,42 @@ impl fmt::Display for GuardPages {
 /// own mapping.
 const HUGE_PAGE: usize = 2 << 20;
 
-/// Asks Linux to back bytes `start..start + len` of `mapping` with huge pages (advice only:
-/// without it, or elsewhere, the memory is the same, in small pages).
+/// A huge page's first touch that takes longer than this had the kernel compact memory to
+/// find it (a normal one, zeroing 2 MiB, takes about a quarter of a millisecond).
 #[cfg(target_os = "linux")]
-fn advise_huge_pages(mapping: &region::Allocation, start: usize, len: usize) {
-    // SAFETY: the range lies inside the mapping (`start + len` <= its length), whose pages
-    // this process owns; MADV_HUGEPAGE changes no contents.
+const HUGE_PAGE_STALL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Asks Linux to back bytes `start..start + len` of `mapping` with huge pages where they come
+/// cheap, and faults them in. Where `transparent_hugepage/defrag` is `madvise` (a common
+/// default) and memory is fragmented, the fault of an advised huge page compacts memory first:
+/// measured on a busy host, 5-13 ms per page, a 77 MB pool's filling a quarter of a second
+/// instead of 9 ms. So the pages are touched here, one by one and timed, and after the first
+/// stall the rest is advised back to small pages (about 1.4 µs a fault per 4 KiB). Advice only:
+/// the memory is the same, zeroed, in whichever pages.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(mapping: &mut region::Allocation, start: usize, len: usize) {
+    // SAFETY: every range below lies inside the mapping (`start + len` <= its length), whose
+    // pages this process owns and nothing else references yet; the advice changes no contents
+    // and the touches write the zero the fresh page already holds.
     unsafe {
-        libc::madvise(mapping.as_ptr::<u8>().add(start).cast_mut().cast(), len, libc::MADV_HUGEPAGE);
+        let base = mapping.as_mut_ptr::<u8>().add(start);
+        libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE);
+        for offset in (0..len).step_by(HUGE_PAGE) {
+            let touched = std::time::Instant::now();
+            base.add(offset).write_volatile(0);
+            if touched.elapsed() > HUGE_PAGE_STALL {
+                let rest = offset + HUGE_PAGE;
+                if rest < len {
+                    libc::madvise(base.add(rest).cast(), len - rest, libc::MADV_NOHUGEPAGE);
+                }
+                break;
+            }
+        }
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_: &region::Allocation, _: usize, _: usize) {}
+fn advise_huge_pages(_: &mut region::Allocation, _: usize, _: usize) {}
 
 /// The memory could not be had.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,11 +148,11 @@ impl Block {
                 // a fault per page to fill and a TLB miss per page to read (Linux maps huge
                 // pages where `transparent_hugepage` is `always` or `madvise`).
                 let total = len.checked_add(HUGE_PAGE.max(align)).ok_or_else(|| fail(None))?;
-                let mapping =
+                let mut mapping =
                     region::alloc(total, region::Protection::READ_WRITE).map_err(|e| fail(Some(e.to_string())))?;
                 let base = mapping.as_ptr::<u8>() as usize;
                 let start = base.next_multiple_of(HUGE_PAGE.max(align)) - base;
-                advise_huge_pages(&mapping, start, len);
+                advise_huge_pages(&mut mapping, start, len);
                 Ok(Block { storage: Storage::Mapped(mapping), start, len })
             }
             GuardPages::Off => {
