@@ -239,18 +239,47 @@ impl Items {
         self.geo.batch * self.groups * self.rows * self.chunks
     }
 
-    fn get(&self, item: usize) -> (usize, usize, usize, usize, usize) {
-        let per_image = self.groups * self.rows * self.chunks;
-        let (n, rest) = (item / per_image, item % per_image);
-        let (row_chunk, group) = if self.groups_outer {
-            (rest % (self.rows * self.chunks), rest / (self.rows * self.chunks))
+    /// Items `lo..hi` in order, as `(image, group, row, first pixel, pixels)`: the first one
+    /// decoded, the rest counted on (a division per item showed in small layers' profiles).
+    fn walk(&self, lo: usize, hi: usize) -> impl Iterator<Item = (usize, usize, usize, usize, usize)> + '_ {
+        // (At least 1: with no items, nothing below is used.)
+        let (groups, chunks, row_chunks) = (self.groups.max(1), self.chunks.max(1), (self.rows * self.chunks).max(1));
+        let (n, rest) = (lo / (groups * row_chunks), lo % (groups * row_chunks));
+        let (row_chunk, group) =
+            if self.groups_outer { (rest % row_chunks, rest / row_chunks) } else { (rest / groups, rest % groups) };
+        let mut at = (n, group, row_chunk / chunks, row_chunk % chunks);
+        (lo..hi).map(move |_| {
+            let (n, group, row, chunk) = at;
+            at = self.next(at);
+            let first = chunk * self.chunk;
+            (n, group, row, first, self.geo.out_w.saturating_sub(first).min(self.chunk))
+        })
+    }
+
+    /// The item after `(image, group, row, chunk)`.
+    fn next(&self, (n, group, row, chunk): (usize, usize, usize, usize)) -> (usize, usize, usize, usize) {
+        if self.groups_outer {
+            if chunk + 1 < self.chunks {
+                return (n, group, row, chunk + 1);
+            }
+            if row + 1 < self.rows {
+                return (n, group, row + 1, 0);
+            }
+            if group + 1 < self.groups {
+                return (n, group + 1, 0, 0);
+            }
         } else {
-            (rest / self.groups, rest % self.groups)
-        };
-        let (row, chunk) = (row_chunk / self.chunks, row_chunk % self.chunks);
-        let first = chunk * self.chunk;
-        let pixels = self.geo.out_w.saturating_sub(first).min(self.chunk);
-        (n, group, row, first, pixels)
+            if group + 1 < self.groups {
+                return (n, group + 1, row, chunk);
+            }
+            if chunk + 1 < self.chunks {
+                return (n, 0, row, chunk + 1);
+            }
+            if row + 1 < self.rows {
+                return (n, 0, row + 1, 0);
+            }
+        }
+        (n + 1, 0, 0, 0)
     }
 }
 
@@ -543,13 +572,15 @@ pub fn conv_share(
     let one_tap = (kh, kw) == (1, 1);
     let items = Items::new(conv, geo, w_len, x_len);
     let (lo, hi) = share(items.count(), tasks, task);
-    for item in lo..hi {
-        let (n, group, oy, first, pixels) = items.get(item);
+    // Per group size (1 to 3 blocks): the tile's pixels and the input channels per pass. The
+    // scalar kernel takes the vector one's tiles for the block: a tile's width sets its sets
+    // of sums, hence the bits.
+    let tile_isa = if b == block_for(Isa::Avx512) { Isa::Avx512 } else { Isa::Avx2Fma };
+    let per_size: [(usize, usize); 4] =
+        std::array::from_fn(|blocks| (dense_pixels(tile_isa, blocks), channel_chunk(conv, blocks)));
+    for (n, group, oy, first, pixels) in items.walk(lo, hi) {
         let (first_block, blocks) = block_group(geo.out_channels.div_ceil(b), group);
-        // The scalar kernel takes the vector one's tiles for the block: a tile's width sets its
-        // sets of sums, hence the bits.
-        let most = dense_pixels(if b == block_for(Isa::Avx512) { Isa::Avx512 } else { Isa::Avx2Fma }, blocks);
-        let chunk = channel_chunk(conv, blocks);
+        let (most, chunk) = per_size[blocks];
         let (r_lo, r_hi) = tap_rows(&geo, oy);
         let oc = first_block * b;
         for c0 in (0..geo.in_channels).step_by(chunk) {
@@ -935,14 +966,17 @@ pub(crate) use blocked_finish;
 /// blocked output's whole blocks).
 #[cfg(target_arch = "x86_64")]
 macro_rules! each_vector {
-    ($acc:expr, $base:expr, $os:expr, $sink:expr, |$v:ident, $at:ident| $value:expr) => {
+    ($acc:expr, $base:expr, $os:expr, $sink:expr, |$v:ident, $at:ident| $value:expr) => {{
+        // Copied out: stored through a raw pointer, the fields would be read again after
+        // every store.
+        let (out, channel, pixel) = ($sink.out, $os.channel, $os.pixel);
         for (ob, row) in $acc.iter().enumerate() {
             for (p, &$v) in row.iter().enumerate() {
-                let $at = $base + ob * $os.channel + p * $os.pixel;
-                store_n($sink.out.add($at), $value, LANES);
+                let $at = $base + ob * channel + p * pixel;
+                store_n(out.add($at), $value, LANES);
             }
         }
-    };
+    }};
 }
 
 /// Sets of partial sums a narrow tile keeps at most (see [`narrow_chains`]).
