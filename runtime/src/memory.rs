@@ -57,7 +57,6 @@ const HUGE_PAGE: usize = 2 << 20;
 
 /// A huge page's first touch that takes longer than this had the kernel compact memory to
 /// find it (a normal one, zeroing 2 MiB, takes about a quarter of a millisecond).
-#[cfg(target_os = "linux")]
 const HUGE_PAGE_STALL: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Asks Linux to back bytes `start..start + len` of `mapping` with huge pages where they come
@@ -65,10 +64,10 @@ const HUGE_PAGE_STALL: std::time::Duration = std::time::Duration::from_millis(1)
 /// default) and memory is fragmented, the fault of an advised huge page compacts memory first:
 /// measured on a busy host, 5-13 ms per page, a 77 MB pool's filling a quarter of a second
 /// instead of 9 ms. So the pages are touched here, one by one and timed, and after the first
-/// stall the rest is advised back to small pages (about 1.4 µs a fault per 4 KiB). Advice only:
-/// the memory is the same, zeroed, in whichever pages.
+/// stall (a touch over `stall`) the rest is advised back to small pages (about 1.4 µs a fault
+/// per 4 KiB). Advice only: the memory is the same, zeroed, in whichever pages.
 #[cfg(target_os = "linux")]
-fn advise_huge_pages(mapping: &mut region::Allocation, start: usize, len: usize) {
+fn advise_huge_pages(mapping: &mut region::Allocation, start: usize, len: usize, stall: std::time::Duration) {
     // SAFETY: every range below lies inside the mapping (`start + len` <= its length), whose
     // pages this process owns and nothing else references yet; the advice changes no contents
     // and the touches write the zero the fresh page already holds.
@@ -78,7 +77,7 @@ fn advise_huge_pages(mapping: &mut region::Allocation, start: usize, len: usize)
         for offset in (0..len).step_by(HUGE_PAGE) {
             let touched = std::time::Instant::now();
             base.add(offset).write_volatile(0);
-            if touched.elapsed() > HUGE_PAGE_STALL {
+            if touched.elapsed() > stall {
                 let rest = offset + HUGE_PAGE;
                 if rest < len {
                     libc::madvise(base.add(rest).cast(), len - rest, libc::MADV_NOHUGEPAGE);
@@ -90,7 +89,7 @@ fn advise_huge_pages(mapping: &mut region::Allocation, start: usize, len: usize)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_: &mut region::Allocation, _: usize, _: usize) {}
+fn advise_huge_pages(_: &mut region::Allocation, _: usize, _: usize, _: std::time::Duration) {}
 
 /// The memory could not be had.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -152,7 +151,7 @@ impl Block {
                     region::alloc(total, region::Protection::READ_WRITE).map_err(|e| fail(Some(e.to_string())))?;
                 let base = mapping.as_ptr::<u8>() as usize;
                 let start = base.next_multiple_of(HUGE_PAGE.max(align)) - base;
-                advise_huge_pages(&mut mapping, start, len);
+                advise_huge_pages(&mut mapping, start, len, HUGE_PAGE_STALL);
                 Ok(Block { storage: Storage::Mapped(mapping), start, len })
             }
             GuardPages::Off => {
@@ -263,6 +262,21 @@ mod tests {
         assert_eq!(end % page, 0, "an end-flush block ends at a page boundary");
         let b = Block::zeroed(100, 64, GuardPages::Start, "test").unwrap();
         assert_eq!(b.bytes().as_ptr() as usize % page, 0, "a start-flush block starts at a page boundary");
+    }
+
+    #[test]
+    fn huge_pages_given_up_after_a_stall_leave_the_memory_zeroed_and_writable() {
+        // Every touch counts as a stall: the first huge page is kept, the rest advised back.
+        let len = 4 * HUGE_PAGE + 100;
+        let mut mapping = region::alloc(len + HUGE_PAGE, region::Protection::READ_WRITE).unwrap();
+        let base = mapping.as_ptr::<u8>() as usize;
+        let start = base.next_multiple_of(HUGE_PAGE) - base;
+        advise_huge_pages(&mut mapping, start, len, std::time::Duration::ZERO);
+        // SAFETY: `start..start + len` lies inside the mapping, which nothing else references.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(mapping.as_mut_ptr::<u8>().add(start), len) };
+        assert!(bytes.iter().all(|&b| b == 0));
+        bytes.fill(3);
+        assert!(bytes.iter().all(|&b| b == 3));
     }
 
     #[test]
