@@ -250,3 +250,51 @@ fn prelu_fuses_only_as_the_importer_writes_it() {
         assert!(groups.len() > 1, "{groups:?}");
     }
 }
+
+/// GELU as exporters write it (`Div(v, √2)`, `Erf`, `Add(·, 1)`, `Mul(v, ·)`, `Mul(·, ½)`, or
+/// `Mul(v, 1/√2)` first) fuses into the convolution producing `v` as one Gelu step; another
+/// constant, or an intermediate read elsewhere too, is not that pattern and stays apart.
+#[test]
+fn gelu_fuses_only_as_exporters_write_it() {
+    use heron_ir::lower::{Epilogue, fuse};
+    let build = |divide: bool, scale: f32, sum_read_twice: bool| {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
+        let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32; 6]).unwrap());
+        let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+        let scalar =
+            |g: &mut Graph, name: &str, value: f32| g.add_constant(name, Tensor::from_vec(&[], vec![value]).unwrap());
+        let s = scalar(&mut g, "s", scale);
+        let (one, half) = (scalar(&mut g, "one", 1.0), scalar(&mut g, "half", 0.5));
+        let scaled = if divide {
+            g.add_op("div", Op::Binary(BinaryOp::Div), &[v, s]).unwrap()
+        } else {
+            g.add_op("mul0", Op::Binary(BinaryOp::Mul), &[s, v]).unwrap()
+        };
+        let e = g.add_op("erf", Op::Unary(UnaryOp::Erf), &[scaled]).unwrap();
+        let sum = g.add_op("add", Op::Binary(BinaryOp::Add), &[one, e]).unwrap();
+        let product = g.add_op("mul1", Op::Binary(BinaryOp::Mul), &[v, sum]).unwrap();
+        let y = g.add_op("mul2", Op::Binary(BinaryOp::Mul), &[product, half]).unwrap();
+        let mut outputs = vec![y];
+        if sum_read_twice {
+            outputs.push(g.add_op("again", Op::Unary(UnaryOp::Neg), &[sum]).unwrap());
+        }
+        g.set_outputs(outputs);
+        g
+    };
+    for g in [build(true, std::f32::consts::SQRT_2, false), build(false, std::f32::consts::FRAC_1_SQRT_2, false)] {
+        let groups = fuse(&g);
+        assert_eq!(groups.len(), 1, "{groups:?}");
+        assert_eq!(groups[0].epilogue, [Epilogue::Unary(UnaryOp::Gelu)]);
+        assert_eq!(groups[0].fused.len(), 5);
+    }
+    for g in [
+        build(true, 1.5, false),
+        build(false, std::f32::consts::SQRT_2, false),
+        build(true, std::f32::consts::SQRT_2, true),
+    ] {
+        let groups = fuse(&g);
+        assert!(groups.iter().all(|group| !group.epilogue.contains(&Epilogue::Unary(UnaryOp::Gelu))), "{groups:?}");
+        assert!(groups.len() > 1, "{groups:?}");
+    }
+}

@@ -1,12 +1,12 @@
 //! The elementwise pass of the CPU target: a function that is one perfect nest storing
-//! `out[i0, .., in] = f(loads...)` where `f` takes an `exp` or a sigmoid — SiLU, sigmoid, a
-//! squeeze-excitation gate — becomes a call of the kernels' elementwise routine
+//! `out[i0, .., in] = f(loads...)` where `f` takes an `exp`, a sigmoid, `tanh` or `erf` — SiLU,
+//! sigmoid, a squeeze-excitation gate, GELU — becomes a call of the kernels' elementwise routine
 //! (`call extern "heron_map_f32"(...)`, shown at `--stage target`), which evaluates `f` as a
 //! small program on full-width vectors (`heron_kernels::elementwise`). `f` may read up to three
 //! f32 buffers, each either element for element (the output's shape) or one value per row of a
 //! `rows × cols` view of the output (trailing axes broadcast: a per-channel value over a
-//! plane), up to four literals, and `+ - × ÷ min max`, `exp`, `sigmoid`, `sqrt`, `abs`; any
-//! other function stays generated code.
+//! plane), up to four literals, and `+ - × ÷ min max`, `exp`, `sigmoid`, `tanh`, `erf`, `sqrt`,
+//! `abs`; any other function stays generated code.
 
 use heron_ir::DType;
 use heron_ir::loop_ir::{
@@ -74,17 +74,6 @@ impl<K: PartialEq> Builder<'_, K> {
                 }
                 self.push(select)
             }
-            // `tanh x = 2·sigmoid(2x) − 1`.
-            Expr::Math { op: MathOp::Tanh, arg } => {
-                self.expr(arg)?;
-                self.constant(2.0)?;
-                self.push(MapOp::Mul)?;
-                self.push(MapOp::Sigmoid)?;
-                self.constant(2.0)?;
-                self.push(MapOp::Mul)?;
-                self.constant(1.0)?;
-                self.push(MapOp::Sub)
-            }
             Expr::Binary { op, lhs, rhs } => {
                 let op = match op {
                     BinOp::Add => MapOp::Add,
@@ -107,6 +96,8 @@ impl<K: PartialEq> Builder<'_, K> {
                 let op = match op {
                     MathOp::Exp => MapOp::Exp,
                     MathOp::Sigmoid => MapOp::Sigmoid,
+                    MathOp::Tanh => MapOp::Tanh,
+                    MathOp::Erf => MapOp::Erf,
                     MathOp::Sqrt => MapOp::Sqrt,
                     MathOp::Abs => MapOp::Abs,
                     _ => return None,
@@ -223,7 +214,7 @@ pub(crate) fn match_map(f: &PrimFunc) -> Option<MapPlan> {
     let (ops, consts, inputs) = (builder.ops, builder.consts, builder.inputs);
     // Arithmetic alone runs as fast in generated code, whose values stay in registers; the
     // routine's stack machine wins where `exp` is (SiLU: measured 4x).
-    let transcendental = ops.iter().any(|op| matches!(op, MapOp::Exp | MapOp::Sigmoid));
+    let transcendental = ops.iter().any(|op| op.is_transcendental());
     if inputs.is_empty() || !transcendental {
         return None;
     }

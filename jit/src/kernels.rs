@@ -41,7 +41,7 @@ use heron_kernels::abi::{
 };
 use heron_kernels::blocked::{BlockedConv, Layout};
 use heron_kernels::conv::{Activation, Conv2d, ConvEpilogue, conv2d_share};
-use heron_kernels::elementwise::{MapOp, Operand, Program, Tail, TailOperand, map_share};
+use heron_kernels::elementwise::{Operand, Program, Tail, TailOperand, map_share};
 
 use crate::elementwise::TailInput;
 use heron_kernels::gemm;
@@ -128,6 +128,7 @@ pub(crate) enum Found {
 /// ([`crate::blocking`]).
 pub fn use_kernels(module: &mut Module, config: KernelConfig) {
     let Some(main_index) = module.funcs.iter().position(|f| f.name == MAIN) else { return };
+    inline_scalar_constants(module, main_index);
     let main = &module.funcs[main_index];
     let found: Vec<(usize, Found)> = module
         .funcs
@@ -160,6 +161,53 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
     let main = &mut module.funcs[main_index];
     for b in blocked_tensors {
         main.layout_transforms.insert(b, crate::blocking::blocked_map(block));
+    }
+}
+
+/// Reads of a one-element f32 constant (GELU's `√2`, `1` and `½` as exported: initializers, not
+/// attributes) become literals in each function called once: the elementwise routine takes
+/// literals but not scalar buffers, and generated code keeps a literal in a register.
+fn inline_scalar_constants(module: &mut Module, main_index: usize) {
+    let (before, rest) = module.funcs.split_at_mut(main_index);
+    let (main, after) = rest.split_first_mut().expect("main is in the module");
+    // One walk of `main` (a model may hold tens of thousands of constants and functions): the
+    // one-element f32 constants' values, and each function's call count and first call's
+    // arguments.
+    let mut scalars: HashMap<BufferId, f64> = HashMap::new();
+    let mut calls: HashMap<String, (usize, Vec<Arg>)> = HashMap::new();
+    main.body.walk(&mut |s| match s {
+        Stmt::AllocateConst { buffer, data, .. } if data.dtype() == DType::F32 && data.len() == 1 => {
+            scalars.insert(*buffer, data.to_f64_vec()[0]);
+        }
+        Stmt::Evaluate(Call { callee: Callee::Func(name), args }) => {
+            calls.entry(name.clone()).or_insert_with(|| (0, args.clone())).0 += 1;
+        }
+        _ => {}
+    });
+    for f in before.iter_mut().chain(after) {
+        let Some((1, args)) = calls.get(&f.name) else { continue };
+        if f.target.is_some() {
+            continue;
+        }
+        let inlined: HashMap<BufferId, f64> = f
+            .params
+            .iter()
+            .zip(args)
+            .filter_map(|(&p, a)| match a {
+                Arg::Buffer(b) => scalars.get(b).map(|&v| (p, v)),
+                _ => None,
+            })
+            .collect();
+        if inlined.is_empty() {
+            continue;
+        }
+        let body = std::mem::replace(&mut f.body, Stmt::Seq(Vec::new()));
+        f.body = body.map_exprs(&mut |e| {
+            e.map(&mut |e| match e {
+                Expr::Load { buffer, .. } if let Some(&v) = inlined.get(&buffer) => Expr::float(v, DType::F32),
+                other => other,
+            })
+        });
     }
 }
 
@@ -1013,7 +1061,7 @@ fn apply(
     // output, after every task of the kernel.
     let planar_map = match (&plan.kernel, &generic, routine) {
         (Kernel::Conv { geo, .. }, Some(e), CONV2D_F32) => tail_of(f, e, plan.acc, out, &plan.out_loops)
-            .filter(|(program, _)| program.ops().iter().any(|op| matches!(op, MapOp::Exp | MapOp::Sigmoid)))
+            .filter(|(program, _)| program.ops().iter().any(|op| op.is_transcendental()))
             // The routine's per-row values are per plane: per channel only for one image.
             .filter(|(_, operands)| geo.batch == 1 || operands.iter().all(|(_, k)| *k == TailOperand::Full))
             .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, false))

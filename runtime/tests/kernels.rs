@@ -136,9 +136,10 @@ fn agrees_with_the_interpreter_on_1_and_2_threads(model: &Model, input: &heron_i
 }
 
 /// Activations after blocked convolutions run inside the kernel: LeakyReLU and hard-swish in
-/// registers (and HardSigmoid, a sigmoid and SiLU, a Sigmoid and a Mul), ELU and PReLU (a
-/// Less, a Mul by a per-channel slope and a Where) as the kernel's tail program, so no pass of
-/// generated code goes over the blocked tensors after them. Channel counts end inside a block; the chain (a first
+/// registers (and HardSigmoid, a sigmoid and SiLU, a Sigmoid and a Mul), ELU, PReLU (a Less, a
+/// Mul by a per-channel slope and a Where), tanh and GELU (five nodes reading scalar
+/// constants) as the kernel's tail program, so no pass of generated code goes over the
+/// blocked tensors after them. Channel counts end inside a block; the chain (a first
 /// strided layer on the planar input, pointwise, depthwise, pointwise) matches the interpreter
 /// on 1 and 2 threads, with infinities and NaN among the inputs.
 #[test]
@@ -160,8 +161,20 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         let scaled = g.add_op(format!("{name}_scaled"), Op::Binary(BinaryOp::Mul), &[v, slope]).unwrap();
         g.add_op(name, Op::Where, &[negative, scaled, v]).unwrap()
     };
+    // GELU as exporters write it: x · (1 + erf(x / √2)) · ½, the constants scalar tensors.
+    let gelu = |g: &mut Graph, name: String, v: ValueId| {
+        let scalar = |g: &mut Graph, what: &str, value: f32| {
+            g.add_constant(format!("{name}_{what}"), Tensor::from_vec(&[], vec![value]).unwrap())
+        };
+        let (root2, one, half) = (scalar(g, "root2", 1.414_213_5), scalar(g, "one", 1.0), scalar(g, "half", 0.5));
+        let scaled = g.add_op(format!("{name}_scaled"), Op::Binary(BinaryOp::Div), &[v, root2]).unwrap();
+        let erf = g.add_op(format!("{name}_erf"), Op::Unary(UnaryOp::Erf), &[scaled]).unwrap();
+        let sum = g.add_op(format!("{name}_sum"), Op::Binary(BinaryOp::Add), &[erf, one]).unwrap();
+        let product = g.add_op(format!("{name}_product"), Op::Binary(BinaryOp::Mul), &[v, sum]).unwrap();
+        g.add_op(name, Op::Binary(BinaryOp::Mul), &[product, half]).unwrap()
+    };
     type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
-    let activations: [(&str, Build); 7] = [
+    let activations: [(&str, Build); 9] = [
         ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 }))),
         ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish)))),
         ("Sigmoid", Box::new(one(Op::Unary(UnaryOp::Sigmoid)))),
@@ -169,6 +182,8 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         ("Elu", Box::new(one(Op::Activation(Activation::Elu { alpha: 0.7 })))),
         ("HardSigmoid", Box::new(one(Op::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 })))),
         ("PRelu", Box::new(prelu)),
+        ("Tanh", Box::new(one(Op::Unary(UnaryOp::Tanh)))),
+        ("GELU", Box::new(gelu)),
     ];
     for (name, activation) in activations {
         let mut g = Graph::new();

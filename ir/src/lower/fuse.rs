@@ -95,6 +95,13 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                     cur = graph.nodes[mul].outputs[0];
                     continue;
                 }
+                if let Some(nodes) = gelu(graph, &consumers, &uses, &is_output, &absorbed, cur) {
+                    group.epilogue.push(Epilogue::Unary(UnaryOp::Gelu));
+                    group.fused.extend(nodes);
+                    nodes.iter().for_each(|&n| absorbed[n] = true);
+                    cur = graph.nodes[nodes[4]].outputs[0];
+                    continue;
+                }
                 if let Some(prelu) = prelu(graph, &consumers, &uses, &is_output, &absorbed, cur) {
                     // The slope must exist before the anchor runs.
                     if producers[prelu.slope.0].is_none_or(|p| p < i) {
@@ -239,4 +246,74 @@ fn silu(
         && m.outputs.len() == 1
         && graph.ty(m.outputs[0]) == graph.ty(v);
     ok.then_some((sigmoid, mul))
+}
+
+/// GELU on `v` as exporters write `x · ½ · (1 + erf(x / √2))` (opsets before Gelu's 20):
+/// `Div(v, √2)` (or `Mul(v, 1/√2)`) → `Erf` → `Add(·, 1)` → `Mul(v, ·)` → `Mul(·, ½)`, operands
+/// of the adds and products in either order, the constants one-element f32 tensors (√2 and
+/// its inverse within 1e-6), `v`'s only consumers the first and fourth node, every
+/// intermediate read once and no graph output, all f32, shaped like `v` and unfused; the five
+/// nodes' indices in that order.
+fn gelu(
+    graph: &Graph,
+    consumers: &[Vec<usize>],
+    uses: &[usize],
+    is_output: &[bool],
+    absorbed: &[bool],
+    v: ValueId,
+) -> Option<[usize; 5]> {
+    if uses[v.0] != 2 || consumers[v.0].len() != 2 || graph.ty(v).dtype != DType::F32 {
+        return None;
+    }
+    let scalar =
+        |x: ValueId| graph.constant(x).filter(|t| t.len() == 1 && t.dtype() == DType::F32).map(|t| t.to_f64_vec()[0]);
+    let near = |x: ValueId, want: f64| scalar(x).is_some_and(|c| (c - want).abs() <= 1e-6);
+    // The other operand of a binary node `n` of kind `op` that reads `x`.
+    let other = |n: usize, op: BinaryOp, x: ValueId| -> Option<ValueId> {
+        let node = &graph.nodes[n];
+        match node.inputs[..] {
+            _ if node.op != Op::Binary(op) => None,
+            [a, b] if a == x && b != x => Some(b),
+            [a, b] if b == x && a != x && op == BinaryOp::Mul => Some(a),
+            _ => None,
+        }
+    };
+    // The single consumer of `x`, when `x` is an intermediate read once.
+    let next = |x: ValueId| (uses[x.0] == 1 && !is_output[x.0] && consumers[x.0].len() == 1).then(|| consumers[x.0][0]);
+    let scaled = |n: usize| {
+        other(n, BinaryOp::Div, v).is_some_and(|c| near(c, std::f64::consts::SQRT_2))
+            || other(n, BinaryOp::Mul, v).is_some_and(|c| near(c, std::f64::consts::FRAC_1_SQRT_2))
+    };
+    let (&first, &second) = (consumers[v.0].first()?, consumers[v.0].get(1)?);
+    let (div, mul) = if scaled(first) { (first, second) } else { (second, first) };
+    if !scaled(div) {
+        return None;
+    }
+    let erf = next(graph.nodes[div].outputs[0])?;
+    if graph.nodes[erf].op != Op::Unary(UnaryOp::Erf) {
+        return None;
+    }
+    let e = graph.nodes[erf].outputs[0];
+    let add = next(e)?;
+    let one = match graph.nodes[add].inputs[..] {
+        [a, b] if a == e => b,
+        [a, b] if b == e => a,
+        _ => return None,
+    };
+    if graph.nodes[add].op != Op::Binary(BinaryOp::Add) || scalar(one) != Some(1.0) {
+        return None;
+    }
+    let sum = graph.nodes[add].outputs[0];
+    if other(mul, BinaryOp::Mul, v) != Some(sum) || next(sum) != Some(mul) {
+        return None;
+    }
+    let product = graph.nodes[mul].outputs[0];
+    let half = next(product)?;
+    if other(half, BinaryOp::Mul, product).and_then(scalar) != Some(0.5) {
+        return None;
+    }
+    let nodes = [div, erf, add, mul, half];
+    let ok = nodes.iter().all(|&n| !absorbed[n] && graph.nodes[n].outputs.len() == 1)
+        && nodes.iter().all(|&n| graph.ty(graph.nodes[n].outputs[0]) == graph.ty(v));
+    ok.then_some(nodes)
 }

@@ -1,7 +1,8 @@
 //! Elementwise functions at the full vector width. Generated code computes activations such as
 //! SiLU (`x · sigmoid(x)`), hard-swish or a squeeze-excitation scale four lanes at a time;
 //! here a small [`Program`] (a stack machine over at most [`MAX_INPUTS`] inputs and
-//! [`MAX_CONSTS`] constants) runs on blocks of four vectors of 16 (AVX-512) or 8 (AVX2) lanes.
+//! [`MAX_CONSTS`] constants) runs on blocks of 64 elements: four vectors of 16 lanes (AVX-512)
+//! or eight of 8 (AVX2), each operation dispatched once per block.
 //!
 //! The output is `rows × cols`, row-major. An input is either the same shape ([`Operand::Full`])
 //! or one value per row broadcast along it ([`Operand::PerRow`]: a per-channel scale over a
@@ -29,6 +30,11 @@ pub enum MapOp {
     Sqrt,
     Exp,
     Sigmoid,
+    /// `tanh`: an odd polynomial below 0.625, `1 − 2·sigmoid(−2|x|)` above.
+    Tanh,
+    /// The error function: an odd polynomial below 1, Abramowitz and Stegun's 7.1.26 above
+    /// (GELU's `x · (1 + erf(x / √2)) / 2`).
+    Erf,
     Add,
     Sub,
     Mul,
@@ -43,6 +49,12 @@ pub enum MapOp {
 }
 
 impl MapOp {
+    /// Whether it is one of the functions the routine computes faster than generated code
+    /// (which has only 128-bit vectors and keeps arithmetic alone in registers as well).
+    pub fn is_transcendental(self) -> bool {
+        matches!(self, MapOp::Exp | MapOp::Sigmoid | MapOp::Tanh | MapOp::Erf)
+    }
+
     fn code(self) -> u8 {
         match self {
             MapOp::Input(k) => 0x10 | k,
@@ -52,6 +64,8 @@ impl MapOp {
             MapOp::Sqrt => 0x32,
             MapOp::Exp => 0x33,
             MapOp::Sigmoid => 0x34,
+            MapOp::Tanh => 0x35,
+            MapOp::Erf => 0x36,
             MapOp::Add => 0x40,
             MapOp::Sub => 0x41,
             MapOp::Mul => 0x42,
@@ -72,6 +86,8 @@ impl MapOp {
             0x32 => MapOp::Sqrt,
             0x33 => MapOp::Exp,
             0x34 => MapOp::Sigmoid,
+            0x35 => MapOp::Tanh,
+            0x36 => MapOp::Erf,
             0x40 => MapOp::Add,
             0x41 => MapOp::Sub,
             0x42 => MapOp::Mul,
@@ -88,7 +104,7 @@ impl MapOp {
     fn arity(self) -> (usize, usize) {
         match self {
             MapOp::Input(_) | MapOp::Const(_) => (0, 1),
-            MapOp::Neg | MapOp::Abs | MapOp::Sqrt | MapOp::Exp | MapOp::Sigmoid => (1, 1),
+            MapOp::Neg | MapOp::Abs | MapOp::Sqrt | MapOp::Exp | MapOp::Sigmoid | MapOp::Tanh | MapOp::Erf => (1, 1),
             MapOp::LessSelect | MapOp::LessEqSelect => (4, 1),
             _ => (2, 1),
         }
@@ -361,6 +377,8 @@ pub(crate) unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_
                 MapOp::Sqrt => stack[sp - 1] = stack[sp - 1].sqrt(),
                 MapOp::Exp => stack[sp - 1] = scalar::exp(stack[sp - 1]),
                 MapOp::Sigmoid => stack[sp - 1] = scalar::sigmoid(stack[sp - 1]),
+                MapOp::Tanh => stack[sp - 1] = scalar::tanh(stack[sp - 1]),
+                MapOp::Erf => stack[sp - 1] = scalar::erf(stack[sp - 1]),
                 MapOp::LessSelect | MapOp::LessEqSelect => {
                     let [a, b, then, otherwise] = [stack[sp - 4], stack[sp - 3], stack[sp - 2], stack[sp - 1]];
                     sp -= 3;
@@ -448,6 +466,57 @@ pub(crate) mod scalar {
         numerator / (BIAS_SCALE + biased)
     }
 
+    /// Below this `|x|`, `tanh x = x + x·z·P(z)`, `z = x²` ([`TANH_POLY`]); above it,
+    /// `1 − 2·sigmoid(−2|x|)` (the sigmoid's table-driven exponential, cheaper than `exp`'s),
+    /// whose subtraction no longer cancels.
+    pub(super) const TANH_SMALL: f32 = 0.625;
+    /// Cephes' `tanhf` polynomial, highest power first: within 1.2e-8 of `tanh`, relative, below
+    /// [`TANH_SMALL`] (in f64; f32 steps add a few units in the last place).
+    pub(super) const TANH_POLY: [f32; 5] =
+        [-5.704_988_7e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1];
+    /// Below this `|x|`, `erf x = x · T(x²)` ([`ERF_POLY`]); above it, Abramowitz and Stegun's
+    /// 7.1.26, `1 − t·P(t)·e^-x²` with `t = 1 / (1 + ERF_T·|x|)`, whose absolute error (1.5e-7)
+    /// is small against `erf x >= 0.84` there.
+    pub(super) const ERF_SMALL: f32 = 1.0;
+    /// Cephes' `erff` polynomial, highest power first: within 1.8e-7 of `erf`, relative, below
+    /// [`ERF_SMALL`] (f32 steps, measured).
+    pub(super) const ERF_POLY: [f32; 7] = [
+        7.853_861_4e-5,
+        -8.010_193_6e-4,
+        5.188_327_7e-3,
+        -2.685_381_2e-2,
+        1.128_358_5e-1,
+        -3.761_262_6e-1,
+        1.128_379_2,
+    ];
+    /// Abramowitz and Stegun's 7.1.26: `t`'s coefficient and the polynomial `P(t)`, highest
+    /// power first (its constant term is 0: the polynomial is multiplied by `t`).
+    pub(super) const ERF_T: f32 = 0.327_591_1;
+    pub(super) const ERF_TAIL: [f32; 5] = [1.061_405_4, -1.453_152_1, 1.421_413_8, -0.284_496_72, 0.254_829_6];
+
+    /// `tanh x` (see [`TANH_SMALL`]), the sign of `x` restored at the end (−0 stays −0).
+    pub(crate) fn tanh(x: f32) -> f32 {
+        let a = x.abs();
+        let large = (-2.0f32).mul_add(sigmoid(-(a + a)), 1.0);
+        let z = x * x;
+        let p = TANH_POLY[1..].iter().fold(TANH_POLY[0], |p, &c| p.mul_add(z, c));
+        let small = (p * z).mul_add(a, a);
+        let r = if a < TANH_SMALL { small } else { large };
+        if x.is_sign_negative() { -r } else { r }
+    }
+
+    /// `erf x` (see [`ERF_SMALL`]), the sign of `x` restored at the end.
+    pub(crate) fn erf(x: f32) -> f32 {
+        let a = x.abs();
+        let z = x * x;
+        let small = a * ERF_POLY[1..].iter().fold(ERF_POLY[0], |p, &c| p.mul_add(z, c));
+        let t = 1.0 / ERF_T.mul_add(a, 1.0);
+        let q = ERF_TAIL[1..].iter().fold(ERF_TAIL[0], |q, &c| q.mul_add(t, c));
+        let large = (-(q * t)).mul_add(exp(-z), 1.0);
+        let r = if a < ERF_SMALL { small } else { large };
+        if x.is_sign_negative() { -r } else { r }
+    }
+
     /// `2^SIGMOID_BIAS`.
     pub(super) const BIAS_SCALE: f32 = f32::from_bits(((127 + SIGMOID_BIAS) as u32) << 23);
 
@@ -512,20 +581,24 @@ pub(crate) mod scalar {
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::scalar::{BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO};
+    use super::scalar::{
+        BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, ERF_POLY, ERF_SMALL, ERF_T, ERF_TAIL, HI, LO, MAGIC, POLY,
+        SIGMOID_LO, TANH_POLY, TANH_SMALL,
+    };
     use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
 
-    /// Evaluates `program` on `len` elements, four vectors of `$lanes` at a time, with this
-    /// ISA's operations (module `$ops`).
+    /// Evaluates `program` on `len` elements, a block of [`BLOCK`] (vectors of `$lanes`) at a
+    /// time, with this ISA's operations (module `$ops`); the stack lives across blocks (zeroing
+    /// it per block, and blocks of four 8-lane vectors, cost a third of a copy's time).
     macro_rules! evaluator {
         ($name:ident, $feature:literal, $lanes:literal, $ops:ident) => {
             #[target_feature(enable = $feature)]
             pub(super) unsafe fn $name(program: &Program, sources: [Source; 3], out: *mut f32, len: usize) {
-                const VECTORS: usize = BLOCK / 16;
+                const VECTORS: usize = BLOCK / $lanes;
                 let mut at = 0;
+                let mut stack = [[$ops::zero(); VECTORS]; MAX_DEPTH];
                 while at < len {
                     let n = (len - at).min(VECTORS * $lanes);
-                    let mut stack = [[$ops::zero(); VECTORS]; MAX_DEPTH];
                     let mut sp = 0;
                     for &op in program.ops() {
                         match op {
@@ -551,6 +624,8 @@ pub(crate) mod x86 {
                             }
                             MapOp::Exp => stack[sp - 1] = $ops::exp(stack[sp - 1]),
                             MapOp::Sigmoid => stack[sp - 1] = $ops::sigmoid(stack[sp - 1]),
+                            MapOp::Tanh => stack[sp - 1] = $ops::tanh(stack[sp - 1]),
+                            MapOp::Erf => stack[sp - 1] = $ops::erf(stack[sp - 1]),
                             MapOp::LessSelect | MapOp::LessEqSelect => {
                                 sp -= 3;
                                 for v in 0..VECTORS {
@@ -628,6 +703,42 @@ pub(crate) mod x86 {
                 }
                 out
             }
+            /// `tanh` on a block of vectors: the scalar code's steps.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            pub(super) fn tanh<const N: usize>(x: [$v; N]) -> [$v; N] {
+                let a = x.map(|x| abs(x));
+                let s = sigmoid(a.map(|a| neg(add(a, a))));
+                let mut out = x;
+                for v in 0..N {
+                    let large = fnmadd(splat(2.0), s[v], splat(1.0));
+                    let z = mul(x[v], x[v]);
+                    let p = TANH_POLY[1..].iter().fold(splat(TANH_POLY[0]), |p, &c| fmadd(p, z, splat(c)));
+                    let small = fmadd(mul(p, z), a[v], a[v]);
+                    let r = select(lt(a[v], splat(TANH_SMALL)), small, large);
+                    out[v] = if_sign(x[v], neg(r), r);
+                }
+                out
+            }
+            /// `erf` on a block of vectors: the scalar code's steps.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            pub(super) fn erf<const N: usize>(x: [$v; N]) -> [$v; N] {
+                let z = x.map(|x| mul(x, x));
+                let e = exp(z.map(|z| neg(z)));
+                let mut out = x;
+                for v in 0..N {
+                    let a = abs(x[v]);
+                    let p = ERF_POLY[1..].iter().fold(splat(ERF_POLY[0]), |p, &c| fmadd(p, z[v], splat(c)));
+                    let small = mul(a, p);
+                    let t = div(splat(1.0), fmadd(splat(ERF_T), a, splat(1.0)));
+                    let q = ERF_TAIL[1..].iter().fold(splat(ERF_TAIL[0]), |q, &c| fmadd(q, t, splat(c)));
+                    let large = fnmadd(mul(q, t), e[v], splat(1.0));
+                    let r = select(lt(a, splat(ERF_SMALL)), small, large);
+                    out[v] = if_sign(x[v], neg(r), r);
+                }
+                out
+            }
             /// `e^x` on `N` vectors, each step over all of them so that their dependency chains
             /// overlap.
             #[inline]
@@ -679,7 +790,10 @@ pub(crate) mod x86 {
     pub(crate) mod z {
         use std::arch::x86_64::*;
 
-        use super::{BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO};
+        use super::{
+            BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, ERF_POLY, ERF_SMALL, ERF_T, ERF_TAIL, HI, LO, MAGIC,
+            POLY, SIGMOID_LO, TANH_POLY, TANH_SMALL,
+        };
 
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -835,7 +949,10 @@ pub(crate) mod x86 {
     pub(crate) mod y {
         use std::arch::x86_64::*;
 
-        use super::{BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, HI, LO, MAGIC, POLY, SIGMOID_LO};
+        use super::{
+            BIAS_SCALE, C1, C2, EIGHTHS_BIASED, EIGHTHS_POLY, ERF_POLY, ERF_SMALL, ERF_T, ERF_TAIL, HI, LO, MAGIC,
+            POLY, SIGMOID_LO, TANH_POLY, TANH_SMALL,
+        };
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]

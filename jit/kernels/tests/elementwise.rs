@@ -20,13 +20,15 @@ fn reference(program: &Program, consts: &[f32], inputs: &[f64]) -> f64 {
         match op {
             Input(k) => stack.push(inputs[usize::from(k)]),
             Const(k) => stack.push(f64::from(consts[usize::from(k)])),
-            Neg | Abs | Sqrt | Exp | Sigmoid => {
+            Neg | Abs | Sqrt | Exp | Sigmoid | Tanh | Erf => {
                 let x = stack.pop().unwrap();
                 stack.push(f32_result(match op {
                     Neg => -x,
                     Abs => x.abs(),
                     Sqrt => x.sqrt(),
                     Exp => x.exp(),
+                    Tanh => x.tanh(),
+                    Erf => erf(x),
                     _ => 1.0 / (1.0 + (-x).exp()),
                 }));
             }
@@ -53,6 +55,37 @@ fn reference(program: &Program, consts: &[f32], inputs: &[f64]) -> f64 {
     stack[0]
 }
 
+/// `erf x` in f64: its Taylor series below 3 (the largest term is below e^9, so the sum keeps
+/// 1e-12), above it `1 − erfc x` with erfc's asymptotic series cut at its smallest term (within
+/// 1e-8 at 3, where erfc is 2e-5, far closer beyond).
+fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    if a < 3.0 {
+        // erf x = 2/√π · Σ (−1)^n x^(2n+1) / (n! (2n+1)).
+        let (mut term, mut sum) = (x, x);
+        for n in 1..200 {
+            term *= -x * x / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        return sum * 2.0 / std::f64::consts::PI.sqrt();
+    }
+    // erfc a = e^-a² / (a √π) · Σ (−1)^n (2n − 1)!! / (2a²)^n.
+    let (mut term, mut sum) = (1.0f64, 1.0f64);
+    for n in 1..100 {
+        let next = term * -((2 * n - 1) as f64) / (2.0 * a * a);
+        if next.abs() >= term.abs() {
+            break;
+        }
+        term = next;
+        sum += term;
+    }
+    let erfc = (-a * a).exp() / (a * std::f64::consts::PI.sqrt()) * sum;
+    (1.0 - erfc).copysign(x)
+}
+
 fn f32_result(v: f64) -> f64 {
     f64::from(v as f32)
 }
@@ -73,6 +106,9 @@ fn programs() -> Vec<(Vec<MapOp>, Vec<f32>)> {
         (vec![Input(0), Exp, Input(1), Abs, Sqrt, Sub, Input(2), Neg, Div, Input(0), Min], vec![]),
         (vec![Input(0), Const(0), Input(0), Const(1), Mul, Input(0), LessSelect], vec![0.0, 0.1]),
         (vec![Input(0), Input(1), Input(0), Exp, Const(0), Sub, Input(0), LessEqSelect], vec![1.0]),
+        (vec![Input(0), Tanh], vec![]),
+        // GELU: x · (1 + erf(x / √2)) / 2.
+        (vec![Input(0), Input(0), Const(0), Mul, Erf, Const(1), Add, Mul, Const(2), Mul], vec![0.707_106_77, 1.0, 0.5]),
     ]
 }
 
@@ -101,7 +137,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn programs_match_the_reference(
-        which in 0usize..8,
+        which in 0usize..10,
         rows in 1usize..9,
         cols in 1usize..150,
         per_row in any::<[bool; 3]>(),
@@ -171,6 +207,38 @@ fn sigmoid_is_accurate_over_its_range() {
     }
     for other in &results[1..] {
         assert!(same_bits(&results[0], other), "the ISAs differ");
+    }
+}
+
+/// `tanh` and `erf` every 1/1024 from -12 to 12 (both branches of each, and their joins) and far
+/// past it: within 4e-7 of the f64 value, relative (so also near 0, where `tanh x` and `erf x`
+/// are about `x`); the same bits on every ISA; NaN, ±∞ and −0 kept.
+#[test]
+fn tanh_and_erf_are_accurate_over_their_range() {
+    let mut x: Vec<f32> = (-12 * 1024..=12 * 1024).map(|k| k as f32 / 1024.0).collect();
+    x.extend([1e-30, -1e-30, 1e-6, 0.625, -0.625, 1.0, -1.0, 45.0, 88.0, 1e30, -1e30, -0.0]);
+    x.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    for (op, f) in [(Tanh, f64::tanh as fn(f64) -> f64), (Erf, erf)] {
+        let program = Program::new(&[Input(0), op], &[]).unwrap();
+        let mut results = Vec::new();
+        for isa in Isa::available() {
+            let mut out = vec![0.0; x.len()];
+            map_share(isa, &program, &[(&x, Operand::Full)], &mut out, (1, x.len()), (0, 1)).unwrap();
+            results.push(out);
+        }
+        for (&x, &got) in x.iter().zip(&results[0]) {
+            let want = f(f64::from(x));
+            if want.is_nan() {
+                assert!(got.is_nan(), "{op:?}({x}) = {got}");
+                continue;
+            }
+            let error = (f64::from(got) - want).abs();
+            assert!(error <= 4e-7 * want.abs(), "{op:?}({x}) = {got}, want {want}");
+            assert_eq!(got.is_sign_negative(), x.is_sign_negative(), "{op:?}({x}) = {got}: the sign");
+        }
+        for other in &results[1..] {
+            assert!(same_bits(&results[0], other), "{op:?}: the ISAs differ");
+        }
     }
 }
 
