@@ -591,14 +591,48 @@ pub(crate) mod x86 {
     /// time, with this ISA's operations (module `$ops`); the stack lives across blocks (zeroing
     /// it per block, and blocks of four 8-lane vectors, cost a third of a copy's time).
     macro_rules! evaluator {
-        ($name:ident, $feature:literal, $lanes:literal, $ops:ident) => {
+        ($name:ident, $feature:literal, $lanes:literal, $ops:ident, $v:ty) => {
             #[target_feature(enable = $feature)]
             pub(super) unsafe fn $name(program: &Program, sources: [Source; 3], out: *mut f32, len: usize) {
-                const VECTORS: usize = BLOCK / $lanes;
-                let mut at = 0;
+                use $name::{VECTORS, block};
                 let mut stack = [[$ops::zero(); VECTORS]; MAX_DEPTH];
+                let mut at = 0;
                 while at < len {
                     let n = (len - at).min(VECTORS * $lanes);
+                    // SAFETY: the caller's promise, for elements `at..at + n`. A whole block
+                    // takes its own copy of the code, every lane count a constant (no masks
+                    // nor branches per vector).
+                    unsafe {
+                        if n == VECTORS * $lanes {
+                            block::<true>(program, &sources, out, at, n, &mut stack)
+                        } else {
+                            block::<false>(program, &sources, out, at, n, &mut stack)
+                        }
+                    }
+                    at += n;
+                }
+            }
+
+            mod $name {
+                use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source, $ops};
+
+                pub(super) const VECTORS: usize = BLOCK / $lanes;
+
+                /// Elements `at..at + n` (`n` a whole block when `FULL`).
+                ///
+                /// # Safety
+                /// As the evaluator, for those elements.
+                #[inline]
+                #[target_feature(enable = $feature)]
+                pub(super) unsafe fn block<const FULL: bool>(
+                    program: &Program,
+                    sources: &[Source; 3],
+                    out: *mut f32,
+                    at: usize,
+                    n: usize,
+                    stack: &mut [[$v; VECTORS]; MAX_DEPTH],
+                ) {
+                    let n = if FULL { VECTORS * $lanes } else { n };
                     let mut sp = 0;
                     for &op in program.ops() {
                         match op {
@@ -666,14 +700,13 @@ pub(crate) mod x86 {
                         // SAFETY: `lanes` elements from `at + v·lanes` are inside the output.
                         unsafe { $ops::store(out.add(at + v * $lanes), stack[0][v], lanes) };
                     }
-                    at += n;
                 }
             }
         };
     }
 
-    evaluator!(avx512, "avx512f", 16, z);
-    evaluator!(avx2, "avx2,fma", 8, y);
+    evaluator!(avx512, "avx512f", 16, z, std::arch::x86_64::__m512);
+    evaluator!(avx2, "avx2,fma", 8, y, std::arch::x86_64::__m256);
 
     /// `exp` and `sigmoid` over a module's primitives (`splat`, `add`, `sub`, `mul`, `div`,
     /// `neg`, `abs`, `fmadd`, `fnmadd`, `gt`, `lt`, `select`, `max_or_nan`, `if_sign`, `scale`,
