@@ -165,28 +165,40 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
 }
 
 /// Reads of a one-element f32 constant (GELU's `√2`, `1` and `½` as exported: initializers, not
-/// attributes) become literals in each function called once: the elementwise routine takes
-/// literals but not scalar buffers, and generated code keeps a literal in a register.
+/// attributes) become literals in each function `main` calls once (and nothing else calls):
+/// the elementwise routine takes literals but not scalar buffers, and generated code keeps a
+/// literal in a register. Contractions keep their loads: a one-channel bias is the start value
+/// the convolution and GEMM matchers read as a load.
 fn inline_scalar_constants(module: &mut Module, main_index: usize) {
-    let (before, rest) = module.funcs.split_at_mut(main_index);
-    let (main, after) = rest.split_first_mut().expect("main is in the module");
-    // One walk of `main` (a model may hold tens of thousands of constants and functions): the
-    // one-element f32 constants' values, and each function's call count and first call's
-    // arguments.
+    // One walk of each function (a model may hold tens of thousands of constants and
+    // functions): the one-element f32 constants' values, and each function's call count and
+    // the arguments of its call from `main`.
     let mut scalars: HashMap<BufferId, f64> = HashMap::new();
-    let mut calls: HashMap<String, (usize, Vec<Arg>)> = HashMap::new();
-    main.body.walk(&mut |s| match s {
-        Stmt::AllocateConst { buffer, data, .. } if data.dtype() == DType::F32 && data.len() == 1 => {
-            scalars.insert(*buffer, data.to_f64_vec()[0]);
-        }
-        Stmt::Evaluate(Call { callee: Callee::Func(name), args }) => {
-            calls.entry(name.clone()).or_insert_with(|| (0, args.clone())).0 += 1;
-        }
-        _ => {}
-    });
-    for f in before.iter_mut().chain(after) {
-        let Some((1, args)) = calls.get(&f.name) else { continue };
-        if f.target.is_some() {
+    let mut calls: HashMap<String, (usize, Option<Vec<Arg>>)> = HashMap::new();
+    for (k, f) in module.funcs.iter().enumerate() {
+        f.body.walk(&mut |s| match s {
+            Stmt::AllocateConst { buffer, data, .. }
+                if k == main_index && data.dtype() == DType::F32 && data.len() == 1 =>
+            {
+                scalars.insert(*buffer, data.to_f64_vec()[0]);
+            }
+            Stmt::Evaluate(Call { callee: Callee::Func(name), args }) => {
+                let entry = calls.entry(name.clone()).or_insert((0, None));
+                entry.0 += 1;
+                if k == main_index {
+                    entry.1 = Some(args.clone());
+                }
+            }
+            _ => {}
+        });
+    }
+    let main = &module.funcs[main_index];
+    let contractions: HashSet<usize> = (0..module.funcs.len())
+        .filter(|&k| k != main_index && match_contraction(&module.funcs[k], main).is_some())
+        .collect();
+    for (k, f) in module.funcs.iter_mut().enumerate() {
+        let Some((1, Some(args))) = calls.get(&f.name) else { continue };
+        if k == main_index || f.target.is_some() || contractions.contains(&k) {
             continue;
         }
         let inlined: HashMap<BufferId, f64> = f

@@ -65,9 +65,16 @@ const HUGE_PAGE_STALL: std::time::Duration = std::time::Duration::from_millis(1)
 /// measured on a busy host, 5-13 ms per page, a 77 MB pool's filling a quarter of a second
 /// instead of 9 ms. So the pages are touched here, one by one and timed, and after the first
 /// stall (a touch over `stall`) the rest is advised back to small pages (about 1.4 µs a fault
-/// per 4 KiB). Advice only: the memory is the same, zeroed, in whichever pages.
+/// per 4 KiB). Advice only: the memory is the same, zeroed, in whichever pages; and all of it
+/// is resident from here on (a pool's pages are all used by every run). Returns the offset of
+/// the page that stalled, if one did.
 #[cfg(target_os = "linux")]
-fn advise_huge_pages(mapping: &mut region::Allocation, start: usize, len: usize, stall: std::time::Duration) {
+fn advise_huge_pages(
+    mapping: &mut region::Allocation,
+    start: usize,
+    len: usize,
+    stall: std::time::Duration,
+) -> Option<usize> {
     // SAFETY: every range below lies inside the mapping (`start + len` <= its length), whose
     // pages this process owns and nothing else references yet; the advice changes no contents
     // and the touches write the zero the fresh page already holds.
@@ -80,16 +87,20 @@ fn advise_huge_pages(mapping: &mut region::Allocation, start: usize, len: usize,
             if touched.elapsed() > stall {
                 let rest = offset + HUGE_PAGE;
                 if rest < len {
-                    libc::madvise(base.add(rest).cast(), len - rest, libc::MADV_NOHUGEPAGE);
+                    let advised = libc::madvise(base.add(rest).cast(), len - rest, libc::MADV_NOHUGEPAGE);
+                    debug_assert_eq!(advised, 0, "the range is the mapping's own");
                 }
-                break;
+                return Some(offset);
             }
         }
     }
+    None
 }
 
 #[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_: &mut region::Allocation, _: usize, _: usize, _: std::time::Duration) {}
+fn advise_huge_pages(_: &mut region::Allocation, _: usize, _: usize, _: std::time::Duration) -> Option<usize> {
+    None
+}
 
 /// The memory could not be had.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -271,7 +282,8 @@ mod tests {
         let mut mapping = region::alloc(len + HUGE_PAGE, region::Protection::READ_WRITE).unwrap();
         let base = mapping.as_ptr::<u8>() as usize;
         let start = base.next_multiple_of(HUGE_PAGE) - base;
-        advise_huge_pages(&mut mapping, start, len, std::time::Duration::ZERO);
+        let stalled = advise_huge_pages(&mut mapping, start, len, std::time::Duration::ZERO);
+        assert_eq!(stalled, cfg!(target_os = "linux").then_some(0), "the first touch counts as a stall");
         // SAFETY: `start..start + len` lies inside the mapping, which nothing else references.
         let bytes = unsafe { std::slice::from_raw_parts_mut(mapping.as_mut_ptr::<u8>().add(start), len) };
         assert!(bytes.iter().all(|&b| b == 0));

@@ -390,3 +390,38 @@ fn quantized_blocks_run_as_integer_kernels() {
         assert_eq!(compiled.run(std::slice::from_ref(&input)).expect("run"), want, "{threads} threads");
     }
 }
+
+/// One-element f32 constants read by an elementwise function become literals, so GELU as
+/// exporters write it (its √2, 1 and ½ initializers) on a graph input, with no convolution to
+/// fuse into, runs as the elementwise routine; a one-output-channel convolution keeps its bias
+/// load (the kernel's start value) and still calls the kernel. Both match the interpreter.
+#[test]
+fn scalar_constants_become_literals_outside_contractions() {
+    use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![2, 3, 9, 9]));
+    let scalar =
+        |g: &mut Graph, name: &str, value: f32| g.add_constant(name, Tensor::from_vec(&[], vec![value]).unwrap());
+    let (root2, one, half) =
+        (scalar(&mut g, "root2", 1.414_213_5), scalar(&mut g, "one", 1.0), scalar(&mut g, "half", 0.5));
+    let scaled = g.add_op("scaled", Op::Binary(BinaryOp::Div), &[x, root2]).unwrap();
+    let erf = g.add_op("erf", Op::Unary(UnaryOp::Erf), &[scaled]).unwrap();
+    let sum = g.add_op("sum", Op::Binary(BinaryOp::Add), &[erf, one]).unwrap();
+    let product = g.add_op("product", Op::Binary(BinaryOp::Mul), &[x, sum]).unwrap();
+    let gelu = g.add_op("gelu", Op::Binary(BinaryOp::Mul), &[product, half]).unwrap();
+    let w = g.add_constant("w", Tensor::from_vec(&[1, 3, 3, 3], values(27, 5)).unwrap());
+    let b = g.add_constant("b", Tensor::from_vec(&[1], vec![0.25f32]).unwrap());
+    let y =
+        g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![3, 3]), group: 1 }), &[gelu, w, b]).unwrap();
+    g.set_outputs(vec![y]);
+    let model = Model::from_graph("gelu_input", g).expect("model");
+    if KernelConfig::host(1).is_some() {
+        let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
+        let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
+        let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+        assert!(text.contains("call extern \"heron_map_f32\""), "{text}");
+        assert!(text.contains("call extern \"heron_conv2d"), "{text}");
+    }
+    let input = Tensor::from_vec(&[2, 3, 9, 9], values(2 * 3 * 81, 9).into_iter().map(|v| v * 6.0).collect()).unwrap();
+    agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, "gelu on the input");
+}

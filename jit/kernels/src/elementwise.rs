@@ -640,8 +640,11 @@ pub(crate) mod x86 {
                                 for v in 0..VECTORS {
                                     let lanes = n.saturating_sub(v * $lanes).min($lanes);
                                     stack[sp][v] = match sources[usize::from(k)] {
-                                        // SAFETY: `lanes` elements from `at + v·lanes` are
-                                        // inside the source.
+                                        // A partial block's vectors past its end: no pointer
+                                        // is formed past the source.
+                                        Source::Full(_) if lanes == 0 => $ops::zero(),
+                                        // SAFETY: `lanes` (> 0) elements from `at + v·lanes`
+                                        // are inside the source.
                                         Source::Full(p) => unsafe { $ops::load(p.add(at + v * $lanes), lanes) },
                                         Source::Value(x) => $ops::splat(x),
                                         // SAFETY: a pattern of this ISA's lanes (checked by
@@ -695,7 +698,8 @@ pub(crate) mod x86 {
                             }
                         }
                     }
-                    for v in 0..VECTORS {
+                    // Only the vectors the block reaches (all of them in a whole block).
+                    for v in 0..n.div_ceil($lanes) {
                         let lanes = n.saturating_sub(v * $lanes).min($lanes);
                         // SAFETY: `lanes` elements from `at + v·lanes` are inside the output.
                         unsafe { $ops::store(out.add(at + v * $lanes), stack[0][v], lanes) };
