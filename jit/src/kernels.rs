@@ -128,15 +128,25 @@ pub(crate) enum Found {
 /// ([`crate::blocking`]).
 pub fn use_kernels(module: &mut Module, config: KernelConfig) {
     let Some(main_index) = module.funcs.iter().position(|f| f.name == MAIN) else { return };
-    inline_scalar_constants(module, main_index);
+    let eligible =
+        |k: usize, f: &PrimFunc, main: &PrimFunc| k != main_index && f.target.is_none() && row_major(f, main);
+    let main = &module.funcs[main_index];
+    let mut contractions: HashMap<usize, Plan> = module
+        .funcs
+        .iter()
+        .enumerate()
+        .filter(|&(k, f)| eligible(k, f, main))
+        .filter_map(|(k, f)| Some((k, match_contraction(f, main)?)))
+        .collect();
+    inline_scalar_constants(module, main_index, &contractions);
     let main = &module.funcs[main_index];
     let found: Vec<(usize, Found)> = module
         .funcs
         .iter()
         .enumerate()
-        .filter(|&(k, f)| k != main_index && f.target.is_none() && row_major(f, main))
+        .filter(|&(k, f)| eligible(k, f, main))
         .filter_map(|(k, f)| {
-            let found = if let Some(plan) = match_contraction(f, main) {
+            let found = if let Some(plan) = contractions.remove(&k) {
                 Found::Contraction(plan)
             } else if let Some(pool) = match_max_pool(f) {
                 Found::MaxPool(pool)
@@ -169,7 +179,7 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
 /// the elementwise routine takes literals but not scalar buffers, and generated code keeps a
 /// literal in a register. Contractions keep their loads: a one-channel bias is the start value
 /// the convolution and GEMM matchers read as a load.
-fn inline_scalar_constants(module: &mut Module, main_index: usize) {
+fn inline_scalar_constants(module: &mut Module, main_index: usize, contractions: &HashMap<usize, Plan>) {
     // One walk of each function (a model may hold tens of thousands of constants and
     // functions): the one-element f32 constants' values, and each function's call count and
     // the arguments of its call from `main`.
@@ -192,13 +202,9 @@ fn inline_scalar_constants(module: &mut Module, main_index: usize) {
             _ => {}
         });
     }
-    let main = &module.funcs[main_index];
-    let contractions: HashSet<usize> = (0..module.funcs.len())
-        .filter(|&k| k != main_index && match_contraction(&module.funcs[k], main).is_some())
-        .collect();
     for (k, f) in module.funcs.iter_mut().enumerate() {
         let Some((1, Some(args))) = calls.get(&f.name) else { continue };
-        if k == main_index || f.target.is_some() || contractions.contains(&k) {
+        if k == main_index || f.target.is_some() || contractions.contains_key(&k) {
             continue;
         }
         let inlined: HashMap<BufferId, f64> = f

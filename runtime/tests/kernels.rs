@@ -117,6 +117,19 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
 }
 
 /// `n` values in [-0.5, 0.5), different for each seed.
+/// GELU on `v` as exporters write it: `v · (1 + erf(v / √2)) · ½`, the constants scalar tensors.
+fn exported_gelu(g: &mut heron_ir::Graph, name: &str, v: heron_ir::ValueId) -> heron_ir::ValueId {
+    use heron_ir::{BinaryOp, Op, Tensor, UnaryOp};
+    let mut scalar =
+        |what: &str, value: f32| g.add_constant(format!("{name}_{what}"), Tensor::from_vec(&[], vec![value]).unwrap());
+    let (root2, one, half) = (scalar("root2", 1.414_213_5), scalar("one", 1.0), scalar("half", 0.5));
+    let scaled = g.add_op(format!("{name}_scaled"), Op::Binary(BinaryOp::Div), &[v, root2]).unwrap();
+    let erf = g.add_op(format!("{name}_erf"), Op::Unary(UnaryOp::Erf), &[scaled]).unwrap();
+    let sum = g.add_op(format!("{name}_sum"), Op::Binary(BinaryOp::Add), &[erf, one]).unwrap();
+    let product = g.add_op(format!("{name}_product"), Op::Binary(BinaryOp::Mul), &[v, sum]).unwrap();
+    g.add_op(name, Op::Binary(BinaryOp::Mul), &[product, half]).unwrap()
+}
+
 fn values(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
 }
@@ -161,18 +174,7 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         let scaled = g.add_op(format!("{name}_scaled"), Op::Binary(BinaryOp::Mul), &[v, slope]).unwrap();
         g.add_op(name, Op::Where, &[negative, scaled, v]).unwrap()
     };
-    // GELU as exporters write it: x · (1 + erf(x / √2)) · ½, the constants scalar tensors.
-    let gelu = |g: &mut Graph, name: String, v: ValueId| {
-        let scalar = |g: &mut Graph, what: &str, value: f32| {
-            g.add_constant(format!("{name}_{what}"), Tensor::from_vec(&[], vec![value]).unwrap())
-        };
-        let (root2, one, half) = (scalar(g, "root2", 1.414_213_5), scalar(g, "one", 1.0), scalar(g, "half", 0.5));
-        let scaled = g.add_op(format!("{name}_scaled"), Op::Binary(BinaryOp::Div), &[v, root2]).unwrap();
-        let erf = g.add_op(format!("{name}_erf"), Op::Unary(UnaryOp::Erf), &[scaled]).unwrap();
-        let sum = g.add_op(format!("{name}_sum"), Op::Binary(BinaryOp::Add), &[erf, one]).unwrap();
-        let product = g.add_op(format!("{name}_product"), Op::Binary(BinaryOp::Mul), &[v, sum]).unwrap();
-        g.add_op(name, Op::Binary(BinaryOp::Mul), &[product, half]).unwrap()
-    };
+    let gelu = |g: &mut Graph, name: String, v: ValueId| exported_gelu(g, &name, v);
     type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
     let activations: [(&str, Build); 9] = [
         ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 }))),
@@ -397,18 +399,10 @@ fn quantized_blocks_run_as_integer_kernels() {
 /// load (the kernel's start value) and still calls the kernel. Both match the interpreter.
 #[test]
 fn scalar_constants_become_literals_outside_contractions() {
-    use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
+    use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, Window};
     let mut g = Graph::new();
     let x = g.add_input("x", TensorType::new(DType::F32, vec![2, 3, 9, 9]));
-    let scalar =
-        |g: &mut Graph, name: &str, value: f32| g.add_constant(name, Tensor::from_vec(&[], vec![value]).unwrap());
-    let (root2, one, half) =
-        (scalar(&mut g, "root2", 1.414_213_5), scalar(&mut g, "one", 1.0), scalar(&mut g, "half", 0.5));
-    let scaled = g.add_op("scaled", Op::Binary(BinaryOp::Div), &[x, root2]).unwrap();
-    let erf = g.add_op("erf", Op::Unary(UnaryOp::Erf), &[scaled]).unwrap();
-    let sum = g.add_op("sum", Op::Binary(BinaryOp::Add), &[erf, one]).unwrap();
-    let product = g.add_op("product", Op::Binary(BinaryOp::Mul), &[x, sum]).unwrap();
-    let gelu = g.add_op("gelu", Op::Binary(BinaryOp::Mul), &[product, half]).unwrap();
+    let gelu = exported_gelu(&mut g, "gelu", x);
     let w = g.add_constant("w", Tensor::from_vec(&[1, 3, 3, 3], values(27, 5)).unwrap());
     let b = g.add_constant("b", Tensor::from_vec(&[1], vec![0.25f32]).unwrap());
     let y =

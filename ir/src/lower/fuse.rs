@@ -63,6 +63,7 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
     let consumers = graph.consumers();
     let mut is_output = vec![false; graph.values.len()];
     graph.outputs.iter().for_each(|o| is_output[o.0] = true);
+    let reads = Reads { graph, consumers: &consumers, uses: &uses, is_output: &is_output };
     let mut absorbed = vec![false; graph.nodes.len()];
     let mut groups = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -87,7 +88,7 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                 if is_output[cur.0] || group.epilogue.len() >= MAX_EPILOGUE {
                     break;
                 }
-                if let Some((sigmoid, mul)) = silu(graph, &consumers, &uses, &is_output, &absorbed, cur) {
+                if let Some((sigmoid, mul)) = silu(&reads, &absorbed, cur) {
                     group.epilogue.push(Epilogue::Activation(Activation::Swish { alpha: 1.0 }));
                     group.fused.extend([sigmoid, mul]);
                     absorbed[sigmoid] = true;
@@ -95,14 +96,14 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                     cur = graph.nodes[mul].outputs[0];
                     continue;
                 }
-                if let Some(nodes) = gelu(graph, &consumers, &uses, &is_output, &absorbed, cur) {
+                if let Some(nodes) = gelu(&reads, &absorbed, cur) {
                     group.epilogue.push(Epilogue::Unary(UnaryOp::Gelu));
                     group.fused.extend(nodes);
                     nodes.iter().for_each(|&n| absorbed[n] = true);
                     cur = graph.nodes[nodes[4]].outputs[0];
                     continue;
                 }
-                if let Some(prelu) = prelu(graph, &consumers, &uses, &is_output, &absorbed, cur) {
+                if let Some(prelu) = prelu(&reads, &absorbed, cur) {
                     // The slope must exist before the anchor runs.
                     if producers[prelu.slope.0].is_none_or(|p| p < i) {
                         group.epilogue.push(Epilogue::PRelu { slope: prelu.slope });
@@ -172,6 +173,16 @@ impl Epilogue {
     }
 }
 
+/// Who reads each value, for the patterns below: its consuming nodes, its use count, whether
+/// it is a graph output.
+#[derive(Clone, Copy)]
+struct Reads<'g> {
+    graph: &'g Graph,
+    consumers: &'g [Vec<usize>],
+    uses: &'g [usize],
+    is_output: &'g [bool],
+}
+
 /// A PReLU on a value: its Less, Mul and Where nodes (in that order) and the slope.
 struct PRelu {
     nodes: [usize; 3],
@@ -182,14 +193,8 @@ struct PRelu {
 /// zero), `Mul(v, slope)` (either order) and `Where(less, mul, v)`, the first two read by
 /// nothing else, none a graph output or fused already, `v`, the product and the result all f32
 /// and shaped alike.
-fn prelu(
-    graph: &Graph,
-    consumers: &[Vec<usize>],
-    uses: &[usize],
-    is_output: &[bool],
-    absorbed: &[bool],
-    v: ValueId,
-) -> Option<PRelu> {
+fn prelu(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<PRelu> {
+    let Reads { graph, consumers, uses, is_output } = *reads;
     if uses[v.0] != 3 || consumers[v.0].len() != 3 || graph.ty(v).dtype != DType::F32 {
         return None;
     }
@@ -221,14 +226,8 @@ fn prelu(
 /// SiLU on `v`: its only consumers are a Sigmoid of it and a Mul of it and that sigmoid (the
 /// sigmoid's value read by nothing else, neither a graph output), both f32 and unfused; the
 /// two nodes' indices.
-fn silu(
-    graph: &Graph,
-    consumers: &[Vec<usize>],
-    uses: &[usize],
-    is_output: &[bool],
-    absorbed: &[bool],
-    v: ValueId,
-) -> Option<(usize, usize)> {
+fn silu(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<(usize, usize)> {
+    let Reads { graph, consumers, uses, is_output } = *reads;
     if uses[v.0] != 2 || consumers[v.0].len() != 2 || graph.ty(v).dtype != DType::F32 {
         return None;
     }
@@ -254,14 +253,8 @@ fn silu(
 /// its inverse within 1e-6), `v`'s only consumers the first and fourth node, every
 /// intermediate read once and no graph output, all f32, shaped like `v` and unfused; the five
 /// nodes' indices in that order.
-fn gelu(
-    graph: &Graph,
-    consumers: &[Vec<usize>],
-    uses: &[usize],
-    is_output: &[bool],
-    absorbed: &[bool],
-    v: ValueId,
-) -> Option<[usize; 5]> {
+fn gelu(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<[usize; 5]> {
+    let Reads { graph, consumers, uses, is_output } = *reads;
     if uses[v.0] != 2 || consumers[v.0].len() != 2 || graph.ty(v).dtype != DType::F32 {
         return None;
     }
