@@ -1035,6 +1035,8 @@ fn apply(
             Some(Activation::Sigmoid) => flags::SIGMOID,
             Some(Activation::Silu) => flags::SILU,
             Some(Activation::HardSigmoid { .. }) => flags::HARD_SIGMOID,
+            Some(Activation::Tanh) => flags::TANH,
+            Some(Activation::Gelu) => flags::GELU,
             None => 0,
         };
         args.extend([
@@ -1141,8 +1143,8 @@ fn operands_stored_as(
 }
 
 /// The activation a blocked kernel computes in registers that `e`, a convolution's store
-/// expression over its accumulator `acc`, is: LeakyReLU, hard-swish, HardSigmoid, a sigmoid or
-/// SiLU as lowering writes them.
+/// expression over its accumulator `acc`, is: LeakyReLU, hard-swish, HardSigmoid, a sigmoid,
+/// SiLU, tanh or GELU as lowering writes them.
 fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
     let float = |e: &Expr| match e {
         Expr::Float { value, .. } => Some(*value),
@@ -1169,6 +1171,24 @@ fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
         && ((x(v) && sigmoid_of_x(s)) || (x(s) && sigmoid_of_x(v)))
     {
         return Some(Activation::Silu);
+    }
+    if let Expr::Math { op: MathOp::Tanh, arg } = e
+        && x(arg)
+    {
+        return Some(Activation::Tanh);
+    }
+    // GELU: `(0.5 · x) · (1 + erf(x · (1/√2)))`, constants compared as the f32 the kernel uses.
+    let f32_of = |e: &Expr| float(e).map(|v| v as f32);
+    if let Some((half_x, gate)) = binary(e, BinOp::Mul)
+        && let Some((half, v)) = binary(half_x, BinOp::Mul)
+        && let Some((one, erf)) = binary(gate, BinOp::Add)
+        && let Expr::Math { op: MathOp::Erf, arg } = erf
+        && let Some((w, scale)) = binary(arg, BinOp::Mul)
+        && x(v)
+        && x(w)
+        && [f32_of(half), f32_of(one), f32_of(scale)] == [Some(0.5), Some(1.0), Some(std::f32::consts::FRAC_1_SQRT_2)]
+    {
+        return Some(Activation::Gelu);
     }
     match e {
         // `x < 0 ? x · alpha : x`.

@@ -148,11 +148,11 @@ fn agrees_with_the_interpreter_on_1_and_2_threads(model: &Model, input: &heron_i
     }
 }
 
-/// Activations after blocked convolutions run inside the kernel: LeakyReLU and hard-swish in
-/// registers (and HardSigmoid, a sigmoid and SiLU, a Sigmoid and a Mul), ELU, PReLU (a Less, a
-/// Mul by a per-channel slope and a Where), tanh and GELU (five nodes reading scalar
-/// constants) as the kernel's tail program, so no pass of generated code goes over the
-/// blocked tensors after them. Channel counts end inside a block; the chain (a first
+/// Activations after blocked convolutions run inside the kernel: LeakyReLU, hard-swish,
+/// HardSigmoid, a sigmoid, SiLU (a Sigmoid and a Mul), tanh and GELU (five nodes reading scalar
+/// constants) as the kernel's own activation (its flag set), ELU and PReLU (a Less, a Mul by a
+/// per-channel slope and a Where) as its tail program, so no pass of generated code goes over
+/// the blocked tensors after them. Channel counts end inside a block; the chain (a first
 /// strided layer on the planar input, pointwise, depthwise, pointwise) matches the interpreter
 /// on 1 and 2 threads, with infinities and NaN among the inputs.
 #[test]
@@ -176,18 +176,31 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
     };
     let gelu = |g: &mut Graph, name: String, v: ValueId| exported_gelu(g, &name, v);
     type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
-    let activations: [(&str, Build); 9] = [
-        ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 }))),
-        ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish)))),
-        ("Sigmoid", Box::new(one(Op::Unary(UnaryOp::Sigmoid)))),
-        ("SiLU", Box::new(silu)),
-        ("Elu", Box::new(one(Op::Activation(Activation::Elu { alpha: 0.7 })))),
-        ("HardSigmoid", Box::new(one(Op::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 })))),
-        ("PRelu", Box::new(prelu)),
-        ("Tanh", Box::new(one(Op::Unary(UnaryOp::Tanh)))),
-        ("GELU", Box::new(gelu)),
+    use heron_kernels::abi::flags;
+    // Each with the kernel's activation flag it sets (none: a tail program).
+    let activations: [(&str, Build, i64); 9] = [
+        ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 })), flags::LEAKY_RELU),
+        ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish))), flags::HARD_SWISH),
+        ("Sigmoid", Box::new(one(Op::Unary(UnaryOp::Sigmoid))), flags::SIGMOID),
+        ("SiLU", Box::new(silu), flags::SILU),
+        ("Elu", Box::new(one(Op::Activation(Activation::Elu { alpha: 0.7 }))), 0),
+        (
+            "HardSigmoid",
+            Box::new(one(Op::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 }))),
+            flags::HARD_SIGMOID,
+        ),
+        ("PRelu", Box::new(prelu), 0),
+        ("Tanh", Box::new(one(Op::Unary(UnaryOp::Tanh))), flags::TANH),
+        ("GELU", Box::new(gelu), flags::GELU),
     ];
-    for (name, activation) in activations {
+    let activation_bits = flags::LEAKY_RELU
+        | flags::HARD_SWISH
+        | flags::SIGMOID
+        | flags::SILU
+        | flags::HARD_SIGMOID
+        | flags::TANH
+        | flags::GELU;
+    for (name, activation, flag) in activations {
         let mut g = Graph::new();
         let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 19, 19]));
         // (in, out, kernel, stride, groups)
@@ -211,7 +224,13 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
             let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
             let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
             let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
-            assert_eq!(text.matches("call extern \"heron_conv2d_blocked_f32\"").count(), 4, "{name}:\n{text}");
+            let calls: Vec<&str> = text.split("call extern \"heron_conv2d_blocked_f32\"(").skip(1).collect();
+            assert_eq!(calls.len(), 4, "{name}:\n{text}");
+            for call in calls {
+                // The flags are the call's 25th argument (see `heron_conv2d_blocked_f32`).
+                let bits: i64 = call.split(", ").nth(24).and_then(|f| f.parse().ok()).expect("flags");
+                assert_eq!(bits & activation_bits, flag, "{name}: the kernel's activation flag\n{text}");
+            }
             // Four functions, one per layer, and main: no nest after a kernel.
             assert_eq!(
                 text.matches("\nfunc @").count() + usize::from(text.starts_with("func @")),

@@ -64,6 +64,10 @@ pub mod flags {
     /// [`heron_conv2d_blocked_f32`] only: HardSigmoid after the clamp, its `alpha` and `beta`
     /// the tail's first two constants (with no tail program).
     pub const HARD_SIGMOID: i64 = 128;
+    /// [`heron_conv2d_blocked_f32`] only: tanh after the clamp (with no tail program).
+    pub const TANH: i64 = 256;
+    /// [`heron_conv2d_blocked_f32`] only: GELU (erf's) after the clamp (with no tail program).
+    pub const GELU: i64 = 512;
 
     /// The activation the bits of `flags` name (LeakyReLU's slope or HardSigmoid's `alpha`,
     /// and its `beta`, given), or `Err` when they name more than one.
@@ -75,6 +79,8 @@ pub mod flags {
             (SIGMOID, Activation::Sigmoid),
             (SILU, Activation::Silu),
             (HARD_SIGMOID, Activation::HardSigmoid { alpha: slope, beta }),
+            (TANH, Activation::Tanh),
+            (GELU, Activation::Gelu),
         ];
         let mut found = named.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, a)| *a);
         let first = found.next();

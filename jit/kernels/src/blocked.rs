@@ -333,16 +333,19 @@ pub(crate) struct Sink {
 }
 
 impl Sink {
-    /// This sink without its sigmoid or SiLU when a kernel's run of `blocks` output blocks
-    /// of `lanes` channels, pixels one block apart, should store plain sums and sweep the
-    /// activation over them afterwards (see the kernels' `sweep_sigmoid`): the last chunk,
-    /// no residual or clamp before it, whole blocks (a sweep would turn a short block's zero
-    /// lanes into sigmoid(0)).
-    pub(crate) fn deferring_sigmoid(&self, blocks: usize, lanes: usize, pixel: usize) -> Option<Sink> {
-        let sigmoid = matches!(self.activation, Some(Activation::Sigmoid | Activation::Silu));
+    /// This sink without its activation when a kernel's run of `blocks` output blocks of
+    /// `lanes` channels, pixels one block apart, should store plain sums and sweep the
+    /// activation over them afterwards (see the kernels' `sweep_activation`): a transcendental
+    /// one (sigmoid, SiLU, tanh, GELU), the last chunk, no residual or clamp before it, whole
+    /// blocks (a sweep would turn a short block's zero lanes into sigmoid(0)).
+    pub(crate) fn deferring_sweep(&self, blocks: usize, lanes: usize, pixel: usize) -> Option<Sink> {
+        let swept = matches!(
+            self.activation,
+            Some(Activation::Sigmoid | Activation::Silu | Activation::Tanh | Activation::Gelu)
+        );
         let plain = self.residual.is_null() && self.clamp.is_none();
         let whole = self.strides.lanes == lanes && pixel == lanes && self.channels_left >= blocks * lanes;
-        (self.finish && sigmoid && plain && whole).then_some(Sink { activation: None, ..*self })
+        (self.finish && swept && plain && whole).then_some(Sink { activation: None, ..*self })
     }
 
     /// The epilogue of one value stored at offset `at` (the last chunk: residual, clamp,
@@ -928,8 +931,8 @@ macro_rules! blocked_finish {
                         hi
                     ))
                 }
-                // A sigmoid, SiLU, or an activation after a residual or clamp: a block's pixels
-                // at once (a sigmoid's dependency chains interleaved across them).
+                // A transcendental activation, or one after a residual or clamp: a block's
+                // pixels at once (a sigmoid's dependency chains interleaved across them).
                 _ => {
                     for (ob, row) in acc.iter().enumerate() {
                         let row = with_residual_and_clamp(*row, residual, clamp, base + ob * os.channel, os.pixel);
@@ -1048,6 +1051,8 @@ macro_rules! blocked_kernel {
                 Some(crate::conv::Activation::HardSigmoid { alpha, beta }) => {
                     hard_sigmoid(v, splat(alpha), splat(beta))
                 }
+                Some(crate::conv::Activation::Tanh) => tanh_row([v])[0],
+                Some(crate::conv::Activation::Gelu) => gelu_row([v])[0],
             }
         }
 
@@ -1077,8 +1082,8 @@ macro_rules! blocked_kernel {
             row
         }
 
-        /// [`activate`] on a block's pixels; a sigmoid's (and SiLU's) steps interleaved across
-        /// them, which hides the latency of its chain (one pixel at a time, the core waits).
+        /// [`activate`] on a block's pixels; a transcendental's steps interleaved across them,
+        /// which hides the latency of its chain (one pixel at a time, the core waits).
         #[inline]
         #[target_feature(enable = $feature)]
         fn activate_row<const P: usize>(row: [Vector; P], activation: Option<crate::conv::Activation>) -> [Vector; P] {
@@ -1088,6 +1093,8 @@ macro_rules! blocked_kernel {
                     let s = sigmoid_row(row);
                     std::array::from_fn(|p| mul(row[p], s[p]))
                 }
+                Some(crate::conv::Activation::Tanh) => tanh_row(row),
+                Some(crate::conv::Activation::Gelu) => gelu_row(row),
                 _ => row.map(|v| activate(v, activation)),
             }
         }
@@ -1141,7 +1148,7 @@ macro_rules! blocked_kernel {
                 // SAFETY: the bias holds the channels below `channels_left`.
                 *v = unsafe { blocked_start(&crate::blocked::Sink { accumulate: false, ..t.sink }, ob, 0) };
             }
-            let deferred = t.sink.deferring_sigmoid(OB, LANES, pixel);
+            let deferred = t.sink.deferring_sweep(OB, LANES, pixel);
             let sink = deferred.as_ref().unwrap_or(&t.sink);
             // SAFETY: every offset is inside the run's extents.
             unsafe {
@@ -1213,15 +1220,15 @@ macro_rules! blocked_kernel {
                 }
                 if deferred.is_some() {
                     for ob in 0..OB {
-                        sweep_sigmoid(&t.sink, t.sink.out.add(ob * t.sink.strides.channel), t.tiles * P);
+                        sweep_activation(&t.sink, t.sink.out.add(ob * t.sink.strides.channel), t.tiles * P);
                     }
                 }
             }
         }
 
-        /// `sink`'s sigmoid or SiLU over `vectors` consecutive stored vectors at `out`, two at a
-        /// time. A kernel stores a run's plain sums, then sweeps them while they are in cache: in a
-        /// tile's epilogue the sigmoid's dozen constants and temporaries share the 16 registers
+        /// `sink`'s activation over `vectors` consecutive stored vectors at `out`. A kernel
+        /// stores a run's plain sums, then sweeps them while they are in cache: in a tile's
+        /// epilogue a transcendental's dozen constants and temporaries share the 16 registers
         /// with the accumulators and spill (a 32→128 1×1 layer's sigmoid took 3.5 ns a vector
         /// there, 2.9 swept).
         ///
@@ -1229,22 +1236,46 @@ macro_rules! blocked_kernel {
         /// `out` holds `vectors · LANES` elements.
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn sweep_sigmoid(sink: &crate::blocked::Sink, out: *mut f32, vectors: usize) {
-            let silu = sink.activation == Some(crate::conv::Activation::Silu);
-            let finish = |v: Vector, s: Vector| if silu { mul(v, s) } else { s };
-            // SAFETY: the caller's promise.
+        unsafe fn sweep_activation(sink: &crate::blocked::Sink, out: *mut f32, vectors: usize) {
+            use crate::conv::Activation;
+            // SAFETY: forwarded.
+            unsafe {
+                match sink.activation {
+                    Some(Activation::Sigmoid) => sweep(out, vectors, |v: [Vector; SWEPT]| sigmoid_row(v)),
+                    Some(Activation::Silu) => sweep(out, vectors, |v: [Vector; SWEPT]| {
+                        let s = sigmoid_row(v);
+                        std::array::from_fn(|i| mul(v[i], s[i]))
+                    }),
+                    Some(Activation::Tanh) => sweep(out, vectors, |v: [Vector; SWEPT]| tanh_row(v)),
+                    Some(Activation::Gelu) => sweep(out, vectors, |v: [Vector; SWEPT]| gelu_row(v)),
+                    other => sweep(out, vectors, |v: [Vector; SWEPT]| v.map(|v| activate(v, other))),
+                }
+            }
+        }
+
+        /// Vectors a sweep takes at once: four transcendentals' chains (a division each)
+        /// overlap, and their constants are loaded once per four.
+        const SWEPT: usize = 4;
+
+        /// `f` over `vectors` consecutive vectors at `out`, [`SWEPT`] at a time (the last group's
+        /// missing vectors zero, not stored).
+        ///
+        /// # Safety
+        /// `out` holds `vectors · LANES` elements.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        unsafe fn sweep(out: *mut f32, vectors: usize, f: impl Fn([Vector; SWEPT]) -> [Vector; SWEPT]) {
+            // SAFETY: the caller's promise; only vectors below `vectors` are read or written.
             unsafe {
                 let mut i = 0;
-                while i + 2 <= vectors {
-                    let v = [load(out.add(i * LANES)), load(out.add((i + 1) * LANES))];
-                    let s = sigmoid_row(v);
-                    store_n(out.add(i * LANES), finish(v[0], s[0]), LANES);
-                    store_n(out.add((i + 1) * LANES), finish(v[1], s[1]), LANES);
-                    i += 2;
-                }
-                if i < vectors {
-                    let v = load(out.add(i * LANES));
-                    store_n(out.add(i * LANES), finish(v, sigmoid(v)), LANES);
+                while i < vectors {
+                    let n = (vectors - i).min(SWEPT);
+                    let at = out.add(i * LANES);
+                    let v = std::array::from_fn(|k| if k < n { load(at.add(k * LANES)) } else { zero() });
+                    for (k, r) in f(v).into_iter().enumerate().take(n) {
+                        store_n(at.add(k * LANES), r, LANES);
+                    }
+                    i += n;
                 }
             }
         }
@@ -1372,12 +1403,13 @@ macro_rules! blocked_kernel {
         /// are valid for their extents.
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn blocked_depthwise_rows(rows: &crate::blocked::DepthwiseRows) {
-            // A sigmoid swept over the run's rows (one after another in the output).
-            if let Some(sink) = rows.sink.deferring_sigmoid(1, LANES, LANES) {
+            // A transcendental activation swept over the run's rows (one after another in the
+            // output).
+            if let Some(sink) = rows.sink.deferring_sweep(1, LANES, LANES) {
                 // SAFETY: forwarded; the rows hold `count · out_w` vectors from the sink's output.
                 unsafe {
                     blocked_depthwise_rows_in_registers(&crate::blocked::DepthwiseRows { sink, ..*rows });
-                    sweep_sigmoid(&rows.sink, rows.sink.out, rows.count * rows.geo.out_w);
+                    sweep_activation(&rows.sink, rows.sink.out, rows.count * rows.geo.out_w);
                 }
                 return;
             }

@@ -86,8 +86,8 @@ pub struct ConvEpilogue<'a> {
     /// A tensor shaped like the output, added to it.
     pub residual: Option<&'a [f32]>,
     pub clamp: Option<(f32, f32)>,
-    /// An activation after the clamp, in registers, or (a sigmoid or SiLU) swept over a run's
-    /// stored results (blocked kernels only).
+    /// An activation after the clamp, in registers, or (a sigmoid, SiLU, tanh or GELU) swept
+    /// over a run's stored results (blocked kernels only).
     pub activation: Option<Activation>,
     /// An elementwise program over the result (blocked kernels only, see
     /// [`crate::blocked::conv_share`]).
@@ -107,6 +107,11 @@ pub enum Activation {
     Silu,
     /// `min(max(alpha · x + beta, 0), 1)`.
     HardSigmoid { alpha: f32, beta: f32 },
+    /// `tanh x`, as the elementwise programs compute it.
+    Tanh,
+    /// GELU, `x / 2 · (1 + erf(x / √2))` in the steps lowering writes (`(½ · x) · (1 + erf(x ·
+    /// (1/√2)))`), erf as the elementwise programs compute it.
+    Gelu,
 }
 
 impl Activation {
@@ -130,6 +135,10 @@ impl Activation {
             Activation::HardSigmoid { alpha, beta } => {
                 let t = alpha * x + beta;
                 if t.is_nan() { t } else { t.max(0.0).min(1.0) }
+            }
+            Activation::Tanh => crate::elementwise::scalar::tanh(x),
+            Activation::Gelu => {
+                (0.5 * x) * (1.0 + crate::elementwise::scalar::erf(x * std::f32::consts::FRAC_1_SQRT_2))
             }
         }
     }

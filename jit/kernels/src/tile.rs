@@ -325,6 +325,19 @@ pub(crate) mod x86 {
         pub(crate) fn sigmoid_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
             crate::elementwise::x86::z::sigmoid(x)
         }
+        /// `tanh` of `N` vectors, as the elementwise programs compute it (steps interleaved).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn tanh_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
+            crate::elementwise::x86::z::tanh(x)
+        }
+        /// GELU of `N` vectors (see [`crate::conv::Activation::Gelu`]; steps interleaved).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn gelu_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
+            let e = crate::elementwise::x86::z::erf(x.map(|v| mul(v, splat(std::f32::consts::FRAC_1_SQRT_2))));
+            std::array::from_fn(|i| mul(mul(splat(0.5), x[i]), add(splat(1.0), e[i])))
+        }
         #[inline]
         #[target_feature(enable = "avx512f")]
         pub(crate) fn mul(a: __m512, b: __m512) -> __m512 {
@@ -513,6 +526,19 @@ pub(crate) mod x86 {
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn sigmoid_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
             crate::elementwise::x86::y::sigmoid(x)
+        }
+        /// `tanh` of `N` vectors, as the elementwise programs compute it (steps interleaved).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn tanh_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
+            crate::elementwise::x86::y::tanh(x)
+        }
+        /// GELU of `N` vectors (see [`crate::conv::Activation::Gelu`]; steps interleaved).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn gelu_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
+            let e = crate::elementwise::x86::y::erf(x.map(|v| mul(v, splat(std::f32::consts::FRAC_1_SQRT_2))));
+            std::array::from_fn(|i| mul(mul(splat(0.5), x[i]), add(splat(1.0), e[i])))
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]

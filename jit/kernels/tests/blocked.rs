@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{clamp, close, values};
+use common::{clamp, close, erf, values};
 use heron_kernels::blocked::{BlockedConv, Layout, conv_share, tensor_len};
 use heron_kernels::conv::{Activation, Conv2d, ConvEpilogue};
 use heron_kernels::elementwise::{MapOp, Program, Tail, TailOperand};
@@ -187,6 +187,8 @@ fn epilogues() -> impl Strategy<Value = Epilogue> {
             1 => Just(Finish::Activation(Activation::Sigmoid)),
             1 => Just(Finish::Activation(Activation::Silu)),
             1 => Just(Finish::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 })),
+            1 => Just(Finish::Activation(Activation::Tanh)),
+            1 => Just(Finish::Activation(Activation::Gelu)),
             1 => Just(Finish::Tail),
         ],
     )
@@ -207,6 +209,8 @@ fn finish_reference(finish: Finish, scale: &[f32], c: usize, v: f64) -> f64 {
         Finish::Activation(Activation::Sigmoid) => 1.0 / (1.0 + (-v).exp()),
         Finish::Activation(Activation::Silu) => v / (1.0 + (-v).exp()),
         Finish::Activation(Activation::HardSigmoid { alpha, beta }) => (alpha as f64 * v + beta as f64).clamp(0.0, 1.0),
+        Finish::Activation(Activation::Tanh) => v.tanh(),
+        Finish::Activation(Activation::Gelu) => v / 2.0 * (1.0 + erf(v / std::f64::consts::SQRT_2)),
         Finish::Tail => 1.0 / (1.0 + (-v * scale[c] as f64).exp()),
     }
 }

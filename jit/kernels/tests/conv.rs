@@ -3,6 +3,7 @@
 //! zero padding on every side (inputs larger than the taps reach, too), every epilogue and
 //! task split; all ISAs give the same bits; bad shapes are errors.
 
+#[allow(dead_code)]
 mod common;
 
 use common::{clamp, close, values};

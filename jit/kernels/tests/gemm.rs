@@ -2,6 +2,7 @@
 //! and primes, leading dimensions wider than the matrices, transposed B, every epilogue, task
 //! splits; all ISAs give the same bits; bad arguments are errors, not panics.
 
+#[allow(dead_code)]
 mod common;
 
 use common::{clamp, close, values};
