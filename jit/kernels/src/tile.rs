@@ -335,8 +335,17 @@ pub(crate) mod x86 {
         #[inline]
         #[target_feature(enable = "avx512f")]
         pub(crate) fn gelu_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
-            let e = crate::elementwise::x86::z::erf(x.map(|v| mul(v, splat(std::f32::consts::FRAC_1_SQRT_2))));
-            std::array::from_fn(|i| mul(mul(splat(0.5), x[i]), add(splat(1.0), e[i])))
+            // Loops, not `map`: a closure with the target's features is not inlined into
+            // `map`, which has none (a call per vector).
+            let mut scaled = x;
+            for v in &mut scaled {
+                *v = mul(*v, splat(std::f32::consts::FRAC_1_SQRT_2));
+            }
+            let mut out = crate::elementwise::x86::z::erf(scaled);
+            for (o, &v) in out.iter_mut().zip(&x) {
+                *o = mul(mul(splat(0.5), v), add(splat(1.0), *o));
+            }
+            out
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -537,8 +546,17 @@ pub(crate) mod x86 {
         #[inline]
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn gelu_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
-            let e = crate::elementwise::x86::y::erf(x.map(|v| mul(v, splat(std::f32::consts::FRAC_1_SQRT_2))));
-            std::array::from_fn(|i| mul(mul(splat(0.5), x[i]), add(splat(1.0), e[i])))
+            // Loops, not `map`: a closure with the target's features is not inlined into
+            // `map`, which has none (a call per vector).
+            let mut scaled = x;
+            for v in &mut scaled {
+                *v = mul(*v, splat(std::f32::consts::FRAC_1_SQRT_2));
+            }
+            let mut out = crate::elementwise::x86::y::erf(scaled);
+            for (o, &v) in out.iter_mut().zip(&x) {
+                *o = mul(mul(splat(0.5), v), add(splat(1.0), *o));
+            }
+            out
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
