@@ -1252,10 +1252,12 @@ macro_rules! blocked_kernel {
             // SAFETY: forwarded.
             unsafe {
                 match sink.activation {
-                    Some(Activation::Sigmoid) => sweep(out, vectors, |v: [Vector; SWEPT]| sigmoid_row(v)),
-                    Some(Activation::Tanh) => sweep(out, vectors, |v: [Vector; SWEPT]| tanh_row(v)),
-                    Some(Activation::Gelu) => sweep(out, vectors, |v: [Vector; SWEPT]| gelu_row(v)),
-                    other => sweep(out, vectors, |v: [Vector; SWEPT]| activate_row(v, other)),
+                    Some(Activation::Sigmoid) => {
+                        sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| sigmoid_row(v))
+                    }
+                    Some(Activation::Tanh) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| tanh_row(v)),
+                    Some(Activation::Gelu) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| gelu_row(v)),
+                    other => sweep(out, vectors, other, |v: [Vector; SWEPT]| activate_row(v, other)),
                 }
             }
         }
@@ -1264,28 +1266,37 @@ macro_rules! blocked_kernel {
         /// overlap, and their constants are loaded once per four.
         const SWEPT: usize = 4;
 
-        /// `f` over `vectors` consecutive vectors at `out`, [`SWEPT`] at a time (the last group's
-        /// missing vectors zero, not stored).
+        /// `f` over `vectors` consecutive vectors at `out`, [`SWEPT`] at a time, the last few
+        /// one by one (`activate` with `activation`): copies of a number of vectors known only
+        /// at run time became `memcpy` calls.
         ///
         /// # Safety
         /// `out` holds `vectors · LANES` elements.
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn sweep(out: *mut f32, vectors: usize, f: impl Fn([Vector; SWEPT]) -> [Vector; SWEPT]) {
+        unsafe fn sweep(
+            out: *mut f32,
+            vectors: usize,
+            activation: Option<crate::conv::Activation>,
+            f: impl Fn([Vector; SWEPT]) -> [Vector; SWEPT],
+        ) {
             // SAFETY: the caller's promise; only vectors below `vectors` are read or written.
             unsafe {
                 let mut i = 0;
-                while i < vectors {
-                    let n = (vectors - i).min(SWEPT);
+                while i + SWEPT <= vectors {
                     let at = out.add(i * LANES);
                     let mut v = [zero(); SWEPT];
-                    for (k, v) in v.iter_mut().enumerate().take(n) {
+                    for (k, v) in v.iter_mut().enumerate() {
                         *v = load(at.add(k * LANES));
                     }
-                    for (k, &r) in f(v).iter().enumerate().take(n) {
+                    for (k, &r) in f(v).iter().enumerate() {
                         store_n(at.add(k * LANES), r, LANES);
                     }
-                    i += n;
+                    i += SWEPT;
+                }
+                for i in i..vectors {
+                    let at = out.add(i * LANES);
+                    store_n(at, activate(load(at), activation), LANES);
                 }
             }
         }
