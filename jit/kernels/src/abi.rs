@@ -231,8 +231,8 @@ pub unsafe extern "C" fn heron_conv2d_f32(
 /// `tail_a` and `tail_b` (bit `k` of `tail_per_channel`: operand `k` holds one value per
 /// output channel, else the output's shape and layout). Instead of a program, `flags` may name
 /// an activation the kernel applies in registers ([`flags::LEAKY_RELU`], its slope in `t0`,
-/// [`flags::HARD_SWISH`], [`flags::SIGMOID`], [`flags::SILU`] or [`flags::HARD_SIGMOID`], its
-/// `alpha` and `beta` in `t0` and `t1`). An invalid program, or both,
+/// [`flags::HARD_SWISH`], [`flags::SIGMOID`], [`flags::SILU`], [`flags::HARD_SIGMOID`], its
+/// `alpha` and `beta` in `t0` and `t1`, [`flags::TANH`] or [`flags::GELU`]). An invalid program, or both,
 /// computes nothing.
 ///
 /// # Safety
