@@ -9,11 +9,16 @@ use heron_jit::kernels::KernelConfig;
 use heron_runtime::pipeline::{Pipeline, PipelineOptions, Stage};
 use heron_runtime::{CompileOptions, Compiler, Model};
 
-fn kernel_calls(model: &Model, kernels: Option<KernelConfig>) -> usize {
+/// The model's module at the target stage with these kernels, and its text.
+fn target_stage(model: &Model, kernels: Option<KernelConfig>) -> (heron_ir::loop_ir::Module, String) {
     let options = PipelineOptions { kernels, ..PipelineOptions::default() };
     let module = Pipeline::new(options).module(model, Stage::Target).expect("target stage");
     let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
-    text.matches("call extern \"heron_").count()
+    (module, text)
+}
+
+fn kernel_calls(model: &Model, kernels: Option<KernelConfig>) -> usize {
+    target_stage(model, kernels).1.matches("call extern \"heron_").count()
 }
 
 #[test]
@@ -94,9 +99,7 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
     let model = Model::from_graph("silu_se", g).expect("model");
     let maps = |module: &str| module.matches("call extern \"heron_map_f32\"").count();
     if KernelConfig::host(1).is_some() {
-        let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
-        let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
-        let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+        let (_, text) = target_stage(&model, KernelConfig::host(1));
         assert_eq!(maps(&text), 1, "SiLU becomes a routine call:\n{text}");
     }
     let mut input = values(c * size * size, 2).into_iter().map(|v| v * 400.0).collect::<Vec<f32>>();
@@ -221,9 +224,7 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         g.set_outputs(vec![v]);
         let model = Model::from_graph("activations", g).expect("model");
         if KernelConfig::host(1).is_some() {
-            let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
-            let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
-            let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+            let (_, text) = target_stage(&model, KernelConfig::host(1));
             let calls: Vec<&str> = text.split("call extern \"heron_conv2d_blocked_f32\"(").skip(1).collect();
             assert_eq!(calls.len(), 4, "{name}:\n{text}");
             for call in calls {
@@ -280,9 +281,7 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
         let model = Model::from_graph("squeeze_excitation", g).expect("model");
         if let Some(config) = KernelConfig::host(1) {
             let block = heron_kernels::blocked::block_for(config.isa);
-            let options = PipelineOptions { kernels: Some(config), ..PipelineOptions::default() };
-            let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
-            let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+            let (_, text) = target_stage(&model, Some(config));
             // The projection's call; for a blocked kernel, the 24th argument holds the layouts
             // (bit 0: a blocked input).
             let call = text.lines().find(|l| l.contains("(%scaled,")).unwrap_or_else(|| panic!("{text}"));
@@ -390,10 +389,7 @@ fn quantized_blocks_run_as_integer_kernels() {
     let want = heron_ir::interp::run(&g, std::slice::from_ref(&input)).expect("graph interpreter");
     for int8 in [Int8Isa::Vnni512, Int8Isa::Avx2, Int8Isa::Scalar] {
         let kernels = Some(KernelConfig { isa: Isa::detect(), int8, tasks: 2 });
-        let module = Pipeline::new(PipelineOptions { kernels, ..PipelineOptions::default() })
-            .module(&model, Stage::Target)
-            .expect("target stage");
-        let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+        let (module, text) = target_stage(&model, kernels);
         assert!(text.contains("heron_conv2d_q8") && text.contains("heron_gemm_q8"), "{int8:?}: {text}");
         let got = heron_ir::loop_ir::interp::run_with(
             &module,
@@ -429,9 +425,7 @@ fn scalar_constants_become_literals_outside_contractions() {
     g.set_outputs(vec![y]);
     let model = Model::from_graph("gelu_input", g).expect("model");
     if KernelConfig::host(1).is_some() {
-        let options = PipelineOptions { kernels: KernelConfig::host(1), ..PipelineOptions::default() };
-        let module = Pipeline::new(options).module(&model, Stage::Target).expect("target stage");
-        let text = heron_ir::loop_ir::print::print_module(&module, heron_ir::loop_ir::print::ConstData::Elided);
+        let (_, text) = target_stage(&model, KernelConfig::host(1));
         assert!(text.contains("call extern \"heron_map_f32\""), "{text}");
         assert!(text.contains("call extern \"heron_conv2d"), "{text}");
     }

@@ -1056,6 +1056,23 @@ macro_rules! blocked_kernel {
             }
         }
 
+        /// GELU of `N` vectors (see [`crate::conv::Activation::Gelu`]; steps interleaved).
+        /// Loops, not `map`: a closure with the target's features is not inlined into `map`,
+        /// which has none (a call per vector).
+        #[inline]
+        #[target_feature(enable = $feature)]
+        fn gelu_row<const N: usize>(x: [Vector; N]) -> [Vector; N] {
+            let mut scaled = x;
+            for v in &mut scaled {
+                *v = mul(*v, splat(std::f32::consts::FRAC_1_SQRT_2));
+            }
+            let mut out = erf_row(scaled);
+            for (o, &v) in out.iter_mut().zip(&x) {
+                *o = mul(mul(splat(0.5), v), add(splat(1.0), *o));
+            }
+            out
+        }
+
         /// A block's pixels plus the residual (when not null; pixel `p` at `at + p · pixel`),
         /// then clamped.
         ///

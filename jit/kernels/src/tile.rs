@@ -331,21 +331,11 @@ pub(crate) mod x86 {
         pub(crate) fn tanh_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
             crate::elementwise::x86::z::tanh(x)
         }
-        /// GELU of `N` vectors (see [`crate::conv::Activation::Gelu`]; steps interleaved).
+        /// `erf` of `N` vectors, as the elementwise programs compute it (steps interleaved).
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn gelu_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
-            // Loops, not `map`: a closure with the target's features is not inlined into
-            // `map`, which has none (a call per vector).
-            let mut scaled = x;
-            for v in &mut scaled {
-                *v = mul(*v, splat(std::f32::consts::FRAC_1_SQRT_2));
-            }
-            let mut out = crate::elementwise::x86::z::erf(scaled);
-            for (o, &v) in out.iter_mut().zip(&x) {
-                *o = mul(mul(splat(0.5), v), add(splat(1.0), *o));
-            }
-            out
+        pub(crate) fn erf_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
+            crate::elementwise::x86::z::erf(x)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -542,21 +532,11 @@ pub(crate) mod x86 {
         pub(crate) fn tanh_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
             crate::elementwise::x86::y::tanh(x)
         }
-        /// GELU of `N` vectors (see [`crate::conv::Activation::Gelu`]; steps interleaved).
+        /// `erf` of `N` vectors, as the elementwise programs compute it (steps interleaved).
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn gelu_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
-            // Loops, not `map`: a closure with the target's features is not inlined into
-            // `map`, which has none (a call per vector).
-            let mut scaled = x;
-            for v in &mut scaled {
-                *v = mul(*v, splat(std::f32::consts::FRAC_1_SQRT_2));
-            }
-            let mut out = crate::elementwise::x86::y::erf(scaled);
-            for (o, &v) in out.iter_mut().zip(&x) {
-                *o = mul(mul(splat(0.5), v), add(splat(1.0), *o));
-            }
-            out
+        pub(crate) fn erf_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
+            crate::elementwise::x86::y::erf(x)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
