@@ -182,10 +182,11 @@ pub(crate) fn conv_share(
         let n = if kernel == PlaneKernel::Rows && hi - item >= ROW_KERNEL_PLANES { ROW_KERNEL_PLANES } else { 1 };
         let outputs = &mut out[item * plane_out..(item + n) * plane_out];
         match kernel {
-            PlaneKernel::Rows => {
+            PlaneKernel::Rows if n == ROW_KERNEL_PLANES => {
                 let planes: [Plane<'_>; ROW_KERNEL_PLANES] = std::array::from_fn(|i| plane(item + i));
-                run_rows(isa, geo, &planes[..n], outputs);
+                run_rows(isa, geo, &planes, outputs);
             }
+            PlaneKernel::Rows => run_rows(isa, geo, &[plane(item)], outputs),
             PlaneKernel::General => {
                 let p = plane(item);
                 layout.fill(isa, geo, p.x, &mut scratch[..laid_out]);
