@@ -592,6 +592,7 @@ const MIN_PARALLEL_WORK: u64 = 1 << 14;
 /// When only loops of one iteration sit above the vectorized output loop (a matrix-vector
 /// product), that loop is split into a parallel loop over chunks around a vector loop.
 pub fn mark_parallel(module: &mut Module) {
+    let block = channel_block(module);
     for f in module.funcs.iter_mut().filter(|f| f.target.is_none() && f.name != heron_ir::loop_ir::MAIN) {
         let Stmt::Seq(items) = &f.body else { continue };
         let mut loops = items.iter().enumerate().filter(|(_, s)| !is_local_allocation(s, f));
@@ -610,7 +611,7 @@ pub fn mark_parallel(module: &mut Module) {
                 ForKind::Serial if safe() => break Some((path, None)),
                 // No loop above to split (a GEMM with one row): the vector loop itself, in chunks.
                 ForKind::Vectorized(_) if single_iterations && safe() => {
-                    match extent.as_int().and_then(|n| parallel_chunks(n, contains_loop(body))) {
+                    match extent.as_int().and_then(|n| parallel_chunks(n, contains_loop(body), block)) {
                         Some(chunks) => break Some((path, Some((chunks, reads_none_of_its_outputs(body, f))))),
                         None => break None,
                     }
@@ -648,29 +649,37 @@ pub fn mark_parallel(module: &mut Module) {
 /// depend on the thread count; threads take contiguous runs of chunks).
 const MAX_PARALLEL_CHUNKS: i64 = 16;
 
-/// Channels of the smallest channel block (`NCHW8c`; a 16-channel block holds whole 8-channel
-/// runs too).
-const BLOCK_LANES: i64 = 8;
+/// The channel block of the module's blocked tensors (`NCHW{B}c`, one `B` per module: the
+/// kernels' vector width), or 8 when none is blocked.
+fn channel_block(module: &Module) -> i64 {
+    let main = module.funcs.iter().find(|f| f.name == heron_ir::loop_ir::MAIN);
+    let transforms = main.map(|m| m.layout_transforms.values().collect::<Vec<_>>()).unwrap_or_default();
+    let block = heron_kernels::blocked::BLOCKS
+        .into_iter()
+        .rev()
+        .find(|&n| transforms.iter().any(|map| **map == crate::blocking::blocked_map(n)));
+    block.map_or(8, |b| b as i64)
+}
 
-/// Most 8-channel blocks a reducing vector loop is split into, one block a chunk.
+/// Most channel blocks a reducing vector loop is split into, one block a chunk.
 const MAX_BLOCK_CHUNKS: i64 = 256;
 
 /// The number of equal chunks of at least one vector each to split a vector loop of `n`
-/// iterations into. A loop that `reduces` (a loop inside it: a global average, a matrix-vector
-/// product) over at most [`MAX_BLOCK_CHUNKS`] whole 8-channel blocks takes one block a chunk:
-/// over a channel-blocked tensor its lanes are then one block's contiguous channels, which
-/// longer chunks reach only through `// 8` and `% 8` in every index (measured 5-10x slower),
-/// and its reduction is long enough that the shorter vector loop costs nothing. Otherwise the
-/// largest divisor of `n` up to [`MAX_PARALLEL_CHUNKS`] whose chunks are runs of whole 8-channel
-/// blocks, when there are at least half that many of them, else the largest divisor (`None`:
-/// below 2).
-fn parallel_chunks(n: i64, reduces: bool) -> Option<i64> {
-    if reduces && n % BLOCK_LANES == 0 && (2..=MAX_BLOCK_CHUNKS).contains(&(n / BLOCK_LANES)) {
-        return Some(n / BLOCK_LANES);
+/// iterations into, `block` the module's channel block. A loop that `reduces` (a loop inside
+/// it: a global average, a matrix-vector product) over at most [`MAX_BLOCK_CHUNKS`] whole
+/// blocks takes one block a chunk: over a channel-blocked tensor its lanes are then one block's
+/// contiguous channels, which other chunks reach only through `// B` and `% B` in every index
+/// (measured 5-10x slower), and its reduction is long enough that the shorter vector loop costs
+/// nothing. Otherwise the largest divisor of `n` up to [`MAX_PARALLEL_CHUNKS`] whose chunks are
+/// runs of whole blocks, when there are at least half that many of them, else the largest
+/// divisor (`None`: below 2).
+fn parallel_chunks(n: i64, reduces: bool, block: i64) -> Option<i64> {
+    if reduces && n % block == 0 && (2..=MAX_BLOCK_CHUNKS).contains(&(n / block)) {
+        return Some(n / block);
     }
     let divides = |d: &i64| n % d == 0 && n / d >= LANES;
     let whole_blocks =
-        (MAX_PARALLEL_CHUNKS / 2..=MAX_PARALLEL_CHUNKS).rev().find(|d| divides(d) && (n / d) % BLOCK_LANES == 0);
+        (MAX_PARALLEL_CHUNKS / 2..=MAX_PARALLEL_CHUNKS).rev().find(|d| divides(d) && (n / d) % block == 0);
     whole_blocks.or_else(|| (2..=MAX_PARALLEL_CHUNKS).rev().find(divides))
 }
 

@@ -288,11 +288,11 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
             let blocked_input = call.contains("heron_conv2d_blocked_f32")
                 && call.split(", ").nth(23).and_then(|a| a.parse::<i64>().ok()).expect("layouts") & 1 == 1;
             assert_eq!(blocked_input, channels % block == 0, "{channels} channels:\n{call}");
-            // The global average over the blocked tensor runs one 8-channel run a chunk, and the
+            // The global average over the blocked tensor runs one block a chunk, and the
             // product a block's lanes innermost, so their vector lanes are contiguous channels
             // with no `// B` or `% B` in their indices (72 in 12 chunks of 6 would straddle
-            // blocks; 160 in 10 chunks of 16 would index through both; a vector along the width
-            // would step a block apart).
+            // blocks; 160 in 10 chunks of 16 would index through both at B = 8, and 20 chunks
+            // of 8 at B = 16; a vector along the width would step a block apart).
             if channels % block == 0 {
                 let options = PipelineOptions { kernels: Some(config), ..PipelineOptions::default() };
                 let flat = Pipeline::new(options).module(&model, Stage::Flat).expect("flat stage");
@@ -304,8 +304,7 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
                         "{text}"
                     );
                     let vector = text.lines().find(|l| l.contains("vectorized")).unwrap_or_else(|| panic!("{text}"));
-                    let lanes = if prefix == "mul" { block } else { 8 };
-                    assert!(vector.contains(&format!("in 0..{lanes} ")), "{text}");
+                    assert!(vector.contains(&format!("in 0..{block} ")), "{text}");
                 }
             }
         }
