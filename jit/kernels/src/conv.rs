@@ -480,7 +480,7 @@ fn gemm_form(
                 let t = Tile {
                     k,
                     a: packed_w[(grp * slabs + s) * k * mr..].as_ptr(),
-                    lda: 0,
+                    lda: mr,
                     packed_a: true,
                     b,
                     ldb,

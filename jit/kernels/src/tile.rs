@@ -2,8 +2,8 @@
 //! `MR × NR` outputs of `C = A · B` over the whole reduction, keeping the tile in registers
 //! (AVX-512: 12 × 32 in 24 zmm; AVX2: 6 × 16 in 12 ymm), starting from the bias and applying
 //! the epilogue (residual add, clamp) before its one store. A is read either row-major (an
-//! activation, `a[r * lda + p]`) or from a packed slab (weights packed at compile time,
-//! `a[p * MR + r]`); B rows are `NR` contiguous values `ldb` apart (a packed panel, or an
+//! activation, `a[r * lda + p]`) or k-major (weights packed at compile time into slabs of
+//! `MR` rows, or Winograd's transformed tiles: `a[p * lda + r]`); B rows are `NR` contiguous values `ldb` apart (a packed panel, or an
 //! activation whose rows are long enough). Column tails are masked, so nothing outside the
 //! tile's `rows × cols` block of C is touched.
 //!
@@ -35,9 +35,10 @@ pub fn block_rows(isa: Isa) -> usize {
 #[derive(Clone, Copy)]
 pub(crate) struct Tile {
     pub k: usize,
-    /// The tile's first A row (row-major) or its slab (packed).
+    /// The tile's first A row (row-major) or its first row's value at `p = 0` (k-major).
     pub a: *const f32,
-    /// Row stride of a row-major A; ignored for a packed slab.
+    /// Row stride of a row-major A; stride between a k-major A's `p` steps (`MR` for a packed
+    /// slab).
     pub lda: usize,
     pub packed_a: bool,
     /// The first of `k` rows of `NR` values, `ldb` apart.
@@ -66,7 +67,7 @@ pub(crate) struct Tile {
 ///
 /// # Safety
 /// Every pointer of `t` must be valid for the extents its fields describe: `rows` A rows of
-/// `k` (row-major) or `k × MR` values (packed), `k` B rows of `NR` at stride `ldb`, and the
+/// `k` (row-major) or `k` steps of `rows` at stride `lda` (k-major), `k` B rows of `NR` at stride `ldb`, and the
 /// `rows × cols` blocks of C and the residual.
 pub(crate) unsafe fn run(isa: Isa, t: &Tile) {
     debug_assert!(t.rows >= 1 && t.rows <= block_rows(isa) && t.cols >= 1 && t.cols <= panel_width(isa));
@@ -92,11 +93,11 @@ pub(crate) unsafe fn run(isa: Isa, t: &Tile) {
         }
     }
     // SAFETY: forwarded from the caller.
-    unsafe { scalar_tile(t, block_rows(isa)) }
+    unsafe { scalar_tile(t) }
 }
 
 /// The reference microkernel: the same operations in the same order, one lane at a time.
-unsafe fn scalar_tile(t: &Tile, mr: usize) {
+unsafe fn scalar_tile(t: &Tile) {
     // SAFETY: the caller guarantees the extents (see `run`).
     unsafe {
         for r in 0..t.rows {
@@ -106,7 +107,7 @@ unsafe fn scalar_tile(t: &Tile, mr: usize) {
                     acc += *t.row_bias.add(r);
                 }
                 for p in 0..t.k {
-                    let a = if t.packed_a { *t.a.add(p * mr + r) } else { *t.a.add(r * t.lda + p) };
+                    let a = if t.packed_a { *t.a.add(p * t.lda + r) } else { *t.a.add(r * t.lda + p) };
                     acc = a.mul_add(*t.b.add(p * t.ldb + col), acc);
                 }
                 if !t.residual.is_null() {
@@ -124,8 +125,8 @@ unsafe fn scalar_tile(t: &Tile, mr: usize) {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     /// The microkernel, written once over the vector helpers of the module it expands in
-    /// (`zero`, `load`, `load_n`, `store_n`, `splat`, `fma`, `add`, `max`, `min`, `LANES`,
-    /// `MR`): `W` (1 or 2) vectors per row of C, `R` rows.
+    /// (`zero`, `load`, `load_n`, `store_n`, `splat`, `fma`, `add`, `max`, `min`, `LANES`):
+    /// `W` (1 or 2) vectors per row of C, `R` rows.
     macro_rules! tile_kernel {
         ($feature:literal) => {
             /// # Safety
@@ -152,7 +153,7 @@ pub(crate) mod x86 {
                         let bp = t.b.add(p * t.ldb);
                         let b: [_; W] = std::array::from_fn(|w| load(bp.add(w * LANES)));
                         for (r, row) in acc.iter_mut().enumerate() {
-                            let a = if PACKED_A { *t.a.add(p * MR + r) } else { *t.a.add(r * t.lda + p) };
+                            let a = if PACKED_A { *t.a.add(p * t.lda + r) } else { *t.a.add(r * t.lda + p) };
                             let av = splat(a);
                             for (v, bw) in row.iter_mut().zip(b) {
                                 *v = fma(av, bw, *v);
@@ -379,7 +380,6 @@ pub(crate) mod x86 {
         use std::arch::x86_64::*;
 
         pub(crate) const LANES: usize = 8;
-        pub(crate) const MR: usize = 6;
         pub(crate) type Vector = __m256;
 
         #[inline]

@@ -83,7 +83,7 @@ pub(crate) fn conv_share(
         let t = Tile {
             k: c,
             a: packed_x.as_ptr(),
-            lda: 0,
+            lda: mr,
             packed_a: true,
             b: packed_w[j * c * nr..].as_ptr(),
             ldb: nr,
