@@ -102,16 +102,33 @@ fn packed_len(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<usize,
     )
 }
 
-/// Scratch per task: the 16 transformed input panels (C × NR each) and the group's 16 product
-/// blocks (MR × NR channel rows, NR × NR tile rows).
+/// Scratch per task: the 16 transformed input panels (C × block width each) and the group's
+/// 16 product blocks (MR × NR channel rows, block width × NR tile rows).
 pub(crate) fn scratch_len(geo: &Conv2d, isa: Isa) -> Result<usize, KernelError> {
     scratch_len_in(geo, isa, orientation(geo))
 }
 
 fn scratch_len_in(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<usize, KernelError> {
-    let nr = panel_width(isa);
-    let panels = mul(mul(XI, geo.in_channels, "scratch")?, nr, "scratch")?;
-    panels.checked_add(XI * group_width(isa, orientation) * nr).ok_or(KernelError::Overflow("scratch"))
+    let width = block_width(geo, isa, orientation);
+    let panels = mul(mul(XI, geo.in_channels, "scratch")?, width, "scratch")?;
+    let product_rows = match orientation {
+        Orientation::ChannelRows => block_rows(isa),
+        Orientation::TileRows => width,
+    };
+    panels.checked_add(XI * product_rows * panel_width(isa)).ok_or(KernelError::Overflow("scratch"))
+}
+
+/// Tiles per block: the microkernel's panel width with channel rows; with tile rows the
+/// image's tiles, all in one block, so the weights stream through once per image (a 14×14
+/// output's 49 tiles in blocks of 32 read them twice).
+fn block_width(geo: &Conv2d, isa: Isa, orientation: Orientation) -> usize {
+    match orientation {
+        Orientation::ChannelRows => panel_width(isa),
+        Orientation::TileRows => {
+            let (th, tw) = tiles(geo);
+            (th * tw).max(1)
+        }
+    }
 }
 
 /// `U = G·g·Gᵀ` of one 3×3 filter, `G = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]]`,
@@ -247,22 +264,42 @@ fn conv_share_in(
     let (mr, nr, c) = (block_rows(isa), panel_width(isa), geo.in_channels);
     let (th, tw) = tiles(geo);
     let width = group_width(isa, orientation);
-    let (blocks, groups) = ((th * tw).div_ceil(nr), channel_groups(geo, isa, orientation));
+    let bw = block_width(geo, isa, orientation);
+    let (blocks, groups) = ((th * tw).div_ceil(bw), channel_groups(geo, isa, orientation));
     let (plane_in, pixels) = (geo.in_h * geo.in_w, geo.out_h * geo.out_w);
     let block_items = geo.batch * blocks;
-    let slab_parts = crate::conv::slab_parts(block_items, groups, tasks);
+    // A few blocks that do not divide among the tasks (a 28×28 output's 7 at two threads:
+    // 4 against 3) are split into channel parts as well, so each task does the same work,
+    // transforming at most two blocks that another task transforms too.
+    let slab_parts = match crate::conv::slab_parts(block_items, groups, tasks) {
+        1 if block_items % tasks != 0 && block_items < 8 * tasks => tasks.min(groups),
+        parts => parts,
+    };
     let (lo, hi) = share(block_items * slab_parts, tasks, task);
-    let (panels, products) = scratch.split_at_mut(XI * c * nr);
-    let products = &mut products[..XI * width * nr];
+    let (panels, products) = scratch.split_at_mut(XI * c * bw);
+    let product_rows = match orientation {
+        Orientation::ChannelRows => mr,
+        Orientation::TileRows => bw,
+    };
+    let products = &mut products[..XI * product_rows * nr];
     let mut transformed: Option<usize> = None;
     let mut block = Block { t0: 0, cols: 0, tw };
     for item in lo..hi {
-        let (block_item, part) = (item / slab_parts, item % slab_parts);
+        // Tile rows take their parts outermost: a task then holds a part of the channels
+        // for every block (equal work) rather than whole blocks of unequal tiles (a 14×14
+        // output's 32 and 17).
+        let (block_item, part) = match orientation {
+            Orientation::ChannelRows => (item / slab_parts, item % slab_parts),
+            Orientation::TileRows => (item % block_items, item / block_items),
+        };
         let (n, b) = (block_item / blocks, block_item % blocks);
         if transformed != Some(block_item) {
-            block = Block { t0: b * nr, cols: (th * tw - b * nr).min(nr), tw };
+            // Blocks of near-equal width (7 of 28 tiles, not 6 of 32 and one of 4), so that
+            // tasks holding equal counts hold equal work.
+            let (t0, t1) = share(th * tw, blocks, b);
+            block = Block { t0, cols: t1 - t0, tw };
             let image = &x[n * c * plane_in..(n + 1) * c * plane_in];
-            transform_input(isa, geo, image, block, panels);
+            transform_input(isa, geo, image, block, panels, bw);
             transformed = Some(block_item);
         }
         let (s_lo, s_hi) = share(groups, slab_parts, part);
@@ -295,7 +332,7 @@ fn conv_share_in(
                         let t = Tile {
                             a: weights(xi),
                             lda: mr,
-                            b: panels[xi * c * nr..].as_ptr(),
+                            b: panels[xi * c * bw..].as_ptr(),
                             c: products[xi * mr * nr..].as_mut_ptr(),
                             rows,
                             cols: block.cols,
@@ -311,17 +348,17 @@ fn conv_share_in(
                         for run in 0..runs {
                             let (r0, r1) = share(block.cols, runs, run);
                             let t = Tile {
-                                a: panels[xi * c * nr + r0..].as_ptr(),
-                                lda: nr,
+                                a: panels[xi * c * bw + r0..].as_ptr(),
+                                lda: bw,
                                 b: weights(xi),
-                                c: products[(xi * nr + r0) * nr..].as_mut_ptr(),
+                                c: products[(xi * bw + r0) * nr..].as_mut_ptr(),
                                 rows: r1 - r0,
                                 cols: rows,
                                 ..blank
                             };
-                            // SAFETY: panel ξ holds C steps of NR tiles (rows r0..r1 < NR
+                            // SAFETY: panel ξ holds C steps of `bw` tiles (rows r0..r1 <= bw
                             // read), panel `s` of matrix ξ C × NR packed values, and product
-                            // block ξ NR × NR (rows r0..r1 written).
+                            // block ξ `bw` × NR (rows r0..r1 written).
                             unsafe { tile::run(isa, &t) };
                         }
                     }
@@ -340,16 +377,16 @@ fn conv_share_in(
             };
             // SAFETY: the group's `rows` output (and residual) planes start at `at` (checked
             // lengths); the stores stay inside them.
-            unsafe { transform_output(isa, orientation, block, products, nr, mr, &slab) };
+            unsafe { transform_output(isa, orientation, block, products, (bw, nr, mr), &slab) };
         }
     }
 }
 
-/// `x` holds the image's `geo.in_channels` planes and `panels` 16 × C × NR values (both
-/// checked by the caller of [`conv_share`]).
-fn transform_input(isa: Isa, geo: &Conv2d, x: &[f32], block: Block, panels: &mut [f32]) {
-    let nr = panel_width(isa);
+/// `x` holds the image's `geo.in_channels` planes and `panels` 16 × C × `nr` values (both
+/// checked by the caller of [`conv_share`]), `nr >= block.cols`.
+fn transform_input(isa: Isa, geo: &Conv2d, x: &[f32], block: Block, panels: &mut [f32], nr: usize) {
     assert!(x.len() >= geo.in_channels * geo.in_h * geo.in_w && panels.len() >= XI * geo.in_channels * nr);
+    assert!(block.cols <= nr);
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: the lengths are asserted, and the CPU has the features.
@@ -366,15 +403,14 @@ fn transform_input(isa: Isa, geo: &Conv2d, x: &[f32], block: Block, panels: &mut
 
 /// # Safety
 /// `products` holds 16 blocks of MR × NR values (channel rows: the first `slab.rows` rows and
-/// `block.cols` columns written) or NR × NR (tile rows: the first `block.cols` rows and
+/// `block.cols` columns written) or `bw` × NR (tile rows: the first `block.cols` rows and
 /// `slab.rows` columns written), and `slab`'s planes hold what it says.
 unsafe fn transform_output(
     isa: Isa,
     orientation: Orientation,
     block: Block,
     products: &[f32],
-    nr: usize,
-    mr: usize,
+    (bw, nr, mr): (usize, usize, usize),
     slab: &SlabOut,
 ) {
     macro_rules! run {
@@ -384,7 +420,7 @@ unsafe fn transform_output(
             unsafe {
                 match orientation {
                     Orientation::ChannelRows => m::winograd_output(block, products, nr, mr, slab),
-                    Orientation::TileRows => m::winograd_output_tile_rows(block, products, nr, slab),
+                    Orientation::TileRows => m::winograd_output_tile_rows(block, products, (bw, nr), slab),
                 }
             }
         }};
@@ -588,19 +624,19 @@ macro_rules! winograd_kernel {
             }
         }
 
-        /// [`winograd_output`] of tile-rows products (`products[ξ][tile][channel]`, `nr`
-        /// channels a row): a tile and a vector of the group's channels at a time, with the
-        /// same operations per element, the results scattered to the channels' planes.
+        /// [`winograd_output`] of tile-rows products (`products[ξ][tile][channel]`, `bw`
+        /// tiles of `nr` channels): a tile and a vector of the group's channels at a time,
+        /// with the same operations per element, the results scattered to the channels' planes.
         ///
         /// # Safety
-        /// The CPU has the module's features; `products` holds 16 × `nr` × `nr` values (rows
+        /// The CPU has the module's features; `products` holds 16 × `bw` × `nr` values (rows
         /// below `block.cols`, columns below `slab.rows` written), `slab` describes
         /// `slab.rows` output planes (and residual planes and biases) of the block's geometry.
         $(#[$attr])*
         pub(crate) unsafe fn winograd_output_tile_rows(
             block: crate::winograd::Block,
             products: &[f32],
-            nr: usize,
+            (bw, nr): (usize, usize),
             slab: &crate::winograd::SlabOut,
         ) {
             let (lo, hi) = slab.clamp.map_or((splat(0.0), splat(0.0)), |(l, h)| (splat(l), splat(h)));
@@ -616,7 +652,7 @@ macro_rules! winograd_kernel {
                     unsafe {
                         let mut m = [zero(); 16];
                         for (xi, m) in m.iter_mut().enumerate() {
-                            *m = load_n(products.as_ptr().add((xi * nr + tile) * nr + ch), n);
+                            *m = load_n(products.as_ptr().add((xi * bw + tile) * nr + ch), n);
                         }
                         let s0: [_; 4] = std::array::from_fn(|j| add(add(m[j], m[4 + j]), m[8 + j]));
                         let s1: [_; 4] = std::array::from_fn(|j| sub(sub(m[4 + j], m[8 + j]), m[12 + j]));
