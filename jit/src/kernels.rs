@@ -380,17 +380,26 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
     }
     let (out_loops, body) = peel(nest);
     let Stmt::Seq(parts) = body else { return None };
-    let [
-        Stmt::Store { buffer: a0, indices: i0, value: init },
-        reduce,
-        Stmt::Store { buffer: out, indices: out_idx, value: epilogue },
-    ] = &parts[..]
-    else {
-        return None;
+    // The epilogue's store, with the value of a `let` before it (a residual sum an activation
+    // reads twice: `e = acc + r; out = e · sigmoid(e)`) written into it.
+    let (init, reduce, out, out_idx, epilogue) = match &parts[..] {
+        [Stmt::Store { buffer: a0, indices: i0, value: init }, reduce, Stmt::Store { buffer, indices, value }]
+            if *a0 == acc && i0.len() == 1 && i0[0].as_int() == Some(0) =>
+        {
+            (init, reduce, buffer, indices, value.clone())
+        }
+        [
+            Stmt::Store { buffer: a0, indices: i0, value: init },
+            reduce,
+            Stmt::Let { var, value: bound },
+            Stmt::Store { buffer, indices, value },
+        ] if *a0 == acc && i0.len() == 1 && i0[0].as_int() == Some(0) => {
+            let inlined = value.clone().map(&mut |x| if x == Expr::Var(*var) { bound.clone() } else { x });
+            (init, reduce, buffer, indices, inlined)
+        }
+        _ => return None,
     };
-    if *a0 != acc || i0.len() != 1 || i0[0].as_int() != Some(0) {
-        return None;
-    }
+    let epilogue = &epilogue;
     let out = *out;
     let out_shape = f.buffer(out).shape.clone();
     if (!integer && f.buffer(out).dtype != DType::F32)

@@ -1073,6 +1073,17 @@ macro_rules! blocked_kernel {
             out
         }
 
+        /// SiLU of `N` vectors, `x · sigmoid(x)` (steps interleaved).
+        #[inline]
+        #[target_feature(enable = $feature)]
+        fn silu_row<const N: usize>(x: [Vector; N]) -> [Vector; N] {
+            let mut s = sigmoid_row(x);
+            for (s, &v) in s.iter_mut().zip(&x) {
+                *s = mul(v, *s);
+            }
+            s
+        }
+
         /// A block's pixels plus the residual (when not null; pixel `p` at `at + p · pixel`),
         /// then clamped.
         ///
@@ -1106,13 +1117,7 @@ macro_rules! blocked_kernel {
         fn activate_row<const P: usize>(row: [Vector; P], activation: Option<crate::conv::Activation>) -> [Vector; P] {
             match activation {
                 Some(crate::conv::Activation::Sigmoid) => sigmoid_row(row),
-                Some(crate::conv::Activation::Silu) => {
-                    let mut s = sigmoid_row(row);
-                    for (s, &v) in s.iter_mut().zip(&row) {
-                        *s = mul(v, *s);
-                    }
-                    s
-                }
+                Some(crate::conv::Activation::Silu) => silu_row(row),
                 Some(crate::conv::Activation::Tanh) => tanh_row(row),
                 Some(crate::conv::Activation::Gelu) => gelu_row(row),
                 // A loop, not `map`: a closure with the target's features is not inlined into
@@ -1272,6 +1277,7 @@ macro_rules! blocked_kernel {
                     Some(Activation::Sigmoid) => {
                         sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| sigmoid_row(v))
                     }
+                    Some(Activation::Silu) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| silu_row(v)),
                     Some(Activation::Tanh) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| tanh_row(v)),
                     Some(Activation::Gelu) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| gelu_row(v)),
                     other => sweep(out, vectors, other, |v: [Vector; SWEPT]| activate_row(v, other)),
