@@ -278,6 +278,9 @@ pub(crate) struct Plan {
     out_loops: Vec<(VarId, i64)>,
     /// `Some(epilogue)`: fused; `None`: the store's expression runs after the kernel, in place.
     pub fused: Option<Fused>,
+    /// With `fused`, what of the store's expression runs after the kernel over its output
+    /// (the accumulator standing for it), in place; `None`: nothing.
+    rest: Option<Expr>,
     acc: BufferId,
     epilogue: Expr,
     /// Statements before the nest (a padded copy of the input) that stay.
@@ -462,13 +465,23 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
             }
         }
     }
-    let fused = if integer {
+    let gemm = matches!(kernel, Kernel::Gemm { .. });
+    let (fused, rest) = if integer {
         // The kernel's i32 result is the output only when the epilogue stores it unchanged.
-        (is_acc(epilogue, acc) && f.buffer(out).dtype == DType::I32).then(Fused::default)
+        ((is_acc(epilogue, acc) && f.buffer(out).dtype == DType::I32).then(Fused::default), None)
+    } else if let Some(fused) = fuse_epilogue(f, epilogue, acc, &out_loops, out, gemm) {
+        (Some(fused), None)
     } else {
-        fuse_epilogue(f, epilogue, acc, &out_loops, out, matches!(kernel, Kernel::Gemm { .. }))
+        // An activation of a residual sum (`tanh(acc + r)`): the kernel adds the residual, the
+        // rest runs over its output, and the residual is the kernel's, laid out as its output.
+        residual_sum_under(epilogue, acc)
+            .and_then(|(sum, rest)| {
+                let fused = fuse_epilogue(f, &sum, acc, &out_loops, out, gemm)?;
+                (fused.residual.is_some() && fused.clamp.is_none()).then_some((Some(fused), Some(rest)))
+            })
+            .unwrap_or((None, None))
     };
-    Some(Plan { kernel, quant, weights, out, out_loops, fused, acc, epilogue: epilogue.clone(), prelude })
+    Some(Plan { kernel, quant, weights, out, out_loops, fused, rest, acc, epilogue: epilogue.clone(), prelude })
 }
 
 /// An integer product's operand kinds and zero points, when the kernels take them: the
@@ -810,6 +823,46 @@ fn fuse_epilogue(
     seen_acc.then_some(fused)
 }
 
+/// The outermost sum holding the accumulator in `e` when every use of the accumulator is in
+/// a copy of it, and `e` with the accumulator in its place: `tanh(acc + r)` is `acc + r` and
+/// `tanh(acc)`; `(acc + r) · sigmoid(acc + r)` is `acc + r` and `acc · sigmoid(acc)`.
+fn residual_sum_under(e: &Expr, acc: BufferId) -> Option<(Expr, Expr)> {
+    let count = |e: &Expr, what: &dyn Fn(&Expr) -> bool| {
+        let mut n = 0usize;
+        e.clone().map(&mut |x| {
+            n += usize::from(what(&x));
+            x
+        });
+        n
+    };
+    let holds_acc = |e: &Expr| count(e, &|x| is_acc(x, acc)) > 0;
+    // Top-down: the first sum that holds the accumulator.
+    let mut sum = None;
+    let mut stack = vec![e];
+    while let Some(x) = stack.pop() {
+        if let Expr::Binary { op: BinOp::Add, .. } = x
+            && holds_acc(x)
+        {
+            sum = Some(x.clone());
+            break;
+        }
+        match x {
+            Expr::Binary { lhs, rhs, .. } | Expr::Cmp { lhs, rhs, .. } => stack.extend([&**rhs, &**lhs]),
+            Expr::Not(a) | Expr::Cast { value: a, .. } | Expr::Math { arg: a, .. } => stack.push(a),
+            Expr::Select { cond, then, otherwise } => stack.extend([&**otherwise, &**then, &**cond]),
+            _ => {}
+        }
+    }
+    let sum = sum?;
+    let acc_load = Expr::load(acc, vec![Expr::index(0)]);
+    let copies = count(e, &|x| *x == sum);
+    if copies == 0 || count(e, &|x| is_acc(x, acc)) != copies * count(&sum, &|x| is_acc(x, acc)) {
+        return None;
+    }
+    let rest = e.clone().map(&mut |x| if x == sum { acc_load.clone() } else { x });
+    (rest != acc_load).then_some((sum, rest))
+}
+
 /// The weights packed for the kernel, the name their constant shows (the packing: ISA and
 /// method), and the scratch per task (elements, type).
 struct Packed {
@@ -932,7 +985,7 @@ fn apply(
     (param.shape, param.dtype) = (vec![len], tensor.dtype());
     let out = plan.out;
     let (fused, generic) = match plan.fused {
-        Some(fused) => (fused, None),
+        Some(fused) => (fused, plan.rest),
         None => (Fused::default(), Some(plan.epilogue)),
     };
     let i = |v: usize| Arg::Expr(Expr::index(v as i64));

@@ -119,32 +119,42 @@ fn sigmoid_tails_run_as_the_elementwise_routine() {
     }
 }
 
-/// A residual sum read twice by its activation (`e = conv + r; out = e · sigmoid(e)`, lowered
-/// with a `let`) after a 3×3 convolution still runs as the convolution kernel (Winograd,
-/// planar) and the elementwise routine, not as generated loops, and matches the interpreter.
+/// An activation of a residual sum after a 3×3 convolution (Winograd, planar): SiLU reads the
+/// sum twice (`e = conv + r; out = e · sigmoid(e)`, lowered with a `let`), tanh once. The
+/// kernel adds the residual itself (its call's fourth argument) and the elementwise routine
+/// runs the activation over its output, with no generated loop left; both match the
+/// interpreter.
 #[test]
-fn residual_sums_read_twice_still_run_as_kernels() {
+fn activations_of_residual_sums_run_as_kernels() {
     use heron_ir::{BinaryOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
     let (c, size) = (32, 7);
-    let mut g = Graph::new();
-    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, size, size]));
-    let w = g.add_constant("w", Tensor::from_vec(&[c, c, 3, 3], values(c * c * 9, 3)).expect("weights"));
-    let mut window = Window::dense(vec![3, 3]);
-    window.pads_begin = vec![1, 1];
-    window.pads_end = vec![1, 1];
-    let y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: 1 }), &[x, w]).expect("conv");
-    let sum = g.add_op("sum", Op::Binary(BinaryOp::Add), &[y, x]).expect("add");
-    let s = g.add_op("sigmoid", Op::Unary(UnaryOp::Sigmoid), &[sum]).expect("sigmoid");
-    let silu = g.add_op("silu", Op::Binary(BinaryOp::Mul), &[sum, s]).expect("mul");
-    g.set_outputs(vec![silu]);
-    let model = Model::from_graph("residual_silu", g).expect("model");
-    if KernelConfig::host(1).is_some() {
-        let (_, text) = target_stage(&model, KernelConfig::host(1));
-        assert_eq!(text.matches("call extern \"heron_conv2d").count(), 1, "the convolution is a kernel:\n{text}");
-        assert!(!text.contains("for %r0"), "no reduction loop is left:\n{text}");
+    for silu in [true, false] {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, size, size]));
+        let w = g.add_constant("w", Tensor::from_vec(&[c, c, 3, 3], values(c * c * 9, 3)).expect("weights"));
+        let mut window = Window::dense(vec![3, 3]);
+        window.pads_begin = vec![1, 1];
+        window.pads_end = vec![1, 1];
+        let y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: 1 }), &[x, w]).expect("conv");
+        let sum = g.add_op("sum", Op::Binary(BinaryOp::Add), &[y, x]).expect("add");
+        let out = if silu {
+            let s = g.add_op("sigmoid", Op::Unary(UnaryOp::Sigmoid), &[sum]).expect("sigmoid");
+            g.add_op("silu", Op::Binary(BinaryOp::Mul), &[sum, s]).expect("mul")
+        } else {
+            g.add_op("tanh", Op::Unary(UnaryOp::Tanh), &[sum]).expect("tanh")
+        };
+        g.set_outputs(vec![out]);
+        let model = Model::from_graph("residual_activation", g).expect("model");
+        if KernelConfig::host(1).is_some() {
+            let (_, text) = target_stage(&model, KernelConfig::host(1));
+            let call = text.lines().find(|l| l.contains("call extern \"heron_conv2d")).unwrap_or_else(|| panic!("{text}"));
+            assert_eq!(call.split(", ").nth(3), Some("%x"), "the kernel adds the residual:\n{text}");
+            assert_eq!(text.matches("call extern \"heron_map_f32\"").count(), 1, "{text}");
+            assert!(!text.contains("for %o"), "no generated loop is left:\n{text}");
+        }
+        let input = Tensor::from_vec(&[1, c, size, size], values(c * size * size, 4)).expect("input");
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, if silu { "residual SiLU" } else { "residual tanh" });
     }
-    let input = Tensor::from_vec(&[1, c, size, size], values(c * size * size, 4)).expect("input");
-    agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, "residual SiLU");
 }
 
 /// `n` values in [-0.5, 0.5), different for each seed.
