@@ -147,13 +147,18 @@ fn activations_of_residual_sums_run_as_kernels() {
         let model = Model::from_graph("residual_activation", g).expect("model");
         if KernelConfig::host(1).is_some() {
             let (_, text) = target_stage(&model, KernelConfig::host(1));
-            let call = text.lines().find(|l| l.contains("call extern \"heron_conv2d")).unwrap_or_else(|| panic!("{text}"));
+            let call =
+                text.lines().find(|l| l.contains("call extern \"heron_conv2d")).unwrap_or_else(|| panic!("{text}"));
             assert_eq!(call.split(", ").nth(3), Some("%x"), "the kernel adds the residual:\n{text}");
             assert_eq!(text.matches("call extern \"heron_map_f32\"").count(), 1, "{text}");
             assert!(!text.contains("for %o"), "no generated loop is left:\n{text}");
         }
         let input = Tensor::from_vec(&[1, c, size, size], values(c * size * size, 4)).expect("input");
-        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, if silu { "residual SiLU" } else { "residual tanh" });
+        agrees_with_the_interpreter_on_1_and_2_threads(
+            &model,
+            &input,
+            if silu { "residual SiLU" } else { "residual tanh" },
+        );
     }
 }
 
