@@ -860,7 +860,11 @@ fn residual_sum_under(e: &Expr, acc: BufferId) -> Option<(Expr, Expr)> {
         return None;
     }
     let rest = e.clone().map(&mut |x| if x == sum { acc_load.clone() } else { x });
-    (rest != acc_load).then_some((sum, rest))
+    // The bottom-up rewrite can meet a copy again in a parent it made (`(acc + r) + r` became
+    // `acc + r`): only a split that gives `e` back when the sum is written for the
+    // accumulator holds.
+    let back = rest.clone().map(&mut |x| if is_acc(&x, acc) { sum.clone() } else { x });
+    (rest != acc_load && back == *e).then_some((sum, rest))
 }
 
 /// The weights packed for the kernel, the name their constant shows (the packing: ISA and
