@@ -110,13 +110,21 @@ pub(crate) fn scratch_len(geo: &Conv2d, isa: Isa) -> Result<usize, KernelError> 
 
 fn scratch_len_in(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<usize, KernelError> {
     let width = block_width(geo, isa, orientation);
-    let panels = mul(mul(XI, geo.in_channels, "scratch")?, width, "scratch")?;
+    let stride =
+        mul(geo.in_channels, width, "scratch")?.checked_add(PANEL_PAD).ok_or(KernelError::Overflow("scratch"))?;
+    let panels = mul(XI, stride, "scratch")?;
     let product_rows = match orientation {
         Orientation::ChannelRows => block_rows(isa),
         Orientation::TileRows => width,
     };
     panels.checked_add(XI * product_rows * panel_width(isa)).ok_or(KernelError::Overflow("scratch"))
 }
+
+/// Elements between the starts of two transformed input panels past their `C × width`
+/// values: one cache line, so the 16 stores of a patch's transform (one per panel) fall in
+/// different cache sets. Without it, panels a multiple of 4 KiB long (64 channels × 32 tiles)
+/// put all 16 in one set of the 12-way L1, and the transform took a third of a 56×56 layer.
+const PANEL_PAD: usize = 16;
 
 /// Tiles per block: the microkernel's panel width with channel rows; with tile rows the
 /// image's tiles, all in one block, so the weights stream through once per image (a 14×14
@@ -276,7 +284,8 @@ fn conv_share_in(
         parts => parts,
     };
     let (lo, hi) = share(block_items * slab_parts, tasks, task);
-    let (panels, products) = scratch.split_at_mut(XI * c * bw);
+    let stride = c * bw + PANEL_PAD;
+    let (panels, products) = scratch.split_at_mut(XI * stride);
     let product_rows = match orientation {
         Orientation::ChannelRows => mr,
         Orientation::TileRows => bw,
@@ -299,7 +308,7 @@ fn conv_share_in(
             let (t0, t1) = share(th * tw, blocks, b);
             block = Block { t0, cols: t1 - t0, tw };
             let image = &x[n * c * plane_in..(n + 1) * c * plane_in];
-            transform_input(isa, geo, image, block, panels, bw);
+            transform_input(isa, geo, image, block, panels, (bw, stride));
             transformed = Some(block_item);
         }
         let (s_lo, s_hi) = share(groups, slab_parts, part);
@@ -332,7 +341,7 @@ fn conv_share_in(
                         let t = Tile {
                             a: weights(xi),
                             lda: mr,
-                            b: panels[xi * c * bw..].as_ptr(),
+                            b: panels[xi * stride..].as_ptr(),
                             c: products[xi * mr * nr..].as_mut_ptr(),
                             rows,
                             cols: block.cols,
@@ -348,7 +357,7 @@ fn conv_share_in(
                         for run in 0..runs {
                             let (r0, r1) = share(block.cols, runs, run);
                             let t = Tile {
-                                a: panels[xi * c * bw + r0..].as_ptr(),
+                                a: panels[xi * stride + r0..].as_ptr(),
                                 lda: bw,
                                 b: weights(xi),
                                 c: products[(xi * bw + r0) * nr..].as_mut_ptr(),
@@ -382,23 +391,24 @@ fn conv_share_in(
     }
 }
 
-/// `x` holds the image's `geo.in_channels` planes and `panels` 16 × C × `nr` values (both
-/// checked by the caller of [`conv_share`]), `nr >= block.cols`.
-fn transform_input(isa: Isa, geo: &Conv2d, x: &[f32], block: Block, panels: &mut [f32], nr: usize) {
-    assert!(x.len() >= geo.in_channels * geo.in_h * geo.in_w && panels.len() >= XI * geo.in_channels * nr);
+/// `x` holds the image's `geo.in_channels` planes and `panels` 16 panels of C × `nr` values,
+/// `stride` apart (both checked by the caller of [`conv_share`]), `nr >= block.cols`.
+fn transform_input(isa: Isa, geo: &Conv2d, x: &[f32], block: Block, panels: &mut [f32], (nr, stride): (usize, usize)) {
+    assert!(x.len() >= geo.in_channels * geo.in_h * geo.in_w);
+    assert!(stride >= geo.in_channels * nr && panels.len() >= (XI - 1) * stride + geo.in_channels * nr);
     assert!(block.cols <= nr);
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: the lengths are asserted, and the CPU has the features.
         if isa == Isa::Avx512 && Isa::Avx512.is_available() {
-            return unsafe { tile::x86::avx512::winograd_input(geo, x, block, panels, nr) };
+            return unsafe { tile::x86::avx512::winograd_input(geo, x, block, panels, (nr, stride)) };
         }
         if isa == Isa::Avx2Fma && Isa::Avx2Fma.is_available() {
-            return unsafe { tile::x86::avx2::winograd_input(geo, x, block, panels, nr) };
+            return unsafe { tile::x86::avx2::winograd_input(geo, x, block, panels, (nr, stride)) };
         }
     }
     // SAFETY: the lengths are asserted.
-    unsafe { scalar::winograd_input(geo, x, block, panels, nr) }
+    unsafe { scalar::winograd_input(geo, x, block, panels, (nr, stride)) }
 }
 
 /// # Safety
@@ -501,46 +511,53 @@ mod scalar {
 /// lanes of two contiguous vectors.
 macro_rules! winograd_kernel {
     ($(#[$attr:meta])*) => {
-        /// `V = Bᵀ·d·B` of every channel's patches of the block, into `panels[ξ][c][column]`,
+        /// `V = Bᵀ·d·B` of every channel's patches of the block, into `panels[ξ][c][column]`
+        /// (panel ξ from `ξ · stride`),
         /// `Bᵀ = [[1, 0, −1, 0], [0, 1, 1, 0], [0, −1, 1, 0], [0, 1, 0, −1]]`; columns past
         /// the block's tiles are zero.
         ///
         /// # Safety
         /// The CPU has the module's features; `x` holds `geo.in_channels` planes and `panels`
-        /// 16 × C × `nr` values.
+        /// 16 panels of C × `nr` values, `stride` apart.
         $(#[$attr])*
         pub(crate) unsafe fn winograd_input(
             geo: &crate::conv::Conv2d,
             x: &[f32],
             block: crate::winograd::Block,
             panels: &mut [f32],
-            nr: usize,
+            (nr, stride): (usize, usize),
         ) {
             let (c, plane, w) = (geo.in_channels, geo.in_h * geo.in_w, geo.in_w);
             let (pt, pl) = (geo.pad.0 as isize, geo.pad.1 as isize);
             if block.cols < nr {
-                panels.chunks_exact_mut(nr).for_each(|row| row[block.cols..].fill(0.0));
+                for panel in panels.chunks_mut(stride).take(16) {
+                    panel[..c * nr].chunks_exact_mut(nr).for_each(|row| row[block.cols..].fill(0.0));
+                }
             }
             // The four vectors of a patch row: from its first column and from two past it.
             let offsets = [0, LANES as isize, 2, 2 + LANES as isize];
-            for ci in 0..c {
-                let base = x[ci * plane..].as_ptr();
-                for (ty, tx, n, col) in block.segments(LANES) {
-                    let x0 = 2 * tx as isize - pl;
-                    let bits = offsets.map(|o| crate::winograd::window(x0 + o, w));
+            // Segments outermost: their masks and patch rows are worked out once for all the
+            // channels (per channel, that scalar work took longer than the vector work).
+            for (ty, tx, n, col) in block.segments(LANES) {
+                let x0 = 2 * tx as isize - pl;
+                let bits = offsets.map(|o| crate::winograd::window(x0 + o, w));
+                // Each patch row's first column from a plane's start, and whether the row lies
+                // inside the image (not in the padding).
+                let ys: [isize; 4] = std::array::from_fn(|i| 2 * ty as isize - pt + i as isize);
+                let inside = ys.map(|y| (0..geo.in_h as isize).contains(&y));
+                let rows = ys.map(|y| y * w as isize + x0);
+                for ci in 0..c {
+                    let base = x[ci * plane..].as_ptr();
                     // SAFETY: a row is read only where its lane's bit says the element lies
                     // inside it (masked loads touch nothing else, so the pointer may lie
                     // outside); the stores write `n` panel columns from `col + n <= nr`.
                     unsafe {
-                        // Loops, not `array::from_fn`: this closure was not inlined (a call
-                        // per patch row, measured).
                         let mut d = [[zero(); 4]; 4];
                         for (i, d) in d.iter_mut().enumerate() {
-                            let y = 2 * ty as isize - pt + i as isize;
-                            if (0..geo.in_h as isize).contains(&y) {
-                                let row = base.wrapping_add(y as usize * w);
+                            if inside[i] {
+                                let row = base.wrapping_offset(rows[i]);
                                 for (k, v) in d.iter_mut().enumerate() {
-                                    *v = load_bits(row.wrapping_offset(x0 + offsets[k]), bits[k]);
+                                    *v = load_bits(row.wrapping_offset(offsets[k]), bits[k]);
                                 }
                             }
                         }
@@ -555,7 +572,7 @@ macro_rules! winograd_kernel {
                             let (e2, o2) = (even(t[2], t[3]), odd(t[2], t[3]));
                             let v = [sub(e0, e2), add(o0, e2), sub(e2, o0), sub(o0, o2)];
                             for (j, v) in v.into_iter().enumerate() {
-                                store_n(panels.as_mut_ptr().add(((i * 4 + j) * c + ci) * nr + col), v, n);
+                                store_n(panels.as_mut_ptr().add((i * 4 + j) * stride + ci * nr + col), v, n);
                             }
                         }
                     }
