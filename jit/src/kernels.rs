@@ -16,9 +16,12 @@
 //!   in-bounds tests the simplifier left): `heron_maxpool2d_f32`.
 //!
 //! The accumulator's initial value (a convolution's bias) is fused; so is an epilogue made of
-//! additions of a bias per column or a residual shaped like the output, then a ReLU or Clip.
-//! Any other epilogue stays generated code: the kernel writes the raw result and a loop over
-//! the output applies the rest in place. Everything else keeps its loop nest. The calls print
+//! additions of a bias per column or a residual shaped like the output, then a ReLU or Clip
+//! (a `let` before the store, lowering's form of a value read twice, is written into it). Of
+//! an activation over a residual sum (`tanh(acc + r)`, `(acc + r) · sigmoid(acc + r)`) the
+//! kernel adds the residual and the rest runs over its output. Any other epilogue stays
+//! generated code: the kernel writes the raw result and a loop over the output applies the
+//! rest in place. Everything else keeps its loop nest. The calls print
 //! at the target stage with every shape, the ISA, the epilogue flags and the task split: the
 //! loop `for %task in 0..T parallel` runs share `task` of `T` (`T` is the compile-time thread
 //! count, times four for kernels without scratch, whose shares the pool balances across the
@@ -477,7 +480,7 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
         residual_sum_under(epilogue, acc)
             .and_then(|(sum, rest)| {
                 let fused = fuse_epilogue(f, &sum, acc, &out_loops, out, gemm)?;
-                (fused.residual.is_some() && fused.clamp.is_none()).then_some((Some(fused), Some(rest)))
+                fused.residual.is_some().then_some((Some(fused), Some(rest)))
             })
             .unwrap_or((None, None))
     };

@@ -6,20 +6,23 @@
 //!
 //! With `d` a patch, `g` a filter and `m` the 16 products:
 //! - the filters are transformed once, at compile time: `U = G·g·Gᵀ` (16 values per output
-//!   and input channel pair), packed as 16 matrices of slabs of `MR` output channels, k-major;
-//! - per block of [`panel_width`] tiles of one image, every channel's patches are transformed,
-//!   `V = Bᵀ·d·B`, into 16 panels of `C × NR` in the task's scratch (lanes = tiles of one
-//!   tile row, read as the even and odd lanes of contiguous masked loads, so the zero padding
-//!   is never materialised);
+//!   and input channel pair), packed as 16 matrices of slabs of `MR` output channels (channel
+//!   rows) or panels of `NR` (tile rows), k-major;
+//! - per block of tiles of one image (near-equal blocks of at most [`panel_width`] with
+//!   channel rows, the whole image with tile rows), every channel's patches are transformed,
+//!   `V = Bᵀ·d·B`, into 16 panels of `C × width` in the task's scratch, a cache line apart
+//!   (lanes = tiles of one tile row, read as the even and odd lanes of contiguous masked
+//!   loads, so the zero padding is never materialised);
 //! - the 16 products `M_ξ = U_ξ · V_ξ` run on the GEMM microkernel in one of two
 //!   orientations ([`Orientation`]), and `Y = Aᵀ·M·A` plus bias, residual and clamp writes
 //!   the 2×2 blocks (masked at the output's edges):
 //!   - *channel rows*: per slab of `MR` output channels, 16 calls with the tiles in the
 //!     vector lanes fill a `16 × MR × NR` scratch, transformed back a tile segment at a time;
-//!   - *tile rows*: per panel of `NR` output channels, the block's tiles are the rows (read
-//!     k-major from the same transformed panels) and the channels the lanes, so a block of
-//!     few tiles (a 7×7 or 14×14 output has 16 or 49) still fills every lane; the products
-//!     (`16 × NR × NR`) are transformed back a tile and a vector of channels at a time.
+//!   - *tile rows*: per panel of `NR` output channels, the image's tiles are the rows (runs
+//!     of at most `MR`, read k-major from the transformed panels with the block's width as
+//!     stride) and the channels the lanes, so few tiles (a 7×7 or 14×14 output has 16 or 49)
+//!     still fill every lane; the products (`16 × tiles × NR`) are transformed back a tile
+//!     and a vector of channels at a time.
 //!
 //! Every variant (AVX-512, AVX2, scalar) performs the same operations per element in the same
 //! order, so the result does not depend on the ISA, the block a tile falls in or the task.
@@ -294,13 +297,8 @@ fn conv_share_in(
     let mut transformed: Option<usize> = None;
     let mut block = Block { t0: 0, cols: 0, tw };
     for item in lo..hi {
-        // Tile rows take their parts outermost: a task then holds a part of the channels
-        // for every block (equal work) rather than whole blocks of unequal tiles (a 14×14
-        // output's 32 and 17).
-        let (block_item, part) = match orientation {
-            Orientation::ChannelRows => (item / slab_parts, item % slab_parts),
-            Orientation::TileRows => (item % block_items, item / block_items),
-        };
+        // Blocks outermost: a task's consecutive items share a block, transformed once.
+        let (block_item, part) = (item / slab_parts, item % slab_parts);
         let (n, b) = (block_item / blocks, block_item % blocks);
         if transformed != Some(block_item) {
             // Blocks of near-equal width (7 of 28 tiles, not 6 of 32 and one of 4), so that
