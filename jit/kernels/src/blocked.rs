@@ -589,12 +589,18 @@ pub fn conv_share(
         for c0 in (0..geo.in_channels).step_by(chunk) {
             let c1 = (c0 + chunk).min(geo.in_channels);
             // Runs of pixels: border pixels one at a time with their own taps, the interior
-            // in tiles of `most` and a last narrower one.
+            // in tiles of near-equal width, at most `most` (a narrow last tile, as a 7×7
+            // output's 49 pixels in 4 × 12 + 1, waits on its few accumulators' latency): the
+            // wider ones first, then the rest on the next pass.
             let mut ox = first;
             while ox < first + pixels {
                 let inside = ox >= ilo && ox < ihi;
                 let left = if inside { ihi.min(first + pixels) - ox } else { 1 };
-                let (p, tiles) = if left >= most { (most, left / most) } else { (left, 1) };
+                let count = left.div_ceil(most);
+                let (p, tiles) = match left % count {
+                    0 => (left / count, count),
+                    wider => (left / count + 1, wider),
+                };
                 let (s_lo, s_hi) = if inside { (0, kw) } else { tap_cols(&geo, ox) };
                 let (iy, ix) = (oy * geo.stride.0 + r_lo * geo.dilation.0, ox * geo.stride.1 + s_lo * geo.dilation.1);
                 // The first tap's input position and weights, when there is one (else nothing
