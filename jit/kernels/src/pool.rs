@@ -349,31 +349,38 @@ macro_rules! max_pool_blocked_kernel {
             let valid = if row.channels < LANES { (1u32 << row.channels) - 1 } else { u32::MAX };
             // SAFETY: every tap read is inside the input, every store inside the output.
             unsafe {
-                for ox in 0..row.out_w {
-                    let (s_lo, s_hi, first) = row.columns(ox);
-                    let mut acc = splat(f32::NEG_INFINITY);
-                    if row.tap_rows > 0 && s_lo < s_hi {
-                        let x = row.x.add(first * LANES);
-                        let (taps, step) = (s_hi - s_lo, row.dilation * LANES);
-                        acc = load(x);
-                        for s in 1..taps {
-                            acc = max(load(x.add(s * step)), acc);
-                        }
-                        for r in 1..row.tap_rows {
-                            let xr = x.add(r * row.x_tap_row);
-                            for s in 0..taps {
-                                acc = max(load(xr.add(s * step)), acc);
+                // `LANES` pixels at a time: a planar output takes them transposed, a plane's
+                // run of pixels per store (one lane per store wrote a line of every plane per
+                // pixel).
+                for ox0 in (0..row.out_w).step_by(LANES) {
+                    let n = (row.out_w - ox0).min(LANES);
+                    let mut pixels = [zero(); LANES];
+                    for (k, acc) in pixels.iter_mut().enumerate().take(n) {
+                        let (s_lo, s_hi, first) = row.columns(ox0 + k);
+                        *acc = splat(f32::NEG_INFINITY);
+                        if row.tap_rows > 0 && s_lo < s_hi {
+                            let x = row.x.add(first * LANES);
+                            let (taps, step) = (s_hi - s_lo, row.dilation * LANES);
+                            *acc = load(x);
+                            for s in 1..taps {
+                                *acc = max(load(x.add(s * step)), *acc);
+                            }
+                            for r in 1..row.tap_rows {
+                                let xr = x.add(r * row.x_tap_row);
+                                for s in 0..taps {
+                                    *acc = max(load(xr.add(s * step)), *acc);
+                                }
                             }
                         }
                     }
                     if row.planar {
-                        let mut lanes = [0.0f32; LANES];
-                        store_n(lanes.as_mut_ptr(), acc, LANES);
-                        for (lane, &v) in lanes.iter().enumerate().take(row.channels) {
-                            *row.out.add(lane * row.plane + ox) = v;
+                        for (c, &v) in transpose(pixels).iter().enumerate().take(row.channels) {
+                            store_n(row.out.add(c * row.plane + ox0), v, n);
                         }
                     } else {
-                        store_n(row.out.add(ox * LANES), select(valid, acc, zero()), LANES);
+                        for (k, &acc) in pixels.iter().enumerate().take(n) {
+                            store_n(row.out.add((ox0 + k) * LANES), select(valid, acc, zero()), LANES);
+                        }
                     }
                 }
             }

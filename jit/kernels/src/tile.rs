@@ -288,6 +288,42 @@ pub(crate) mod x86 {
             _mm512_permutex2var_ps(a, idx, b)
         }
 
+        /// The 16 × 16 matrix of `rows` transposed: lane `i` of result `j` is lane `j` of
+        /// `rows[i]` (32-bit, then 64-bit interleaves within 128-bit lanes, then two rounds of
+        /// 128-bit lane shuffles: 64 shuffles).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn transpose(rows: [__m512; 16]) -> [__m512; 16] {
+            let mut t = rows;
+            for k in 0..8 {
+                t[2 * k] = _mm512_unpacklo_ps(rows[2 * k], rows[2 * k + 1]);
+                t[2 * k + 1] = _mm512_unpackhi_ps(rows[2 * k], rows[2 * k + 1]);
+            }
+            // u[4q + m], 128-bit lane L: channel 4L + m of rows 4q..4q + 4.
+            let mut u = t;
+            for q in 0..4 {
+                let (a, b) = (_mm512_castps_pd(t[4 * q]), _mm512_castps_pd(t[4 * q + 1]));
+                let (c, d) = (_mm512_castps_pd(t[4 * q + 2]), _mm512_castps_pd(t[4 * q + 3]));
+                u[4 * q] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+                u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+                u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+                u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+            }
+            let mut out = u;
+            for m in 0..4 {
+                let (a, b, c, d) = (u[m], u[4 + m], u[8 + m], u[12 + m]);
+                let x0 = _mm512_shuffle_f32x4::<0x44>(a, b);
+                let x1 = _mm512_shuffle_f32x4::<0x44>(c, d);
+                let x2 = _mm512_shuffle_f32x4::<0xEE>(a, b);
+                let x3 = _mm512_shuffle_f32x4::<0xEE>(c, d);
+                out[m] = _mm512_shuffle_f32x4::<0x88>(x0, x1);
+                out[4 + m] = _mm512_shuffle_f32x4::<0xDD>(x0, x1);
+                out[8 + m] = _mm512_shuffle_f32x4::<0x88>(x2, x3);
+                out[12 + m] = _mm512_shuffle_f32x4::<0xDD>(x2, x3);
+            }
+            out
+        }
+
         /// Lanes `s..s + 16` of `lo ++ hi`, for `s` ≤ 4.
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -505,6 +541,35 @@ pub(crate) mod x86 {
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn zip_hi(a: __m256, b: __m256) -> __m256 {
             _mm256_permute2f128_ps::<0x31>(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b))
+        }
+
+        /// The 8 × 8 matrix of `rows` transposed: lane `i` of result `j` is lane `j` of
+        /// `rows[i]` (32-bit, then 64-bit interleaves within 128-bit lanes, then one round of
+        /// 128-bit lane swaps: 24 shuffles).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn transpose(rows: [__m256; 8]) -> [__m256; 8] {
+            let mut t = rows;
+            for k in 0..4 {
+                t[2 * k] = _mm256_unpacklo_ps(rows[2 * k], rows[2 * k + 1]);
+                t[2 * k + 1] = _mm256_unpackhi_ps(rows[2 * k], rows[2 * k + 1]);
+            }
+            // u[4q + m], 128-bit lane L: channel 4L + m of rows 4q..4q + 4.
+            let mut u = t;
+            for q in 0..2 {
+                let (a, b) = (_mm256_castps_pd(t[4 * q]), _mm256_castps_pd(t[4 * q + 1]));
+                let (c, d) = (_mm256_castps_pd(t[4 * q + 2]), _mm256_castps_pd(t[4 * q + 3]));
+                u[4 * q] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));
+                u[4 * q + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));
+                u[4 * q + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, d));
+                u[4 * q + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, d));
+            }
+            let mut out = u;
+            for m in 0..4 {
+                out[m] = _mm256_permute2f128_ps::<0x20>(u[m], u[4 + m]);
+                out[4 + m] = _mm256_permute2f128_ps::<0x31>(u[m], u[4 + m]);
+            }
+            out
         }
 
         /// `if_set` in the lanes whose bit is set, `otherwise` in the others.
