@@ -591,7 +591,7 @@ pub fn conv_share(
             // Runs of pixels: border pixels one at a time with their own taps, the interior
             // in tiles of near-equal width, at most `most` (a narrow last tile, as a 7×7
             // output's 49 pixels in 4 × 12 + 1, waits on its few accumulators' latency): the
-            // wider ones first, then the rest on the next pass.
+            // wider ones first, the narrower ones in the loop's next iteration.
             let mut ox = first;
             while ox < first + pixels {
                 let inside = ox >= ilo && ox < ihi;

@@ -68,9 +68,10 @@ pub(crate) enum Orientation {
     TileRows,
 }
 
-/// Tiles per image up to which the tiles are the rows: a block of `NR` tiles then runs with
-/// every lane busy where channel rows would leave lanes idle (16 tiles of a 7×7 output fill
-/// half of AVX-512's two vectors; 49 of a 14×14, two blocks, 77%).
+/// Tiles per image up to which the tiles are the rows: panels of `NR` output channels then
+/// fill every lane where channel rows, the image's tiles in the lanes, would leave lanes idle
+/// (16 tiles of a 7×7 output fill half of AVX-512's two vectors; 49 of a 14×14, two blocks,
+/// 77%).
 const MAX_TILE_ROWS_TILES: usize = 64;
 
 /// The orientation `geo` runs in.
@@ -105,16 +106,16 @@ fn packed_len(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<usize,
     )
 }
 
-/// Scratch per task: the 16 transformed input panels (C × block width each) and the group's
-/// 16 product blocks (MR × NR channel rows, block width × NR tile rows).
+/// Scratch per task: the 16 transformed input panels (C × block width each, [`panel_stride`]
+/// apart) and the group's 16 product blocks (MR × NR channel rows, block width × NR tile
+/// rows).
 pub(crate) fn scratch_len(geo: &Conv2d, isa: Isa) -> Result<usize, KernelError> {
     scratch_len_in(geo, isa, orientation(geo))
 }
 
 fn scratch_len_in(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<usize, KernelError> {
     let width = block_width(geo, isa, orientation);
-    let stride =
-        mul(geo.in_channels, width, "scratch")?.checked_add(PANEL_PAD).ok_or(KernelError::Overflow("scratch"))?;
+    let stride = panel_stride(geo.in_channels, width).ok_or(KernelError::Overflow("scratch"))?;
     let panels = mul(XI, stride, "scratch")?;
     let product_rows = match orientation {
         Orientation::ChannelRows => block_rows(isa),
@@ -123,11 +124,15 @@ fn scratch_len_in(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<us
     panels.checked_add(XI * product_rows * panel_width(isa)).ok_or(KernelError::Overflow("scratch"))
 }
 
-/// Elements between the starts of two transformed input panels past their `C × width`
-/// values: one cache line, so the 16 stores of a patch's transform (one per panel) fall in
-/// different cache sets. Without it, panels a multiple of 4 KiB long (64 channels × 32 tiles)
-/// put all 16 in one set of the 12-way L1, and the transform took a third of a 56×56 layer.
-const PANEL_PAD: usize = 16;
+/// Elements between the starts of two transformed input panels of `c × width` values: an odd
+/// number of cache lines (the values rounded up to two lines, plus one), so the 16 stores of a
+/// patch's transform (one per panel) fall in 16 different cache sets. Panels a multiple of
+/// 4 KiB long (64 channels × 32 tiles) put all 16 in one set of the 12-way L1, and the
+/// transform took a third of a 56×56 layer.
+fn panel_stride(c: usize, width: usize) -> Option<usize> {
+    const LINE: usize = 16;
+    c.checked_mul(width)?.checked_next_multiple_of(2 * LINE)?.checked_add(LINE)
+}
 
 /// Tiles per block: the microkernel's panel width with channel rows; with tile rows the
 /// image's tiles, all in one block, so the weights stream through once per image (a 14×14
@@ -287,7 +292,7 @@ fn conv_share_in(
         parts => parts,
     };
     let (lo, hi) = share(block_items * slab_parts, tasks, task);
-    let stride = c * bw + PANEL_PAD;
+    let stride = panel_stride(c, bw).expect("checked by scratch_len");
     let (panels, products) = scratch.split_at_mut(XI * stride);
     let product_rows = match orientation {
         Orientation::ChannelRows => mr,
