@@ -20,8 +20,10 @@
 //!   its output's layout, a max pool writes blocked only what it reads blocked, and a layer
 //!   Winograd computes faster (3×3, stride 1) keeps its tensors planar.
 //!
-//! A strided convolution between planar tensors (a ResNet's downsampling 3×3 between Winograd
-//! layers) runs the blocked kernel all the same, reading and writing them planar.
+//! A strided dense convolution between planar tensors, with taps in both directions, output
+//! rows of 7 or more and three quarters of a block of output channels (a ResNet's downsampling
+//! 3×3 between Winograd layers), runs the blocked kernel all the same, reading and writing them
+//! planar.
 //!
 //! The decisions are layout transforms on `main`'s buffers, printed at the target stage; each
 //! blocked convolution's call names its layouts.
@@ -38,8 +40,8 @@ use heron_kernels::conv::ConvMethod;
 use crate::kernels::{Found, Kernel, KernelConfig, Plan};
 
 /// The decision: `main`'s blocked tensors; per function index the blocked convolution it
-/// runs (one of its tensors, at least, blocked), or the output layout of a max pool reading a
-/// blocked input.
+/// runs (one of its tensors, at least, blocked, or a strided one between planar tensors), or
+/// the output layout of a max pool reading a blocked input.
 pub(crate) struct Blocking {
     pub block: usize,
     pub tensors: HashSet<BufferId>,
@@ -203,7 +205,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
         let layout = |blocked: bool| if blocked { Layout::Blocked } else { Layout::Planar };
         let (x, y) = (is(c.input), is(c.output));
         match c.conv {
-            Some(conv) if x || y || (!c.planar && strided_faster_blocked(&conv)) => {
+            Some(conv) if x || y || strided_faster_blocked(&conv) => {
                 none.convs.insert(c.func, BlockedConv { input: layout(x), output: layout(y), ..conv });
             }
             None if x => {
@@ -231,14 +233,22 @@ fn blockable(plan: &Plan, block: usize, isa: Isa) -> Option<(BlockedConv, bool, 
 }
 
 /// Whether a dense convolution between planar tensors runs faster as the blocked kernel
-/// reading and writing them planar: strided layers with taps in both directions and output
-/// rows of 7 or more. Broadcasting the input beats the planar forms' pixel lanes there, whose
-/// rows of half a vector or so waste lanes and whose im2col panels cost a strided gather
-/// (Zen 5, 1 thread: 3×3/2 64→128 to 20×20 0.47 → 0.29 ms, to 28×28 0.71 → 0.54, 128→256
-/// to 14×14 0.70 → 0.62, 256→512 to 7×7 0.70 → 0.60; to 5×5 the GEMM form stays faster).
+/// reading and writing them planar: strided layers with taps in both directions, output rows
+/// of 7 or more and at least three quarters of a block of output channels (fewer leave the
+/// blocked kernel's lanes idle, as for blocked tensors). Broadcasting the input beats the
+/// planar forms' pixel lanes there, whose rows of half a vector or so waste lanes and whose
+/// im2col panels cost a strided gather (Zen 5, 1 thread: 3×3/2 64→128 to 20×20 0.47 → 0.29
+/// ms, to 28×28 0.71 → 0.54, 128→256 to 14×14 0.70 → 0.62, 256→512 to 7×7 0.70 → 0.60; to
+/// 5×5 the GEMM form stays faster). Winograd layers are stride 1, so never among them.
 fn strided_faster_blocked(conv: &BlockedConv) -> bool {
     let g = &conv.geo;
-    g.groups == 1 && g.stride.0 > 1 && g.stride.1 > 1 && g.kernel.0 > 1 && g.kernel.1 > 1 && g.out_w >= 7
+    g.groups == 1
+        && g.stride.0 > 1
+        && g.stride.1 > 1
+        && g.kernel.0 > 1
+        && g.kernel.1 > 1
+        && g.out_w >= 7
+        && 4 * g.out_channels >= 3 * conv.block
 }
 
 /// Whether `f` stores to its buffer `b` or hands it to a call (which may).

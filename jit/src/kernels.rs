@@ -931,10 +931,9 @@ fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig, blocked: O
     Some(Packed { weights, name, scratch: (scratch, DType::F32) })
 }
 
-/// Rewrites `f` to call the kernel `plan` names (a convolution over channel-blocked tensors
-/// when `blocked` says so).
-/// Rewrites `f`'s nest as the kernel call `plan` found: `blocked` is its channel-blocked form
-/// (if any) and `main`'s blocked tensors.
+/// Rewrites `f`'s nest as the kernel call `plan` found: `blocked` is the blocked convolution
+/// it runs instead (if any: over channel-blocked tensors, or a strided one between planar
+/// tensors) and `main`'s blocked tensors.
 fn apply(
     plan: Plan,
     f: &mut PrimFunc,

@@ -162,6 +162,64 @@ fn activations_of_residual_sums_run_as_kernels() {
     }
 }
 
+/// A strided 3×3 between Winograd layers (whose tensors stay planar) runs the blocked kernel
+/// reading and writing planar tensors, with its shortcut's residual added in the kernel and a
+/// PReLU (per-channel slope) as its tail program; it matches the interpreter on 1 and 2
+/// threads. With fewer output channels than three quarters of a block it keeps a planar form.
+#[test]
+fn strided_convolutions_between_planar_tensors_run_blocked() {
+    use heron_ir::{BinaryOp, CompareOp, ConvAttrs, DType, Graph, Op, Tensor, TensorType, Window};
+    for c in [32, 4] {
+        let size = 16;
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, size, size]));
+        let conv = |g: &mut Graph, name: &str, v, k: usize, stride: usize, seed: usize| {
+            let w = g.add_constant(
+                format!("{name}_w"),
+                Tensor::from_vec(&[c, c, k, k], values(c * c * k * k, seed)).unwrap(),
+            );
+            let mut window = Window::dense(vec![k, k]);
+            window.strides = vec![stride, stride];
+            window.pads_begin = vec![k / 2, k / 2];
+            window.pads_end = vec![k / 2, k / 2];
+            g.add_op(name, Op::Conv(ConvAttrs { window, group: 1 }), &[v, w]).unwrap()
+        };
+        let a = conv(&mut g, "winograd_in", x, 3, 1, 1);
+        // The shortcut first: the sum fuses into the convolution computed last.
+        let shortcut = conv(&mut g, "shortcut", a, 1, 2, 3);
+        let strided = conv(&mut g, "strided", a, 3, 2, 2);
+        let sum = g.add_op("sum", Op::Binary(BinaryOp::Add), &[strided, shortcut]).unwrap();
+        let slope = Tensor::from_vec(&[c, 1, 1], values(c, 11).into_iter().map(|s| s + 0.25).collect()).unwrap();
+        let slope = g.add_constant("slope", slope);
+        let zero = g.add_constant("zero", Tensor::from_vec(&[], vec![0.0f32]).unwrap());
+        let negative = g.add_op("negative", Op::Compare(CompareOp::Less), &[sum, zero]).unwrap();
+        let scaled = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[sum, slope]).unwrap();
+        let prelu = g.add_op("prelu", Op::Where, &[negative, scaled, sum]).unwrap();
+        let out = conv(&mut g, "winograd_out", prelu, 3, 1, 4);
+        g.set_outputs(vec![out]);
+        let model = Model::from_graph("strided_between_planar", g).expect("model");
+        if let Some(config) = KernelConfig::host(1) {
+            let (_, text) = target_stage(&model, Some(config));
+            let blocked: Vec<&str> =
+                text.lines().filter(|l| l.contains("call extern \"heron_conv2d_blocked_f32\"")).collect();
+            let block = heron_kernels::blocked::block_for(config.isa);
+            if config.isa == heron_jit::kernels::Isa::Scalar || 4 * c < 3 * block {
+                assert!(blocked.is_empty(), "{text}");
+            } else {
+                assert_eq!(blocked.len(), 1, "only the strided 3×3 runs blocked:\n{text}");
+                // Five tensors, the ISA and 16 dimensions, then the block and the layouts.
+                let args: Vec<&str> = blocked[0].split(", ").collect();
+                assert_eq!(args[3], "%shortcut", "the kernel adds the residual:\n{text}");
+                assert_eq!(&args[22..24], [block.to_string().as_str(), "0"], "planar input and output:\n{text}");
+                assert!(!text.contains("layout %"), "every tensor stays planar:\n{text}");
+                assert!(!text.contains("for %o"), "no generated loop is left:\n{text}");
+            }
+        }
+        let input = Tensor::from_vec(&[1, c, size, size], values(c * size * size, 5)).expect("input");
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &format!("strided, {c} channels"));
+    }
+}
+
 /// `n` values in [-0.5, 0.5), different for each seed.
 /// GELU on `v` as exporters write it: `v · (1 + erf(v / √2)) · ½`, the constants scalar tensors.
 fn exported_gelu(g: &mut heron_ir::Graph, name: &str, v: heron_ir::ValueId) -> heron_ir::ValueId {
