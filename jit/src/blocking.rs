@@ -91,7 +91,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
         if let Stmt::Allocate { buffer, .. } = s
             && main.buffer(*buffer).shape.len() == 4
             && main.buffer(*buffer).dtype == DType::F32
-            && 4 * main.buffer(*buffer).shape[1] >= 3 * block
+            && fills_block(main.buffer(*buffer).shape[1], block)
         {
             candidates.insert(*buffer);
         }
@@ -248,7 +248,13 @@ fn strided_faster_blocked(conv: &BlockedConv) -> bool {
         && g.kernel.0 > 1
         && g.kernel.1 > 1
         && g.out_w >= 7
-        && 4 * g.out_channels >= 3 * conv.block
+        && fills_block(g.out_channels, conv.block)
+}
+
+/// Whether `channels` fill at least three quarters of a block: fewer leave most of every
+/// vector of a blocked kernel idle (see the module doc).
+fn fills_block(channels: usize, block: usize) -> bool {
+    4 * channels >= 3 * block
 }
 
 /// Whether `f` stores to its buffer `b` or hands it to a call (which may).
