@@ -151,6 +151,11 @@ pub(crate) mod x86 {
                     }
                     for p in 0..t.k {
                         let bp = t.b.add(p * t.ldb);
+                        if R <= super::STREAMING_ROWS {
+                            for line in (0..W * LANES).step_by(16) {
+                                super::prefetch(bp.wrapping_add(super::PREFETCH_ROWS * t.ldb + line));
+                            }
+                        }
                         let b: [_; W] = std::array::from_fn(|w| load(bp.add(w * LANES)));
                         for (r, row) in acc.iter_mut().enumerate() {
                             let a = if PACKED_A { *t.a.add(p * t.lda + r) } else { *t.a.add(r * t.lda + p) };
@@ -181,6 +186,20 @@ pub(crate) mod x86 {
         };
     }
     pub(crate) use tile_kernel;
+
+    /// Tiles of at most this many rows (a GEMV, a small batch) do too few multiply-adds per
+    /// row of B to hide its misses: B streams from L3 once, so they prefetch it.
+    const STREAMING_ROWS: usize = 4;
+    /// How many rows of B ahead they prefetch (2 KiB of an AVX-512 panel).
+    const PREFETCH_ROWS: usize = 16;
+
+    /// Asks for the cache line at `p` into L1; the address need not be valid (a prefetch past
+    /// the end of B never faults).
+    #[inline(always)]
+    fn prefetch(p: *const f32) {
+        // SAFETY: a prefetch reads nothing the program sees and cannot fault.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast()) }
+    }
 
     pub(crate) mod avx512 {
         use std::arch::x86_64::*;
