@@ -217,8 +217,10 @@ fn blocked_convs(runs: usize) {
         let mut y = vec![0.0; conv.output_len().expect("size")];
         let bias = values(m);
         let epilogue = relu(&bias);
-        let seconds =
-            median_seconds(runs, || conv_share(isa, &conv, &x, &packed, &mut y, epilogue, (0, 1)).expect("conv"));
+        let mut scratch = vec![0.0; conv.scratch_len().expect("size")];
+        let seconds = median_seconds(runs, || {
+            conv_share(isa, &conv, &x, &packed, &mut y, epilogue, &mut scratch, (0, 1)).expect("conv")
+        });
         let gflops = 2.0 * (m * out * out * (c / geo.groups) * k * k) as f64 / seconds / 1e9;
         println!(
             "kernel blocked conv {k}x{k}/{stride} {c}->{m} {size}x{size}{} nchw{}c {}: median {:.3} ms, {gflops:.1} GFLOP/s = {:.0}% of peak {peak:.1}",

@@ -97,7 +97,8 @@ pub fn routines() -> Vec<Routine> {
     let params = |name: &str| match name {
         CONV2D_F32 => [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat(),
         CONV2D_BLOCKED_F32 => {
-            [vec![B; 5], vec![I64; 20], vec![F32, F32, I64, I64], vec![B; 2], vec![I64; 3], vec![F32; 4]].concat()
+            [vec![B; 5], vec![I64; 20], vec![F32, F32, I64, I64], vec![B; 2], vec![I64; 3], vec![F32; 4], vec![B]]
+                .concat()
         }
         GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
@@ -914,7 +915,7 @@ fn pack(plan: &Plan, data: &Tensor, name: &str, config: KernelConfig, blocked: O
         Kernel::Conv { .. } if let Some(conv) = blocked => {
             let mut p = vec![0.0; conv.packed_weights_len().ok()?];
             conv.pack_weights(values, &mut p).ok()?;
-            (p, 0, format!("{name}_{}_nchw{}c", isa.name(), conv.block))
+            (p, conv.scratch_len().ok()?, format!("{name}_{}_nchw{}c", isa.name(), conv.block))
         }
         Kernel::Conv { geo, .. } => {
             let mut p = vec![0.0; geo.packed_weights_len(isa).ok()?];
@@ -947,8 +948,9 @@ fn apply(
     let Some(data) = constant_data(main, constant) else { return };
     let Some(packed) = pack(&plan, &data, &main.buffer(constant).name, config, blocked.as_ref()) else { return };
     // Kernels without scratch take more shares than threads: the pool hands them out as the
-    // threads come free, so a slower core takes fewer.
-    let config = if packed.scratch.0 == 0 { config.with_shares() } else { config };
+    // threads come free, so a slower core takes fewer. So do blocked convolutions, whose
+    // scratch (a widened image of a small input) stays small.
+    let config = if packed.scratch.0 == 0 || blocked.is_some() { config.with_shares() } else { config };
     let Some(scratch_len) = packed.scratch.0.checked_mul(config.tasks) else { return };
     let len = packed.weights.len();
     let tensor = Arc::new(packed.weights);
@@ -1136,6 +1138,7 @@ fn apply(
                 (None, _) => [0.0; 4],
             };
             args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
+            args.push(Arg::Buffer(scratch));
         }
         (routine, args)
     };
@@ -1577,7 +1580,7 @@ impl Externs for KernelExterns {
                 let r = conv2d_share(isa, &geo, &x, &w, &mut out, epilogue, &mut scratch, (t[0], t[1]));
                 (4, r.map(|()| out))
             }
-            CONV2D_BLOCKED_F32 if args.len() == 38 => {
+            CONV2D_BLOCKED_F32 if args.len() == 39 => {
                 let isa = isa_of(&args[5])?;
                 let d = ints(&args[6..25])?;
                 let t = ints(&args[27..29])?;
@@ -1611,7 +1614,17 @@ impl Externs for KernelExterns {
                     activation: flags::activation(bits, [float(&args[34])?, float(&args[35])?])?,
                     tail,
                 };
-                let r = heron_kernels::blocked::conv_share(isa, &conv, &x, &w, &mut out, epilogue, (t[0], t[1]));
+                let mut scratch = vec![0.0; conv.scratch_len().map_err(|e| e.to_string())?];
+                let r = heron_kernels::blocked::conv_share(
+                    isa,
+                    &conv,
+                    &x,
+                    &w,
+                    &mut out,
+                    epilogue,
+                    &mut scratch,
+                    (t[0], t[1]),
+                );
                 (4, r.map(|()| out))
             }
             GEMM_F32 if args.len() == 14 => {

@@ -233,11 +233,13 @@ pub unsafe extern "C" fn heron_conv2d_f32(
 /// an activation the kernel applies in registers ([`flags::LEAKY_RELU`], its slope in `t0`,
 /// [`flags::HARD_SWISH`], [`flags::SIGMOID`], [`flags::SILU`], [`flags::HARD_SIGMOID`], its
 /// `alpha` and `beta` in `t0` and `t1`, [`flags::TANH`] or [`flags::GELU`]). An invalid program, or both,
-/// computes nothing.
+/// computes nothing. `scratch` holds [`BlockedConv::scratch_len`] elements per task (may be NULL
+/// when that is 0).
 ///
 /// # Safety
 /// Every pointer holds the elements its shape and layout say (a tail operand the program does
-/// not read may be NULL); concurrent calls differ in `task`.
+/// not read may be NULL; scratch: `tasks` times the per-task elements); concurrent calls differ
+/// in `task`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn heron_conv2d_blocked_f32(
@@ -279,6 +281,7 @@ pub unsafe extern "C" fn heron_conv2d_blocked_f32(
     t1: f32,
     t2: f32,
     t3: f32,
+    scratch: *mut f32,
 ) {
     let Some(isa) = Isa::from_code(isa) else { return };
     let Some((input, output)) = blocked_layouts(layouts) else { return };
@@ -292,9 +295,12 @@ pub unsafe extern "C" fn heron_conv2d_blocked_f32(
     let conv = BlockedConv { geo, block, input, output };
     let lens = (|| {
         conv.check().ok()?;
-        Some((conv.input_len().ok()?, conv.packed_weights_len().ok()?, conv.output_len().ok()?))
+        (task < tasks).then_some(())?;
+        let per_task = conv.scratch_len().ok()?;
+        let at = per_task.checked_mul(task)?;
+        Some((conv.input_len().ok()?, conv.packed_weights_len().ok()?, conv.output_len().ok()?, per_task, at))
     })();
-    let Some((x_len, w_len, out_len)) = lens else { return };
+    let Some((x_len, w_len, out_len, per_task, at)) = lens else { return };
     let Ok(activation) = flags::activation(flags, [t0, t1]) else { return };
     if activation.is_some() && tail_ops_lo != 0 {
         return;
@@ -338,6 +344,7 @@ pub unsafe extern "C" fn heron_conv2d_blocked_f32(
             view(w, w_len),
             view_mut(out, out_len),
             epilogue,
+            if per_task == 0 || scratch.is_null() { &mut [] } else { view_mut(scratch.add(at), per_task) },
             (task, tasks),
         );
     }

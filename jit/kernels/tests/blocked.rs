@@ -139,8 +139,11 @@ fn run(
         }
     };
     let epilogue = ConvEpilogue { bias, residual, clamp: bounds, activation, tail };
+    // One scratch for every share, garbage at first: a widened copy must zero its borders and
+    // hold the share's own image.
+    let mut scratch = vec![f32::NAN; conv.scratch_len().unwrap()];
     for task in 0..tasks {
-        conv_share(isa, conv, x, packed, &mut out, epilogue, (task, tasks)).unwrap();
+        conv_share(isa, conv, x, packed, &mut out, epilogue, &mut scratch, (task, tasks)).unwrap();
     }
     out
 }
@@ -329,11 +332,46 @@ fn bad_shapes_are_errors() {
     ok.check().unwrap();
     let (x, w) = (vec![0.0; ok.input_len().unwrap()], vec![0.0; ok.packed_weights_len().unwrap()]);
     let mut out = vec![0.0; ok.output_len().unwrap() - 1];
-    let err = conv_share(Isa::Scalar, &ok, &x, &w, &mut out, ConvEpilogue::default(), (0, 1));
+    let err = conv_share(Isa::Scalar, &ok, &x, &w, &mut out, ConvEpilogue::default(), &mut [], (0, 1));
     assert!(matches!(err, Err(KernelError::TooShort { what: "output", .. })));
     let mut out = vec![0.0; ok.output_len().unwrap()];
     assert!(matches!(
-        conv_share(Isa::Scalar, &ok, &x, &w, &mut out, ConvEpilogue::default(), (1, 1)),
+        conv_share(Isa::Scalar, &ok, &x, &w, &mut out, ConvEpilogue::default(), &mut [], (1, 1)),
         Err(KernelError::Share { .. })
     ));
+}
+
+/// Images too large to copy widened run their border pixels one at a time with their own taps
+/// (small ones take every tap from a widened copy, which the proptests cover): both forms
+/// match the formula, on every ISA and split, with every layout.
+#[test]
+fn wide_images_keep_their_border_pixels() {
+    let wide = |stride: usize, dilation: usize| Conv2d {
+        batch: 1,
+        in_channels: 56,
+        in_h: 4,
+        in_w: 300,
+        out_channels: 20,
+        out_h: 4usize.div_ceil(stride),
+        out_w: 300usize.div_ceil(stride),
+        kernel: (3, 3),
+        stride: (stride, stride),
+        dilation: (dilation, dilation),
+        groups: 1,
+        pad: (dilation, dilation),
+    };
+    for (stride, dilation) in [(1, 1), (2, 1), (1, 2)] {
+        let geo = wide(stride, dilation);
+        for block in [8, 16] {
+            for layouts in [(false, false), (true, true)] {
+                let layout = |planar: bool| if planar { Layout::Planar } else { Layout::Blocked };
+                let conv = BlockedConv { geo, block, input: layout(layouts.0), output: layout(layouts.1) };
+                assert_eq!((conv.width_padding(), conv.scratch_len().unwrap()), (None, 0), "{conv:?}");
+                let small = BlockedConv { geo: Conv2d { in_w: 30, out_w: 30usize.div_ceil(stride), ..geo }, ..conv };
+                assert_eq!(small.width_padding(), Some((dilation, if stride == 1 { dilation } else { 0 })));
+                let epilogue = (true, true, Some((-0.5, 0.25)), Finish::Activation(Activation::Silu));
+                check_conv(geo, block, layouts, epilogue, 3, 7).unwrap();
+            }
+        }
+    }
 }

@@ -97,7 +97,8 @@ fn geometry() -> impl Strategy<Value = Conv2d> {
 }
 
 /// Winograd F(2×2, 3×3) geometries: 3×3, stride 1, at least 16 channels in and out, odd and
-/// even output extents, padding on any side, several tile blocks per image.
+/// even output extents of at least 10 tiles, padding on any side, several tile blocks per
+/// image.
 fn winograd_geometry() -> impl Strategy<Value = Conv2d> {
     (
         1usize..3,
@@ -108,19 +109,23 @@ fn winograd_geometry() -> impl Strategy<Value = Conv2d> {
         prop_oneof![3 => 1usize..20, 1 => 30usize..70],
         (0usize..3, 0usize..3, 0usize..3, 0usize..3),
     )
-        .prop_map(|(batch, c, m, oh, ow, (pt, pl, pb, pr))| Conv2d {
-            batch,
-            in_channels: c,
-            in_h: (oh + 2).saturating_sub(pt + pb).max(1),
-            in_w: (ow + 2).saturating_sub(pl + pr).max(1),
-            out_channels: m,
-            out_h: oh,
-            out_w: ow,
-            kernel: (3, 3),
-            stride: (1, 1),
-            dilation: (1, 1),
-            groups: 1,
-            pad: (pt, pl),
+        .prop_map(|(batch, c, m, oh, ow, (pt, pl, pb, pr))| {
+            // Enough tile columns for 10 tiles (fewer run the direct form).
+            let ow = ow.max(2 * 10usize.div_ceil(oh.div_ceil(2)) - 1);
+            Conv2d {
+                batch,
+                in_channels: c,
+                in_h: (oh + 2).saturating_sub(pt + pb).max(1),
+                in_w: (ow + 2).saturating_sub(pl + pr).max(1),
+                out_channels: m,
+                out_h: oh,
+                out_w: ow,
+                kernel: (3, 3),
+                stride: (1, 1),
+                dilation: (1, 1),
+                groups: 1,
+                pad: (pt, pl),
+            }
         })
 }
 
@@ -289,6 +294,7 @@ proptest! {
         geo in winograd_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
+        prop_assert_eq!(geo.method(Isa::Avx512), heron_kernels::conv::ConvMethod::Winograd);
         check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
     }
 }
