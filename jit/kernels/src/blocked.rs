@@ -1147,7 +1147,7 @@ macro_rules! blocked_kernel {
                 Some(crate::conv::Activation::LeakyRelu(alpha)) => leaky_relu(v, splat(alpha)),
                 Some(crate::conv::Activation::HardSwish) => hard_swish(v),
                 Some(crate::conv::Activation::Sigmoid) => sigmoid(v),
-                Some(crate::conv::Activation::Silu) => mul(v, sigmoid(v)),
+                Some(crate::conv::Activation::Silu) => silu_row([v])[0],
                 Some(crate::conv::Activation::HardSigmoid { alpha, beta }) => {
                     hard_sigmoid(v, splat(alpha), splat(beta))
                 }
@@ -1173,11 +1173,16 @@ macro_rules! blocked_kernel {
             out
         }
 
-        /// SiLU of `N` vectors, `x · sigmoid(x)` (steps interleaved).
+        /// SiLU of `N` vectors, `x · sigmoid(max(x, SILU_FLOOR))` (steps interleaved; a NaN
+        /// passes through `x`).
         #[inline]
         #[target_feature(enable = $feature)]
         fn silu_row<const N: usize>(x: [Vector; N]) -> [Vector; N] {
-            let mut s = sigmoid_row(x);
+            let mut floored = x;
+            for v in &mut floored {
+                *v = max(*v, splat(crate::conv::SILU_FLOOR));
+            }
+            let mut s = sigmoid_row(floored);
             for (s, &v) in s.iter_mut().zip(&x) {
                 *s = mul(v, *s);
             }

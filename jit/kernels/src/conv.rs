@@ -94,6 +94,14 @@ pub struct ConvEpilogue<'a> {
     pub tail: Option<crate::elementwise::Tail<'a>>,
 }
 
+/// Where SiLU's sigmoid takes its argument from at least: `sigmoid(-87) ≈ 1.65e-38` is still a
+/// normal float, so neither it nor `x · sigmoid` is ever subnormal (each subnormal result
+/// costs a microcode assist: a 1×1 layer whose outputs were mostly below −87 ran its SiLU in
+/// 30 cycles per 16 lanes instead of 7.4 on Zen 5, and a random-weight MobileNet-v2 7% slower
+/// overall). Below −87 the result is `x · 1.65e-38`, within `1.7e-38 · |x|` of the true value
+/// (which is below `1.5e-36 · |x|` there); −∞ gives −∞.
+pub const SILU_FLOOR: f32 = -87.0;
+
 /// An activation a blocked kernel applies to its results.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
@@ -103,7 +111,7 @@ pub enum Activation {
     HardSwish,
     /// `1 / (1 + e^-x)`, as the elementwise programs compute it.
     Sigmoid,
-    /// SiLU, `x · sigmoid(x)`.
+    /// SiLU, `x · sigmoid(max(x, SILU_FLOOR))` (see [`SILU_FLOOR`]).
     Silu,
     /// `min(max(alpha · x + beta, 0), 1)`.
     HardSigmoid { alpha: f32, beta: f32 },
@@ -131,7 +139,8 @@ impl Activation {
                 x * t
             }
             Activation::Sigmoid => crate::elementwise::scalar::sigmoid(x),
-            Activation::Silu => x * crate::elementwise::scalar::sigmoid(x),
+            // NaN passes through `x`, whatever `max` makes of it.
+            Activation::Silu => x * crate::elementwise::scalar::sigmoid(x.max(SILU_FLOOR)),
             Activation::HardSigmoid { alpha, beta } => {
                 let t = alpha * x + beta;
                 if t.is_nan() { t } else { t.max(0.0).min(1.0) }

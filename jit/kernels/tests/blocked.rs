@@ -375,3 +375,64 @@ fn wide_images_keep_their_border_pixels() {
         }
     }
 }
+
+/// SiLU far below zero (where `x · sigmoid(x)` is subnormal or zero) and at NaN, in registers
+/// and swept over stored results: never a subnormal, within `1.7e-38 · |x|` of the formula, NaN
+/// kept, and on every ISA the bits of the scalar `Activation::apply` (a 1×1 layer copying its
+/// input channel by channel, so its outputs are the values chosen).
+#[test]
+fn silu_below_its_floor_stays_normal() {
+    // 75 pixels: a sweep's last vectors go one at a time.
+    let (c, h, w) = (16, 3, 25);
+    let geo = Conv2d {
+        batch: 1,
+        in_channels: c,
+        in_h: h,
+        in_w: w,
+        out_channels: c,
+        out_h: h,
+        out_w: w,
+        kernel: (1, 1),
+        stride: (1, 1),
+        dilation: (1, 1),
+        groups: 1,
+        pad: (0, 0),
+    };
+    let logical: Vec<f32> = (0..c * h * w)
+        .map(|i| if i == 7 { f32::NAN } else { -1000.0 + 1050.0 * i as f32 / (c * h * w) as f32 })
+        .collect();
+    let identity: Vec<f32> = (0..c * c).map(|i| if i / c == i % c { 1.0 } else { 0.0 }).collect();
+    for block in [8, 16] {
+        let conv = BlockedConv { geo, block, input: Layout::Blocked, output: Layout::Blocked };
+        let x = store(Layout::Blocked, block, [1, c, h, w], &logical);
+        let mut packed = vec![0.0; conv.packed_weights_len().unwrap()];
+        conv.pack_weights(&identity, &mut packed).unwrap();
+        // Swept over stored results, or (after a clamp) in registers.
+        for (isa, clamp) in Isa::available().into_iter().flat_map(|isa| [(isa, None), (isa, Some((-1e30, 1e30)))]) {
+            let mut out = vec![0.0; conv.output_len().unwrap()];
+            let epilogue = ConvEpilogue { activation: Some(Activation::Silu), clamp, ..ConvEpilogue::default() };
+            conv_share(isa, &conv, &x, &packed, &mut out, epilogue, &mut [], (0, 1)).unwrap();
+            for (i, &v) in logical.iter().enumerate() {
+                // The NaN at channel 0, pixel 7 reaches every channel of its pixel (0 · NaN).
+                let v = if i % (h * w) == 7 { f32::NAN } else { v };
+                // As the kernels clamp (a NaN becomes the lower bound).
+                let v = clamp.map_or(v, |(lo, hi)| v.max(lo).min(hi));
+                let at = offset(Layout::Blocked, block, [c, h, w], [0, i / (h * w), i / w % h, i % w]);
+                let got = out[at];
+                let want = Activation::Silu.apply(v);
+                assert_eq!(got.to_bits(), want.to_bits(), "{isa:?} block {block}: silu({v}) = {got}, scalar {want}");
+                if v.is_nan() {
+                    assert!(got.is_nan());
+                    continue;
+                }
+                assert!(!got.is_subnormal(), "silu({v}) = {got}: subnormal");
+                let exact = f64::from(v) / (1.0 + (-f64::from(v)).exp());
+                assert!(
+                    (f64::from(got) - exact).abs() <= 1e-4 * exact.abs().max(1.0),
+                    "silu({v}) = {got}, want {exact}"
+                );
+                assert!((f64::from(got) - exact).abs() <= 1.7e-38 * f64::from(v).abs() || v > -87.0);
+            }
+        }
+    }
+}
