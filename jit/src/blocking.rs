@@ -239,7 +239,8 @@ fn blockable(plan: &Plan, block: usize, isa: Isa) -> Option<(BlockedConv, bool, 
 /// planar forms' pixel lanes there, whose rows of half a vector or so waste lanes and whose
 /// im2col panels cost a strided gather (Zen 5, 1 thread: 3×3/2 64→128 to 20×20 0.47 → 0.29
 /// ms, to 28×28 0.71 → 0.54, 128→256 to 14×14 0.70 → 0.62, 256→512 to 7×7 0.70 → 0.60; to
-/// 5×5 the GEMM form stays faster). Winograd layers are stride 1, so never among them.
+/// 5×5 the GEMM form was faster, measured before the blocked kernel widened small inputs,
+/// not since). Winograd layers are stride 1, so never among them.
 fn strided_faster_blocked(conv: &BlockedConv) -> bool {
     let g = &conv.geo;
     g.groups == 1

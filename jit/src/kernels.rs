@@ -3,7 +3,7 @@
 //!
 //! A nest qualifies when its shape is recognised exactly, from the affine offsets of its loads:
 //! - **2-D convolution** over an NCHW input, dense or depthwise, weights a constant:
-//!   `heron_conv2d_f32`, weights packed at compile time for the chosen ISA. The zero-padded
+//!   `heron_conv2d_f32_v2`, weights packed at compile time for the chosen ISA. The zero-padded
 //!   copy of the input that lowering makes goes away: the kernel reads the input itself and
 //!   applies the padding where it packs;
 //! - **GEMM with a constant right operand** (`MatMul` / `Gemm`, batched rows contiguous):
@@ -948,9 +948,8 @@ fn apply(
     let Some(data) = constant_data(main, constant) else { return };
     let Some(packed) = pack(&plan, &data, &main.buffer(constant).name, config, blocked.as_ref()) else { return };
     // Kernels without scratch take more shares than threads: the pool hands them out as the
-    // threads come free, so a slower core takes fewer. So do blocked convolutions, whose
-    // scratch (a widened image of a small input) stays small.
-    let config = if packed.scratch.0 == 0 || blocked.is_some() { config.with_shares() } else { config };
+    // threads come free, so a slower core takes fewer.
+    let config = if packed.scratch.0 == 0 { config.with_shares() } else { config };
     let Some(scratch_len) = packed.scratch.0.checked_mul(config.tasks) else { return };
     let len = packed.weights.len();
     let tensor = Arc::new(packed.weights);

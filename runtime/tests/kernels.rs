@@ -201,7 +201,7 @@ fn strided_convolutions_between_planar_tensors_run_blocked() {
         if let Some(config) = KernelConfig::host(1) {
             let (_, text) = target_stage(&model, Some(config));
             let blocked: Vec<&str> =
-                text.lines().filter(|l| l.contains("call extern \"heron_conv2d_blocked_f32\"")).collect();
+                text.lines().filter(|l| l.contains("call extern \"heron_conv2d_blocked_f32_v2\"")).collect();
             let block = heron_kernels::blocked::block_for(config.isa);
             if config.isa == heron_jit::kernels::Isa::Scalar || 4 * c < 3 * block {
                 assert!(blocked.is_empty(), "{text}");
@@ -326,10 +326,10 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         let model = Model::from_graph("activations", g).expect("model");
         if KernelConfig::host(1).is_some() {
             let (_, text) = target_stage(&model, KernelConfig::host(1));
-            let calls: Vec<&str> = text.split("call extern \"heron_conv2d_blocked_f32\"(").skip(1).collect();
+            let calls: Vec<&str> = text.split("call extern \"heron_conv2d_blocked_f32_v2\"(").skip(1).collect();
             assert_eq!(calls.len(), 4, "{name}:\n{text}");
             for call in calls {
-                // The flags are the call's 25th argument (see `heron_conv2d_blocked_f32`).
+                // The flags are the call's 25th argument (see `heron_conv2d_blocked_f32_v2`).
                 let bits: i64 = call.split(", ").nth(24).and_then(|f| f.parse().ok()).expect("flags");
                 assert_eq!(bits & activation_bits, flag, "{name}: the kernel's activation flag\n{text}");
             }
@@ -386,7 +386,7 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
             // The projection's call; for a blocked kernel, the 24th argument holds the layouts
             // (bit 0: a blocked input).
             let call = text.lines().find(|l| l.contains("(%scaled,")).unwrap_or_else(|| panic!("{text}"));
-            let blocked_input = call.contains("heron_conv2d_blocked_f32")
+            let blocked_input = call.contains("heron_conv2d_blocked_f32_v2")
                 && call.split(", ").nth(23).and_then(|a| a.parse::<i64>().ok()).expect("layouts") & 1 == 1;
             assert_eq!(blocked_input, channels % block == 0, "{channels} channels:\n{call}");
             // The global average over the blocked tensor runs one block a chunk, and the

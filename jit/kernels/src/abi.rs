@@ -1,4 +1,4 @@
-//! The `extern "C"` entry points generated code calls (`call extern "heron_conv2d_f32"(...)`
+//! The `extern "C"` entry points generated code calls (`call extern "heron_conv2d_f32_v2"(...)`
 //! in loop IR, through the run context's routine table), each inside a parallel loop over
 //! `task in 0..tasks`: a call computes its task's share (see [`crate::conv::conv2d_share`],
 //! [`crate::gemm::sgemm_share`], [`crate::pool::max_pool2d_share`]). Shapes arrive as integers, the epilogue as [`flags`] and
@@ -17,14 +17,16 @@ use crate::gemm::{Epilogue, sgemm_share};
 use crate::pool::{max_pool2d_blocked_share, max_pool2d_share, window_from_dims};
 use crate::qgemm::{self, Bytes, Int8Isa};
 
-/// Routine names.
-pub const CONV2D_F32: &str = "heron_conv2d_f32";
+/// Routine names. A name stands for a signature and a packing of the weights (objects built
+/// earlier call routines by name): `_v2` since the blocked convolution took per-task scratch
+/// and Winograd packing began at 10 output tiles.
+pub const CONV2D_F32: &str = "heron_conv2d_f32_v2";
 pub const GEMM_F32: &str = "heron_gemm_f32";
 pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 pub const MAP_F32: &str = "heron_map_f32";
 pub const CONV2D_Q8: &str = "heron_conv2d_q8";
 pub const GEMM_Q8: &str = "heron_gemm_q8";
-pub const CONV2D_BLOCKED_F32: &str = "heron_conv2d_blocked_f32";
+pub const CONV2D_BLOCKED_F32: &str = "heron_conv2d_blocked_f32_v2";
 pub const MAXPOOL2D_BLOCKED_F32: &str = "heron_maxpool2d_blocked_f32";
 
 /// The kernels' routine table, in the one order every run context lists them
@@ -36,13 +38,13 @@ pub const ROUTINE_NAMES: [&str; 8] =
 /// The entry points of [`ROUTINE_NAMES`], in that order.
 pub fn routine_addresses() -> [*const u8; 8] {
     [
-        heron_conv2d_f32 as *const u8,
+        heron_conv2d_f32_v2 as *const u8,
         heron_gemm_f32 as *const u8,
         heron_maxpool2d_f32 as *const u8,
         heron_map_f32 as *const u8,
         heron_conv2d_q8 as *const u8,
         heron_gemm_q8 as *const u8,
-        heron_conv2d_blocked_f32 as *const u8,
+        heron_conv2d_blocked_f32_v2 as *const u8,
         heron_maxpool2d_blocked_f32 as *const u8,
     ]
 }
@@ -52,21 +54,21 @@ pub mod flags {
     pub const BIAS: i64 = 1;
     pub const RESIDUAL: i64 = 2;
     pub const CLAMP: i64 = 4;
-    /// [`heron_conv2d_blocked_f32`] only: LeakyReLU after the clamp, its slope the tail's
+    /// [`heron_conv2d_blocked_f32_v2`] only: LeakyReLU after the clamp, its slope the tail's
     /// first constant (with no tail program).
     pub const LEAKY_RELU: i64 = 8;
-    /// [`heron_conv2d_blocked_f32`] only: hard-swish after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v2`] only: hard-swish after the clamp (with no tail program).
     pub const HARD_SWISH: i64 = 16;
-    /// [`heron_conv2d_blocked_f32`] only: a sigmoid after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v2`] only: a sigmoid after the clamp (with no tail program).
     pub const SIGMOID: i64 = 32;
-    /// [`heron_conv2d_blocked_f32`] only: SiLU after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v2`] only: SiLU after the clamp (with no tail program).
     pub const SILU: i64 = 64;
-    /// [`heron_conv2d_blocked_f32`] only: HardSigmoid after the clamp, its `alpha` and `beta`
+    /// [`heron_conv2d_blocked_f32_v2`] only: HardSigmoid after the clamp, its `alpha` and `beta`
     /// the tail's first two constants (with no tail program).
     pub const HARD_SIGMOID: i64 = 128;
-    /// [`heron_conv2d_blocked_f32`] only: tanh after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v2`] only: tanh after the clamp (with no tail program).
     pub const TANH: i64 = 256;
-    /// [`heron_conv2d_blocked_f32`] only: GELU (erf's) after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v2`] only: GELU (erf's) after the clamp (with no tail program).
     pub const GELU: i64 = 512;
 
     /// The activation the bits of `flags` name (LeakyReLU's slope or HardSigmoid's `alpha`,
@@ -88,14 +90,14 @@ pub mod flags {
     }
 }
 
-/// Bits of [`heron_conv2d_blocked_f32`]'s `layouts` argument: which tensors are blocked
+/// Bits of [`heron_conv2d_blocked_f32_v2`]'s `layouts` argument: which tensors are blocked
 /// (the others planar NCHW).
 pub mod layouts {
     pub const INPUT: i64 = 1;
     pub const OUTPUT: i64 = 2;
 }
 
-/// The layouts a [`heron_conv2d_blocked_f32`] call names.
+/// The layouts a [`heron_conv2d_blocked_f32_v2`] call names.
 pub fn blocked_layouts(bits: i64) -> Option<(Layout, Layout)> {
     let layout = |bit: i64| if bits & bit != 0 { Layout::Blocked } else { Layout::Planar };
     (0..4).contains(&bits).then(|| (layout(layouts::INPUT), layout(layouts::OUTPUT)))
@@ -153,7 +155,7 @@ unsafe fn view_mut<'a, T>(p: *mut T, len: usize) -> &'a mut [T] {
 /// length); concurrent calls differ in `task`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn heron_conv2d_f32(
+pub unsafe extern "C" fn heron_conv2d_f32_v2(
     x: *const f32,
     w: *const f32,
     bias: *const f32,
@@ -225,7 +227,7 @@ pub unsafe extern "C" fn heron_conv2d_f32(
 /// `out = clamp(conv2d(x, w) + bias + residual)` over channel-blocked tensors, share `task` of
 /// `tasks` (see [`crate::blocked`]): `x` and `out` stored as `layouts` says (blocks of `block`
 /// channels, or planar NCHW), `w` packed by [`BlockedConv::pack_weights`], the residual
-/// stored like the output; the shape as [`heron_conv2d_f32`]'s. Then, unless `tail_ops_lo` is
+/// stored like the output; the shape as [`heron_conv2d_f32_v2`]'s. Then, unless `tail_ops_lo` is
 /// zero, the tail program ([`crate::elementwise::Tail`]: two words and four constants as
 /// [`heron_map_f32`] takes them) over the result, its input 0 the output and inputs 1 and 2
 /// `tail_a` and `tail_b` (bit `k` of `tail_per_channel`: operand `k` holds one value per
@@ -242,7 +244,7 @@ pub unsafe extern "C" fn heron_conv2d_f32(
 /// in `task`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn heron_conv2d_blocked_f32(
+pub unsafe extern "C" fn heron_conv2d_blocked_f32_v2(
     x: *const f32,
     w: *const f32,
     bias: *const f32,
@@ -439,7 +441,7 @@ pub unsafe extern "C" fn heron_maxpool2d_f32(
 
 /// `out = max_pool(x)` over a channel-blocked input, share `task` of `tasks`: the window as
 /// [`heron_maxpool2d_f32`]'s, `block` channels per block, `layouts` as
-/// [`heron_conv2d_blocked_f32`]'s (the input blocked; the output blocked or planar).
+/// [`heron_conv2d_blocked_f32_v2`]'s (the input blocked; the output blocked or planar).
 ///
 /// # Safety
 /// Both pointers hold the elements their shapes and layouts say; concurrent calls differ in
@@ -544,7 +546,7 @@ fn zero_point(zero: i64, signed: i64) -> Option<(bool, [i32; 1])> {
 /// (i8 when `x_signed` is 1, u8 when 0), padded with `x_zero` as `ConvInteger` pads, `w` the
 /// weights packed for `isa` ([`qgemm::conv_pack_weights`], their zero points inside), `out`
 /// `[batch, m, oh, ow]` i32, `scratch` [`qgemm::conv_scratch_len`] bytes per task. The other
-/// arguments as [`heron_conv2d_f32`]'s.
+/// arguments as [`heron_conv2d_f32_v2`]'s.
 ///
 /// # Safety
 /// Every pointer holds the elements its shape says (scratch: `tasks` times the per-task

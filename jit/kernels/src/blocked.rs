@@ -185,7 +185,9 @@ impl BlockedConv {
     /// 5×5 output, tiles of one and of three pixels, whose few sums wait on the FMA latency
     /// (measured on Zen 5, one thread: 3×3 512→512 at 5×5 1.08 → 0.54 ms, at 7×7 1.52 → 0.87,
     /// 256→256 at 10×10 0.66 → 0.45, at 14×14 1.01 → 0.90, 128→128 at 28×28 0.98 → 0.92;
-    /// 3×3/2 256→512 to 5×5 0.40 → 0.26). The zeros add `0 · w` to the border pixels' sums.
+    /// 3×3/2 256→512 to 5×5 0.40 → 0.26). The zeros add `0 · w` to the border pixels' sums,
+    /// as ONNX's zero padding does: with an infinite or NaN weight those are NaN here, and
+    /// finite for images past the budget, whose border taps are skipped.
     pub fn width_padding(&self) -> Option<(usize, usize)> {
         let g = &self.geo;
         if g.is_depthwise() || g.kernel.1 < 2 || g.out_w == 0 {
@@ -256,8 +258,8 @@ impl BlockedConv {
 }
 
 /// Bytes one image of a widened input may take (see [`BlockedConv::width_padding`]): it is
-/// copied once per image and share, and read for every output block from the L2 cache (half
-/// of 512 KiB, the smallest L2 of the machines the kernels target).
+/// copied once per image and task, and read for every output block from the L2 cache (a
+/// quarter of Zen 4's and Zen 5's 1 MiB; Sapphire Rapids has 2 MiB).
 const PADDED_IMAGE_BUDGET: usize = 256 << 10;
 
 /// Pixels per work item of a pointwise convolution's single row, at most.
@@ -726,6 +728,7 @@ fn widen(x: &[f32], strides: &Strides, (n, in_w, left): (usize, usize, usize), w
     let row = in_w * strides.pixel;
     // Rows of every channel (block) and input row, one after another in either layout.
     let rows = strides.image.checked_div(row).unwrap_or(0);
+    debug_assert!(rows > 0 && widened.len() % rows == 0, "every extent is positive");
     let Some(width) = widened.len().checked_div(rows) else { return };
     let image = &x[n * strides.image..][..strides.image];
     for (src, dst) in image.chunks_exact(row).zip(widened.chunks_exact_mut(width)) {
@@ -1171,22 +1174,6 @@ macro_rules! blocked_kernel {
                 *o = mul(mul(splat(0.5), v), add(splat(1.0), *o));
             }
             out
-        }
-
-        /// SiLU of `N` vectors, `x · sigmoid(max(x, SILU_FLOOR))` (steps interleaved; a NaN
-        /// passes through `x`).
-        #[inline]
-        #[target_feature(enable = $feature)]
-        fn silu_row<const N: usize>(x: [Vector; N]) -> [Vector; N] {
-            let mut floored = x;
-            for v in &mut floored {
-                *v = max(*v, splat(crate::conv::SILU_FLOOR));
-            }
-            let mut s = sigmoid_row(floored);
-            for (s, &v) in s.iter_mut().zip(&x) {
-                *s = mul(v, *s);
-            }
-            s
         }
 
         /// A block's pixels plus the residual (when not null; pixel `p` at `at + p · pixel`),

@@ -3,7 +3,7 @@
 //! as a padded copy of the whole tensor.
 //!
 //! - **Winograd F(2×2, 3×3)** (3×3, stride 1, undilated, ungrouped, at least 16 channels in
-//!   and out): see the `winograd` module; 2.25× fewer multiplies than the GEMM form.
+//!   and out, at least 10 output tiles per image): see the `winograd` module; 2.25× fewer multiplies than the GEMM form.
 //! - **Transposed** (pointwise, at least 384 channels in, planes of at most 64 pixels): see
 //!   the `transposed` module; the output channels in the vector lanes, where a small plane's
 //!   pixels would leave lanes idle.
@@ -94,14 +94,6 @@ pub struct ConvEpilogue<'a> {
     pub tail: Option<crate::elementwise::Tail<'a>>,
 }
 
-/// Where SiLU's sigmoid takes its argument from at least: `sigmoid(-87) ≈ 1.65e-38` is still a
-/// normal float, so neither it nor `x · sigmoid` is ever subnormal (each subnormal result
-/// costs a microcode assist: a 1×1 layer whose outputs were mostly below −87 ran its SiLU in
-/// 30 cycles per 16 lanes instead of 7.4 on Zen 5, and a random-weight MobileNet-v2 7% slower
-/// overall). Below −87 the result is `x · 1.65e-38`, within `1.7e-38 · |x|` of the true value
-/// (which is below `1.5e-36 · |x|` there); −∞ gives −∞.
-pub const SILU_FLOOR: f32 = -87.0;
-
 /// An activation a blocked kernel applies to its results.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
@@ -111,7 +103,8 @@ pub enum Activation {
     HardSwish,
     /// `1 / (1 + e^-x)`, as the elementwise programs compute it.
     Sigmoid,
-    /// SiLU, `x · sigmoid(max(x, SILU_FLOOR))` (see [`SILU_FLOOR`]).
+    /// SiLU, `x · sigmoid(x)`, computed as `x / (1 + e^-x)` with no subnormal step (see the
+    /// elementwise `silu`: `x · 0` below −87, where the elementwise sigmoid is 0).
     Silu,
     /// `min(max(alpha · x + beta, 0), 1)`.
     HardSigmoid { alpha: f32, beta: f32 },
@@ -139,8 +132,7 @@ impl Activation {
                 x * t
             }
             Activation::Sigmoid => crate::elementwise::scalar::sigmoid(x),
-            // NaN passes through `x`, whatever `max` makes of it.
-            Activation::Silu => x * crate::elementwise::scalar::sigmoid(x.max(SILU_FLOOR)),
+            Activation::Silu => crate::elementwise::scalar::silu(x),
             Activation::HardSigmoid { alpha, beta } => {
                 let t = alpha * x + beta;
                 if t.is_nan() { t } else { t.max(0.0).min(1.0) }

@@ -381,6 +381,12 @@ pub(crate) mod x86 {
         pub(crate) fn sigmoid_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
             crate::elementwise::x86::z::sigmoid(x)
         }
+        /// SiLU of `N` vectors (see [`crate::conv::Activation::Silu`]; steps interleaved).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn silu_row<const N: usize>(x: [__m512; N]) -> [__m512; N] {
+            crate::elementwise::x86::z::silu(x)
+        }
         /// `tanh` of `N` vectors, as the elementwise programs compute it (steps interleaved).
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -609,6 +615,12 @@ pub(crate) mod x86 {
         #[target_feature(enable = "avx2,fma")]
         pub(crate) fn sigmoid_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
             crate::elementwise::x86::y::sigmoid(x)
+        }
+        /// SiLU of `N` vectors (see [`crate::conv::Activation::Silu`]; steps interleaved).
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn silu_row<const N: usize>(x: [__m256; N]) -> [__m256; N] {
+            crate::elementwise::x86::y::silu(x)
         }
         /// `tanh` of `N` vectors, as the elementwise programs compute it (steps interleaved).
         #[inline]

@@ -299,6 +299,17 @@ proptest! {
     }
 }
 
+/// Winograd takes 3×3 stride-1 layers from 10 output tiles per image (a 7×7 output: 16), not a
+/// 5×5 or 6×6 one (9), whose transformed weights cost more to stream than the products saved.
+#[test]
+fn winograd_needs_ten_tiles() {
+    let layer = |h: usize, w: usize| Conv2d::from_dims([2, 64, h, w, 64, h, w, 3, 3, 1, 1, 1, 1, 1, 1, 1]);
+    for (h, w, winograd) in [(5, 5, false), (6, 6, false), (7, 7, true), (2, 19, true), (2, 17, false), (8, 8, true)] {
+        let method = layer(h, w).method(Isa::Avx512);
+        assert_eq!(method == heron_kernels::conv::ConvMethod::Winograd, winograd, "{h}x{w}: {method:?}");
+    }
+}
+
 #[test]
 fn bad_shapes_are_errors() {
     let geo = Conv2d {
