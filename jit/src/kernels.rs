@@ -70,11 +70,13 @@ pub struct KernelConfig {
 /// threads of a shared Zen 5 with shares for its 5×5 layers); with more, only small images.
 const SHARED_SCRATCH_BUDGET: usize = 2 << 20;
 
-/// Shares per thread of a kernel that needs no per-task scratch.
+/// Shares per thread of a kernel that needs no per-task scratch (or a blocked convolution
+/// within [`SHARED_SCRATCH_BUDGET`]).
 const SHARES_PER_THREAD: usize = 4;
 
 impl KernelConfig {
-    /// The task count for a kernel without per-task scratch: several shares per thread, which
+    /// The task count for a kernel without per-task scratch (or a blocked convolution within
+    /// [`SHARED_SCRATCH_BUDGET`]): several shares per thread, which
     /// the pool hands out as threads come free (`heron_threads`), so a slower core takes fewer.
     fn with_shares(self) -> KernelConfig {
         let tasks = if self.tasks > 1 { self.tasks * SHARES_PER_THREAD } else { 1 };

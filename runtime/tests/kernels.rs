@@ -220,7 +220,48 @@ fn strided_convolutions_between_planar_tensors_run_blocked() {
     }
 }
 
-/// `n` values in [-0.5, 0.5), different for each seed.
+/// Blocked convolutions taking a widened copy of each image (here a 3×3 layer dilated by 2 on
+/// 6×20 planes) take four shares per thread while the copies of all shares stay within 2 MiB,
+/// one share per thread past it: with four threads, 64 channels (37 KiB an image, 16 shares)
+/// take 16 tasks, 256 (147 KiB) take 4; both match the interpreter.
+#[test]
+fn widened_blocked_convolutions_take_shares_within_a_budget() {
+    use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, Window};
+    let Some(config) = KernelConfig::host(4) else { return };
+    if config.isa == heron_jit::kernels::Isa::Scalar {
+        return;
+    }
+    for (c, tasks) in [(64, 16), (256, 4)] {
+        let (h, w) = (6, 20);
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, h, w]));
+        let conv = |g: &mut Graph, name: &str, v, k: usize, seed: usize| {
+            let weights = Tensor::from_vec(&[c, c, k, k], values(c * c * k * k, seed)).unwrap();
+            let weights = g.add_constant(format!("{name}_w"), weights);
+            let mut window = Window::dense(vec![k, k]);
+            window.dilations = vec![2, 2];
+            window.pads_begin = vec![k - 1, k - 1];
+            window.pads_end = vec![k - 1, k - 1];
+            g.add_op(name, Op::Conv(ConvAttrs { window, group: 1 }), &[v, weights]).unwrap()
+        };
+        let a = conv(&mut g, "expand", x, 1, 1);
+        let b = conv(&mut g, "wide", a, 3, 2);
+        let out = conv(&mut g, "project", b, 1, 3);
+        g.set_outputs(vec![out]);
+        let model = Model::from_graph("widened", g).expect("model");
+        let (_, text) = target_stage(&model, Some(config));
+        let call = text
+            .lines()
+            .find(|l| l.contains("heron_conv2d_blocked_f32_v2") && l.contains(", 3, 3, 1, 1, 2, 2,"))
+            .unwrap_or_else(|| panic!("the dilated 3×3 layer runs blocked:\n{text}"));
+        let args: Vec<&str> = call.split(", ").collect();
+        let at = args.iter().position(|a| *a == "%task").expect("a task argument");
+        assert_eq!(args[at + 1], tasks.to_string(), "{c} channels:\n{call}");
+        let input = Tensor::from_vec(&[1, c, h, w], values(c * h * w, 5)).expect("input");
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &format!("widened, {c} channels"));
+    }
+}
+
 /// GELU on `v` as exporters write it: `v · (1 + erf(v / √2)) · ½`, the constants scalar tensors.
 fn exported_gelu(g: &mut heron_ir::Graph, name: &str, v: heron_ir::ValueId) -> heron_ir::ValueId {
     use heron_ir::{BinaryOp, Op, Tensor, UnaryOp};
@@ -234,6 +275,7 @@ fn exported_gelu(g: &mut heron_ir::Graph, name: &str, v: heron_ir::ValueId) -> h
     g.add_op(name, Op::Binary(BinaryOp::Mul), &[product, half]).unwrap()
 }
 
+/// `n` values in [-0.5, 0.5), different for each seed.
 fn values(n: usize, seed: usize) -> Vec<f32> {
     (0..n).map(|i| ((i * 7919 + seed) % 997) as f32 / 997.0 - 0.5).collect()
 }

@@ -3,7 +3,8 @@
 //! as a padded copy of the whole tensor.
 //!
 //! - **Winograd F(2×2, 3×3)** (3×3, stride 1, undilated, ungrouped, at least 16 channels in
-//!   and out, at least 10 output tiles per image): see the `winograd` module; 2.25× fewer multiplies than the GEMM form.
+//!   and out, at least 10 output tiles per image): see the `winograd` module; 2.25× fewer
+//!   multiplies than the GEMM form.
 //! - **Transposed** (pointwise, at least 384 channels in, planes of at most 64 pixels): see
 //!   the `transposed` module; the output channels in the vector lanes, where a small plane's
 //!   pixels would leave lanes idle.

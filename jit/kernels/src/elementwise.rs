@@ -430,10 +430,10 @@ pub(crate) mod scalar {
         [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
     /// Where a sigmoid's `-|x|` is clamped, and below which its result is 0: `e^-87` (and the
-    /// power of two that builds it) is still a normal float, so no step is subnormal and no
-    /// result is but for a subnormal input's SiLU: each costs a microcode assist (a 1×1
-    /// layer's sigmoid over outputs mostly below −87 took 30 cycles per 16 lanes instead of 7
-    /// on Zen 5). The true value there is below 1.7e-38.
+    /// power of two that builds it) is still a normal float, so for inputs of at least 2^-125
+    /// in magnitude no step and no result of the sigmoid or SiLU is subnormal. Each subnormal
+    /// costs a microcode assist: a 1×1 layer's SiLU over outputs mostly below −87 took 30
+    /// cycles per 16 lanes instead of 7.4 on Zen 5. The true sigmoid there is below 1.7e-38.
     pub(super) const SIGMOID_LO: f32 = -87.0;
     /// `2^(j/8)` for `j` in `0..8`, rounded: the sigmoid's exponential takes eighths of a power
     /// of two from this table (one register), which leaves a short polynomial.
@@ -547,12 +547,12 @@ pub(crate) mod scalar {
     /// the powers of two that build them, are normal floats.
     pub(crate) const SILU_BOUND: f32 = 87.0;
 
-    /// SiLU, `x · sigmoid(x)` with the [`sigmoid`]'s results: `x / (1 + e^-c)`, `c` the input
-    /// clamped to ±[`SILU_BOUND`] (past +87 the sigmoid rounds to 1), and `x · 0` below −87
-    /// (`−0`, NaN at −∞, as `x · sigmoid(x)`). `e^-c = 2^n · 2^(j/8) · e^r` as in [`sigmoid`],
-    /// its remainder negated (`s = -r`) so that `-c` is never formed: no step is subnormal, in
-    /// three fewer steps than `x · sigmoid(x)`; within 2.5e-7 of the true value, relative, from
-    /// −87 up (below, the true value is under `1.7e-38 · |x|`).
+    /// SiLU, `x · sigmoid(x)`: `x / (1 + e^-c)`, `c` the input clamped to ±[`SILU_BOUND`] (past
+    /// +87 the sigmoid rounds to 1), and `x · 0` below −87 where [`sigmoid`] is 0 (`−0`, NaN at
+    /// −∞, as `x · sigmoid(x)`). `e^-c = 2^n · 2^(j/8) · e^r` with [`sigmoid`]'s steps (the same
+    /// `e^-|x|` for `x >= 0`), its remainder negated (`s = -r`) so that `-c` is never formed:
+    /// three fewer steps than `x · sigmoid(x)`, whose bits it need not match; within 2.5e-7 of
+    /// the true value, relative, from −87 up (below, the true value is under `1.7e-38 · |x|`).
     pub(crate) fn silu(x: f32) -> f32 {
         let c = min_or_second(SILU_BOUND, max_or_second(-SILU_BOUND, x));
         let shifted = (-c).mul_add(8.0 * std::f32::consts::LOG2_E, MAGIC);

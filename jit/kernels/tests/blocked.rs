@@ -399,13 +399,40 @@ fn silu_is_accurate_over_its_range() {
     assert_eq!(Activation::Silu.apply(f32::INFINITY), f32::INFINITY);
     assert!(Activation::Silu.apply(f32::NEG_INFINITY).is_nan());
     assert_eq!(Activation::Silu.apply(-100.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(Activation::Silu.apply(-0.0).to_bits(), (-0.0f32).to_bits());
     assert!(Activation::Silu.apply(f32::NAN).is_nan());
 }
 
-/// SiLU far below zero (where `x · sigmoid(x)` is subnormal or zero) and at NaN, in registers
-/// and swept over stored results: never a subnormal, within `1.7e-38 · |x|` of the formula, NaN
-/// kept, and on every ISA the bits of the scalar `Activation::apply` (a 1×1 layer copying its
-/// input channel by channel, so its outputs are the values chosen).
+/// SiLU of ±∞ in registers (a layer with zero weights adds its residual, which holds them): on
+/// every ISA the scalar bits, +∞ and NaN (as `x · sigmoid(x)`).
+#[test]
+fn silu_of_infinities_in_registers() {
+    let geo = Conv2d::from_dims([1, 16, 1, 4, 16, 1, 4, 1, 1, 1, 1, 1, 1, 1, 0, 0]);
+    let residual: Vec<f32> = (0..64).map(|i| [f32::INFINITY, f32::NEG_INFINITY, 1.0, -90.0][i % 4]).collect();
+    for block in [8, 16] {
+        let conv = BlockedConv { geo, block, input: Layout::Blocked, output: Layout::Blocked };
+        let x = vec![0.0; conv.input_len().unwrap()];
+        let packed = vec![0.0; conv.packed_weights_len().unwrap()];
+        let stored = store(Layout::Blocked, block, [1, 16, 1, 4], &residual);
+        for isa in Isa::available() {
+            let mut out = vec![0.0; conv.output_len().unwrap()];
+            let epilogue =
+                ConvEpilogue { residual: Some(&stored), activation: Some(Activation::Silu), ..ConvEpilogue::default() };
+            conv_share(isa, &conv, &x, &packed, &mut out, epilogue, &mut [], (0, 1)).unwrap();
+            for (got, r) in out.iter().zip(&stored) {
+                let want = Activation::Silu.apply(*r);
+                assert_eq!(got.to_bits(), want.to_bits(), "{isa:?} block {block}: silu({r}) = {got}, scalar {want}");
+            }
+        }
+    }
+    assert!(Activation::Silu.apply(f32::NEG_INFINITY).is_nan());
+}
+
+/// SiLU far below zero (where the true value is subnormal or rounds to zero), at NaN and at the
+/// edges (±87, ±f32::MAX, the smallest normals, a subnormal, zero), in registers and swept over
+/// stored results: no subnormal result for inputs of at least 2^-125, within `1.7e-38 · |x|`
+/// of the formula, NaN kept, and on every ISA the bits of the scalar `Activation::apply` (a
+/// 1×1 layer copying its input channel by channel, so its outputs are the values chosen).
 #[test]
 fn silu_far_below_zero_is_never_subnormal() {
     // 75 pixels: a sweep's last vectors go one at a time.
@@ -424,8 +451,15 @@ fn silu_far_below_zero_is_never_subnormal() {
         groups: 1,
         pad: (0, 0),
     };
+    let edges =
+        [87.0, -87.0, 86.99, -86.99, -87.0001, f32::MAX, -f32::MAX, 1e-38, -1e-38, f32::MIN_POSITIVE, 1e-45, 0.0];
     let logical: Vec<f32> = (0..c * h * w)
-        .map(|i| if i == 7 { f32::NAN } else { -1000.0 + 1050.0 * i as f32 / (c * h * w) as f32 })
+        .map(|i| match i {
+            7 => f32::NAN,
+            // Channel 0 only: the other channels add them times 0.
+            11..23 => edges[i - 11],
+            _ => -1000.0 + 1050.0 * i as f32 / (c * h * w) as f32,
+        })
         .collect();
     let identity: Vec<f32> = (0..c * c).map(|i| if i / c == i % c { 1.0 } else { 0.0 }).collect();
     for block in [8, 16] {
@@ -451,7 +485,7 @@ fn silu_far_below_zero_is_never_subnormal() {
                     assert!(got.is_nan());
                     continue;
                 }
-                assert!(!got.is_subnormal(), "silu({v}) = {got}: subnormal");
+                assert!(!got.is_subnormal() || v.abs() < 2f32.powi(-125), "silu({v}) = {got}: subnormal");
                 let exact = f64::from(v) / (1.0 + (-f64::from(v)).exp());
                 assert!(
                     (f64::from(got) - exact).abs() <= 1e-4 * exact.abs().max(1.0),
