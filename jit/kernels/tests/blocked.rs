@@ -353,19 +353,8 @@ fn bad_shapes_are_errors() {
 /// match the formula, on every ISA and split, with every layout.
 #[test]
 fn wide_images_keep_their_border_pixels() {
-    let wide = |stride: usize, dilation: usize| Conv2d {
-        batch: 2,
-        in_channels: 56,
-        in_h: 4,
-        in_w: 300,
-        out_channels: 20,
-        out_h: 4usize.div_ceil(stride),
-        out_w: 300usize.div_ceil(stride),
-        kernel: (3, 3),
-        stride: (stride, stride),
-        dilation: (dilation, dilation),
-        groups: 1,
-        pad: (dilation, dilation),
+    let wide = |s: usize, d: usize| {
+        Conv2d::from_dims([2, 56, 4, 300, 20, 4usize.div_ceil(s), 300usize.div_ceil(s), 3, 3, s, s, d, d, 1, d, d])
     };
     for (stride, dilation) in [(1, 1), (2, 1), (1, 2)] {
         let geo = wide(stride, dilation);
@@ -437,20 +426,7 @@ fn silu_of_infinities_in_registers() {
 fn silu_far_below_zero_is_never_subnormal() {
     // 75 pixels: a sweep's last vectors go one at a time.
     let (c, h, w) = (16, 3, 25);
-    let geo = Conv2d {
-        batch: 1,
-        in_channels: c,
-        in_h: h,
-        in_w: w,
-        out_channels: c,
-        out_h: h,
-        out_w: w,
-        kernel: (1, 1),
-        stride: (1, 1),
-        dilation: (1, 1),
-        groups: 1,
-        pad: (0, 0),
-    };
+    let geo = Conv2d::from_dims([1, c, h, w, c, h, w, 1, 1, 1, 1, 1, 1, 1, 0, 0]);
     let edges =
         [87.0, -87.0, 86.99, -86.99, -87.0001, f32::MAX, -f32::MAX, 1e-38, -1e-38, f32::MIN_POSITIVE, 1e-45, 0.0];
     let logical: Vec<f32> = (0..c * h * w)
