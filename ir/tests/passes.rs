@@ -298,3 +298,50 @@ fn gelu_fuses_only_as_exporters_write_it() {
         assert!(groups.len() > 1, "{groups:?}");
     }
 }
+
+/// Mish as exporters write it before opset 18 (`Softplus(v)`, `Tanh`, `Mul(v, ·)` in either
+/// order) fuses into the convolution producing `v` as one Mish step, computing what the three
+/// nodes do; a Tanh read elsewhere too, or a product with something else, stays apart.
+#[test]
+fn mish_fuses_only_as_exporters_write_it() {
+    use heron_ir::lower::{Epilogue, fuse};
+    let build = |value_first: bool, tanh_read_twice: bool, other_factor: bool| {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
+        let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32, -1.5, 2.0, 0.25, -3.0, 1.0]).unwrap());
+        let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+        let s = g.add_op("softplus", Op::Unary(UnaryOp::Softplus), &[v]).unwrap();
+        let t = g.add_op("tanh", Op::Unary(UnaryOp::Tanh), &[s]).unwrap();
+        let factor = if other_factor { g.add_op("neg", Op::Unary(UnaryOp::Neg), &[v]).unwrap() } else { v };
+        let operands = if value_first { [factor, t] } else { [t, factor] };
+        let y = g.add_op("mul", Op::Binary(BinaryOp::Mul), &operands).unwrap();
+        let mut outputs = vec![y];
+        if tanh_read_twice {
+            outputs.push(g.add_op("again", Op::Unary(UnaryOp::Neg), &[t]).unwrap());
+        }
+        g.set_outputs(outputs);
+        g
+    };
+    let mut seed = 11;
+    for value_first in [true, false] {
+        let g = build(value_first, false, false);
+        let groups = fuse(&g);
+        assert_eq!(groups.len(), 1, "{groups:?}");
+        assert_eq!(groups[0].epilogue, [Epilogue::Unary(UnaryOp::Mish)]);
+        assert_eq!(groups[0].fused.len(), 3);
+        // The fused form computes what the nodes do (the interpreter runs both).
+        let mut fused = g.clone();
+        let mish = fused.add_op("mish", Op::Unary(UnaryOp::Mish), &[g.nodes[0].outputs[0]]).unwrap();
+        fused.set_outputs(vec![mish]);
+        let input = rand_tensor(&mut seed, &[1, 2, 4, 4], -6.0, 6.0);
+        let want = interp::run(&g, std::slice::from_ref(&input)).unwrap();
+        let got = interp::run(&fused, &[input]).unwrap();
+        let (want, got) = (want[0].to_f64_vec(), got[0].to_f64_vec());
+        assert!(want.iter().zip(&got).all(|(a, b)| (a - b).abs() <= 1e-5 * a.abs().max(1.0)), "{want:?} {got:?}");
+    }
+    for g in [build(true, true, false), build(true, false, true)] {
+        let groups = fuse(&g);
+        assert!(groups.iter().all(|group| !group.epilogue.contains(&Epilogue::Unary(UnaryOp::Mish))), "{groups:?}");
+        assert!(groups.len() > 1, "{groups:?}");
+    }
+}

@@ -6,7 +6,7 @@
 //! f32 buffers, each either element for element (the output's shape) or one value per row of a
 //! `rows × cols` view of the output (trailing axes broadcast: a per-channel value over a
 //! plane), up to four literals, and `+ - × ÷ min max`, `exp`, `sigmoid`, `tanh`, `erf`, `sqrt`,
-//! `abs`; any other function stays generated code.
+//! `abs` and `tanh` of a softplus (Mish); any other function stays generated code.
 
 use heron_ir::DType;
 use heron_ir::loop_ir::{
@@ -92,6 +92,10 @@ impl<K: PartialEq> Builder<'_, K> {
                 self.expr(second)?;
                 self.push(op)
             }
+            Expr::Math { op: MathOp::Tanh, arg } if softplus_of(arg).is_some() => {
+                self.expr(softplus_of(arg)?)?;
+                self.push(MapOp::TanhSoftplus)
+            }
             Expr::Math { op, arg } => {
                 let op = match op {
                     MathOp::Exp => MapOp::Exp,
@@ -119,6 +123,22 @@ impl<K: PartialEq> Builder<'_, K> {
             None => return None,
         };
         self.push(MapOp::Const(k as u8))
+    }
+}
+
+/// `a` when `e` is `ln(e^a + 1)` (either order of the sum), as Softplus lowers: the routine has
+/// no logarithm, but `tanh` of it (Mish) is one of its functions.
+fn softplus_of(e: &Expr) -> Option<&Expr> {
+    let Expr::Math { op: MathOp::Log, arg } = e else { return None };
+    let Expr::Binary { op: BinOp::Add, lhs, rhs } = &**arg else { return None };
+    let one = |x: &Expr| matches!(x, Expr::Float { value, dtype: DType::F32 } if *value == 1.0);
+    let exp = match (&**lhs, &**rhs) {
+        (x, o) | (o, x) if one(o) => x,
+        _ => return None,
+    };
+    match exp {
+        Expr::Math { op: MathOp::Exp, arg } => Some(arg),
+        _ => None,
     }
 }
 

@@ -296,8 +296,9 @@ fn agrees_with_the_interpreter_on_1_and_2_threads(model: &Model, input: &heron_i
 
 /// Activations after blocked convolutions run inside the kernel: LeakyReLU, hard-swish,
 /// HardSigmoid, a sigmoid, SiLU (a Sigmoid and a Mul), tanh and GELU (five nodes reading scalar
-/// constants) as the kernel's own activation (its flag set), ELU and PReLU (a Less, a Mul by a
-/// per-channel slope and a Where) as its tail program, so no pass of generated code goes over
+/// constants) as the kernel's own activation (its flag set), ELU, PReLU (a Less, a Mul by a
+/// per-channel slope and a Where) and Mish (the op, or a Softplus, a Tanh and a Mul) as its
+/// tail program, so no pass of generated code goes over
 /// the blocked tensors after them. Channel counts end inside a block; the chain (a first
 /// strided layer on the planar input, pointwise, depthwise, pointwise) matches the interpreter
 /// on 1 and 2 threads, with infinities and NaN among the inputs.
@@ -321,10 +322,16 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         g.add_op(name, Op::Where, &[negative, scaled, v]).unwrap()
     };
     let gelu = |g: &mut Graph, name: String, v: ValueId| exported_gelu(g, &name, v);
+    // Mish as exporters write it before opset 18's Mish op: Softplus, Tanh, Mul.
+    let exported_mish = |g: &mut Graph, name: String, v: ValueId| {
+        let s = g.add_op(format!("{name}_softplus"), Op::Unary(UnaryOp::Softplus), &[v]).unwrap();
+        let t = g.add_op(format!("{name}_tanh"), Op::Unary(UnaryOp::Tanh), &[s]).unwrap();
+        g.add_op(name, Op::Binary(BinaryOp::Mul), &[t, v]).unwrap()
+    };
     type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
     use heron_kernels::abi::flags;
     // Each with the kernel's activation flag it sets (none: a tail program).
-    let activations: [(&str, Build, i64); 9] = [
+    let activations: [(&str, Build, i64); 11] = [
         ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 })), flags::LEAKY_RELU),
         ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish))), flags::HARD_SWISH),
         ("Sigmoid", Box::new(one(Op::Unary(UnaryOp::Sigmoid))), flags::SIGMOID),
@@ -338,6 +345,8 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         ("PRelu", Box::new(prelu), 0),
         ("Tanh", Box::new(one(Op::Unary(UnaryOp::Tanh))), flags::TANH),
         ("GELU", Box::new(gelu), flags::GELU),
+        ("Mish", Box::new(one(Op::Unary(UnaryOp::Mish))), 0),
+        ("exported Mish", Box::new(exported_mish), 0),
     ];
     let activation_bits = flags::LEAKY_RELU
         | flags::HARD_SWISH

@@ -96,6 +96,13 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                     cur = graph.nodes[mul].outputs[0];
                     continue;
                 }
+                if let Some(nodes) = mish(&reads, &absorbed, cur) {
+                    group.epilogue.push(Epilogue::Unary(UnaryOp::Mish));
+                    group.fused.extend(nodes);
+                    nodes.iter().for_each(|&n| absorbed[n] = true);
+                    cur = graph.nodes[nodes[2]].outputs[0];
+                    continue;
+                }
                 if let Some(nodes) = gelu(&reads, &absorbed, cur) {
                     group.epilogue.push(Epilogue::Unary(UnaryOp::Gelu));
                     group.fused.extend(nodes);
@@ -245,6 +252,34 @@ fn silu(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<(usize, usiz
         && m.outputs.len() == 1
         && graph.ty(m.outputs[0]) == graph.ty(v);
     ok.then_some((sigmoid, mul))
+}
+
+/// Mish on `v` as exporters write it before opset 18's Mish: `Softplus(v)` → `Tanh` →
+/// `Mul(v, ·)` (either order), `v`'s only consumers the first and last node, the softplus and
+/// tanh read once and no graph output, all f32, shaped like `v` and unfused; the three nodes'
+/// indices in that order.
+fn mish(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<[usize; 3]> {
+    let Reads { graph, consumers, uses, is_output } = *reads;
+    if uses[v.0] != 2 || consumers[v.0].len() != 2 || graph.ty(v).dtype != DType::F32 {
+        return None;
+    }
+    let softplus = *consumers[v.0].iter().find(|&&c| graph.nodes[c].op == Op::Unary(UnaryOp::Softplus))?;
+    let mul = *consumers[v.0].iter().find(|&&c| c != softplus)?;
+    let s = graph.nodes[softplus].outputs[0];
+    let only_here = |x: ValueId| uses[x.0] == 1 && !is_output[x.0] && graph.ty(x) == graph.ty(v);
+    let tanh = *consumers[s.0].first()?;
+    let (tn, mn) = (&graph.nodes[tanh], &graph.nodes[mul]);
+    let t = *tn.outputs.first()?;
+    let ok = only_here(s)
+        && tn.op == Op::Unary(UnaryOp::Tanh)
+        && tn.inputs[..] == [s]
+        && only_here(t)
+        && mn.op == Op::Binary(BinaryOp::Mul)
+        && (mn.inputs[..] == [v, t] || mn.inputs[..] == [t, v])
+        && mn.outputs.len() == 1
+        && graph.ty(mn.outputs[0]) == graph.ty(v)
+        && [softplus, tanh, mul].iter().all(|&n| !absorbed[n]);
+    ok.then_some([softplus, tanh, mul])
 }
 
 /// GELU on `v` as exporters write `x · ½ · (1 + erf(x / √2))` (opsets before Gelu's 20):

@@ -35,6 +35,9 @@ pub enum MapOp {
     /// The error function, an odd rational function (see `scalar::ERF`; GELU's
     /// `x · (1 + erf(x / √2)) / 2`).
     Erf,
+    /// `tanh(ln(1 + e^x))`, Mish's `x · tanh(softplus(x))` without the logarithm (see
+    /// `scalar::tanh_softplus`).
+    TanhSoftplus,
     Add,
     Sub,
     Mul,
@@ -52,7 +55,7 @@ impl MapOp {
     /// Whether it is one of the functions the routine computes faster than generated code
     /// (which has only 128-bit vectors and keeps arithmetic alone in registers as well).
     pub fn is_transcendental(self) -> bool {
-        matches!(self, MapOp::Exp | MapOp::Sigmoid | MapOp::Tanh | MapOp::Erf)
+        matches!(self, MapOp::Exp | MapOp::Sigmoid | MapOp::Tanh | MapOp::Erf | MapOp::TanhSoftplus)
     }
 
     fn code(self) -> u8 {
@@ -66,6 +69,7 @@ impl MapOp {
             MapOp::Sigmoid => 0x34,
             MapOp::Tanh => 0x35,
             MapOp::Erf => 0x36,
+            MapOp::TanhSoftplus => 0x37,
             MapOp::Add => 0x40,
             MapOp::Sub => 0x41,
             MapOp::Mul => 0x42,
@@ -88,6 +92,7 @@ impl MapOp {
             0x34 => MapOp::Sigmoid,
             0x35 => MapOp::Tanh,
             0x36 => MapOp::Erf,
+            0x37 => MapOp::TanhSoftplus,
             0x40 => MapOp::Add,
             0x41 => MapOp::Sub,
             0x42 => MapOp::Mul,
@@ -104,7 +109,14 @@ impl MapOp {
     fn arity(self) -> (usize, usize) {
         match self {
             MapOp::Input(_) | MapOp::Const(_) => (0, 1),
-            MapOp::Neg | MapOp::Abs | MapOp::Sqrt | MapOp::Exp | MapOp::Sigmoid | MapOp::Tanh | MapOp::Erf => (1, 1),
+            MapOp::Neg
+            | MapOp::Abs
+            | MapOp::Sqrt
+            | MapOp::Exp
+            | MapOp::Sigmoid
+            | MapOp::Tanh
+            | MapOp::Erf
+            | MapOp::TanhSoftplus => (1, 1),
             MapOp::LessSelect | MapOp::LessEqSelect => (4, 1),
             _ => (2, 1),
         }
@@ -379,6 +391,7 @@ pub(crate) unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_
                 MapOp::Sigmoid => stack[sp - 1] = scalar::sigmoid(stack[sp - 1]),
                 MapOp::Tanh => stack[sp - 1] = scalar::tanh(stack[sp - 1]),
                 MapOp::Erf => stack[sp - 1] = scalar::erf(stack[sp - 1]),
+                MapOp::TanhSoftplus => stack[sp - 1] = scalar::tanh_softplus(stack[sp - 1]),
                 MapOp::LessSelect | MapOp::LessEqSelect => {
                     let [a, b, then, otherwise] = [stack[sp - 4], stack[sp - 3], stack[sp - 2], stack[sp - 1]];
                     sp -= 3;
@@ -528,6 +541,20 @@ pub(crate) mod scalar {
         odd_rational(&ERF, x)
     }
 
+    /// Where [`tanh_softplus`] clamps its input: from about 9 up its result rounds to 1, and
+    /// `e^x (e^x + 2)` stays finite.
+    pub(super) const SOFTPLUS_HI: f32 = 20.0;
+
+    /// `tanh(ln(1 + e^x))` as `n / (n + 2)` with `n = e^x (e^x + 2)`: the same value (`tanh y =
+    /// (e^2y − 1) / (e^2y + 1)` and `e^y = 1 + e^x`), with no logarithm, and no cancellation
+    /// where `1 + e^x` rounds to 1 (the logarithm's form gives 0 there, this `≈ e^x`). The
+    /// input clamped at [`SOFTPLUS_HI`]; NaN stays NaN, −∞ gives 0.
+    pub(crate) fn tanh_softplus(x: f32) -> f32 {
+        let e = exp(min_or_second(SOFTPLUS_HI, x));
+        let n = e * (e + 2.0);
+        n / (n + 2.0)
+    }
+
     /// [`EIGHTHS`]' bits as `2^n · 2^(j/8)` is built from them: the bits of `shifted = 8n + j +
     /// MAGIC`, shifted left by 20, are `n << 23` (into the exponent) plus `j << 20` (MAGIC's own
     /// bits shift out: their low 12 are zero), so entry `j` holds the table's bits less `j <<
@@ -613,7 +640,8 @@ pub(crate) mod scalar {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::scalar::{
-        C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND, TANH,
+        C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND, SOFTPLUS_HI,
+        TANH,
     };
     use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
 
@@ -693,6 +721,7 @@ pub(crate) mod x86 {
                             MapOp::Sigmoid => stack[sp - 1] = $ops::sigmoid(stack[sp - 1]),
                             MapOp::Tanh => stack[sp - 1] = $ops::tanh(stack[sp - 1]),
                             MapOp::Erf => stack[sp - 1] = $ops::erf(stack[sp - 1]),
+                            MapOp::TanhSoftplus => stack[sp - 1] = $ops::tanh_softplus(stack[sp - 1]),
                             MapOp::LessSelect | MapOp::LessEqSelect => {
                                 sp -= 3;
                                 for v in 0..VECTORS {
@@ -819,6 +848,21 @@ pub(crate) mod x86 {
             pub(crate) fn erf<const N: usize>(x: [$v; N]) -> [$v; N] {
                 odd_rational(&ERF, x)
             }
+            /// `tanh(ln(1 + e^x))` on `N` vectors: the scalar code's steps.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            pub(crate) fn tanh_softplus<const N: usize>(x: [$v; N]) -> [$v; N] {
+                let mut out = x;
+                for v in 0..N {
+                    out[v] = min_or_second(splat(SOFTPLUS_HI), x[v]);
+                }
+                let mut e = exp(out);
+                for v in 0..N {
+                    let n = mul(e[v], add(e[v], splat(2.0)));
+                    e[v] = div(n, add(n, splat(2.0)));
+                }
+                e
+            }
             /// `e^x` on `N` vectors, each step over all of them so that their dependency chains
             /// overlap.
             #[inline]
@@ -871,7 +915,8 @@ pub(crate) mod x86 {
         use std::arch::x86_64::*;
 
         use super::{
-            C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND, TANH,
+            C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND,
+            SOFTPLUS_HI, TANH,
         };
 
         #[inline]
@@ -1040,7 +1085,8 @@ pub(crate) mod x86 {
         use std::arch::x86_64::*;
 
         use super::{
-            C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND, TANH,
+            C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND,
+            SOFTPLUS_HI, TANH,
         };
 
         #[inline]
