@@ -345,3 +345,31 @@ fn mish_fuses_only_as_exporters_write_it() {
         assert!(groups.len() > 1, "{groups:?}");
     }
 }
+
+/// `v · HardSigmoid(v)` fuses into the convolution producing `v` as hard-swish only with
+/// HardSwish's own alpha 1/6 and beta 1/2 (either operand order); another alpha is a
+/// HardSigmoid step and a product apart.
+#[test]
+fn gated_hard_sigmoid_fuses_as_hard_swish_only_with_its_constants() {
+    use heron_ir::lower::{Epilogue, fuse};
+    use heron_ir::op::Activation;
+    let build = |alpha: f32, gate_first: bool| {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
+        let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32; 6]).unwrap());
+        let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+        let h = g.add_op("gate", Op::Activation(Activation::HardSigmoid { alpha, beta: 0.5 }), &[v]).unwrap();
+        let operands = if gate_first { [h, v] } else { [v, h] };
+        let y = g.add_op("mul", Op::Binary(BinaryOp::Mul), &operands).unwrap();
+        g.set_outputs(vec![y]);
+        g
+    };
+    for gate_first in [true, false] {
+        let groups = fuse(&build(1.0 / 6.0, gate_first));
+        assert_eq!(groups.len(), 1, "{groups:?}");
+        assert_eq!(groups[0].epilogue, [Epilogue::Unary(UnaryOp::HardSwish)]);
+        let groups = fuse(&build(0.2, gate_first));
+        assert!(groups.iter().all(|g| !g.epilogue.contains(&Epilogue::Unary(UnaryOp::HardSwish))), "{groups:?}");
+        assert!(groups.len() > 1, "{groups:?}");
+    }
+}

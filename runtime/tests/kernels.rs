@@ -294,7 +294,8 @@ fn agrees_with_the_interpreter_on_1_and_2_threads(model: &Model, input: &heron_i
     }
 }
 
-/// Activations after blocked convolutions run inside the kernel: LeakyReLU, hard-swish,
+/// Activations after blocked convolutions run inside the kernel: LeakyReLU, hard-swish (the op,
+/// or written out as `v · HardSigmoid(v)`),
 /// HardSigmoid, a sigmoid, SiLU (a Sigmoid and a Mul), tanh and GELU (five nodes reading scalar
 /// constants) as the kernel's own activation (its flag set), ELU, PReLU (a Less, a Mul by a
 /// per-channel slope and a Where) and Mish (the op, or a Softplus, a Tanh and a Mul) as its
@@ -328,12 +329,19 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         let t = g.add_op(format!("{name}_tanh"), Op::Unary(UnaryOp::Tanh), &[s]).unwrap();
         g.add_op(name, Op::Binary(BinaryOp::Mul), &[t, v]).unwrap()
     };
+    // Hard-swish written out: v · HardSigmoid(v) with alpha 1/6, beta 1/2.
+    let gated_hard_sigmoid = |g: &mut Graph, name: String, v: ValueId| {
+        let gate = Op::Activation(Activation::HardSigmoid { alpha: 1.0 / 6.0, beta: 0.5 });
+        let h = g.add_op(format!("{name}_gate"), gate, &[v]).unwrap();
+        g.add_op(name, Op::Binary(BinaryOp::Mul), &[h, v]).unwrap()
+    };
     type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
     use heron_kernels::abi::flags;
     // Each with the kernel's activation flag it sets (none: a tail program).
-    let activations: [(&str, Build, i64); 11] = [
+    let activations: [(&str, Build, i64); 12] = [
         ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 })), flags::LEAKY_RELU),
         ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish))), flags::HARD_SWISH),
+        ("v·HardSigmoid(v)", Box::new(gated_hard_sigmoid), flags::HARD_SWISH),
         ("Sigmoid", Box::new(one(Op::Unary(UnaryOp::Sigmoid))), flags::SIGMOID),
         ("SiLU", Box::new(silu), flags::SILU),
         ("Elu", Box::new(one(Op::Activation(Activation::Elu { alpha: 0.7 }))), 0),

@@ -88,10 +88,10 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                 if is_output[cur.0] || group.epilogue.len() >= MAX_EPILOGUE {
                     break;
                 }
-                if let Some((sigmoid, mul)) = silu(&reads, &absorbed, cur) {
-                    group.epilogue.push(Epilogue::Activation(Activation::Swish { alpha: 1.0 }));
-                    group.fused.extend([sigmoid, mul]);
-                    absorbed[sigmoid] = true;
+                if let Some((gate, mul, step)) = gated(&reads, &absorbed, cur) {
+                    group.epilogue.push(step);
+                    group.fused.extend([gate, mul]);
+                    absorbed[gate] = true;
                     absorbed[mul] = true;
                     cur = graph.nodes[mul].outputs[0];
                     continue;
@@ -230,15 +230,23 @@ fn prelu(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<PRelu> {
     ok.then_some(PRelu { nodes: [less, mul, select], slope })
 }
 
-/// SiLU on `v`: its only consumers are a Sigmoid of it and a Mul of it and that sigmoid (the
-/// sigmoid's value read by nothing else, neither a graph output), both f32 and unfused; the
-/// two nodes' indices.
-fn silu(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<(usize, usize)> {
+/// `v` times a gate of itself: SiLU (`v · sigmoid(v)`, as `Swish { alpha: 1 }`) or hard-swish
+/// (`v · HardSigmoid(v)` with HardSwish's `alpha = 1/6`, `beta = 1/2`): `v`'s only consumers
+/// are the gate and a Mul of `v` and the gate (the gate's value read by nothing else, neither a
+/// graph output), both f32 and unfused; the two nodes' indices and the fused step.
+fn gated(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<(usize, usize, Epilogue)> {
     let Reads { graph, consumers, uses, is_output } = *reads;
     if uses[v.0] != 2 || consumers[v.0].len() != 2 || graph.ty(v).dtype != DType::F32 {
         return None;
     }
-    let sigmoid = *consumers[v.0].iter().find(|&&c| graph.nodes[c].op == Op::Unary(UnaryOp::Sigmoid))?;
+    let step = |op: &Op| match op {
+        Op::Unary(UnaryOp::Sigmoid) => Some(Epilogue::Activation(Activation::Swish { alpha: 1.0 })),
+        Op::Activation(Activation::HardSigmoid { alpha, beta }) if *alpha == 1.0 / 6.0 && *beta == 0.5 => {
+            Some(Epilogue::Unary(UnaryOp::HardSwish))
+        }
+        _ => None,
+    };
+    let (sigmoid, step) = consumers[v.0].iter().find_map(|&c| Some((c, step(&graph.nodes[c].op)?)))?;
     let mul = *consumers[v.0].iter().find(|&&c| c != sigmoid)?;
     let s = graph.nodes[sigmoid].outputs[0];
     let (m, inputs) = (&graph.nodes[mul], &graph.nodes[mul].inputs);
@@ -251,7 +259,7 @@ fn silu(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<(usize, usiz
         && !absorbed[mul]
         && m.outputs.len() == 1
         && graph.ty(m.outputs[0]) == graph.ty(v);
-    ok.then_some((sigmoid, mul))
+    ok.then_some((sigmoid, mul, step))
 }
 
 /// Mish on `v` as exporters write it before opset 18's Mish: `Softplus(v)` → `Tanh` →
