@@ -298,8 +298,8 @@ fn agrees_with_the_interpreter_on_1_and_2_threads(model: &Model, input: &heron_i
 /// or written out as `v · HardSigmoid(v)`),
 /// HardSigmoid, a sigmoid, SiLU (a Sigmoid and a Mul), tanh and GELU (five nodes reading scalar
 /// constants) as the kernel's own activation (its flag set), ELU, PReLU (a Less, a Mul by a
-/// per-channel slope and a Where) and Mish (the op, or a Softplus, a Tanh and a Mul) as its
-/// tail program, so no pass of generated code goes over
+/// per-channel slope and a Where), Mish (the op, or a Softplus, a Tanh and a Mul) and GELU's
+/// tanh form as its tail program, so no pass of generated code goes over
 /// the blocked tensors after them. Channel counts end inside a block; the chain (a first
 /// strided layer on the planar input, pointwise, depthwise, pointwise) matches the interpreter
 /// on 1 and 2 threads, with infinities and NaN among the inputs.
@@ -338,7 +338,7 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
     type Build = Box<dyn Fn(&mut Graph, String, ValueId) -> ValueId>;
     use heron_kernels::abi::flags;
     // Each with the kernel's activation flag it sets (none: a tail program).
-    let activations: [(&str, Build, i64); 12] = [
+    let activations: [(&str, Build, i64); 13] = [
         ("LeakyRelu", Box::new(one(Op::LeakyRelu { alpha: 0.1 })), flags::LEAKY_RELU),
         ("HardSwish", Box::new(one(Op::Unary(UnaryOp::HardSwish))), flags::HARD_SWISH),
         ("v·HardSigmoid(v)", Box::new(gated_hard_sigmoid), flags::HARD_SWISH),
@@ -354,6 +354,7 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         ("Tanh", Box::new(one(Op::Unary(UnaryOp::Tanh))), flags::TANH),
         ("GELU", Box::new(gelu), flags::GELU),
         ("Mish", Box::new(one(Op::Unary(UnaryOp::Mish))), 0),
+        ("GELU (tanh)", Box::new(one(Op::Unary(UnaryOp::GeluTanh))), 0),
         ("exported Mish", Box::new(exported_mish), 0),
     ];
     let activation_bits = flags::LEAKY_RELU

@@ -146,10 +146,14 @@ fn unary_expr(u: UnaryOp, v: Expr, dtype: DType) -> Expr {
             let inner = math(MathOp::Erf, mul(v.clone(), c(std::f64::consts::FRAC_1_SQRT_2)));
             mul(mul(c(0.5), v), add(c(1.0), inner))
         }
+        // `x/2 · (1 + tanh(u))` with `u = √(2/π) (x + 0.044715 x³)` is `x · sigmoid(2u)`: the same
+        // function in a form the kernels' programs hold (14 steps, where the tanh form's 18 left
+        // a convolution's output to a pass of generated code, 7x the time of erf's GELU), and
+        // without `1 + tanh(u)`'s cancellation for negative `x`.
         UnaryOp::GeluTanh => {
+            let k = 2.0 * (2.0 / std::f64::consts::PI).sqrt();
             let cube = mul(mul(v.clone(), v.clone()), v.clone());
-            let inner = mul(c((2.0 / std::f64::consts::PI).sqrt()), add(v.clone(), mul(c(0.044715), cube)));
-            mul(mul(c(0.5), v), add(c(1.0), math(MathOp::Tanh, inner)))
+            mul(v.clone(), math(MathOp::Sigmoid, add(mul(c(k), v), mul(c(k * 0.044715), cube))))
         }
     }
 }
