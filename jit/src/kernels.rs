@@ -1121,6 +1121,7 @@ fn apply(
             Some(Activation::HardSigmoid { .. }) => flags::HARD_SIGMOID,
             Some(Activation::Tanh) => flags::TANH,
             Some(Activation::Gelu) => flags::GELU,
+            Some(Activation::GeluTanh) => flags::GELU_TANH,
             None => 0,
         };
         args.extend([
@@ -1229,7 +1230,7 @@ fn operands_stored_as(
 
 /// The activation a blocked kernel computes in registers that `e`, a convolution's store
 /// expression over its accumulator `acc`, is: LeakyReLU, hard-swish, HardSigmoid, a sigmoid,
-/// SiLU, tanh or GELU as lowering writes them.
+/// SiLU, tanh or GELU (erf's or tanh's form) as lowering writes them.
 fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
     let float = |e: &Expr| match e {
         Expr::Float { value, .. } => Some(*value),
@@ -1274,6 +1275,19 @@ fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
         && [f32_of(half), f32_of(one), f32_of(scale)] == [Some(0.5), Some(1.0), Some(std::f32::consts::FRAC_1_SQRT_2)]
     {
         return Some(Activation::Gelu);
+    }
+    // GELU's tanh form: `x · sigmoid(k · x + k3 · ((x · x) · x))`.
+    if let Some((v, gate)) = binary(e, BinOp::Mul)
+        && let Expr::Math { op: MathOp::Sigmoid, arg } = gate
+        && let Some((linear, cubic)) = binary(arg, BinOp::Add)
+        && let Some((k, w)) = binary(linear, BinOp::Mul)
+        && let Some((k3, cube)) = binary(cubic, BinOp::Mul)
+        && let Some((square, c)) = binary(cube, BinOp::Mul)
+        && let Some((a, b)) = binary(square, BinOp::Mul)
+        && [v, w, c, a, b].iter().all(|e| x(e))
+        && [f32_of(k), f32_of(k3)] == heron_kernels::conv::GELU_TANH_K.map(Some)
+    {
+        return Some(Activation::GeluTanh);
     }
     match e {
         // `x < 0 ? x · alpha : x`.

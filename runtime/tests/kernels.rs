@@ -201,7 +201,7 @@ fn strided_convolutions_between_planar_tensors_run_blocked() {
         if let Some(config) = KernelConfig::host(1) {
             let (_, text) = target_stage(&model, Some(config));
             let blocked: Vec<&str> =
-                text.lines().filter(|l| l.contains("call extern \"heron_conv2d_blocked_f32_v2\"")).collect();
+                text.lines().filter(|l| l.contains("call extern \"heron_conv2d_blocked_f32_v3\"")).collect();
             let block = heron_kernels::blocked::block_for(config.isa);
             if config.isa == heron_jit::kernels::Isa::Scalar || 4 * c < 3 * block {
                 assert!(blocked.is_empty(), "{text}");
@@ -252,7 +252,7 @@ fn widened_blocked_convolutions_take_shares_within_a_budget() {
         let (_, text) = target_stage(&model, Some(config));
         let call = text
             .lines()
-            .find(|l| l.contains("heron_conv2d_blocked_f32_v2") && l.contains(", 3, 3, 1, 1, 2, 2,"))
+            .find(|l| l.contains("heron_conv2d_blocked_f32_v3") && l.contains(", 3, 3, 1, 1, 2, 2,"))
             .unwrap_or_else(|| panic!("the dilated 3×3 layer runs blocked:\n{text}"));
         let args: Vec<&str> = call.split(", ").collect();
         let at = args.iter().position(|a| *a == "%task").expect("a task argument");
@@ -296,10 +296,10 @@ fn agrees_with_the_interpreter_on_1_and_2_threads(model: &Model, input: &heron_i
 
 /// Activations after blocked convolutions run inside the kernel: LeakyReLU, hard-swish (the op,
 /// or written out as `v · HardSigmoid(v)`),
-/// HardSigmoid, a sigmoid, SiLU (a Sigmoid and a Mul), tanh and GELU (five nodes reading scalar
-/// constants) as the kernel's own activation (its flag set), ELU, PReLU (a Less, a Mul by a
-/// per-channel slope and a Where), Mish (the op, or a Softplus, a Tanh and a Mul) and GELU's
-/// tanh form as its tail program, so no pass of generated code goes over
+/// HardSigmoid, a sigmoid, SiLU (a Sigmoid and a Mul), tanh, GELU (five nodes reading scalar
+/// constants) and GELU's tanh form as the kernel's own activation (its flag set), ELU, PReLU (a Less, a Mul by a
+/// per-channel slope and a Where) and Mish (the op, or a Softplus, a Tanh and a Mul) as its
+/// tail program, so no pass of generated code goes over
 /// the blocked tensors after them. Channel counts end inside a block; the chain (a first
 /// strided layer on the planar input, pointwise, depthwise, pointwise) matches the interpreter
 /// on 1 and 2 threads, with infinities and NaN among the inputs.
@@ -354,7 +354,7 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         ("Tanh", Box::new(one(Op::Unary(UnaryOp::Tanh))), flags::TANH),
         ("GELU", Box::new(gelu), flags::GELU),
         ("Mish", Box::new(one(Op::Unary(UnaryOp::Mish))), 0),
-        ("GELU (tanh)", Box::new(one(Op::Unary(UnaryOp::GeluTanh))), 0),
+        ("GELU (tanh)", Box::new(one(Op::Unary(UnaryOp::GeluTanh))), flags::GELU_TANH),
         ("exported Mish", Box::new(exported_mish), 0),
     ];
     let activation_bits = flags::LEAKY_RELU
@@ -363,7 +363,8 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         | flags::SILU
         | flags::HARD_SIGMOID
         | flags::TANH
-        | flags::GELU;
+        | flags::GELU
+        | flags::GELU_TANH;
     for (name, activation, flag) in activations {
         let mut g = Graph::new();
         let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 3, 19, 19]));
@@ -386,10 +387,10 @@ fn activations_after_blocked_convolutions_run_in_the_kernel() {
         let model = Model::from_graph("activations", g).expect("model");
         if KernelConfig::host(1).is_some() {
             let (_, text) = target_stage(&model, KernelConfig::host(1));
-            let calls: Vec<&str> = text.split("call extern \"heron_conv2d_blocked_f32_v2\"(").skip(1).collect();
+            let calls: Vec<&str> = text.split("call extern \"heron_conv2d_blocked_f32_v3\"(").skip(1).collect();
             assert_eq!(calls.len(), 4, "{name}:\n{text}");
             for call in calls {
-                // The flags are the call's 25th argument (see `heron_conv2d_blocked_f32_v2`).
+                // The flags are the call's 25th argument (see `heron_conv2d_blocked_f32_v3`).
                 let bits: i64 = call.split(", ").nth(24).and_then(|f| f.parse().ok()).expect("flags");
                 assert_eq!(bits & activation_bits, flag, "{name}: the kernel's activation flag\n{text}");
             }
@@ -446,7 +447,7 @@ fn squeeze_excitation_products_feed_blocked_convolutions() {
             // The projection's call; for a blocked kernel, the 24th argument holds the layouts
             // (bit 0: a blocked input).
             let call = text.lines().find(|l| l.contains("(%scaled,")).unwrap_or_else(|| panic!("{text}"));
-            let blocked_input = call.contains("heron_conv2d_blocked_f32_v2")
+            let blocked_input = call.contains("heron_conv2d_blocked_f32_v3")
                 && call.split(", ").nth(23).and_then(|a| a.parse::<i64>().ok()).expect("layouts") & 1 == 1;
             assert_eq!(blocked_input, channels % block == 0, "{channels} channels:\n{call}");
             // The global average over the blocked tensor runs one block a chunk, and the

@@ -26,7 +26,7 @@ pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 pub const MAP_F32: &str = "heron_map_f32";
 pub const CONV2D_Q8: &str = "heron_conv2d_q8";
 pub const GEMM_Q8: &str = "heron_gemm_q8";
-pub const CONV2D_BLOCKED_F32: &str = "heron_conv2d_blocked_f32_v2";
+pub const CONV2D_BLOCKED_F32: &str = "heron_conv2d_blocked_f32_v3";
 pub const MAXPOOL2D_BLOCKED_F32: &str = "heron_maxpool2d_blocked_f32";
 
 /// The kernels' routine table, in the one order every run context lists them
@@ -44,7 +44,7 @@ pub fn routine_addresses() -> [*const u8; 8] {
         heron_map_f32 as *const u8,
         heron_conv2d_q8 as *const u8,
         heron_gemm_q8 as *const u8,
-        heron_conv2d_blocked_f32_v2 as *const u8,
+        heron_conv2d_blocked_f32_v3 as *const u8,
         heron_maxpool2d_blocked_f32 as *const u8,
     ]
 }
@@ -54,25 +54,34 @@ pub mod flags {
     pub const BIAS: i64 = 1;
     pub const RESIDUAL: i64 = 2;
     pub const CLAMP: i64 = 4;
-    /// [`heron_conv2d_blocked_f32_v2`] only: LeakyReLU after the clamp, its slope the tail's
+    /// [`heron_conv2d_blocked_f32_v3`] only: LeakyReLU after the clamp, its slope the tail's
     /// first constant (with no tail program).
     pub const LEAKY_RELU: i64 = 8;
-    /// [`heron_conv2d_blocked_f32_v2`] only: hard-swish after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v3`] only: hard-swish after the clamp (with no tail program).
     pub const HARD_SWISH: i64 = 16;
-    /// [`heron_conv2d_blocked_f32_v2`] only: a sigmoid after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v3`] only: a sigmoid after the clamp (with no tail program).
     pub const SIGMOID: i64 = 32;
-    /// [`heron_conv2d_blocked_f32_v2`] only: SiLU after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v3`] only: SiLU after the clamp (with no tail program).
     pub const SILU: i64 = 64;
-    /// [`heron_conv2d_blocked_f32_v2`] only: HardSigmoid after the clamp, its `alpha` and `beta`
+    /// [`heron_conv2d_blocked_f32_v3`] only: HardSigmoid after the clamp, its `alpha` and `beta`
     /// the tail's first two constants (with no tail program).
     pub const HARD_SIGMOID: i64 = 128;
-    /// [`heron_conv2d_blocked_f32_v2`] only: tanh after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v3`] only: tanh after the clamp (with no tail program).
     pub const TANH: i64 = 256;
-    /// [`heron_conv2d_blocked_f32_v2`] only: GELU (erf's) after the clamp (with no tail program).
+    /// [`heron_conv2d_blocked_f32_v3`] only: GELU (erf's) after the clamp (with no tail program).
     pub const GELU: i64 = 512;
+    /// [`heron_conv2d_blocked_f32_v3`] only: GELU's tanh form after the clamp (with no tail
+    /// program).
+    pub const GELU_TANH: i64 = 1024;
+
+    /// Every bit a call may set: any other makes the call compute nothing (an object built for
+    /// a later kernel library names its routines apart).
+    pub const KNOWN: i64 =
+        BIAS | RESIDUAL | CLAMP | LEAKY_RELU | HARD_SWISH | SIGMOID | SILU | HARD_SIGMOID | TANH | GELU | GELU_TANH;
 
     /// The activation the bits of `flags` name (LeakyReLU's slope or HardSigmoid's `alpha`,
-    /// and its `beta`, given), or `Err` when they name more than one.
+    /// and its `beta`, given), or `Err` when they name more than one or set a bit outside
+    /// [`KNOWN`].
     pub fn activation(flags: i64, [slope, beta]: [f32; 2]) -> Result<Option<crate::conv::Activation>, &'static str> {
         use crate::conv::Activation;
         let named = [
@@ -83,21 +92,25 @@ pub mod flags {
             (HARD_SIGMOID, Activation::HardSigmoid { alpha: slope, beta }),
             (TANH, Activation::Tanh),
             (GELU, Activation::Gelu),
+            (GELU_TANH, Activation::GeluTanh),
         ];
+        if flags & !KNOWN != 0 {
+            return Err("a bit no flag names");
+        }
         let mut found = named.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, a)| *a);
         let first = found.next();
         if found.next().is_some() { Err("more than one activation") } else { Ok(first) }
     }
 }
 
-/// Bits of [`heron_conv2d_blocked_f32_v2`]'s `layouts` argument: which tensors are blocked
+/// Bits of [`heron_conv2d_blocked_f32_v3`]'s `layouts` argument: which tensors are blocked
 /// (the others planar NCHW).
 pub mod layouts {
     pub const INPUT: i64 = 1;
     pub const OUTPUT: i64 = 2;
 }
 
-/// The layouts a [`heron_conv2d_blocked_f32_v2`] call names.
+/// The layouts a [`heron_conv2d_blocked_f32_v3`] call names.
 pub fn blocked_layouts(bits: i64) -> Option<(Layout, Layout)> {
     let layout = |bit: i64| if bits & bit != 0 { Layout::Blocked } else { Layout::Planar };
     (0..4).contains(&bits).then(|| (layout(layouts::INPUT), layout(layouts::OUTPUT)))
@@ -234,7 +247,8 @@ pub unsafe extern "C" fn heron_conv2d_f32_v2(
 /// output channel, else the output's shape and layout). Instead of a program, `flags` may name
 /// an activation the kernel applies in registers ([`flags::LEAKY_RELU`], its slope in `t0`,
 /// [`flags::HARD_SWISH`], [`flags::SIGMOID`], [`flags::SILU`], [`flags::HARD_SIGMOID`], its
-/// `alpha` and `beta` in `t0` and `t1`, [`flags::TANH`] or [`flags::GELU`]). An invalid program, or both,
+/// `alpha` and `beta` in `t0` and `t1`, [`flags::TANH`], [`flags::GELU`] or
+/// [`flags::GELU_TANH`]). An invalid program, or both, or a bit outside [`flags::KNOWN`],
 /// computes nothing. `scratch` holds [`BlockedConv::scratch_len`] elements per task (may be NULL
 /// when that is 0).
 ///
@@ -244,7 +258,7 @@ pub unsafe extern "C" fn heron_conv2d_f32_v2(
 /// in `task`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn heron_conv2d_blocked_f32_v2(
+pub unsafe extern "C" fn heron_conv2d_blocked_f32_v3(
     x: *const f32,
     w: *const f32,
     bias: *const f32,
@@ -441,7 +455,7 @@ pub unsafe extern "C" fn heron_maxpool2d_f32(
 
 /// `out = max_pool(x)` over a channel-blocked input, share `task` of `tasks`: the window as
 /// [`heron_maxpool2d_f32`]'s, `block` channels per block, `layouts` as
-/// [`heron_conv2d_blocked_f32_v2`]'s (the input blocked; the output blocked or planar).
+/// [`heron_conv2d_blocked_f32_v3`]'s (the input blocked; the output blocked or planar).
 ///
 /// # Safety
 /// Both pointers hold the elements their shapes and layouts say; concurrent calls differ in
@@ -649,5 +663,21 @@ pub unsafe extern "C" fn heron_gemm_q8(
         // A null scratch stays null (refused as too short), not offset into a dangling one.
         let scratch = if scratch.is_null() { &mut [] } else { view_mut(scratch.add(at), per_task) };
         let _ = qgemm::gemm_share(isa, (m, n, k), a, view(b, b_len), view_mut(c, c_len), scratch, (task, tasks));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flags;
+    use crate::conv::Activation;
+
+    #[test]
+    fn flags_name_one_activation_and_no_unknown_bit() {
+        let bits = flags::BIAS | flags::CLAMP | flags::GELU_TANH;
+        assert_eq!(flags::activation(bits, [0.0, 0.0]), Ok(Some(Activation::GeluTanh)));
+        assert_eq!(flags::activation(flags::BIAS, [0.0, 0.0]), Ok(None));
+        assert!(flags::activation(flags::GELU | flags::GELU_TANH, [0.0, 0.0]).is_err());
+        assert!(flags::activation(flags::BIAS | 1 << 11, [0.0, 0.0]).is_err());
+        assert!(flags::activation(-1, [0.0, 0.0]).is_err());
     }
 }

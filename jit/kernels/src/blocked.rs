@@ -394,7 +394,7 @@ impl Sink {
     pub(crate) fn deferring_sweep(&self, blocks: usize, lanes: usize, pixel: usize) -> Option<Sink> {
         let swept = matches!(
             self.activation,
-            Some(Activation::Sigmoid | Activation::Silu | Activation::Tanh | Activation::Gelu)
+            Some(Activation::Sigmoid | Activation::Silu | Activation::Tanh | Activation::Gelu | Activation::GeluTanh)
         );
         let plain = self.residual.is_null() && self.clamp.is_none();
         let whole = self.strides.lanes == lanes && pixel == lanes && self.channels_left >= blocks * lanes;
@@ -1156,7 +1156,25 @@ macro_rules! blocked_kernel {
                 }
                 Some(crate::conv::Activation::Tanh) => tanh_row([v])[0],
                 Some(crate::conv::Activation::Gelu) => gelu_row([v])[0],
+                Some(crate::conv::Activation::GeluTanh) => gelu_tanh_row([v])[0],
             }
+        }
+
+        /// GELU's tanh form of `N` vectors (see [`crate::conv::Activation::GeluTanh`]; steps
+        /// interleaved).
+        #[inline]
+        #[target_feature(enable = $feature)]
+        fn gelu_tanh_row<const N: usize>(x: [Vector; N]) -> [Vector; N] {
+            let [k, k3] = crate::conv::GELU_TANH_K;
+            let mut u = x;
+            for v in &mut u {
+                *v = add(mul(splat(k), *v), mul(splat(k3), mul(mul(*v, *v), *v)));
+            }
+            let mut out = sigmoid_row(u);
+            for (o, &v) in out.iter_mut().zip(&x) {
+                *o = mul(v, *o);
+            }
+            out
         }
 
         /// GELU of `N` vectors (see [`crate::conv::Activation::Gelu`]; steps interleaved).
@@ -1212,6 +1230,7 @@ macro_rules! blocked_kernel {
                 Some(crate::conv::Activation::Silu) => silu_row(row),
                 Some(crate::conv::Activation::Tanh) => tanh_row(row),
                 Some(crate::conv::Activation::Gelu) => gelu_row(row),
+                Some(crate::conv::Activation::GeluTanh) => gelu_tanh_row(row),
                 // A loop, not `map`: a closure with the target's features is not inlined into
                 // `map`, which has none (a call per vector: a quarter of LeNet's time).
                 _ => {
@@ -1395,6 +1414,9 @@ macro_rules! blocked_kernel {
                     Some(Activation::Silu) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| silu_row(v)),
                     Some(Activation::Tanh) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| tanh_row(v)),
                     Some(Activation::Gelu) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| gelu_row(v)),
+                    Some(Activation::GeluTanh) => {
+                        sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| gelu_tanh_row(v))
+                    }
                     other => sweep(out, vectors, other, |v: [Vector; SWEPT]| activate_row(v, other)),
                 }
             }

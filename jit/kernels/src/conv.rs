@@ -114,7 +114,14 @@ pub enum Activation {
     /// GELU, `x / 2 · (1 + erf(x / √2))` in the steps lowering writes (`(½ · x) · (1 + erf(x ·
     /// (1/√2)))`), erf as the elementwise programs compute it.
     Gelu,
+    /// GELU's tanh form, `x / 2 · (1 + tanh(u))` with `u = √(2/π) (x + 0.044715 x³)`, in the
+    /// steps lowering writes: `x · sigmoid(k · x + k · 0.044715 · ((x · x) · x))`, `k = 2√(2/π)`
+    /// (see [`GELU_TANH_K`]), the sigmoid as the elementwise programs compute it.
+    GeluTanh,
 }
+
+/// [`Activation::GeluTanh`]'s factors of `x` and of `x³` inside its sigmoid, as f32.
+pub const GELU_TANH_K: [f32; 2] = [1.595_769_2, 0.071_354_814];
 
 impl Activation {
     /// The activation of one value (NaN-propagating `min`/`max`, as the vector code).
@@ -141,6 +148,10 @@ impl Activation {
             Activation::Tanh => crate::elementwise::scalar::tanh(x),
             Activation::Gelu => {
                 (0.5 * x) * (1.0 + crate::elementwise::scalar::erf(x * std::f32::consts::FRAC_1_SQRT_2))
+            }
+            Activation::GeluTanh => {
+                let [k, k3] = GELU_TANH_K;
+                x * crate::elementwise::scalar::sigmoid(k * x + k3 * (x * x * x))
             }
         }
     }

@@ -194,6 +194,7 @@ fn epilogues() -> impl Strategy<Value = Epilogue> {
             1 => Just(Finish::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 })),
             1 => Just(Finish::Activation(Activation::Tanh)),
             1 => Just(Finish::Activation(Activation::Gelu)),
+            1 => Just(Finish::Activation(Activation::GeluTanh)),
             1 => Just(Finish::Tail),
         ],
     )
@@ -216,6 +217,9 @@ fn finish_reference(finish: Finish, scale: &[f32], c: usize, v: f64) -> f64 {
         Finish::Activation(Activation::HardSigmoid { alpha, beta }) => (alpha as f64 * v + beta as f64).clamp(0.0, 1.0),
         Finish::Activation(Activation::Tanh) => v.tanh(),
         Finish::Activation(Activation::Gelu) => v / 2.0 * (1.0 + erf(v / std::f64::consts::SQRT_2)),
+        Finish::Activation(Activation::GeluTanh) => {
+            v / 2.0 * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+        }
         Finish::Tail => 1.0 / (1.0 + (-v * scale[c] as f64).exp()),
     }
 }
