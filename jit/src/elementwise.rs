@@ -92,8 +92,8 @@ impl<K: PartialEq> Builder<'_, K> {
                 self.expr(second)?;
                 self.push(op)
             }
-            Expr::Math { op: MathOp::Tanh, arg } if softplus_of(arg).is_some() => {
-                self.expr(softplus_of(arg)?)?;
+            Expr::Math { op: MathOp::Tanh, arg } if let Some(a) = softplus_of(arg) => {
+                self.expr(a)?;
                 self.push(MapOp::TanhSoftplus)
             }
             Expr::Math { op, arg } => {
@@ -157,6 +157,8 @@ fn depth(e: &Expr) -> usize {
             }
             _ => usize::MAX,
         },
+        // One step on `a`'s value (see `Builder::expr`).
+        Expr::Math { op: MathOp::Tanh, arg } if let Some(a) = softplus_of(arg) => depth(a),
         Expr::Math { arg, .. } => above(depth(arg), 1),
         _ => 1,
     }

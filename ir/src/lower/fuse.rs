@@ -246,20 +246,20 @@ fn gated(reads: &Reads<'_>, absorbed: &[bool], v: ValueId) -> Option<(usize, usi
         }
         _ => None,
     };
-    let (sigmoid, step) = consumers[v.0].iter().find_map(|&c| Some((c, step(&graph.nodes[c].op)?)))?;
-    let mul = *consumers[v.0].iter().find(|&&c| c != sigmoid)?;
-    let s = graph.nodes[sigmoid].outputs[0];
+    let (gate, step) = consumers[v.0].iter().find_map(|&c| Some((c, step(&graph.nodes[c].op)?)))?;
+    let mul = *consumers[v.0].iter().find(|&&c| c != gate)?;
+    let g = graph.nodes[gate].outputs[0];
     let (m, inputs) = (&graph.nodes[mul], &graph.nodes[mul].inputs);
-    let reads = inputs.len() == 2 && (inputs[..] == [v, s] || inputs[..] == [s, v]);
+    let reads = inputs.len() == 2 && (inputs[..] == [v, g] || inputs[..] == [g, v]);
     let ok = m.op == Op::Binary(BinaryOp::Mul)
         && reads
-        && uses[s.0] == 1
-        && !is_output[s.0]
-        && !absorbed[sigmoid]
+        && uses[g.0] == 1
+        && !is_output[g.0]
+        && !absorbed[gate]
         && !absorbed[mul]
         && m.outputs.len() == 1
         && graph.ty(m.outputs[0]) == graph.ty(v);
-    ok.then_some((sigmoid, mul, step))
+    ok.then_some((gate, mul, step))
 }
 
 /// Mish on `v` as exporters write it before opset 18's Mish: `Softplus(v)` → `Tanh` →

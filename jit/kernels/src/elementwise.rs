@@ -548,11 +548,12 @@ pub(crate) mod scalar {
     /// `tanh(ln(1 + e^x))` as `n / (n + 2)` with `n = e^x (e^x + 2)`: the same value (`tanh y =
     /// (e^2y − 1) / (e^2y + 1)` and `e^y = 1 + e^x`), with no logarithm, and no cancellation
     /// where `1 + e^x` rounds to 1 (the logarithm's form gives 0 there, this `≈ e^x`). The
-    /// input clamped at [`SOFTPLUS_HI`]; NaN stays NaN, −∞ gives 0.
+    /// input clamped to `SIGMOID_LO..=SOFTPLUS_HI`, and 0 below (as at −∞; the true value is
+    /// below 1.7e-38 there), so no step is subnormal; NaN stays NaN.
     pub(crate) fn tanh_softplus(x: f32) -> f32 {
-        let e = exp(min_or_second(SOFTPLUS_HI, x));
+        let e = exp(min_or_second(SOFTPLUS_HI, max_or_second(SIGMOID_LO, x)));
         let n = e * (e + 2.0);
-        n / (n + 2.0)
+        if x < SIGMOID_LO { 0.0 } else { n / (n + 2.0) }
     }
 
     /// [`EIGHTHS`]' bits as `2^n · 2^(j/8)` is built from them: the bits of `shifted = 8n + j +
@@ -771,7 +772,7 @@ pub(crate) mod x86 {
     evaluator!(avx512, "avx512f", 16, z, std::arch::x86_64::__m512);
     evaluator!(avx2, "avx2,fma", 8, y, std::arch::x86_64::__m256);
 
-    /// `exp`, `sigmoid`, SiLU, `tanh` and `erf` over a module's primitives (`splat`, `add`,
+    /// `exp`, `sigmoid`, SiLU, `tanh`, `erf` and `tanh(softplus)` over a module's primitives (`splat`, `add`,
     /// `sub`, `mul`, `div`, `neg`, `abs`, `fmadd`, `fnmadd`, `fmsub`, `gt`, `lt`, `select`, `min_or_second`,
     /// `max_or_second`, `if_sign`, `scale`, `power_of_two`): the scalar code's steps.
     macro_rules! transcendentals {
@@ -854,12 +855,12 @@ pub(crate) mod x86 {
             pub(crate) fn tanh_softplus<const N: usize>(x: [$v; N]) -> [$v; N] {
                 let mut out = x;
                 for v in 0..N {
-                    out[v] = min_or_second(splat(SOFTPLUS_HI), x[v]);
+                    out[v] = min_or_second(splat(SOFTPLUS_HI), max_or_second(splat(SIGMOID_LO), x[v]));
                 }
                 let mut e = exp(out);
                 for v in 0..N {
                     let n = mul(e[v], add(e[v], splat(2.0)));
-                    e[v] = div(n, add(n, splat(2.0)));
+                    e[v] = select(lt(x[v], splat(SIGMOID_LO)), splat(0.0), div(n, add(n, splat(2.0))));
                 }
                 e
             }

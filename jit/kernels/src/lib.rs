@@ -138,7 +138,7 @@ fn check_share(task: usize, tasks: usize) -> Result<(), KernelError> {
 fn share(items: usize, tasks: usize, task: usize) -> (usize, usize) {
     // (At most `items`, for any task.)
     let at = |t: usize| (t.min(tasks) as u128 * items as u128 / tasks.max(1) as u128) as usize;
-    (at(task), at(task + 1))
+    (at(task), at(task.saturating_add(1)))
 }
 
 #[cfg(test)]

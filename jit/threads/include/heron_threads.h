@@ -32,8 +32,8 @@ typedef struct HeronThreads HeronThreads;
 typedef struct HeronRunContext HeronRunContext;
 
 /* A pool of `threads` threads in all (0 counts as 1); NULL if a thread cannot start. On Linux
- * each worker keeps to a CPU the caller may use other than the one it runs on (so a worker is
- * never woken onto the caller's CPU and left there); a pool with more threads than CPUs yields
+ * the workers keep to the CPUs the calling thread may use other than the one it runs on now
+ * (so no worker is woken onto it and left there); a pool with more threads than CPUs yields
  * while waiting instead of spinning. */
 HeronThreads *heron_threads_new(size_t threads);
 /* The context for heron_<name>_run_ctx, valid until the pool is freed; NULL for NULL. */

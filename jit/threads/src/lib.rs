@@ -5,7 +5,8 @@
 //! word with `call_indirect`, so JIT and AOT code call it the same way; with a null context the
 //! function runs on the calling thread alone. The pool is persistent: the calling thread plus
 //! N-1 workers. A job is published by bumping a generation counter (its own cache line) after
-//! writing the job; workers spin on it for a while, then park. Each thread runs chunks of its
+//! writing the job; workers spin on it for a while (not at all when the threads outnumber the
+//! CPUs), yield, then park, and keep off the CPU of the thread that created the pool. Each thread runs chunks of its
 //! own contiguous slice of the iterations, then chunks left in the others' slices (each chunk
 //! claimed by one atomic increment), so a thread on a busier core takes fewer; an iteration
 //! computes the same thing on any thread, so results do not depend on timing. Completion is
@@ -78,7 +79,7 @@ impl RunContext {
 /// the last slice usually comes within microseconds), then yields its core (so a thread it
 /// waits for can run when there are more threads than cores), then a worker parks. A pool with
 /// more threads than the CPUs it may use does not spin: the thread it waits for may need its
-/// core (an MLP on two threads kept to one CPU: 650 µs a run spinning, 20 µs yielding).
+/// core (an MLP on two threads kept to one CPU: 650 µs a run spinning, 34 µs yielding).
 const SPINS: u32 = 1 << 12;
 const YIELDS: u32 = 1 << 8;
 
@@ -204,13 +205,13 @@ impl ThreadPool {
             workers: OnceLock::new(),
         });
         let mut joins = Vec::with_capacity(threads - 1);
-        let cpus = worker_cpus(threads - 1);
+        let cpus = Arc::new(worker_cpus());
         for index in 1..threads {
             let s = Arc::clone(&shared);
-            let cpu = cpus.get(index - 1).copied();
+            let cpus = Arc::clone(&cpus);
             let spawned = std::thread::Builder::new().name(format!("heron-worker-{index}")).spawn(move || {
-                if let Some(cpu) = cpu {
-                    pin_to(cpu);
+                if !cpus.is_empty() {
+                    keep_to(&cpus);
                 }
                 work(&s, index)
             });
@@ -246,14 +247,14 @@ impl ThreadPool {
     }
 }
 
-/// The CPUs the `workers` workers keep to, one each: those this thread may run on other than the
-/// one it runs on now, in turn (none when it may run on one CPU only, or off Linux). Workers
-/// left free were found on the caller's own CPU after a wake-up (the scheduler places a woken
-/// thread near its waker) in a quarter of the processes on a 2-vCPU machine, and stayed there:
-/// each parallel loop then waited for a time slice, and a 15 µs MLP took 630 µs. A caller that
-/// moves onto a worker's CPU can move off again; a pinned worker cannot, so it never follows.
+/// The CPUs the workers keep to: those the creating thread may run on other than the one it
+/// runs on now (none to keep to when that leaves nothing, or off Linux); the scheduler still
+/// places and balances them among those. Workers left free were found on the creating
+/// thread's CPU after a wake-up (the scheduler places a woken thread near its waker) in a
+/// quarter of the processes on a 2-vCPU machine, and stayed there: each parallel loop then
+/// waited for a time slice, and a 15 µs MLP took 630 µs.
 #[cfg(target_os = "linux")]
-fn worker_cpus(workers: usize) -> Vec<usize> {
+fn worker_cpus() -> Vec<usize> {
     // SAFETY: `set` is a plain bit set the call fills; `sched_getcpu` has no preconditions.
     let (allowed, current) = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -263,32 +264,39 @@ fn worker_cpus(workers: usize) -> Vec<usize> {
         let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect();
         (allowed, usize::try_from(libc::sched_getcpu()).ok())
     };
-    let others: Vec<usize> = allowed.iter().copied().filter(|&c| Some(c) != current).collect();
-    if allowed.len() < 2 || others.is_empty() {
-        return Vec::new();
-    }
-    (0..workers).map(|w| others[w % others.len()]).collect()
+    others(&allowed, current)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn worker_cpus(_workers: usize) -> Vec<usize> {
+fn worker_cpus() -> Vec<usize> {
     Vec::new()
 }
 
-/// Keeps the calling thread on `cpu` (if the system refuses, the thread stays free: only where
+/// `allowed` without `current`; empty when that leaves nothing or `current` is not among them
+/// (then there is nothing to keep off).
+fn others(allowed: &[usize], current: Option<usize>) -> Vec<usize> {
+    if !current.is_some_and(|c| allowed.contains(&c)) {
+        return Vec::new();
+    }
+    allowed.iter().copied().filter(|&c| Some(c) != current).collect()
+}
+
+/// Keeps the calling thread on `cpus` (if the system refuses, the thread stays free: only where
 /// it runs changes, never what it computes).
 #[cfg(target_os = "linux")]
-fn pin_to(cpu: usize) {
-    // SAFETY: `set` is a plain bit set; `cpu` is below `CPU_SETSIZE` (it came from one).
+fn keep_to(cpus: &[usize]) {
+    // SAFETY: `set` is a plain bit set; every CPU is below `CPU_SETSIZE` (each came from one).
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &cpu in cpus {
+            libc::CPU_SET(cpu, &mut set);
+        }
         libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn pin_to(_cpu: usize) {}
+fn keep_to(_cpus: &[usize]) {}
 
 fn stop(shared: &Shared, joins: &mut Vec<JoinHandle<()>>) {
     shared.shutdown.store(true, Ordering::Release);
@@ -492,24 +500,17 @@ mod tests {
         }
     }
 
-    /// Workers keep to CPUs the process may use other than the caller's (in turn when they
-    /// outnumber them), or stay free when there is one CPU only; a pool with more threads than
-    /// CPUs yields instead of spinning, and still runs every iteration once.
+    /// Workers keep to the CPUs the creating thread may use other than its own (nothing to keep
+    /// to when that leaves none); a pool with more threads than CPUs yields instead of
+    /// spinning, and still runs every iteration once.
     #[test]
-    fn workers_keep_off_the_callers_cpu_and_outnumbered_cpus_are_not_spun_on() {
+    fn workers_keep_off_the_creators_cpu_and_outnumbered_cpus_are_not_spun_on() {
+        assert_eq!(others(&[0, 1, 2, 3], Some(1)), [0, 2, 3]);
+        assert_eq!(others(&[4, 7], Some(7)), [4]);
+        assert!(others(&[3], Some(3)).is_empty());
+        assert!(others(&[0, 1], Some(5)).is_empty());
+        assert!(others(&[0, 1], None).is_empty());
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let pinned = worker_cpus(3);
-        #[cfg(target_os = "linux")]
-        if cpus >= 2 {
-            assert_eq!(pinned.len(), 3, "{pinned:?}");
-            // The caller may have moved since; the CPUs are distinct in turn and allowed.
-            let distinct: std::collections::HashSet<_> = pinned.iter().collect();
-            assert_eq!(distinct.len(), (cpus - 1).min(3), "{pinned:?}");
-        } else {
-            assert!(pinned.is_empty());
-        }
-        #[cfg(not(target_os = "linux"))]
-        assert!(pinned.is_empty());
         let pool = ThreadPool::new(cpus + 1).expect("threads");
         assert_eq!(pool.shared.spins, 0);
         let mut counts = [0u32; 64];
