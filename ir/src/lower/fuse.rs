@@ -88,26 +88,16 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
                 if is_output[cur.0] || group.epilogue.len() >= MAX_EPILOGUE {
                     break;
                 }
-                if let Some((gate, mul, step)) = gated(&reads, &absorbed, cur) {
+                // A function of `cur` written as several nodes: one step, the last node's value.
+                let written_out = gated(&reads, &absorbed, cur)
+                    .map(|(gate, mul, step)| (step, vec![gate, mul]))
+                    .or_else(|| mish(&reads, &absorbed, cur).map(|n| (Epilogue::Unary(UnaryOp::Mish), n.to_vec())))
+                    .or_else(|| gelu(&reads, &absorbed, cur).map(|n| (Epilogue::Unary(UnaryOp::Gelu), n.to_vec())));
+                if let Some((step, nodes)) = written_out {
                     group.epilogue.push(step);
-                    group.fused.extend([gate, mul]);
-                    absorbed[gate] = true;
-                    absorbed[mul] = true;
-                    cur = graph.nodes[mul].outputs[0];
-                    continue;
-                }
-                if let Some(nodes) = mish(&reads, &absorbed, cur) {
-                    group.epilogue.push(Epilogue::Unary(UnaryOp::Mish));
-                    group.fused.extend(nodes);
                     nodes.iter().for_each(|&n| absorbed[n] = true);
-                    cur = graph.nodes[nodes[2]].outputs[0];
-                    continue;
-                }
-                if let Some(nodes) = gelu(&reads, &absorbed, cur) {
-                    group.epilogue.push(Epilogue::Unary(UnaryOp::Gelu));
+                    cur = graph.nodes[*nodes.last().expect("a pattern has nodes")].outputs[0];
                     group.fused.extend(nodes);
-                    nodes.iter().for_each(|&n| absorbed[n] = true);
-                    cur = graph.nodes[nodes[4]].outputs[0];
                     continue;
                 }
                 if let Some(prelu) = prelu(&reads, &absorbed, cur) {

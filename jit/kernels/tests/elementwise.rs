@@ -108,6 +108,19 @@ fn data(len: usize, seed: u64, scale: f32, special_every: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `program` over `x` (one input, one row, one task) on every ISA this CPU has, the output
+/// NaN-filled first.
+fn on_every_isa(program: &Program, x: &[f32]) -> Vec<Vec<f32>> {
+    Isa::available()
+        .into_iter()
+        .map(|isa| {
+            let mut out = vec![f32::NAN; x.len()];
+            map_share(isa, program, &[(x, Operand::Full)], &mut out, (1, x.len()), (0, 1)).unwrap();
+            out
+        })
+        .collect()
+}
+
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
     a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
@@ -171,12 +184,7 @@ proptest! {
 fn sigmoid_is_accurate_over_its_range() {
     let program = Program::new(&[Input(0), Sigmoid], &[]).unwrap();
     let x: Vec<f32> = (-120 * 64..=120 * 64).map(|k| k as f32 / 64.0).collect();
-    let mut results = Vec::new();
-    for isa in Isa::available() {
-        let mut out = vec![f32::NAN; x.len()];
-        map_share(isa, &program, &[(&x, Operand::Full)], &mut out, (1, x.len()), (0, 1)).unwrap();
-        results.push(out);
-    }
+    let results = on_every_isa(&program, &x);
     for (&x, &got) in x.iter().zip(&results[0]) {
         let want = 1.0 / (1.0 + (-f64::from(x)).exp());
         let error = (f64::from(got) - want).abs();
@@ -200,12 +208,7 @@ fn tanh_softplus_is_accurate_over_its_range() {
     let mut x: Vec<f32> = (-120 * 64..=40 * 64).map(|k| k as f32 / 64.0).collect();
     x.extend([1e-30, -1e-30, 20.0, 1e30, -1e30, f32::MAX, -f32::MAX, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
     let program = Program::new(&[Input(0), TanhSoftplus], &[]).unwrap();
-    let mut results = Vec::new();
-    for isa in Isa::available() {
-        let mut out = vec![0.0; x.len()];
-        map_share(isa, &program, &[(&x, Operand::Full)], &mut out, (1, x.len()), (0, 1)).unwrap();
-        results.push(out);
-    }
+    let results = on_every_isa(&program, &x);
     for (&x, &got) in x.iter().zip(&results[0]) {
         let want = tanh_softplus(f64::from(x));
         assert!(!got.is_subnormal(), "tanh_softplus({x}) = {got}: subnormal");
@@ -236,12 +239,7 @@ fn tanh_and_erf_are_accurate_over_their_range() {
     x.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
     for (op, f) in [(Tanh, f64::tanh as fn(f64) -> f64), (Erf, erf)] {
         let program = Program::new(&[Input(0), op], &[]).unwrap();
-        let mut results = Vec::new();
-        for isa in Isa::available() {
-            let mut out = vec![0.0; x.len()];
-            map_share(isa, &program, &[(&x, Operand::Full)], &mut out, (1, x.len()), (0, 1)).unwrap();
-            results.push(out);
-        }
+        let results = on_every_isa(&program, &x);
         for (&x, &got) in x.iter().zip(&results[0]) {
             let want = f(f64::from(x));
             if want.is_nan() {
