@@ -132,7 +132,7 @@ fn block_group(blocks: usize, g: usize) -> (usize, usize) {
 impl BlockedConv {
     pub fn check(&self) -> Result<(), KernelError> {
         let geo = &self.geo;
-        geo.check()?;
+        geo.check_shape()?;
         if !BLOCKS.contains(&self.block) {
             return Err(KernelError::Geometry("the block must be 8 or 16 channels"));
         }

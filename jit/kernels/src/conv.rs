@@ -163,8 +163,21 @@ fn mul(a: usize, b: usize, what: &'static str) -> Result<usize, KernelError> {
 
 impl Conv2d {
     /// Checks that the shapes are consistent: positive extents, channels divisible by the
-    /// groups, sizes (the padded plane's included) without overflow.
+    /// groups, sizes (the padded plane's included) without overflow, and the packed weights
+    /// and scratch of every ISA's method.
     pub fn check(&self) -> Result<(), KernelError> {
+        self.check_shape()?;
+        for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
+            self.packed_weights_len(isa)?;
+            self.scratch_len(isa)?;
+        }
+        Ok(())
+    }
+
+    /// [`Conv2d::check`] without the planar methods' packing and scratch: for kernels that
+    /// size their own (blocked convolutions, pooling), and check per call (the planar sizes
+    /// of three ISAs took a third of a small blocked call's 200 ns).
+    pub fn check_shape(&self) -> Result<(), KernelError> {
         let bad = |why: &'static str| Err(KernelError::Geometry(why));
         // Every dimension but the batch and the padding.
         if self.dims()[1..14].contains(&0) {
@@ -180,10 +193,6 @@ impl Conv2d {
         self.input_len()?;
         self.output_len()?;
         self.weights_len()?;
-        for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
-            self.packed_weights_len(isa)?;
-            self.scratch_len(isa)?;
-        }
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use crate::{Isa, KernelError, check_share, need, share};
 /// Checks that `geo` is a pooling window: a depthwise convolution's geometry (as many
 /// channels in as out, one per group) with consistent extents.
 pub fn check(geo: &Conv2d) -> Result<(), KernelError> {
-    geo.check()?;
+    geo.check_shape()?;
     if geo.in_channels != geo.out_channels || geo.groups != geo.in_channels {
         return Err(KernelError::Geometry("a pooling window keeps the channels: one per group"));
     }

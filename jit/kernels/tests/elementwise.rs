@@ -30,6 +30,10 @@ fn reference(program: &Program, consts: &[f32], inputs: &[f64]) -> f64 {
                     Tanh => x.tanh(),
                     Erf => erf(x),
                     TanhSoftplus => tanh_softplus(x),
+                    // The kernels' sigmoid is 0 below −87 (`SIGMOID_LO`: no subnormal step;
+                    // the true one is below 1.7e-38 there), which `inf · sigmoid(s)` tells
+                    // apart (NaN, not inf).
+                    _ if x < -87.0 => 0.0,
                     _ => 1.0 / (1.0 + (-x).exp()),
                 }));
             }
