@@ -450,6 +450,10 @@ pub(crate) struct DenseRun {
     /// Sets of partial sums each whole input block is added in (see [`narrow_chains`]).
     pub chains: usize,
     pub sink: Sink,
+    /// Cache lines of 16 floats from `ahead` a later item reads (the next group's weights),
+    /// asked for into L2 a few per input block of the run's tiles (see `conv_share`).
+    pub ahead: *const f32,
+    pub ahead_lines: usize,
 }
 
 /// Sets of partial sums a tile of `accumulators` takes over each whole input block (the
@@ -651,6 +655,23 @@ pub fn conv_share(
     let per_size: [(usize, usize); 4] =
         std::array::from_fn(|blocks| (dense_pixels(tile_isa, blocks), channel_chunk(conv, blocks)));
     for (n, group, oy, first, pixels) in items.walk(lo, hi) {
+        // Weights larger than the input are read group by group, each group's first from
+        // memory: the next group's are prefetched over this group's items, a part of them per
+        // item (by its row and chunk) and per run (by its part of the item's work). MobileNet-v2
+        // on one thread 3.35 -> 3.15 ms (its 14x14 and 7x7 layers; Zen 5); a 160->960 1x1
+        // layer over 7x7 with cold caches 0.110 -> 0.088 ms.
+        let (ahead_at, ahead_lines) = match items.groups_outer && group + 1 < items.groups {
+            true => {
+                let (next_first, next_blocks) = block_group(geo.out_channels.div_ceil(b), group + 1);
+                let lines = (next_blocks * w_block).div_ceil(16);
+                let per_item = lines.div_ceil(items.rows * items.chunks);
+                let at = (oy * items.chunks + first / items.chunk.max(1)) * per_item;
+                (next_first * w_block + at * 16, per_item.min(lines.saturating_sub(at)))
+            }
+            false => (0, 0),
+        };
+        let item_work = pixels * geo.in_channels;
+        let mut sent = 0;
         if let Some((left, _)) = widened
             && copied != Some(n)
         {
@@ -705,6 +726,15 @@ pub fn conv_share(
                     tiles,
                     chains: if one_tap { 1 } else { narrow_chains(blocks * p) },
                     sink: Sink { accumulate: c0 > 0, finish: c1 == geo.in_channels, ..sink(n, oc, oy, ox) },
+                    ahead: packed_w.as_ptr().wrapping_add(ahead_at + sent * 16),
+                    ahead_lines: {
+                        let done = c0 * pixels + (c1 - c0) * (ox + p * tiles - first);
+                        let target = (ahead_lines as u128 * done as u128).div_ceil(item_work.max(1) as u128);
+                        let target = (target as usize).min(ahead_lines);
+                        let lines = target.saturating_sub(sent);
+                        sent += lines;
+                        lines
+                    },
                 };
                 // SAFETY: the tiles' taps, pixels and blocks lie inside the checked tensors:
                 // the pixels `ox..ox + p·tiles` are in the row, their taps `r_lo..r_hi ×
@@ -1421,6 +1451,8 @@ macro_rules! blocked_kernel {
             let deferred = t.sink.deferring_sweep(OB, LANES, pixel);
             let sink = deferred.as_ref().unwrap_or(&t.sink);
             let whole = whole_finish(sink, OB);
+            // The lines to prefetch after each input block of each tile, and the next one.
+            let (per_block, mut line) = (t.ahead_lines.div_ceil((t.tiles * blocks).max(1)), 0);
             // SAFETY: every offset is inside the run's extents.
             unsafe {
                 for tile in 0..t.tiles {
@@ -1486,6 +1518,11 @@ macro_rules! blocked_kernel {
                         }
                         xb = xb.add(xs.channel);
                         wb = wb.add(xs.lanes * t.w_channel);
+                        let end = (line + per_block).min(t.ahead_lines);
+                        while line < end {
+                            super::prefetch_l2(t.ahead.wrapping_add(line * 16));
+                            line += 1;
+                        }
                     }
                     blocked_finish!(whole, sink, acc, at);
                 }
