@@ -146,7 +146,7 @@ impl BlockedConv {
         self.input_len()?;
         self.output_len()?;
         self.packed_weights_len()?;
-        // Offsets of taps stay inside the padded plane's extent (checked by `Conv2d::check`).
+        // Offsets of taps stay inside the padded plane's extent (checked by `Conv2d::check_shape`).
         Ok(())
     }
 
@@ -660,15 +660,14 @@ pub fn conv_share(
         // item (by its row and chunk) and per run (by its part of the item's work). MobileNet-v2
         // on one thread 3.35 -> 3.15 ms (its 14x14 and 7x7 layers; Zen 5); a 160->960 1x1
         // layer over 7x7 with cold caches 0.110 -> 0.088 ms.
-        let (ahead_at, ahead_lines) = match items.groups_outer && group + 1 < items.groups {
-            true => {
-                let (next_first, next_blocks) = block_group(geo.out_channels.div_ceil(b), group + 1);
-                let lines = (next_blocks * w_block).div_ceil(16);
-                let per_item = lines.div_ceil(items.rows * items.chunks);
-                let at = (oy * items.chunks + first / items.chunk.max(1)) * per_item;
-                (next_first * w_block + at * 16, per_item.min(lines.saturating_sub(at)))
-            }
-            false => (0, 0),
+        let (item_ahead, item_lines) = if items.groups_outer && group + 1 < items.groups {
+            let (next_first, next_blocks) = block_group(geo.out_channels.div_ceil(b), group + 1);
+            let lines = (next_blocks * w_block).div_ceil(16);
+            let per_item = lines.div_ceil(items.rows * items.chunks);
+            let first_line = (oy * items.chunks + first / items.chunk) * per_item;
+            (next_first * w_block + first_line * 16, per_item.min(lines.saturating_sub(first_line)))
+        } else {
+            (0, 0)
         };
         let item_work = pixels * geo.in_channels;
         let mut sent = 0;
@@ -710,6 +709,10 @@ pub fn conv_share(
                 } else {
                     (0, 0)
                 };
+                // This run's part of the item's prefetch: up to its share of the item's work.
+                let done = c0 * pixels + (c1 - c0) * (ox + p * tiles - first);
+                let target = (item_lines as u128 * done as u128).div_ceil(item_work.max(1) as u128) as usize;
+                let run_lines = target.min(item_lines).saturating_sub(sent);
                 let run = DenseRun {
                     x: source[x_at..].as_ptr(),
                     x_strides: tap_strides,
@@ -726,16 +729,10 @@ pub fn conv_share(
                     tiles,
                     chains: if one_tap { 1 } else { narrow_chains(blocks * p) },
                     sink: Sink { accumulate: c0 > 0, finish: c1 == geo.in_channels, ..sink(n, oc, oy, ox) },
-                    ahead: packed_w.as_ptr().wrapping_add(ahead_at + sent * 16),
-                    ahead_lines: {
-                        let done = c0 * pixels + (c1 - c0) * (ox + p * tiles - first);
-                        let target = (ahead_lines as u128 * done as u128).div_ceil(item_work.max(1) as u128);
-                        let target = (target as usize).min(ahead_lines);
-                        let lines = target.saturating_sub(sent);
-                        sent += lines;
-                        lines
-                    },
+                    ahead: packed_w.as_ptr().wrapping_add(item_ahead + sent * 16),
+                    ahead_lines: run_lines,
                 };
+                sent += run_lines;
                 // SAFETY: the tiles' taps, pixels and blocks lie inside the checked tensors:
                 // the pixels `ox..ox + p·tiles` are in the row, their taps `r_lo..r_hi ×
                 // s_lo..s_hi` inside the input, the channels `c0..c1` inside its channels,
@@ -968,7 +965,7 @@ unsafe fn scalar_dense(t: &DenseRun, block: usize, blocks: usize, pixels: usize)
                     (*w.add(r * t.w_tap_row + s * block)).mul_add(*x.add(r * t.x_tap_row + s * t.x_tap_col), acc)
                 };
                 let mut acc = scalar_start(&t.sink, block, c, p);
-                // Whole input blocks in the vector kernels' sets of sums (`narrow_chains`).
+                // Plain input blocks in the vector kernels' sets of sums (`narrow_chains`).
                 let whole = if t.chains > 1 && xs.lanes == block { t.channels / block * block } else { 0 };
                 for b0 in (0..whole).step_by(block) {
                     let mut part = [0.0; MAX_CHAINS];
@@ -1020,17 +1017,18 @@ unsafe fn scalar_depthwise_row(row: &DepthwiseRow, block: usize) {
     }
 }
 
-/// How a tile of blocks of a blocked output (the last one possibly partial) finishes when each value takes a vector
-/// operation or two (a plain store, a clamp, a residual, the piecewise-linear activations):
-/// decided once per run of tiles (`whole_finish` in a kernel's module) with the output's
-/// pointer and strides copied out. Decided per tile, the sink's fields were read again after
-/// every store, and the accumulators went through memory before the branch to the general
-/// path (`finish_general`): a 16→96 1×1 layer over 112×112 took 0.234 ms that way and 0.19
-/// this one, 24→144 over 56×56 0.111 and 0.098, a 3×3 depthwise 144 over 56×56 0.073 and
-/// 0.066 (Zen 5, one thread).
+/// How a tile of blocks of a blocked output (the last one possibly partial) finishes when
+/// each value takes a vector operation or two (a plain store, a clamp, a residual, the
+/// piecewise-linear activations): decided once per run of tiles (`plain_finish` in a kernel's
+/// module), with the output's pointer and strides copied out. Decided per tile (the epilogue's
+/// kind matched anew from the sink), the accumulators went through memory before the branch
+/// to the general path (`finish_general`) on every tile: a 16→96 1×1 layer over 112×112 took
+/// 0.234 ms that way and 0.19 this one, 24→144 over 56×56 0.111 and 0.098, a 3×3 depthwise 144
+/// over 56×56 0.073 and 0.066, and with a partial last block 144→24 over 56×56 0.136 and 0.115
+/// (Zen 5, one thread).
 #[derive(Clone, Copy)]
-pub(crate) struct Whole<V> {
-    pub kind: WholeKind<V>,
+pub(crate) struct Plain<V> {
+    pub kind: PlainKind<V>,
     pub out: *mut f32,
     pub channel: usize,
     pub pixel: usize,
@@ -1040,7 +1038,7 @@ pub(crate) struct Whole<V> {
 }
 
 #[derive(Clone, Copy)]
-pub(crate) enum WholeKind<V> {
+pub(crate) enum PlainKind<V> {
     Store,
     Clamp(V, V),
     Residual(*const f32),
@@ -1051,7 +1049,7 @@ pub(crate) enum WholeKind<V> {
 }
 
 /// The epilogue and stores of one tile's accumulators (`[[Vector; P]; OB]`) at output
-/// offset `$at` (elements from the sink's first pixel), `$whole` the run's [`Whole`] (or
+/// offset `$at` (elements from the sink's first pixel), `$whole` the run's [`Plain`] (or
 /// `None`): whole blocks of a blocked output in place, one unrolled pass per kind of epilogue
 /// (a macro: a function taking them was not inlined, and the accumulators went through
 /// memory; branches inside the pass kept it from being unrolled, and it then cost as much as
@@ -1064,38 +1062,38 @@ macro_rules! blocked_finish {
         let acc = $acc;
         let base = $at;
         if let Some(whole) = $whole {
-            let crate::blocked::Whole { kind, out, channel, pixel, last_lanes } = whole;
+            let crate::blocked::Plain { kind, out, channel, pixel, last_lanes } = whole;
             match kind {
-                crate::blocked::WholeKind::Store => {
+                crate::blocked::PlainKind::Store => {
                     crate::blocked::each_vector!(acc, base, (out, channel, pixel, last_lanes), |v, _at| v)
                 }
-                crate::blocked::WholeKind::Clamp(lo, hi) => {
+                crate::blocked::PlainKind::Clamp(lo, hi) => {
                     crate::blocked::each_vector!(acc, base, (out, channel, pixel, last_lanes), |v, _at| min(
                         max(v, lo),
                         hi
                     ))
                 }
-                crate::blocked::WholeKind::Residual(residual) => {
+                crate::blocked::PlainKind::Residual(residual) => {
                     crate::blocked::each_vector!(acc, base, (out, channel, pixel, last_lanes), |v, at| add(
                         v,
                         load(residual.add(at))
                     ))
                 }
-                crate::blocked::WholeKind::ResidualClamp(residual, lo, hi) => {
+                crate::blocked::PlainKind::ResidualClamp(residual, lo, hi) => {
                     crate::blocked::each_vector!(acc, base, (out, channel, pixel, last_lanes), |v, at| min(
                         max(add(v, load(residual.add(at))), lo),
                         hi
                     ))
                 }
-                crate::blocked::WholeKind::LeakyRelu(alpha) => {
+                crate::blocked::PlainKind::LeakyRelu(alpha) => {
                     crate::blocked::each_vector!(acc, base, (out, channel, pixel, last_lanes), |v, _at| leaky_relu(
                         v, alpha
                     ))
                 }
-                crate::blocked::WholeKind::HardSwish => {
+                crate::blocked::PlainKind::HardSwish => {
                     crate::blocked::each_vector!(acc, base, (out, channel, pixel, last_lanes), |v, _at| hard_swish(v))
                 }
-                crate::blocked::WholeKind::HardSigmoid(alpha, beta) => {
+                crate::blocked::PlainKind::HardSigmoid(alpha, beta) => {
                     crate::blocked::each_vector!(acc, base, (out, channel, pixel, last_lanes), |v, _at| hard_sigmoid(
                         v, alpha, beta
                     ))
@@ -1175,7 +1173,7 @@ macro_rules! blocked_kernel {
     ($feature:literal) => {
         use crate::blocked::{blocked_finish, blocked_step};
 
-        /// The epilogue and stores of a tile no [`crate::blocked::Whole`] covers: a
+        /// The epilogue and stores of a tile no [`crate::blocked::Plain`] covers: a
         /// transcendental activation (after a residual or clamp, or short of whole blocks) a
         /// block's pixels at once (a sigmoid's dependency chains interleaved across them), a
         /// last partial block with its lanes past the channels set to zero, a planar output's
@@ -1217,11 +1215,11 @@ macro_rules! blocked_kernel {
         }
 
         /// How tiles of `blocks` blocks finish into `sink` when its epilogue takes a vector
-        /// operation or two (see [`crate::blocked::Whole`]).
+        /// operation or two (see [`crate::blocked::Plain`]).
         #[inline]
         #[target_feature(enable = $feature)]
-        fn whole_finish(sink: &crate::blocked::Sink, blocks: usize) -> Option<crate::blocked::Whole<Vector>> {
-            use crate::blocked::WholeKind as K;
+        fn plain_finish(sink: &crate::blocked::Sink, blocks: usize) -> Option<crate::blocked::Plain<Vector>> {
+            use crate::blocked::PlainKind as K;
             use crate::conv::Activation;
             let os = &sink.strides;
             // Every block but the last whole (tiles group the blocks below the channel count).
@@ -1248,7 +1246,7 @@ macro_rules! blocked_kernel {
                     _ => return None,
                 }
             };
-            Some(crate::blocked::Whole { kind, out: sink.out, channel: os.channel, pixel: os.pixel, last_lanes })
+            Some(crate::blocked::Plain { kind, out: sink.out, channel: os.channel, pixel: os.pixel, last_lanes })
         }
 
         /// The starting value of block `ob` at output offset `at`: the partial sums stored
@@ -1450,7 +1448,7 @@ macro_rules! blocked_kernel {
             }
             let deferred = t.sink.deferring_sweep(OB, LANES, pixel);
             let sink = deferred.as_ref().unwrap_or(&t.sink);
-            let whole = whole_finish(sink, OB);
+            let whole = plain_finish(sink, OB);
             // The lines to prefetch after each input block of each tile, and the next one.
             let (per_block, mut line) = (t.ahead_lines.div_ceil((t.tiles * blocks).max(1)), 0);
             // SAFETY: every offset is inside the run's extents.
@@ -1658,7 +1656,7 @@ macro_rules! blocked_kernel {
         #[target_feature(enable = $feature)]
         unsafe fn depthwise_pixels<const P: usize>(
             row: &crate::blocked::DepthwiseRow,
-            whole: Option<crate::blocked::Whole<Vector>>,
+            whole: Option<crate::blocked::Plain<Vector>>,
             ox: usize,
             (s_lo, s_hi, first): (usize, usize, usize),
         ) {
@@ -1694,7 +1692,7 @@ macro_rules! blocked_kernel {
         #[target_feature(enable = $feature)]
         unsafe fn depthwise_ragged<const N: usize>(
             row: &crate::blocked::DepthwiseRow,
-            whole: Option<crate::blocked::Whole<Vector>>,
+            whole: Option<crate::blocked::Plain<Vector>>,
             pixels: &[usize; 4],
         ) {
             let tap_col = row.dilation * LANES;
@@ -1791,7 +1789,7 @@ macro_rules! blocked_kernel {
                     let row = rows.row(k);
                     let (r_lo, _) = crate::blocked::tap_rows(g, rows.first + k);
                     let w = &w[r_lo..r_lo + row.tap_rows];
-                    let whole = whole_finish(&row.sink, 1);
+                    let whole = plain_finish(&row.sink, 1);
                     let mut ox = lo;
                     while ox + 8 <= hi {
                         depthwise_3x3_interior::<S, 8>(&row, whole, w, ox);
@@ -1823,7 +1821,7 @@ macro_rules! blocked_kernel {
         #[target_feature(enable = $feature)]
         unsafe fn depthwise_3x3_interior<const S: usize, const N: usize>(
             row: &crate::blocked::DepthwiseRow,
-            whole: Option<crate::blocked::Whole<Vector>>,
+            whole: Option<crate::blocked::Plain<Vector>>,
             w: &[[Vector; 3]],
             ox: usize,
         ) {
@@ -1856,7 +1854,7 @@ macro_rules! blocked_kernel {
         #[target_feature(enable = $feature)]
         unsafe fn depthwise_3x3_border<const S: usize>(
             row: &crate::blocked::DepthwiseRow,
-            whole: Option<crate::blocked::Whole<Vector>>,
+            whole: Option<crate::blocked::Plain<Vector>>,
             w: &[[Vector; 3]],
             ox: usize,
         ) {
@@ -1887,7 +1885,7 @@ macro_rules! blocked_kernel {
         unsafe fn blocked_depthwise_row(row: &crate::blocked::DepthwiseRow) {
             const WIDE: usize = crate::blocked::DEPTHWISE_PIXELS;
             let (lo, hi) = row.interior;
-            let whole = whole_finish(&row.sink, 1);
+            let whole = plain_finish(&row.sink, 1);
             // SAFETY: forwarded; interior pixels read every tap column.
             unsafe {
                 let mut ox = lo;
