@@ -259,7 +259,9 @@ pub(crate) fn map_call(plan: MapPlan, f: &mut PrimFunc, config: KernelConfig) ->
     let MapPlan { out, inputs, program, rows, cols } = plan;
     f.vars.push(VarDecl { name: "task".into(), dtype: DType::I64 });
     let task = VarId(f.vars.len() as u32 - 1);
-    let tasks = config.tasks.min((rows.saturating_mul(cols) / ELEMENTS_PER_TASK).max(1));
+    // Shares as for the kernels without scratch: a pass after a convolution whose threads
+    // ran at different speeds (a shared core) is balanced by the pool.
+    let tasks = config.with_shares().tasks.min((rows.saturating_mul(cols) / ELEMENTS_PER_TASK).max(1));
     let int = |v: i64| Arg::Expr(Expr::index(v));
     let mut args = vec![Arg::Buffer(out)];
     let mut per_row = 0i64;

@@ -78,7 +78,7 @@ impl KernelConfig {
     /// The task count for a kernel without per-task scratch (or a blocked convolution within
     /// [`SHARED_SCRATCH_BUDGET`]): several shares per thread, which
     /// the pool hands out as threads come free (`heron_threads`), so a slower core takes fewer.
-    fn with_shares(self) -> KernelConfig {
+    pub(crate) fn with_shares(self) -> KernelConfig {
         let tasks = if self.tasks > 1 { self.tasks * SHARES_PER_THREAD } else { 1 };
         KernelConfig { tasks, ..self }
     }
