@@ -217,16 +217,22 @@ fn constant_powers_become_products() {
 
 /// PReLU as the importer writes it (`Less(v, 0)`, `Mul(v, slope)`, `Where`) fuses into the
 /// convolution producing `v` as one epilogue step reading the slope; a Less against another
+/// A graph whose 1×1 convolution's output `v` the fusion tests build their epilogues on.
+fn conv_graph() -> (Graph, heron_ir::ValueId) {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
+    let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32; 6]).unwrap());
+    let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+    (g, v)
+}
+
 /// constant, or a product read elsewhere too, is not that pattern and stays three nodes.
 #[test]
 fn prelu_fuses_only_as_the_importer_writes_it() {
     use heron_ir::CompareOp;
     use heron_ir::lower::{Epilogue, fuse};
     let build = |threshold: f32, product_read_twice: bool| {
-        let mut g = Graph::new();
-        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
-        let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32; 6]).unwrap());
-        let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+        let (mut g, v) = conv_graph();
         let slope = g.add_constant("slope", Tensor::from_vec(&[3, 1, 1], vec![0.1f32, 0.2, 0.3]).unwrap());
         let zero = g.add_constant("zero", Tensor::from_vec(&[], vec![threshold]).unwrap());
         let negative = g.add_op("negative", Op::Compare(CompareOp::Less), &[v, zero]).unwrap();
@@ -258,10 +264,7 @@ fn prelu_fuses_only_as_the_importer_writes_it() {
 fn gelu_fuses_only_as_exporters_write_it() {
     use heron_ir::lower::{Epilogue, fuse};
     let build = |divide: bool, scale: f32, sum_read_twice: bool| {
-        let mut g = Graph::new();
-        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
-        let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32; 6]).unwrap());
-        let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+        let (mut g, v) = conv_graph();
         let scalar =
             |g: &mut Graph, name: &str, value: f32| g.add_constant(name, Tensor::from_vec(&[], vec![value]).unwrap());
         let s = scalar(&mut g, "s", scale);
@@ -315,10 +318,7 @@ fn mish_fuses_only_as_exporters_write_it() {
         TanhSquared,
     }
     let build = |value_first: bool, variant: Variant| {
-        let mut g = Graph::new();
-        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
-        let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32; 6]).unwrap());
-        let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+        let (mut g, v) = conv_graph();
         let s = g.add_op("softplus", Op::Unary(UnaryOp::Softplus), &[v]).unwrap();
         let t = g.add_op("tanh", Op::Unary(UnaryOp::Tanh), &[s]).unwrap();
         let factor = match variant {
@@ -359,10 +359,7 @@ fn gated_hard_sigmoid_fuses_as_hard_swish_only_with_its_constants() {
     use heron_ir::lower::{Epilogue, fuse};
     use heron_ir::op::Activation;
     let build = |alpha: f32, beta: f32, gate_first: bool| {
-        let mut g = Graph::new();
-        let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 2, 4, 4]));
-        let w = g.add_constant("w", Tensor::from_vec(&[3, 2, 1, 1], vec![0.5f32; 6]).unwrap());
-        let v = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+        let (mut g, v) = conv_graph();
         let h = g.add_op("gate", Op::Activation(Activation::HardSigmoid { alpha, beta }), &[v]).unwrap();
         let operands = if gate_first { [h, v] } else { [v, h] };
         let y = g.add_op("mul", Op::Binary(BinaryOp::Mul), &operands).unwrap();
