@@ -3,7 +3,7 @@
 //!
 //! A nest qualifies when its shape is recognised exactly, from the affine offsets of its loads:
 //! - **2-D convolution** over an NCHW input, dense or depthwise, weights a constant:
-//!   `heron_conv2d_f32_v2`, weights packed at compile time for the chosen ISA. The zero-padded
+//!   `heron_conv2d_f32_v3`, weights packed at compile time for the chosen ISA. The zero-padded
 //!   copy of the input that lowering makes goes away: the kernel reads the input itself and
 //!   applies the padding where it packs;
 //! - **GEMM with a constant right operand** (`MatMul` / `Gemm`, batched rows contiguous):

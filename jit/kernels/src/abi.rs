@@ -1,4 +1,4 @@
-//! The `extern "C"` entry points generated code calls (`call extern "heron_conv2d_f32_v2"(...)`
+//! The `extern "C"` entry points generated code calls (`call extern "heron_conv2d_f32_v3"(...)`
 //! in loop IR, through the run context's routine table), each inside a parallel loop over
 //! `task in 0..tasks`: a call computes its task's share (see [`crate::conv::conv2d_share`],
 //! [`crate::gemm::sgemm_share`], [`crate::pool::max_pool2d_share`]). Shapes arrive as integers, the epilogue as [`flags`] and
@@ -18,9 +18,9 @@ use crate::pool::{max_pool2d_blocked_share, max_pool2d_share, window_from_dims};
 use crate::qgemm::{self, Bytes, Int8Isa};
 
 /// Routine names. A name stands for a signature and a packing of the weights (objects built
-/// earlier call routines by name): `_v2` since the blocked convolution took per-task scratch
-/// and Winograd packing began at 10 output tiles.
-pub const CONV2D_F32: &str = "heron_conv2d_f32_v2";
+/// earlier call routines by name): `_v3` since Winograd's orientation, and with it the packing
+/// of its weights, follows the lanes each ISA fills.
+pub const CONV2D_F32: &str = "heron_conv2d_f32_v3";
 pub const GEMM_F32: &str = "heron_gemm_f32";
 pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 pub const MAP_F32: &str = "heron_map_f32";
@@ -38,7 +38,7 @@ pub const ROUTINE_NAMES: [&str; 8] =
 /// The entry points of [`ROUTINE_NAMES`], in that order.
 pub fn routine_addresses() -> [*const u8; 8] {
     [
-        heron_conv2d_f32_v2 as *const u8,
+        heron_conv2d_f32_v3 as *const u8,
         heron_gemm_f32 as *const u8,
         heron_maxpool2d_f32 as *const u8,
         heron_map_f32 as *const u8,
@@ -168,7 +168,7 @@ unsafe fn view_mut<'a, T>(p: *mut T, len: usize) -> &'a mut [T] {
 /// length); concurrent calls differ in `task`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn heron_conv2d_f32_v2(
+pub unsafe extern "C" fn heron_conv2d_f32_v3(
     x: *const f32,
     w: *const f32,
     bias: *const f32,
@@ -240,7 +240,7 @@ pub unsafe extern "C" fn heron_conv2d_f32_v2(
 /// `out = clamp(conv2d(x, w) + bias + residual)` over channel-blocked tensors, share `task` of
 /// `tasks` (see [`crate::blocked`]): `x` and `out` stored as `layouts` says (blocks of `block`
 /// channels, or planar NCHW), `w` packed by [`BlockedConv::pack_weights`], the residual
-/// stored like the output; the shape as [`heron_conv2d_f32_v2`]'s. Then, unless `tail_ops_lo` is
+/// stored like the output; the shape as [`heron_conv2d_f32_v3`]'s. Then, unless `tail_ops_lo` is
 /// zero, the tail program ([`crate::elementwise::Tail`]: two words and four constants as
 /// [`heron_map_f32`] takes them) over the result, its input 0 the output and inputs 1 and 2
 /// `tail_a` and `tail_b` (bit `k` of `tail_per_channel`: operand `k` holds one value per
@@ -560,7 +560,7 @@ fn zero_point(zero: i64, signed: i64) -> Option<(bool, [i32; 1])> {
 /// (i8 when `x_signed` is 1, u8 when 0), padded with `x_zero` as `ConvInteger` pads, `w` the
 /// weights packed for `isa` ([`qgemm::conv_pack_weights`], their zero points inside), `out`
 /// `[batch, m, oh, ow]` i32, `scratch` [`qgemm::conv_scratch_len`] bytes per task. The other
-/// arguments as [`heron_conv2d_f32_v2`]'s.
+/// arguments as [`heron_conv2d_f32_v3`]'s.
 ///
 /// # Safety
 /// Every pointer holds the elements its shape says (scratch: `tasks` times the per-task

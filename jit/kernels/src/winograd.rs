@@ -9,7 +9,7 @@
 //!   and input channel pair), packed as 16 matrices of slabs of `MR` output channels (channel
 //!   rows) or panels of `NR` (tile rows), k-major;
 //! - per block of tiles of one image (near-equal blocks of at most [`panel_width`] with
-//!   channel rows, the whole image with tile rows), every channel's patches are transformed,
+//!   channel rows, of as many as fit L2 with tile rows), every channel's patches are transformed,
 //!   `V = Bᵀ·d·B`, into 16 panels of `C × width` in the task's scratch, a cache line apart
 //!   (lanes = tiles of one tile row, read as the even and odd lanes of contiguous masked
 //!   loads, so the zero padding is never materialised);
@@ -18,11 +18,13 @@
 //!   the 2×2 blocks (masked at the output's edges):
 //!   - *channel rows*: per slab of `MR` output channels, 16 calls with the tiles in the
 //!     vector lanes fill a `16 × MR × NR` scratch, transformed back a tile segment at a time;
-//!   - *tile rows*: per panel of `NR` output channels, the image's tiles are the rows (runs
+//!   - *tile rows*: per panel of `NR` output channels, the block's tiles are the rows (runs
 //!     of at most `MR`, read k-major from the transformed panels with the block's width as
 //!     stride) and the channels the lanes, so few tiles (a 7×7 or 14×14 output has 16 or 49)
 //!     still fill every lane; the products (`16 × tiles × NR`) are transformed back a tile
-//!     and a vector of channels at a time.
+//!     segment and a vector of channels at a time, transposed to rows of the output planes.
+//!
+//! [`orientation`] picks the one whose lanes do more useful work.
 //!
 //! Every variant (AVX-512, AVX2, scalar) performs the same operations per element in the same
 //! order, so the result does not depend on the ISA, the block a tile falls in or the task.
@@ -78,16 +80,49 @@ pub(crate) enum Orientation {
     TileRows,
 }
 
-/// Tiles per image up to which the tiles are the rows: panels of `NR` output channels then
-/// fill every lane where channel rows, the image's tiles in the lanes, would leave lanes idle
-/// (16 tiles of a 7×7 output fill half of AVX-512's two vectors; 49 of a 14×14, two blocks,
-/// 77%).
-const MAX_TILE_ROWS_TILES: usize = 64;
-
-/// The orientation `geo` runs in.
-pub(crate) fn orientation(geo: &Conv2d) -> Orientation {
+/// The orientation `geo` runs in on `isa`: tile rows where they fill 2% more of the lanes or
+/// where a block's transformed panels outgrow [`CHANNEL_ROWS_PANEL_VALUES`], else channel
+/// rows. Rows are never wasted (a short slab or run computes fewer rows), lanes are: with
+/// channel rows the tiles of a block fill them (a 28×28 output's 196 tiles in 7 blocks of 28
+/// fill 87.5% of AVX-512's 32), with tile rows the output channels do (64 fill two vectors).
+/// At equal lanes channel rows read contiguous operands (tile rows' panels are read with a
+/// stride: a 40×40 output with 64 channels ran 5% slower as tile rows with AVX2).
+pub(crate) fn orientation(geo: &Conv2d, isa: Isa) -> Orientation {
     let (th, tw) = tiles(geo);
-    if th.saturating_mul(tw) <= MAX_TILE_ROWS_TILES { Orientation::TileRows } else { Orientation::ChannelRows }
+    let tiles = th * tw;
+    let nr = panel_width(isa);
+    let blocks = tiles.div_ceil(nr).max(1);
+    let (narrow, wide) = (tiles / blocks, tiles % blocks);
+    // Lanes computed per image: blocks of near-equal widths, as `conv_share` makes them.
+    let channel_rows_lanes =
+        wide as u128 * computed_lanes(narrow + 1, isa) + (blocks - wide) as u128 * computed_lanes(narrow, isa);
+    let tile_rows_lanes = computed_lanes(geo.out_channels, isa);
+    // Tile rows' share of useful lanes, out_channels / tile_rows_lanes, above 1.02 × channel
+    // rows', tiles / channel_rows_lanes.
+    let (useful_tiles, useful_channels) = (tiles as u128, geo.out_channels as u128);
+    let fuller = 100 * useful_channels * channel_rows_lanes > 102 * useful_tiles * tile_rows_lanes;
+    if fuller || geo.in_channels.saturating_mul(nr) > CHANNEL_ROWS_PANEL_VALUES {
+        Orientation::TileRows
+    } else {
+        Orientation::ChannelRows
+    }
+}
+
+/// Input channels × tiles of a channel-rows block at most: every slab of `MR` output
+/// channels reads the block's 16 transformed panels again, which past 256 KiB come from L2
+/// (tile rows read them once per `NR` channels; a 7×7 output with 512 channels ran 1.8×
+/// slower as channel rows with AVX2).
+const CHANNEL_ROWS_PANEL_VALUES: usize = 4096;
+
+/// Lanes the microkernel computes for `columns` columns, counted as whole panels of `NR`: a
+/// last partial panel one vector wide computes half the lanes ([`tile::run`]) but with one
+/// multiply-add per broadcast of A instead of two, no faster (a 7×7 output's 16 tiles ran
+/// slower as lanes than as rows); the scalar kernel computes only the columns.
+fn computed_lanes(columns: usize, isa: Isa) -> u128 {
+    match isa {
+        Isa::Scalar => columns as u128,
+        _ => columns.div_ceil(panel_width(isa)) as u128 * panel_width(isa) as u128,
+    }
 }
 
 /// Output channels per group of the products: slabs of `MR` (channel rows) or panels of `NR`
@@ -105,7 +140,7 @@ fn channel_groups(geo: &Conv2d, isa: Isa, orientation: Orientation) -> usize {
 
 /// Elements of the transformed, packed filters: 16 × groups × C × group width.
 pub(crate) fn packed_weights_len(geo: &Conv2d, isa: Isa) -> Result<usize, KernelError> {
-    packed_len(geo, isa, orientation(geo))
+    packed_len(geo, isa, orientation(geo, isa))
 }
 
 fn packed_len(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<usize, KernelError> {
@@ -120,7 +155,7 @@ fn packed_len(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<usize,
 /// apart) and the group's 16 product blocks (MR × NR channel rows, block width × NR tile
 /// rows).
 pub(crate) fn scratch_len(geo: &Conv2d, isa: Isa) -> Result<usize, KernelError> {
-    scratch_len_in(geo, isa, orientation(geo))
+    scratch_len_in(geo, isa, orientation(geo, isa))
 }
 
 fn scratch_len_in(geo: &Conv2d, isa: Isa, orientation: Orientation) -> Result<usize, KernelError> {
@@ -144,15 +179,23 @@ fn panel_stride(c: usize, width: usize) -> Option<usize> {
     c.checked_mul(width)?.checked_next_multiple_of(2 * LINE)?.checked_add(LINE)
 }
 
-/// Tiles per block: the microkernel's panel width with channel rows; with tile rows the
-/// image's tiles, all in one block, so the weights stream through once per image (a 14×14
-/// output's 49 tiles in blocks of 32 read them twice).
+/// Input channels × tiles of a tile-rows block at most (above a minimum width): its 16
+/// transformed panels, 512 KiB, stay in L2 while every output channel panel reads them.
+/// Whole images of 400 tiles × 64 channels (1.6 MiB) ran 6% slower than blocks of 100, and
+/// two blocks of a 100-tile image split between two threads without transforming any twice.
+const TILE_ROWS_BLOCK_VALUES: usize = 8192;
+
+/// Tiles per block: the microkernel's panel width with channel rows; with tile rows as many
+/// of the image's tiles as [`TILE_ROWS_BLOCK_VALUES`] allows (at least two runs of `MR`, so
+/// that very wide layers still stream their weights through few times), in near-equal blocks.
 fn block_width(geo: &Conv2d, isa: Isa, orientation: Orientation) -> usize {
     match orientation {
         Orientation::ChannelRows => panel_width(isa),
         Orientation::TileRows => {
             let (th, tw) = tiles(geo);
-            (th * tw).max(1)
+            let tiles = (th * tw).max(1);
+            let most = (TILE_ROWS_BLOCK_VALUES / geo.in_channels.max(1)).max(2 * block_rows(isa));
+            tiles.div_ceil(tiles.div_ceil(most))
         }
     }
 }
@@ -184,7 +227,7 @@ fn transform_filter(g: &[f32]) -> [f32; XI] {
 /// panels of `NR`, the last padded with zeros), each `C × width`, k-major. The caller checked
 /// the lengths.
 pub(crate) fn pack_weights(geo: &Conv2d, isa: Isa, w: &[f32], packed: &mut [f32]) {
-    pack(geo, isa, orientation(geo), w, packed)
+    pack(geo, isa, orientation(geo, isa), w, packed)
 }
 
 fn pack(geo: &Conv2d, isa: Isa, orientation: Orientation, w: &[f32], packed: &mut [f32]) {
@@ -271,7 +314,7 @@ pub(crate) fn conv_share(
     scratch: &mut [f32],
     share_of: (usize, usize),
 ) {
-    conv_share_in(isa, geo, orientation(geo), x, packed_w, out, epilogue, scratch, share_of)
+    conv_share_in(isa, geo, orientation(geo, isa), x, packed_w, out, epilogue, scratch, share_of)
 }
 
 /// [`conv_share`] in `orientation`, with weights and scratch sized and packed for it.
@@ -513,13 +556,17 @@ mod scalar {
             unsafe { *p = v }
         }
     }
+    /// A 1 × 1 matrix is its own transpose.
+    pub(crate) fn transpose(rows: [f32; 1]) -> [f32; 1] {
+        rows
+    }
 
     crate::winograd::winograd_kernel!();
 }
 
 /// The transforms, written once over a module's vector helpers (`LANES`, `zero`, `add`,
 /// `sub`, `splat`, `max`, `min`, `even`, `odd`, `zip_lo`, `zip_hi`, `load_n`, `store_n`,
-/// `load_bits`, `store_bits`), with the attributes given. Lane `l` of a segment is tile
+/// `load_bits`, `store_bits`, `transpose`), with the attributes given. Lane `l` of a segment is tile
 /// `tx + l`, whose patch columns are input columns `2(tx + l) − pl + j`: the even and odd
 /// lanes of two contiguous vectors.
 macro_rules! winograd_kernel {
@@ -543,8 +590,15 @@ macro_rules! winograd_kernel {
             let (c, plane, w) = (geo.in_channels, geo.in_h * geo.in_w, geo.in_w);
             let (pt, pl) = (geo.pad.0 as isize, geo.pad.1 as isize);
             if block.cols < nr {
+                // A few lanes per row: vector stores, where `fill` called `memset` per row
+                // (7% of a 40×40 layer).
                 for panel in panels.chunks_mut(stride).take(16) {
-                    panel[..c * nr].chunks_exact_mut(nr).for_each(|row| row[block.cols..].fill(0.0));
+                    for row in panel[..c * nr].chunks_exact_mut(nr) {
+                        for at in (block.cols..nr).step_by(LANES) {
+                            // SAFETY: lanes `at..at + n` lie inside the row.
+                            unsafe { store_n(row.as_mut_ptr().add(at), zero(), (nr - at).min(LANES)) };
+                        }
+                    }
                 }
             }
             // The four vectors of a patch row: from its first column and from two past it.
@@ -655,8 +709,12 @@ macro_rules! winograd_kernel {
         }
 
         /// [`winograd_output`] of tile-rows products (`products[ξ][tile][channel]`, `bw`
-        /// tiles of `nr` channels): a tile and a vector of the group's channels at a time,
-        /// with the same operations per element, the results scattered to the channels' planes.
+        /// tiles of `nr` channels), with the same operations per element: per segment of a
+        /// tile row and vector of the group's channels, the 2×2 outputs of each tile (channels
+        /// in the lanes) plus bias fill one vector per output pixel of the segment's two rows;
+        /// each row's square is transposed, so every channel's pixels of the row are one
+        /// vector, and the residual, clamp and store run on whole rows of a plane. (Scattering
+        /// each lane to its plane took a fifth of a 40×40 layer.)
         ///
         /// # Safety
         /// The CPU has the module's features; `products` holds 16 × `bw` × `nr` values (rows
@@ -669,51 +727,65 @@ macro_rules! winograd_kernel {
             (bw, nr): (usize, usize),
             slab: &crate::winograd::SlabOut,
         ) {
+            // Tiles per segment: two output columns each fill a vector of pixels (two
+            // vectors of one lane without vectors).
+            const TILES: usize = if LANES >= 2 { LANES / 2 } else { 1 };
+            const CHUNKS: usize = (2 * TILES).div_ceil(LANES);
             let (lo, hi) = slab.clamp.map_or((splat(0.0), splat(0.0)), |(l, h)| (splat(l), splat(h)));
-            for tile in 0..block.cols {
-                let t = block.t0 + tile;
-                let (y, x) = (2 * (t / block.tw), 2 * (t % block.tw));
+            for (ty, tx, tiles, col) in block.segments(TILES) {
+                let (y, x) = (2 * ty, 2 * tx);
+                // Output columns x..x + pixels exist in both rows.
+                let pixels = (2 * tiles).min(slab.out_w - x);
                 for ch in (0..slab.rows).step_by(LANES) {
                     let n = (slab.rows - ch).min(LANES);
-                    // SAFETY: product rows below `block.cols` and columns below `slab.rows`
-                    // were written and only those are read; biases, residuals and outputs
-                    // are touched for channels `ch..ch + n < slab.rows` and pixels inside the
-                    // plane only.
+                    // SAFETY: product rows `col..col + tiles < block.cols` and columns
+                    // `ch..ch + n <= slab.rows` were written and only those are read; biases,
+                    // residuals and outputs are touched for channels below `slab.rows` and
+                    // pixels inside the plane only.
                     unsafe {
-                        let mut m = [zero(); 16];
-                        for (xi, m) in m.iter_mut().enumerate() {
-                            *m = load_n(products.as_ptr().add((xi * bw + tile) * nr + ch), n);
-                        }
-                        let s0: [_; 4] = std::array::from_fn(|j| add(add(m[j], m[4 + j]), m[8 + j]));
-                        let s1: [_; 4] = std::array::from_fn(|j| sub(sub(m[4 + j], m[8 + j]), m[12 + j]));
-                        let out = [
-                            [add(add(s0[0], s0[1]), s0[2]), sub(sub(s0[1], s0[2]), s0[3])],
-                            [add(add(s1[0], s1[1]), s1[2]), sub(sub(s1[1], s1[2]), s1[3])],
-                        ];
                         let bias = if slab.bias.is_null() { None } else { Some(load_n(slab.bias.add(ch), n)) };
-                        for (i, row) in out.into_iter().enumerate() {
-                            for (j, v) in row.into_iter().enumerate() {
-                                if y + i >= slab.out_h || x + j >= slab.out_w {
-                                    continue;
+                        // rows[i][chunk][pixel]: output row y + i, channels in the lanes.
+                        let mut rows = [[[zero(); LANES]; CHUNKS]; 2];
+                        for tile in 0..tiles {
+                            let m: [_; 16] = std::array::from_fn(|xi| {
+                                load_n(products.as_ptr().add((xi * bw + col + tile) * nr + ch), n)
+                            });
+                            let s0: [_; 4] = std::array::from_fn(|j| add(add(m[j], m[4 + j]), m[8 + j]));
+                            let s1: [_; 4] = std::array::from_fn(|j| sub(sub(m[4 + j], m[8 + j]), m[12 + j]));
+                            let out = [
+                                [add(add(s0[0], s0[1]), s0[2]), sub(sub(s0[1], s0[2]), s0[3])],
+                                [add(add(s1[0], s1[1]), s1[2]), sub(sub(s1[1], s1[2]), s1[3])],
+                            ];
+                            for (i, pair) in out.into_iter().enumerate() {
+                                for (j, v) in pair.into_iter().enumerate() {
+                                    let p = 2 * tile + j;
+                                    rows[i][p / LANES][p % LANES] = match bias {
+                                        Some(bias) => add(v, bias),
+                                        None => v,
+                                    };
                                 }
-                                let at = ch * slab.pixels + (y + i) * slab.out_w + x + j;
-                                let mut v = match bias {
-                                    Some(bias) => add(v, bias),
-                                    None => v,
-                                };
-                                let mut lanes = [0.0f32; LANES];
-                                if !slab.residual.is_null() {
-                                    for (l, r) in lanes[..n].iter_mut().enumerate() {
-                                        *r = *slab.residual.add(at + l * slab.pixels);
+                            }
+                        }
+                        for (i, chunks) in rows.into_iter().enumerate() {
+                            if y + i >= slab.out_h {
+                                break;
+                            }
+                            for (q, square) in chunks.into_iter().enumerate() {
+                                let (p0, count) = (q * LANES, pixels.saturating_sub(q * LANES).min(LANES));
+                                if count == 0 {
+                                    break;
+                                }
+                                // Lane p of plane vector c: pixel p0 + p of channel ch + c.
+                                let planes = transpose(square);
+                                for (c, mut v) in planes.into_iter().take(n).enumerate() {
+                                    let at = (ch + c) * slab.pixels + (y + i) * slab.out_w + x + p0;
+                                    if !slab.residual.is_null() {
+                                        v = add(v, load_n(slab.residual.add(at), count));
                                     }
-                                    v = add(v, load_n(lanes.as_ptr(), n));
-                                }
-                                if slab.clamp.is_some() {
-                                    v = min(max(v, lo), hi);
-                                }
-                                store_n(lanes.as_mut_ptr(), v, n);
-                                for (l, v) in lanes[..n].iter().enumerate() {
-                                    *slab.out.add(at + l * slab.pixels) = *v;
+                                    if slab.clamp.is_some() {
+                                        v = min(max(v, lo), hi);
+                                    }
+                                    store_n(slab.out.add(at), v, count);
                                 }
                             }
                         }
