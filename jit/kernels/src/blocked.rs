@@ -262,6 +262,12 @@ impl BlockedConv {
 /// quarter of Zen 4's and Zen 5's 1 MiB; Sapphire Rapids has 2 MiB).
 const PADDED_IMAGE_BUDGET: usize = 256 << 10;
 
+/// Bytes of weights of a group and the next one up to which the dense kernel prefetches the
+/// next: larger pairs evict from L2 (1 MiB on Zen 4 and 5) the group that the next output row
+/// reads again (ResNet-18 at 128×128, whose 3×3 512→512 groups are 590 KB each: 5.3 -> 5.0 ms
+/// on one thread, 3.0 -> 2.8 on two, without the prefetch; Zen 5).
+const PREFETCH_GROUPS_BYTES: usize = 256 << 10;
+
 /// Pixels per work item of a pointwise convolution's single row, at most.
 const CHUNK: usize = 96;
 
@@ -659,9 +665,15 @@ pub fn conv_share(
         // memory: the next group's are prefetched over this group's items, a part of them per
         // item (by its row and chunk) and per run (by its part of the item's work). MobileNet-v2
         // on one thread 3.35 -> 3.15 ms (its 14x14 and 7x7 layers; Zen 5); a 160->960 1x1
-        // layer over 7x7 with cold caches 0.110 -> 0.088 ms.
-        let (item_ahead, item_lines) = if items.groups_outer && group + 1 < items.groups {
-            let (next_first, next_blocks) = block_group(geo.out_channels.div_ceil(b), group + 1);
+        // layer over 7x7 with cold caches 0.110 -> 0.088 ms. Only while both groups' weights
+        // fit [`PREFETCH_GROUPS_BYTES`].
+        let (first_block, blocks) = block_group(geo.out_channels.div_ceil(b), group);
+        let next = (items.groups_outer && group + 1 < items.groups)
+            .then(|| block_group(geo.out_channels.div_ceil(b), group + 1))
+            .filter(|&(_, next_blocks)| {
+                (blocks + next_blocks).saturating_mul(w_block) <= PREFETCH_GROUPS_BYTES / size_of::<f32>()
+            });
+        let (item_ahead, item_lines) = if let Some((next_first, next_blocks)) = next {
             let lines = (next_blocks * w_block).div_ceil(16);
             let per_item = lines.div_ceil(items.rows * items.chunks);
             let first_line = (oy * items.chunks + first / items.chunk) * per_item;
@@ -678,7 +690,6 @@ pub fn conv_share(
             copied = Some(n);
         }
         let (source, image): (&[f32], usize) = if widened.is_some() { (&scratch[..scratch_len], 0) } else { (x, n) };
-        let (first_block, blocks) = block_group(geo.out_channels.div_ceil(b), group);
         let (most, chunk) = per_size[blocks];
         let (r_lo, r_hi) = tap_rows(&geo, oy);
         let oc = first_block * b;
