@@ -19,7 +19,7 @@ use crate::qgemm::{self, Bytes, Int8Isa};
 
 /// Routine names. A name stands for a signature and a packing of the weights (objects built
 /// earlier call routines by name): `_v3` since Winograd's orientation, and with it the packing
-/// of its weights, follows the lanes each ISA fills.
+/// of its weights, follows the lanes each ISA fills, and its weights are packed group by group.
 pub const CONV2D_F32: &str = "heron_conv2d_f32_v3";
 pub const GEMM_F32: &str = "heron_gemm_f32";
 pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";

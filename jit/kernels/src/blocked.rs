@@ -264,8 +264,9 @@ const PADDED_IMAGE_BUDGET: usize = 256 << 10;
 
 /// Bytes of weights of a group and the next one up to which the dense kernel prefetches the
 /// next: larger pairs evict from L2 (1 MiB on Zen 4 and 5) the group that the next output row
-/// reads again (ResNet-18 at 96×96, whose 3×3 groups over 256 and 512 channels are 295 and
-/// 590 KB: 3.90 -> 3.26 ms on one thread, 2.15 -> 1.86 on two, without their prefetch; Zen 5).
+/// reads again (3×3 layers over 128 input channels or more with AVX-512's 16-channel blocks;
+/// ResNet-18 at 96×96, whose 3×3 groups over 256 and 512 channels are 295 and 590 KB: 3.90 ->
+/// 3.26 ms on one thread, 2.15 -> 1.86 on two, without their prefetch; Zen 5).
 const PREFETCH_GROUPS_BYTES: usize = 256 << 10;
 
 /// Pixels per work item of a pointwise convolution's single row, at most.

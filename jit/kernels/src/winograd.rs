@@ -26,7 +26,8 @@
 //!     still fill every lane; the products (`16 × tiles × NR`) are transformed back a tile
 //!     segment and a vector of channels at a time, transposed to rows of the output planes.
 //!
-//! [`orientation`] picks the one whose lanes do more useful work.
+//! [`orientation`] picks tile rows where they fill more of the lanes or where a block's
+//! transformed input outgrows 256 KiB, channel rows otherwise.
 //!
 //! Every variant (AVX-512, AVX2, scalar) performs the same operations per element in the same
 //! order, so the result does not depend on the ISA, the block a tile falls in or the task.
@@ -86,7 +87,7 @@ pub(crate) enum Orientation {
 /// where a block's transformed panels outgrow [`CHANNEL_ROWS_PANEL_VALUES`], else channel
 /// rows. Rows are never wasted (a short slab or run computes fewer rows), lanes are: with
 /// channel rows the tiles of a block fill them (a 28×28 output's 196 tiles in 7 blocks of 28
-/// fill 87.5% of AVX-512's 32), with tile rows the output channels do (64 fill two vectors).
+/// fill 87.5% of AVX-512's 32), with tile rows the output channels do (64 fill two panels).
 /// At equal lanes channel rows read contiguous operands (tile rows' panels are read with a
 /// stride: a 40×40 output with 64 channels ran 5% slower as tile rows with AVX2).
 pub(crate) fn orientation(geo: &Conv2d, isa: Isa) -> Orientation {
@@ -102,7 +103,9 @@ pub(crate) fn orientation(geo: &Conv2d, isa: Isa) -> Orientation {
     // Tile rows' share of useful lanes, out_channels / tile_rows_lanes, above 1.02 × channel
     // rows', tiles / channel_rows_lanes.
     let (useful_tiles, useful_channels) = (tiles as u128, geo.out_channels as u128);
-    let fuller = 100 * useful_channels * channel_rows_lanes > 102 * useful_tiles * tile_rows_lanes;
+    // (Saturating: extents near `i32::MAX` would overflow even 128 bits.)
+    let fuller = useful_channels.saturating_mul(channel_rows_lanes).saturating_mul(100)
+        > useful_tiles.saturating_mul(tile_rows_lanes).saturating_mul(102);
     if fuller || geo.in_channels.saturating_mul(nr) > CHANNEL_ROWS_PANEL_VALUES {
         Orientation::TileRows
     } else {
@@ -509,6 +512,7 @@ unsafe fn transform_output(
 /// CPUs without them.
 mod scalar {
     pub(crate) const LANES: usize = 1;
+    pub(crate) type Vector = f32;
 
     pub(crate) fn zero() -> f32 {
         0.0
@@ -597,7 +601,7 @@ macro_rules! winograd_kernel {
                 for panel in panels.chunks_mut(stride).take(16) {
                     for row in panel[..c * nr].chunks_exact_mut(nr) {
                         for at in (block.cols..nr).step_by(LANES) {
-                            // SAFETY: lanes `at..at + n` lie inside the row.
+                            // SAFETY: lanes `at..nr` (at most `LANES` from `at`) lie inside the row.
                             unsafe { store_n(row.as_mut_ptr().add(at), zero(), (nr - at).min(LANES)) };
                         }
                     }
@@ -649,6 +653,19 @@ macro_rules! winograd_kernel {
             }
         }
 
+        /// `Y = Aᵀ·M·A` of one tile's 16 products (in each lane): its 2×2 outputs, row by row,
+        /// by the same operations for either orientation.
+        $(#[$attr])*
+        #[inline]
+        fn winograd_tile_output(m: [Vector; 16]) -> [[Vector; 2]; 2] {
+            let s0: [_; 4] = std::array::from_fn(|j| add(add(m[j], m[4 + j]), m[8 + j]));
+            let s1: [_; 4] = std::array::from_fn(|j| sub(sub(m[4 + j], m[8 + j]), m[12 + j]));
+            [
+                [add(add(s0[0], s0[1]), s0[2]), sub(sub(s0[1], s0[2]), s0[3])],
+                [add(add(s1[0], s1[1]), s1[2]), sub(sub(s1[1], s1[2]), s1[3])],
+            ]
+        }
+
         /// `Y = Aᵀ·M·A` of the slab's products, `Aᵀ = [[1, 1, 1, 0], [0, 1, −1, −1]]`, plus
         /// bias, residual and clamp, written to the tiles' outputs that exist.
         ///
@@ -677,12 +694,7 @@ macro_rules! winograd_kernel {
                     unsafe {
                         let m: [_; 16] =
                             std::array::from_fn(|xi| load_n(products.as_ptr().add((xi * mr + r) * nr + col), n));
-                        let s0: [_; 4] = std::array::from_fn(|j| add(add(m[j], m[4 + j]), m[8 + j]));
-                        let s1: [_; 4] = std::array::from_fn(|j| sub(sub(m[4 + j], m[8 + j]), m[12 + j]));
-                        let out = [
-                            [add(add(s0[0], s0[1]), s0[2]), sub(sub(s0[1], s0[2]), s0[3])],
-                            [add(add(s1[0], s1[1]), s1[2]), sub(sub(s1[1], s1[2]), s1[3])],
-                        ];
+                        let out = winograd_tile_output(m);
                         let bias = if slab.bias.is_null() { None } else { Some(splat(*slab.bias.add(r))) };
                         for (i, [a, b]) in out.into_iter().enumerate() {
                             if y + i >= slab.out_h {
@@ -740,7 +752,7 @@ macro_rules! winograd_kernel {
                 let pixels = (2 * tiles).min(slab.out_w - x);
                 for ch in (0..slab.rows).step_by(LANES) {
                     let n = (slab.rows - ch).min(LANES);
-                    // SAFETY: product rows `col..col + tiles < block.cols` and columns
+                    // SAFETY: product rows `col..col + tiles <= block.cols` and columns
                     // `ch..ch + n <= slab.rows` were written and only those are read; biases,
                     // residuals and outputs are touched for channels below `slab.rows` and
                     // pixels inside the plane only.
@@ -752,16 +764,13 @@ macro_rules! winograd_kernel {
                             let m: [_; 16] = std::array::from_fn(|xi| {
                                 load_n(products.as_ptr().add((xi * bw + col + tile) * nr + ch), n)
                             });
-                            let s0: [_; 4] = std::array::from_fn(|j| add(add(m[j], m[4 + j]), m[8 + j]));
-                            let s1: [_; 4] = std::array::from_fn(|j| sub(sub(m[4 + j], m[8 + j]), m[12 + j]));
-                            let out = [
-                                [add(add(s0[0], s0[1]), s0[2]), sub(sub(s0[1], s0[2]), s0[3])],
-                                [add(add(s1[0], s1[1]), s1[2]), sub(sub(s1[1], s1[2]), s1[3])],
-                            ];
+                            let out = winograd_tile_output(m);
                             for (i, pair) in out.into_iter().enumerate() {
                                 for (j, v) in pair.into_iter().enumerate() {
-                                    let p = 2 * tile + j;
-                                    rows[i][p / LANES][p % LANES] = match bias {
+                                    // (One lane without vectors: every pixel a chunk.)
+                                    #[allow(clippy::modulo_one)]
+                                    let (chunk, lane) = ((2 * tile + j) / LANES, (2 * tile + j) % LANES);
+                                    rows[i][chunk][lane] = match bias {
                                         Some(bias) => add(v, bias),
                                         None => v,
                                     };
@@ -814,12 +823,19 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        for case in 0..24 {
-            let (oh, ow) = (1 + next() as usize % 11, 1 + next() as usize % 40);
+        // The last cases are wide: tile-rows blocks split (input channels × tiles above
+        // 8192) and channel groups of more than 128 input channels.
+        for case in 0..28 {
+            let wide = case >= 24;
+            let (oh, ow) = if wide {
+                (12 + next() as usize % 12, 12 + next() as usize % 12)
+            } else {
+                (1 + next() as usize % 11, 1 + next() as usize % 40)
+            };
             let (pt, pl) = (next() as usize % 3, next() as usize % 3);
             let geo = Conv2d {
                 batch: 1 + case % 2,
-                in_channels: 16 + next() as usize % 24,
+                in_channels: if wide { 130 + next() as usize % 170 } else { 16 + next() as usize % 24 },
                 in_h: (oh + 2).saturating_sub(pt + next() as usize % 3).max(1),
                 in_w: (ow + 2).saturating_sub(pl + next() as usize % 3).max(1),
                 out_channels: 16 + next() as usize % 40,
