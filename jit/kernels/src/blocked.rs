@@ -269,6 +269,23 @@ const PADDED_IMAGE_BUDGET: usize = 256 << 10;
 /// 3.26 ms on one thread, 2.15 -> 1.86 on two, without their prefetch; Zen 5).
 const PREFETCH_GROUPS_BYTES: usize = 256 << 10;
 
+/// Bytes of each output block's weights ahead of the ones being read that a run streaming its
+/// weights from L3 or memory asks for (see [`stream_ahead`]): 8 input channels of a 3×3
+/// layer's 16-channel blocks.
+const STREAM_AHEAD_BYTES: usize = 4608;
+
+/// The input channels ahead that a run of `w_channel` weights per channel and block prefetches
+/// when its weights are not in L2 yet, else 0: the first item of a group that the previous
+/// item's prefetch did not bring (`fresh`). Only narrow tiles take it, whose few multiply-adds
+/// per weight ask for the most bytes per cycle: there the hardware's prefetchers alone kept
+/// the 512-channel 2×2 layers of ResNet-18 at 64×64 (9.4 MB each, read once) near 20 GB/s
+/// where a plain read streams 50 (Zen 5, one thread: 12 such layers 5.5 -> 4.2 ms, the network
+/// 2.72 -> 2.23 ms; two threads 1.49 -> 1.25). Wider tiles keep up without it and lost up to
+/// 4% with it (3×3 256→256 at 6×6).
+fn stream_ahead(fresh: bool, w_channel: usize) -> usize {
+    if fresh { STREAM_AHEAD_BYTES.div_ceil(w_channel.max(1) * size_of::<f32>()) } else { 0 }
+}
+
 /// Pixels per work item of a pointwise convolution's single row, at most.
 const CHUNK: usize = 96;
 
@@ -461,6 +478,10 @@ pub(crate) struct DenseRun {
     /// asked for into L2 a few per input block of the run's tiles (see `conv_share`).
     pub ahead: *const f32,
     pub ahead_lines: usize,
+    /// Input channels ahead of the one being read whose weights a narrow first tile (see
+    /// [`narrow_chains`]) asks for, every block's taps, as it reads each channel (0: none); see
+    /// [`stream_ahead`].
+    pub stream: usize,
 }
 
 /// Sets of partial sums a tile of `accumulators` takes over each whole input block (the
@@ -661,6 +682,8 @@ pub fn conv_share(
     let tile_isa = if b == block_for(Isa::Avx512) { Isa::Avx512 } else { Isa::Avx2Fma };
     let per_size: [(usize, usize); 4] =
         std::array::from_fn(|blocks| (dense_pixels(tile_isa, blocks), channel_chunk(conv, blocks)));
+    // The last item's image and group, and the one its prefetch brought into L2.
+    let (mut last, mut brought) = (None, None);
     for (n, group, oy, first, pixels) in items.walk(lo, hi) {
         // Weights larger than the input are read group by group, each group's first from
         // memory: the next group's are prefetched over this group's items, a part of them per
@@ -682,6 +705,14 @@ pub fn conv_share(
         } else {
             (0, 0)
         };
+        // A group's first item read in this share streams its weights from L3 or memory
+        // (with groups outermost; rows outermost re-read smaller weights, from L2).
+        let fresh = items.groups_outer && last != Some((n, group)) && brought != Some((n, group));
+        last = Some((n, group));
+        if next.is_some() {
+            brought = Some((n, group + 1));
+        }
+        let stream = stream_ahead(fresh, w_channel);
         let item_work = pixels * geo.in_channels;
         let mut sent = 0;
         if let Some((left, _)) = widened
@@ -743,6 +774,7 @@ pub fn conv_share(
                     sink: Sink { accumulate: c0 > 0, finish: c1 == geo.in_channels, ..sink(n, oc, oy, ox) },
                     ahead: packed_w.as_ptr().wrapping_add(item_ahead + sent * 16),
                     ahead_lines: run_lines,
+                    stream,
                 };
                 sent += run_lines;
                 // SAFETY: the tiles' taps, pixels and blocks lie inside the checked tensors:
@@ -1467,6 +1499,8 @@ macro_rules! blocked_kernel {
             unsafe {
                 for tile in 0..t.tiles {
                     let (x0, at) = (t.x.add(tile * P * t.x_step), tile * P * pixel);
+                    // The first tile reads the weights first; the others find them in cache.
+                    let stream = if tile == 0 { t.stream } else { 0 };
                     let mut acc = [[zero(); P]; OB];
                     for (ob, row) in acc.iter_mut().enumerate() {
                         for (p, v) in row.iter_mut().enumerate() {
@@ -1481,7 +1515,7 @@ macro_rules! blocked_kernel {
                     for b in 0..blocks {
                         let lanes = if b < full { xs.lanes } else { rest };
                         if t.chains > 1 && lanes == LANES {
-                            acc = narrow_block(acc, xb, wb, t);
+                            acc = narrow_block(acc, xb, wb, t, stream);
                         } else if pointwise && lanes == LANES {
                             // A whole input block of a stride-1 pointwise layer: pixels one
                             // block apart and a channel's weights one vector on, so every
@@ -1540,6 +1574,21 @@ macro_rules! blocked_kernel {
                     for ob in 0..OB {
                         sweep_activation(&t.sink, t.sink.out.add(ob * t.sink.strides.channel), t.tiles * P);
                     }
+                }
+            }
+        }
+
+        /// Asks for the weights `stream` input channels past `w` (every block's, every tap) into
+        /// L1 (see [`crate::blocked::DenseRun::stream`]).
+        #[inline(always)]
+        fn stream_weights<const OB: usize>(w: *const f32, stream: usize, t: &crate::blocked::DenseRun) {
+            let ahead = w.wrapping_add(stream * t.w_channel);
+            for ob in 0..OB {
+                let block = ahead.wrapping_add(ob * t.w_block);
+                let mut line = 0;
+                while line < t.w_channel {
+                    super::prefetch(block.wrapping_add(line));
+                    line += 16;
                 }
             }
         }
@@ -1628,6 +1677,7 @@ macro_rules! blocked_kernel {
             xb: *const f32,
             wb: *const f32,
             t: &crate::blocked::DenseRun,
+            stream: usize,
         ) -> [[Vector; P]; OB] {
             // A constant of the tile's shape (as `t.chains`), so the sets stay in registers.
             let chains = crate::blocked::narrow_chains(OB * P);
@@ -1637,6 +1687,11 @@ macro_rules! blocked_kernel {
             // SAFETY: forwarded; every channel of the block and tap of the run is inside.
             unsafe {
                 for l in (0..LANES).step_by(chains) {
+                    if stream > 0 {
+                        for c in 0..chains {
+                            stream_weights::<OB>(wb.add((l + c) * t.w_channel), stream, t);
+                        }
+                    }
                     for r in 0..t.tap_rows {
                         for s in 0..t.tap_cols {
                             let tap = (r * t.x_tap_row + s * t.x_tap_col, r * t.w_tap_row + s * LANES);
