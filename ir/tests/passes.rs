@@ -377,3 +377,94 @@ fn gated_hard_sigmoid_fuses_as_hard_swish_only_with_its_constants() {
         }
     }
 }
+
+/// A convolution of `x_shape` input with a `[m, c/groups, kernel...]` weight and `window`.
+fn window_conv(seed: &mut u64, x_shape: &[usize], m: usize, groups: usize, window: Window) -> Graph {
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, x_shape.to_vec()));
+    let mut w_shape = vec![m, x_shape[1] / groups];
+    w_shape.extend(&window.kernel);
+    let w = g.add_constant("w", rand_tensor(seed, &w_shape, -1.0, 1.0));
+    let b = g.add_constant("b", rand_tensor(seed, &[m], -1.0, 1.0));
+    let y = g.add_op("conv", Op::Conv(ConvAttrs { window, group: groups }), &[x, w, b]).unwrap();
+    g.set_outputs(vec![y]);
+    g
+}
+
+fn conv_kernel(g: &Graph) -> Vec<usize> {
+    match &g.nodes[0].op {
+        Op::Conv(attrs) => attrs.window.kernel.clone(),
+        op => panic!("{op:?}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Small images under kernels that reach past them (strides, dilations, uneven padding,
+    /// groups, 1-D to 3-D): the taps kept compute the same outputs.
+    #[test]
+    fn trimmed_convolutions_compute_the_same(
+        seed in any::<u64>(), spatial in prop::collection::vec((1usize..4, 1usize..6, 1usize..3, 1usize..3, 0usize..4, 0usize..4), 1..4),
+        groups in 1usize..3, c_per_g in 1usize..3, m_per_g in 1usize..3,
+    ) {
+        let mut seed = seed;
+        // Only windows that fit the padded input.
+        prop_assume!(spatial.iter().all(|&(input, k, _, d, pb, pe)| (k - 1) * d + 1 <= input + pb + pe));
+        let mut x_shape = vec![2, c_per_g * groups];
+        x_shape.extend(spatial.iter().map(|s| s.0));
+        let window = Window {
+            kernel: spatial.iter().map(|s| s.1).collect(),
+            strides: spatial.iter().map(|s| s.2).collect(),
+            dilations: spatial.iter().map(|s| s.3).collect(),
+            pads_begin: spatial.iter().map(|s| s.4).collect(),
+            pads_end: spatial.iter().map(|s| s.5).collect(),
+        };
+        let g = window_conv(&mut seed, &x_shape, m_per_g * groups, groups, window);
+        let input = rand_tensor(&mut seed, &x_shape, -1.0, 1.0);
+        same_outputs(&g, &[input], heron_ir::passes::trim_conv_taps);
+    }
+}
+
+#[test]
+fn a_3x3_convolution_over_one_pixel_keeps_its_centre() {
+    let mut seed = 3;
+    let mut window = Window::dense(vec![3, 3]);
+    window.pads_begin = vec![1, 1];
+    window.pads_end = vec![1, 1];
+    let g = window_conv(&mut seed, &[1, 4, 1, 1], 5, 1, window.clone());
+    let input = rand_tensor(&mut seed, &[1, 4, 1, 1], -1.0, 1.0);
+    let mut trimmed = g.clone();
+    assert_eq!(same_outputs(&g, &[input.clone()], heron_ir::passes::trim_conv_taps), 1);
+    heron_ir::passes::trim_conv_taps(&mut trimmed);
+    assert_eq!(conv_kernel(&trimmed), [1, 1]);
+    // Over 2×2 every tap reaches inside for some pixel: nothing to trim.
+    let g = window_conv(&mut seed, &[1, 4, 2, 2], 5, 1, window.clone());
+    let input = rand_tensor(&mut seed, &[1, 4, 2, 2], -1.0, 1.0);
+    assert_eq!(same_outputs(&g, &[input], heron_ir::passes::trim_conv_taps), 0);
+    // A stride-2 3×3 over 2×2 to one pixel keeps the taps 1..3 of each axis.
+    window.strides = vec![2, 2];
+    let mut g = window_conv(&mut seed, &[1, 4, 2, 2], 5, 1, window);
+    let input = rand_tensor(&mut seed, &[1, 4, 2, 2], -1.0, 1.0);
+    assert_eq!(same_outputs(&g, &[input], heron_ir::passes::trim_conv_taps), 1);
+    heron_ir::passes::trim_conv_taps(&mut g);
+    assert_eq!(conv_kernel(&g), [2, 2]);
+}
+
+#[test]
+fn taps_with_non_finite_weights_are_kept() {
+    // 0 · inf is NaN: dropping the tap would change the output.
+    let mut seed = 5;
+    let mut window = Window::dense(vec![3, 3]);
+    window.pads_begin = vec![1, 1];
+    window.pads_end = vec![1, 1];
+    let mut g = window_conv(&mut seed, &[1, 2, 1, 1], 2, 1, window);
+    let w = g.nodes[0].inputs[1];
+    let mut weights = g.constant(w).unwrap().to_f64_vec();
+    weights[0] = f64::INFINITY;
+    let weights = Tensor::from_vec::<f64>(&[2, 2, 3, 3], weights).unwrap().cast(DType::F32);
+    let w = g.add_constant("w_inf", weights);
+    g.nodes[0].inputs[1] = w;
+    assert_eq!(heron_ir::passes::trim_conv_taps(&mut g), 0);
+    assert_eq!(conv_kernel(&g), [3, 3]);
+}

@@ -561,7 +561,8 @@ fn zero_values(f: &PrimFunc, main: &PrimFunc, zero: Option<&Expr>, per_line: Opt
 
 /// When `prelude` is exactly lowering's padded copy of an NCHW tensor into `padded`
 /// (`allocate`, then `padded[n, c, y, x] = select(in range, source[n, c, clamp(y - top),
-/// clamp(x - left)], fill)`), the source and `(top, left)`.
+/// clamp(x - left)], fill)`, simplified over the loops' ranges as lowering leaves it: with no
+/// padding before an axis, `clamp(y)` is `min(y, extent - 1)`), the source and `(top, left)`.
 fn padded_copy(f: &PrimFunc, prelude: &[Stmt], padded: BufferId, fill: &Expr) -> Option<(BufferId, (usize, usize))> {
     use heron_ir::loop_ir::build::{and, idx, in_range, max, min, sub};
     let [Stmt::Allocate { buffer, .. }, nest @ Stmt::For { .. }] = prelude else { return None };
@@ -585,13 +586,20 @@ fn padded_copy(f: &PrimFunc, prelude: &[Stmt], padded: BufferId, fill: &Expr) ->
     if src_shape.len() != 4 || src_shape[..2] != shape[..2] {
         return None;
     }
-    // The offsets, read off `min(max(v - offset, 0), extent - 1)`, then the whole expression
-    // rebuilt as lowering builds it and compared.
+    // The offsets, read off `min(max(v - offset, 0), extent - 1)` (or none: 0), then the whole
+    // expression rebuilt as lowering builds it, simplified, and compared.
     let offset = |e: &Expr| -> Option<i64> {
-        let Expr::Binary { op: BinOp::Min, lhs, .. } = e else { return None };
-        let Expr::Binary { op: BinOp::Max, lhs, .. } = &**lhs else { return None };
-        let Expr::Binary { op: BinOp::Sub, rhs, .. } = &**lhs else { return None };
-        rhs.as_int().filter(|&o| o >= 0)
+        let sub = match e {
+            Expr::Binary { op: BinOp::Min, lhs, .. } => match &**lhs {
+                Expr::Binary { op: BinOp::Max, lhs, .. } => Some(&**lhs),
+                _ => None,
+            },
+            _ => None,
+        };
+        match sub {
+            Some(Expr::Binary { op: BinOp::Sub, rhs, .. }) => rhs.as_int().filter(|&o| o >= 0),
+            _ => Some(0),
+        }
     };
     let (top, left) = (offset(src_idx.get(2)?)?, offset(src_idx.get(3)?)?);
     let clamp = |e: Expr, n: usize| min(max(e, idx(0)), idx(n as i64 - 1));
@@ -601,6 +609,11 @@ fn padded_copy(f: &PrimFunc, prelude: &[Stmt], padded: BufferId, fill: &Expr) ->
         Expr::load(*source, vec![vars[0].clone(), vars[1].clone(), clamp(y, src_shape[2]), clamp(x, src_shape[3])]),
         fill.clone(),
     );
+    let mut ranges = heron_ir::loop_ir::analysis::VarRanges::new(f.vars.len());
+    for &(v, n) in &loops {
+        ranges.set(v, Some((0, i128::from(n) - 1)));
+    }
+    let expected = heron_ir::loop_ir::simplify::simplify(expected, f, &ranges);
     (*value == expected && src_shape[2] > 0 && src_shape[3] > 0).then_some((*source, (top as usize, left as usize)))
 }
 

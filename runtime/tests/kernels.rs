@@ -75,6 +75,46 @@ fn small_planes_with_wide_padding() {
     }
 }
 
+/// Padding only after each axis (TensorFlow's "SAME" at stride 2: pads 0 before, 1 after), and
+/// a ResNet stage over a 1×1 plane (its 3×3 taps trimmed to the centre by the graph passes):
+/// every convolution runs as a kernel reading its input directly, no padded copy left in
+/// generated code, and the model matches the interpreter on 1 and 2 threads.
+#[test]
+fn end_only_padding_and_trimmed_taps_run_as_kernels() {
+    use heron_ir::{ConvAttrs, DType, Graph, Op, Tensor, TensorType, UnaryOp, Window};
+    let (c, size) = (64, 8);
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, c, size, size]));
+    let conv = |g: &mut Graph, name: &str, v, group: usize, stride: usize, pads: [usize; 2], seed: usize| {
+        let w = g.add_constant(
+            format!("{name}_w"),
+            Tensor::from_vec(&[c, c / group, 3, 3], values(c * c / group * 9, seed)).unwrap(),
+        );
+        let mut window = Window::dense(vec![3, 3]);
+        window.strides = vec![stride, stride];
+        window.pads_begin = vec![pads[0]; 2];
+        window.pads_end = vec![pads[1]; 2];
+        let y = g.add_op(name, Op::Conv(ConvAttrs { window, group }), &[v, w]).unwrap();
+        g.add_op(format!("{name}_relu"), Op::Unary(UnaryOp::Relu), &[y]).unwrap()
+    };
+    // 8×8 → 4×4 → 2×2 → 1×1, then two 3×3 layers over the single pixel.
+    let mut v = conv(&mut g, "same_dense", x, 1, 2, [0, 1], 1);
+    v = conv(&mut g, "same_depthwise", v, c, 2, [0, 1], 2);
+    v = conv(&mut g, "same_dense_2", v, 1, 2, [0, 1], 3);
+    v = conv(&mut g, "one_pixel", v, 1, 1, [1, 1], 4);
+    v = conv(&mut g, "one_pixel_depthwise", v, c, 1, [1, 1], 5);
+    g.set_outputs(vec![v]);
+    let model = Model::from_graph("same_padding", g).expect("model");
+    if let Some(config) = KernelConfig::host(1) {
+        let (_, text) = target_stage(&model, Some(config));
+        assert_eq!(kernel_calls(&model, Some(config)), 5, "{text}");
+        assert!(!text.contains("%pad"), "no padded copy is left:\n{text}");
+        assert!(text.contains("one_pixel:trimmed_weight"), "the 1×1 plane's taps are trimmed:\n{text}");
+    }
+    let input = Tensor::from_vec(&[1, c, size, size], values(c * size * size, 6)).expect("input");
+    agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, "end-only padding");
+}
+
 /// EfficientNet's block tail: SiLU (`x · sigmoid(x)`) after a convolution runs as the
 /// elementwise routine; the squeeze-excitation gate after it (`x · sigmoid(mean(x))`, its
 /// sigmoid fused into the mean, the scale plain arithmetic) stays generated code. The model

@@ -3,6 +3,7 @@
 
 mod fold_bn;
 mod integer_form;
+mod trim_taps;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use crate::interp::eval_op;
 
 pub use fold_bn::fold_batch_norm;
 pub use integer_form::{IntegerFormReport, integer_form};
+pub use trim_taps::trim_conv_taps;
 
 /// What [`optimize`] changed.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -22,6 +24,8 @@ pub struct PassStats {
     pub removed_dead_nodes: usize,
     /// Pow nodes with a constant exponent of 0.5, 1, 2 or 3 rewritten as Sqrt or products.
     pub reduced_powers: usize,
+    /// Convolutions whose taps that only read padding were dropped.
+    pub trimmed_convolutions: usize,
     /// The quantized (QDQ) patterns rewritten into the integer form, and those left in float
     /// with the reason.
     pub integer_form: IntegerFormReport,
@@ -29,7 +33,7 @@ pub struct PassStats {
 
 /// Runs every pass: identity removal, the integer form of quantized patterns (before constant
 /// folding, which would turn the dequantized weights it matches into float constants),
-/// constant folding, BatchNormalization folding, dead-node elimination.
+/// constant folding, BatchNormalization folding, tap trimming, dead-node elimination.
 pub fn optimize(graph: &mut Graph) -> PassStats {
     let mut stats = PassStats { removed_identities: remove_identities(graph), ..PassStats::default() };
     if graph.nodes.iter().any(|n| matches!(n.op, crate::Op::DequantizeLinear { .. })) {
@@ -46,6 +50,7 @@ pub fn optimize(graph: &mut Graph) -> PassStats {
     stats.folded_constants = fold_constants(graph);
     stats.reduced_powers = reduce_powers(graph);
     stats.folded_batch_norms = fold_batch_norm(graph);
+    stats.trimmed_convolutions = trim_conv_taps(graph);
     stats.removed_dead_nodes += eliminate_dead_nodes(graph);
     stats
 }
