@@ -13,8 +13,8 @@
 //!
 //! Padding rows are never materialised: taps outside the input are skipped. Padding columns
 //! of a dense convolution are, when one image of its input widened by them is small (see
-//! [`BlockedConv::width_padding`]): each share copies the image widened with zeros into its
-//! scratch, and every pixel takes every tap column; otherwise a row's border pixels are
+//! [`BlockedConv::width_padding`]): each share copies the rows of the image it reads, widened
+//! with zeros, into its scratch, and every pixel takes every tap column; otherwise a row's border pixels are
 //! computed one at a time with the taps that exist. Every output element adds its taps
 //! in the order (input channel, tap row, tap column) after the bias, except in narrow tiles
 //! of a multi-tap layer, which add a whole input block in up to four sets of sums (channels
@@ -675,8 +675,9 @@ pub fn conv_share(
     let items = Items::new(conv, geo, w_len, x_len);
     let (lo, hi) = share(items.count(), tasks, task);
     // With a widened copy (see `BlockedConv::width_padding`), the taps read it: every column
-    // inside, so every pixel of a row in tiles of near-equal width. Each image the share
-    // reaches is copied once (items run image by image).
+    // inside, so every pixel of a row in tiles of near-equal width. The rows of each image the
+    // share's items read are copied once (items run image by image; with groups outermost a
+    // share's items may span groups, each reading every row).
     let widened = conv.width_padding();
     let (tap_geo, tap_strides) = match widened {
         Some((left, right)) => {
@@ -718,11 +719,13 @@ pub fn conv_share(
         };
         // A group's first item read in this share streams its weights from L3 or memory
         // (with groups outermost; rows outermost re-read smaller weights, from L2).
-        let fresh = items.groups_outer && last != Some((n, group)) && brought != Some((n, group));
-        last = Some((n, group));
-        if next.is_some() {
-            brought = Some((n, group + 1));
+        let entering = last != Some((n, group));
+        let fresh = items.groups_outer && entering && brought != Some((n, group));
+        if entering {
+            // The next group is prefetched whole only by a share that runs this one whole.
+            brought = (next.is_some() && oy == 0 && first == 0).then_some((n, group + 1));
         }
+        last = Some((n, group));
         let stream = stream_ahead(fresh, w_channel);
         let item_work = pixels * geo.in_channels;
         let mut sent = 0;
@@ -807,9 +810,9 @@ pub fn conv_share(
 
 /// The input rows `lo..hi` that the output rows `first..=last` read.
 fn input_rows(geo: &Conv2d, (first, last): (usize, usize)) -> (usize, usize) {
-    let reach = (geo.kernel.0 - 1) * geo.dilation.0 + 1;
-    let lo = (first * geo.stride.0).saturating_sub(geo.pad.0);
-    let hi = (last * geo.stride.0 + reach).saturating_sub(geo.pad.0).min(geo.in_h);
+    let reach = geo.kernel.0.saturating_sub(1).saturating_mul(geo.dilation.0).saturating_add(1);
+    let lo = first.saturating_mul(geo.stride.0).saturating_sub(geo.pad.0);
+    let hi = last.saturating_mul(geo.stride.0).saturating_add(reach).saturating_sub(geo.pad.0).min(geo.in_h);
     (lo.min(hi), hi)
 }
 

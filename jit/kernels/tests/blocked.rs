@@ -140,7 +140,7 @@ fn run(
     };
     let epilogue = ConvEpilogue { bias, residual, clamp: bounds, activation, tail };
     // Each share its own scratch, garbage at first: a widened copy must zero its borders and
-    // hold every image the share reaches.
+    // hold every input row the share's items read.
     let per_task = conv.scratch_len().unwrap();
     let mut scratch = vec![f32::NAN; per_task * tasks];
     for task in 0..tasks {
