@@ -391,6 +391,14 @@ fn window_conv(seed: &mut u64, x_shape: &[usize], m: usize, groups: usize, windo
     g
 }
 
+/// A 3×3 window padded by one on every side.
+fn padded_3x3() -> Window {
+    let mut window = Window::dense(vec![3, 3]);
+    window.pads_begin = vec![1, 1];
+    window.pads_end = vec![1, 1];
+    window
+}
+
 fn conv_kernel(g: &Graph) -> Vec<usize> {
     match &g.nodes[0].op {
         Op::Conv(attrs) => attrs.window.kernel.clone(),
@@ -429,9 +437,7 @@ proptest! {
 #[test]
 fn a_3x3_convolution_over_one_pixel_keeps_its_centre() {
     let mut seed = 3;
-    let mut window = Window::dense(vec![3, 3]);
-    window.pads_begin = vec![1, 1];
-    window.pads_end = vec![1, 1];
+    let mut window = padded_3x3();
     let g = window_conv(&mut seed, &[1, 4, 1, 1], 5, 1, window.clone());
     let input = rand_tensor(&mut seed, &[1, 4, 1, 1], -1.0, 1.0);
     let mut trimmed = g.clone();
@@ -455,9 +461,7 @@ fn a_3x3_convolution_over_one_pixel_keeps_its_centre() {
 fn taps_with_non_finite_weights_are_kept() {
     // 0 · inf is NaN: dropping the tap would change the output.
     let mut seed = 5;
-    let mut window = Window::dense(vec![3, 3]);
-    window.pads_begin = vec![1, 1];
-    window.pads_end = vec![1, 1];
+    let window = padded_3x3();
     let mut g = window_conv(&mut seed, &[1, 2, 1, 1], 2, 1, window);
     let w = g.nodes[0].inputs[1];
     let mut weights = g.constant(w).unwrap().to_f64_vec();
