@@ -248,6 +248,43 @@ impl Tensor {
         })
     }
 
+    /// The elements' memory as little-endian bytes in row-major order, without copying: `None`
+    /// unless the tensor is in standard (C) order on a little-endian machine. Generated code
+    /// reads inputs straight from here instead of from a copy.
+    pub fn le_bytes(&self) -> Option<&[u8]> {
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        dispatch_tensor!(self, a, _T => a.as_slice().map(bytemuck::cast_slice))
+    }
+
+    /// [`Tensor::le_bytes`] for writing, so generated code can store outputs in place: also
+    /// `None` for bool, whose bytes must stay 0 or 1.
+    pub fn le_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        macro_rules! view {
+            ($a:expr) => {
+                $a.as_slice_mut().map(|v| bytemuck::cast_slice_mut(v))
+            };
+        }
+        if cfg!(target_endian = "big") {
+            return None;
+        }
+        match self {
+            Tensor::F16(a) => view!(a),
+            Tensor::F32(a) => view!(a),
+            Tensor::F64(a) => view!(a),
+            Tensor::I8(a) => view!(a),
+            Tensor::I16(a) => view!(a),
+            Tensor::I32(a) => view!(a),
+            Tensor::I64(a) => view!(a),
+            Tensor::U8(a) => view!(a),
+            Tensor::U16(a) => view!(a),
+            Tensor::U32(a) => view!(a),
+            Tensor::U64(a) => view!(a),
+            Tensor::Bool(_) => None,
+        }
+    }
+
     /// Raw little-endian bytes of the elements in row-major order (bool as 0/1).
     pub fn to_le_bytes(&self) -> Vec<u8> {
         let mut out = vec![0u8; self.size_bytes()];
@@ -300,18 +337,15 @@ impl Tensor {
         if bytes.len() != want {
             return Err(format!("holds {} bytes, but {} needs {want}", bytes.len(), ty));
         }
-        fn collect<T>(n: usize, items: impl Iterator<Item = T>) -> Result<Vec<T>, String> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).map_err(|_| format!("out of memory: cannot allocate {n} elements"))?;
-            v.extend(items);
-            Ok(v)
-        }
         let n = ty.num_elements();
         macro_rules! decode {
             ($t:ty, $n:expr) => {
                 Tensor::from_vec::<$t>(
                     &ty.shape,
-                    collect(n, bytes.chunks_exact($n).map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size"))))?,
+                    try_collect(
+                        n,
+                        bytes.chunks_exact($n).map(|c| <$t>::from_le_bytes(c.try_into().expect("chunk size"))),
+                    )?,
                 )
             };
         }
@@ -327,9 +361,17 @@ impl Tensor {
             DType::U16 => decode!(u16, 2),
             DType::U32 => decode!(u32, 4),
             DType::U64 => decode!(u64, 8),
-            DType::Bool => Tensor::from_vec::<bool>(&ty.shape, collect(n, bytes.iter().map(|b| *b != 0))?),
+            DType::Bool => Tensor::from_vec::<bool>(&ty.shape, try_collect(n, bytes.iter().map(|b| *b != 0))?),
         }
     }
+}
+
+/// `n` items collected into a vector allocated fallibly.
+fn try_collect<T>(n: usize, items: impl Iterator<Item = T>) -> Result<Vec<T>, String> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| format!("out of memory: cannot allocate {n} elements"))?;
+    v.extend(items);
+    Ok(v)
 }
 
 impl<T: Element> From<ArrayD<T>> for Tensor {

@@ -41,11 +41,12 @@ use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
 use heron_kernels::abi::{
     CONV2D_BLOCKED_F32, CONV2D_F32, CONV2D_Q8, GEMM_F32, GEMM_Q8, MAP_F32, MAXPOOL2D_BLOCKED_F32, MAXPOOL2D_F32,
-    blocked_layouts, flags, layouts,
+    SOFTMAX_F32, blocked_layouts, flags, layouts,
 };
 use heron_kernels::blocked::{BlockedConv, Layout};
 use heron_kernels::conv::{Activation, Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::elementwise::{Operand, Program, Tail, TailOperand, map_share};
+use heron_kernels::softmax::{SoftmaxShape, softmax_share};
 
 use crate::elementwise::TailInput;
 use heron_kernels::gemm;
@@ -123,6 +124,7 @@ pub fn routines() -> Vec<Routine> {
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
         MAXPOOL2D_BLOCKED_F32 => [vec![B; 2], vec![I64; 19]].concat(),
         MAP_F32 => [vec![B; 4], vec![I64; 6], vec![F32; 4], vec![I64; 2]].concat(),
+        SOFTMAX_F32 => [vec![B; 2], vec![I64; 7]].concat(),
         CONV2D_Q8 => [vec![B; 4], vec![I64; 21]].concat(),
         GEMM_Q8 => [vec![B; 4], vec![I64; 8]].concat(),
         other => unreachable!("kernel routine '{other}' has no signature"),
@@ -144,6 +146,7 @@ pub(crate) enum Found {
     Contraction(Plan),
     MaxPool(MaxPoolPlan),
     Map(crate::elementwise::MapPlan),
+    Softmax(crate::softmax::SoftmaxPlan),
 }
 
 /// Replaces every qualifying contraction nest of `module` with kernel calls, and stores the
@@ -173,6 +176,8 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
                 Found::Contraction(plan)
             } else if let Some(pool) = match_max_pool(f) {
                 Found::MaxPool(pool)
+            } else if let Some(softmax) = crate::softmax::match_softmax(f) {
+                Found::Softmax(softmax)
             } else {
                 Found::Map(crate::elementwise::match_map(f)?)
             };
@@ -189,6 +194,7 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             Found::Contraction(plan) => apply(plan, f, main, config, (convs.remove(&k), &blocked_tensors)),
             Found::MaxPool(pool) => apply_max_pool(pool, f, config, pools.remove(&k)),
             Found::Map(map) => crate::elementwise::apply_map(map, f, config),
+            Found::Softmax(softmax) => crate::softmax::apply_softmax(softmax, f, config),
         }
     }
     let main = &mut module.funcs[main_index];
@@ -1756,6 +1762,20 @@ impl Externs for KernelExterns {
                     .collect();
                 let mut out = floats(&args[0])?;
                 let r = map_share(isa, &program, &operands, &mut out, (rows, cols), (t[0], t[1]));
+                (0, r.map(|()| out))
+            }
+            SOFTMAX_F32 if args.len() == 9 => {
+                let isa = isa_of(&args[2])?;
+                let d = ints(&args[3..9])?;
+                let log = match d[3] {
+                    0 => false,
+                    1 => true,
+                    other => return Err(format!("log flag {other} is neither 0 nor 1")),
+                };
+                let shape = SoftmaxShape { outer: d[0], n: d[1], inner: d[2], log };
+                let x = floats(&args[1])?;
+                let mut out = floats(&args[0])?;
+                let r = softmax_share(isa, shape, &x, &mut out, (d[4], d[5]));
                 (0, r.map(|()| out))
             }
             CONV2D_Q8 | GEMM_Q8 => return call_q8(name, args),

@@ -21,6 +21,7 @@ pub mod outline;
 pub mod readonly;
 pub mod routines;
 pub mod schedule;
+mod softmax;
 pub mod target;
 pub mod vector;
 

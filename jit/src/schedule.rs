@@ -609,10 +609,18 @@ pub fn mark_parallel(module: &mut Module) {
             let safe = || extent.as_int().is_some_and(|n| n >= 2) && splits_safely(*var, body, f);
             match kind {
                 ForKind::Serial if safe() => break Some((path, None)),
+                // A jammed output loop (rows of a 2-d elementwise nest): in chunks of whole
+                // jams.
+                ForKind::Unrolled(k) if safe() => match extent.as_int().and_then(|n| unrolled_chunks(n, *k)) {
+                    Some(chunks) => break Some((path, Some(Split::Unrolled(chunks, *k)))),
+                    None => break None,
+                },
                 // No loop above to split (a GEMM with one row): the vector loop itself, in chunks.
                 ForKind::Vectorized(_) if single_iterations && safe() => {
                     match extent.as_int().and_then(|n| parallel_chunks(n, contains_loop(body), block)) {
-                        Some(chunks) => break Some((path, Some((chunks, reads_none_of_its_outputs(body, f))))),
+                        Some(chunks) => {
+                            break Some((path, Some(Split::Vector(chunks, reads_none_of_its_outputs(body, f)))));
+                        }
                         None => break None,
                     }
                 }
@@ -636,9 +644,9 @@ pub fn mark_parallel(module: &mut Module) {
                     *kind = ForKind::Parallel;
                 }
             }
-            Some((chunks, repeats_ok)) => {
+            Some(split) => {
                 let inner = std::mem::replace(target, Stmt::Seq(vec![]));
-                *target = split_vector_loop(inner, chunks, repeats_ok, &mut vars);
+                *target = split_loop(inner, split, &mut vars);
             }
         }
         f.vars = vars;
@@ -690,13 +698,31 @@ fn contains_loop(s: &Stmt) -> bool {
     found
 }
 
-/// `for v in 0..n vectorized { body }` as `for v_chunk in 0..chunks parallel { for v_in in
-/// 0..n/chunks vectorized { body[v := v_chunk * (n/chunks) + v_in] } }`, the inner loop's
-/// register block chosen for its own extent. Each chunk writes its own outputs with the same
-/// per-element arithmetic, so results do not change.
-fn split_vector_loop(s: Stmt, chunks: i64, repeats_ok: bool, vars: &mut Vec<VarDecl>) -> Stmt {
+/// How a loop is cut into parallel chunks.
+enum Split {
+    /// A vector loop in this many chunks; `bool`: its body reads none of its outputs.
+    Vector(i64, bool),
+    /// A loop unrolled by the factor in this many chunks, each a whole number of unrolls.
+    Unrolled(i64, u32),
+}
+
+/// Chunks for a loop of `n` iterations unrolled by `k`: the largest count up to
+/// [`MAX_PARALLEL_CHUNKS`] (at least 2) that leaves each chunk whole unrolls.
+fn unrolled_chunks(n: i64, k: u32) -> Option<i64> {
+    let k = i64::from(k.max(1));
+    (n % k == 0).then(|| (2..=MAX_PARALLEL_CHUNKS).rev().find(|d| (n / k) % d == 0)).flatten()
+}
+
+/// `for v in 0..n { body }` as `for v_chunk in 0..chunks parallel { for v_in in 0..n/chunks
+/// { body[v := v_chunk * (n/chunks) + v_in] } }`, the inner loop vectorized (its register
+/// block chosen for its own extent) or unrolled as `split` says. Each chunk writes its own
+/// outputs with the same per-element arithmetic, so results do not change.
+fn split_loop(s: Stmt, split: Split, vars: &mut Vec<VarDecl>) -> Stmt {
     let Stmt::For { var, extent, body, .. } = s else { return s };
     let n = extent.as_int().expect("constant extent, checked by the caller");
+    let chunks = match split {
+        Split::Vector(chunks, _) | Split::Unrolled(chunks, _) => chunks,
+    };
     let chunk = n / chunks;
     let decl = vars[var.0 as usize].clone();
     let outer = VarId(vars.len() as u32);
@@ -706,10 +732,12 @@ fn split_vector_loop(s: Stmt, chunks: i64, repeats_ok: bool, vars: &mut Vec<VarD
     let at = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(outer), Expr::index(chunk)), Expr::Var(inner));
     let with: HashMap<VarId, Expr> = [(var, at)].into_iter().collect();
     let body = body.map_exprs(&mut |e| substitute(&e, &with));
-    let (shape, _) = register_block(chunk, false, repeats_ok);
-    let vector =
-        Stmt::For { var: inner, extent: Expr::index(chunk), kind: ForKind::Vectorized(shape), body: Box::new(body) };
-    Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body: Box::new(vector) }
+    let kind = match split {
+        Split::Vector(_, repeats_ok) => ForKind::Vectorized(register_block(chunk, false, repeats_ok).0),
+        Split::Unrolled(_, k) => ForKind::Unrolled(k),
+    };
+    let inner_loop = Stmt::For { var: inner, extent: Expr::index(chunk), kind, body: Box::new(body) };
+    Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body: Box::new(inner_loop) }
 }
 
 fn is_local_allocation(s: &Stmt, f: &PrimFunc) -> bool {

@@ -63,3 +63,20 @@ fn a_loop_runs_in_parallel_only_when_its_iterations_store_disjoint_elements() {
         assert_eq!(printed.contains("%v: i64 in 0..64 parallel"), parallel, "{printed}");
     }
 }
+
+/// A 2-d elementwise nest, whose row loop the schedule jams around the vector loop, runs its
+/// rows in parallel chunks of whole jams, and computes what the interpreter does.
+#[test]
+fn jammed_rows_run_in_parallel_chunks() {
+    use heron_jit::schedule::mark_parallel;
+    let text = "func @f(%x: f32[65536], %y: f32[65536]) {\n  for %i: i64 in 0..256 serial {\n    for %j: i64 in 0..256 serial {\n      %y[((%i * 256) + %j)] = max(%x[((%i * 256) + %j)], f32(0.0))\n    }\n  }\n}\n\nfunc @main(%x: f32[65536], %y: f32[65536]) {\n  call @f(%x, %y)\n}\n";
+    let mut m = parse_module(text).expect("valid loop IR");
+    let x: Vec<f32> = (0..65536).map(|i| (i % 777) as f32 - 388.0).collect();
+    let want = interpret(&m, &x);
+    schedule(&mut m);
+    mark_parallel(&mut m);
+    let printed = print_module(&m, ConstData::Elided);
+    assert!(printed.contains("%i_chunk: i64 in 0..16 parallel"), "{printed}");
+    assert!(printed.contains("%i_in: i64 in 0..16 unrolled(4)"), "{printed}");
+    assert_eq!(run_jit(&m, &x, 65536), want);
+}

@@ -712,21 +712,57 @@ impl CompiledModel {
         self.run_with(&mut self.workspace()?, inputs)
     }
 
-    /// Runs the model in `ws`, which must come from [`CompiledModel::workspace`] of this model.
-    /// Inputs are checked (count, dtype, shape) before any generated code runs.
+    /// Runs the model in `ws`, which must come from [`CompiledModel::workspace`] of this model,
+    /// and returns fresh output tensors. Inputs are checked (count, dtype, shape) before any
+    /// generated code runs.
     pub fn run_with(&self, ws: &mut Workspace, inputs: &[Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+        if let Backend::Interpreter(model) = &self.backend {
+            return model.run_interpreter(inputs);
+        }
+        // Allocated before the run, so a machine without the memory fails before spending
+        // the run on it.
+        let mut outputs = self
+            .outputs
+            .iter()
+            .map(|o| {
+                Tensor::try_zeros(&o.ty).map_err(|e| {
+                    RuntimeError::Memory(crate::memory::AllocError {
+                        what: format!("output '{}'", o.name),
+                        bytes: o.ty.size_bytes(),
+                        detail: Some(e),
+                    })
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.run_into(ws, inputs, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// Runs the model in `ws` and writes its outputs into `outputs` (model order, each of its
+    /// output's dtype and shape, e.g. the tensors an earlier run returned): a run that
+    /// allocates nothing. Generated code reads standard-layout inputs and writes
+    /// standard-layout outputs in place; under guard pages, and for other layouts, it goes
+    /// through the workspace's staging buffers instead.
+    pub fn run_into(&self, ws: &mut Workspace, inputs: &[Tensor], outputs: &mut [Tensor]) -> Result<(), RuntimeError> {
         // Checked against the cached signature without allocating; the full check (with its
         // error messages) runs only when something is wrong.
-        let matches = inputs.len() == self.inputs.len()
-            && inputs
-                .iter()
-                .zip(&self.inputs)
-                .all(|(t, i)| t.dtype() == i.ty.dtype && t.shape() == i.ty.shape.as_slice());
-        if !matches {
+        let matches = |given: &[Tensor], infos: &[TensorInfo]| {
+            given.len() == infos.len()
+                && given.iter().zip(infos).all(|(t, i)| t.dtype() == i.ty.dtype && t.shape() == i.ty.shape.as_slice())
+        };
+        if !matches(inputs, &self.inputs) {
             check_inputs(&self.inputs, inputs)?;
         }
+        if !matches(outputs, &self.outputs) {
+            check_outputs(&self.outputs, outputs)?;
+        }
         let exe = match &self.backend {
-            Backend::Interpreter(model) => return model.run_interpreter(inputs),
+            Backend::Interpreter(model) => {
+                for (slot, t) in outputs.iter_mut().zip(model.run_interpreter(inputs)?) {
+                    *slot = t;
+                }
+                return Ok(());
+            }
             Backend::Compiled(exe) => exe,
         };
         let fits = ws.inputs.len() == self.inputs.len()
@@ -741,20 +777,9 @@ impl CompiledModel {
         if !fits {
             return Err(RuntimeError::ForeignWorkspace);
         }
-        // The outputs are copied out of the staging buffers after the run: make sure that
-        // memory exists before spending the run on it.
-        let output_bytes = self.outputs.iter().map(|o| o.ty.size_bytes()).fold(0usize, usize::saturating_add);
-        if output_bytes >= 64 << 20 {
-            let mut probe: Vec<u8> = Vec::new();
-            probe.try_reserve_exact(output_bytes).map_err(|_| crate::memory::AllocError {
-                what: "the outputs".into(),
-                bytes: output_bytes,
-                detail: None,
-            })?;
-        }
-        for (t, buf) in inputs.iter().zip(ws.inputs.iter_mut()) {
-            t.write_le_bytes(buf.bytes_mut());
-        }
+        // Guard pages must surround every buffer generated code touches, which the caller's
+        // tensors do not have.
+        let in_place = exe.guard_pages == GuardPages::Off;
         match &exe.code {
             Code::Jit(code) => {
                 // The session is the device handle of slot 0; its blocks back the VTA pools.
@@ -769,11 +794,9 @@ impl CompiledModel {
                     }
                     None => (Vec::new(), Vec::new()),
                 };
-                let args = ws
-                    .inputs
-                    .iter()
-                    .map(|b| JitArg::Read(b.bytes()))
-                    .chain(ws.outputs.iter_mut().map(|b| JitArg::Write(b.bytes_mut())))
+                let args = input_bytes(inputs, &mut ws.inputs, in_place)
+                    .map(JitArg::Read)
+                    .chain(output_bytes(outputs, &mut ws.outputs, in_place).map(JitArg::Write))
                     .chain(ws.pools.iter_mut().zip(&exe.memory).enumerate().map(|(k, (w, m))| match (w, m) {
                         (Some(w), _) => JitArg::Write(w.bytes_mut()),
                         (None, PoolMemory::Shared(c)) => JitArg::Read(c.bytes()),
@@ -795,26 +818,69 @@ impl CompiledModel {
                     .iter()
                     .filter_map(|m| if let PoolMemory::Shared(c) = m { Some(c.bytes()) } else { None });
                 library.run(
-                    ws.inputs.iter().map(Block::bytes),
-                    ws.outputs.iter_mut().map(Block::bytes_mut),
+                    input_bytes(inputs, &mut ws.inputs, in_place),
+                    output_bytes(outputs, &mut ws.outputs, in_place),
                     ws.pools.iter_mut().flatten().map(Block::bytes_mut),
                     parameters,
                     ws.threads.as_ref(),
                 )?;
             }
         }
-        self.outputs
-            .iter()
-            .zip(&ws.outputs)
-            .map(|(info, b)| {
-                Tensor::from_le_bytes(&info.ty, b.bytes()).map_err(|e| {
+        for ((info, t), buf) in self.outputs.iter().zip(outputs.iter_mut()).zip(&ws.outputs) {
+            if !(in_place && t.le_bytes_mut().is_some()) {
+                *t = Tensor::from_le_bytes(&info.ty, buf.bytes()).map_err(|e| {
                     RuntimeError::Memory(crate::memory::AllocError {
                         what: format!("output '{}'", info.name),
-                        bytes: b.len(),
+                        bytes: buf.len(),
                         detail: Some(e),
                     })
-                })
-            })
-            .collect()
+                })?;
+            }
+        }
+        Ok(())
     }
+}
+
+/// Where generated code reads each input: the tensor's own memory when it can be read in
+/// place, else its staging buffer, filled here.
+fn input_bytes<'a>(inputs: &'a [Tensor], staging: &'a mut [Block], in_place: bool) -> impl Iterator<Item = &'a [u8]> {
+    inputs.iter().zip(staging).map(move |(t, buf)| match t.le_bytes().filter(|_| in_place) {
+        Some(bytes) => bytes,
+        None => {
+            t.write_le_bytes(buf.bytes_mut());
+            let buf: &Block = buf;
+            buf.bytes()
+        }
+    })
+}
+
+/// Where generated code writes each output: the tensor itself when it can be written in
+/// place, else its staging buffer (copied out after the run).
+fn output_bytes<'a>(
+    outputs: &'a mut [Tensor],
+    staging: &'a mut [Block],
+    in_place: bool,
+) -> impl Iterator<Item = &'a mut [u8]> {
+    outputs.iter_mut().zip(staging).map(move |(t, buf)| match if in_place { t.le_bytes_mut() } else { None } {
+        Some(bytes) => bytes,
+        None => buf.bytes_mut(),
+    })
+}
+
+/// Outputs given to [`CompiledModel::run_into`] checked against the model's: count, dtype
+/// and shape.
+fn check_outputs(infos: &[TensorInfo], outputs: &[Tensor]) -> Result<(), RuntimeError> {
+    if outputs.len() != infos.len() {
+        return Err(RuntimeError::OutputCount { expected: infos.len(), got: outputs.len() });
+    }
+    for (info, t) in infos.iter().zip(outputs) {
+        if t.tensor_type() != info.ty {
+            return Err(RuntimeError::OutputType {
+                name: info.name.clone(),
+                expected: info.ty.clone(),
+                got: t.tensor_type(),
+            });
+        }
+    }
+    Ok(())
 }

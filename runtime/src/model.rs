@@ -53,6 +53,24 @@ pub enum RuntimeError {
         /// What was given.
         got: TensorType,
     },
+    /// [`crate::CompiledModel::run_into`] was given the wrong number of output tensors.
+    #[error("the model has {expected} {}, got {got} tensors to write them into", plural(*expected, "output"))]
+    OutputCount {
+        /// Outputs the model has.
+        expected: usize,
+        /// Tensors given.
+        got: usize,
+    },
+    /// A tensor given to [`crate::CompiledModel::run_into`] has the wrong dtype or shape.
+    #[error("output '{name}' is {expected}, but the tensor given for it is {got}")]
+    OutputType {
+        /// The output's name.
+        name: String,
+        /// What the model writes.
+        expected: TensorType,
+        /// What was given.
+        got: TensorType,
+    },
     /// Lowering the graph to loop IR failed.
     #[error(transparent)]
     Lower(#[from] heron_ir::lower::LowerError),

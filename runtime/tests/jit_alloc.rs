@@ -6,6 +6,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use heron_ir::Tensor;
 use heron_ir::npy::read_npy;
 use heron_ir::testing::shared_dir;
 use heron_runtime::{CompileOptions, Compiler, Engine, Model};
@@ -33,7 +34,7 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 #[test]
-fn a_run_allocates_only_its_outputs() {
+fn a_run_allocates_only_its_outputs_and_a_run_into_nothing() {
     use heron_ir::quantize::{QuantizeOptions, quantize_model};
     let dir = shared_dir().join("reference");
     // mobilenet_ish quantized too: its integer convolutions run on the integer kernels.
@@ -68,6 +69,14 @@ fn a_run_allocates_only_its_outputs() {
                 "{name}, {engine:?} on {threads} thread(s): {during} allocations for {} output(s)",
                 outputs.len()
             );
+            // Into the tensors of an earlier run: nothing at all, and the same results.
+            let mut reused = outputs.clone();
+            reused.iter_mut().for_each(|t| *t = Tensor::zeros(&t.tensor_type()));
+            let before = ALLOCATIONS.load(Ordering::SeqCst);
+            compiled.run_into(&mut ws, &inputs, &mut reused).expect("run into");
+            let during = ALLOCATIONS.load(Ordering::SeqCst) - before;
+            assert_eq!(during, 0, "{name}, {engine:?} on {threads} thread(s): run_into allocated");
+            assert_eq!(reused, outputs, "{name}, {engine:?} on {threads} thread(s)");
         }
     }
 }

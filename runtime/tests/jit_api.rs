@@ -66,6 +66,44 @@ fn wrong_inputs_are_rejected_before_running() {
     assert!(matches!(compiled.run_with(&mut foreign, &[input]), Err(RuntimeError::ForeignWorkspace)));
 }
 
+/// `run_into` writes the outputs in place when it can, through staging otherwise (a tensor not
+/// in standard layout, guard pages), gives `run_with`'s results every way, and refuses tensors
+/// of the wrong count, dtype or shape.
+#[test]
+fn run_into_writes_the_given_tensors() {
+    use heron_runtime::GuardPages;
+    let (compiled, input) = lenet();
+    let want = compiled.run(std::slice::from_ref(&input)).expect("run");
+    let mut ws = compiled.workspace().unwrap();
+    let mut outputs = vec![Tensor::zeros(&compiled.outputs()[0].ty)];
+    compiled.run_into(&mut ws, std::slice::from_ref(&input), &mut outputs).expect("in place");
+    assert_eq!(outputs, want);
+    // An input in column-major order and an output with gaps take the staging buffers.
+    let Tensor::F32(a) = &input else { panic!("f32 input") };
+    let column_major = Tensor::F32(a.t().as_standard_layout().into_owned().reversed_axes());
+    assert!(column_major.le_bytes().is_none() && column_major == input);
+    let gaps = ndarray::ArrayD::<f32>::zeros(ndarray::IxDyn(&[1, 20]));
+    let mut strided = vec![Tensor::F32(gaps.slice_move(ndarray::s![.., ..;2]).into_dyn())];
+    assert!(strided[0].le_bytes_mut().is_none());
+    compiled.run_into(&mut ws, &[column_major], &mut strided).expect("staged");
+    assert_eq!(strided, want);
+    let options = CompileOptions { guard_pages: GuardPages::End, ..CompileOptions::default() };
+    let model = Model::load(shared_dir().join("reference/lenet.onnx")).expect("lenet");
+    let guarded = Compiler::new(options).compile(&model).expect("guarded");
+    let mut outputs = vec![Tensor::zeros(&compiled.outputs()[0].ty)];
+    guarded.run_into(&mut guarded.workspace().unwrap(), std::slice::from_ref(&input), &mut outputs).expect("guarded");
+    assert_eq!(outputs, want);
+    let mut none: Vec<Tensor> = Vec::new();
+    assert!(matches!(
+        compiled.run_into(&mut ws, std::slice::from_ref(&input), &mut none),
+        Err(RuntimeError::OutputCount { expected: 1, got: 0 })
+    ));
+    let mut wrong = vec![Tensor::zeros(&TensorType::new(DType::F32, vec![1, 9]))];
+    let err = compiled.run_into(&mut ws, std::slice::from_ref(&input), &mut wrong).unwrap_err();
+    assert!(matches!(err, RuntimeError::OutputType { .. }), "{err}");
+    assert!(err.to_string().contains("f32[1, 9]"), "{err}");
+}
+
 #[test]
 fn introspection_names_shapes_and_pools() {
     let (compiled, _) = lenet();

@@ -16,6 +16,7 @@ use crate::elementwise::{MAX_INPUTS, MapOp, Operand, Program, Tail, TailOperand,
 use crate::gemm::{Epilogue, sgemm_share};
 use crate::pool::{max_pool2d_blocked_share, max_pool2d_share, window_from_dims};
 use crate::qgemm::{self, Bytes, Int8Isa};
+use crate::softmax::{SoftmaxShape, softmax_share};
 
 /// Routine names. A name stands for a signature and a packing of the weights (objects built
 /// earlier call routines by name): `_v3` since Winograd's orientation, and with it the packing
@@ -28,15 +29,25 @@ pub const CONV2D_Q8: &str = "heron_conv2d_q8";
 pub const GEMM_Q8: &str = "heron_gemm_q8";
 pub const CONV2D_BLOCKED_F32: &str = "heron_conv2d_blocked_f32_v3";
 pub const MAXPOOL2D_BLOCKED_F32: &str = "heron_maxpool2d_blocked_f32";
+pub const SOFTMAX_F32: &str = "heron_softmax_f32";
 
 /// The kernels' routine table, in the one order every run context lists them
 /// (`heron_threads_context`, the JIT's, VTA's after its own routine): generated code indexes
 /// it by position, fixed when the module was compiled.
-pub const ROUTINE_NAMES: [&str; 8] =
-    [CONV2D_F32, GEMM_F32, MAXPOOL2D_F32, MAP_F32, CONV2D_Q8, GEMM_Q8, CONV2D_BLOCKED_F32, MAXPOOL2D_BLOCKED_F32];
+pub const ROUTINE_NAMES: [&str; 9] = [
+    CONV2D_F32,
+    GEMM_F32,
+    MAXPOOL2D_F32,
+    MAP_F32,
+    CONV2D_Q8,
+    GEMM_Q8,
+    CONV2D_BLOCKED_F32,
+    MAXPOOL2D_BLOCKED_F32,
+    SOFTMAX_F32,
+];
 
 /// The entry points of [`ROUTINE_NAMES`], in that order.
-pub fn routine_addresses() -> [*const u8; 8] {
+pub fn routine_addresses() -> [*const u8; 9] {
     [
         heron_conv2d_f32_v3 as *const u8,
         heron_gemm_f32 as *const u8,
@@ -46,6 +57,7 @@ pub fn routine_addresses() -> [*const u8; 8] {
         heron_gemm_q8 as *const u8,
         heron_conv2d_blocked_f32_v3 as *const u8,
         heron_maxpool2d_blocked_f32 as *const u8,
+        heron_softmax_f32 as *const u8,
     ]
 }
 
@@ -543,6 +555,40 @@ pub unsafe extern "C" fn heron_map_f32(
     }
     // SAFETY: the caller's promise above; `map_raw` reads only inputs the program names.
     unsafe { map_raw(isa, &program, inputs, out, (rows, cols), (task, tasks)) }
+}
+
+/// `out = softmax(x)` along the middle axis of `[outer, n, inner]` (log-softmax when `log` is
+/// 1), share `task` of `tasks` of [`SoftmaxShape::units`]. A bad shape computes nothing.
+///
+/// # Safety
+/// `x` and `out` hold `outer · n · inner` elements each and do not overlap; concurrent calls
+/// differ in `task`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_softmax_f32(
+    out: *mut f32,
+    x: *const f32,
+    isa: i64,
+    outer: i64,
+    n: i64,
+    inner: i64,
+    log: i64,
+    task: i64,
+    tasks: i64,
+) {
+    let Some(isa) = Isa::from_code(isa) else { return };
+    let Some([outer, n, inner, task, tasks]) = sizes([outer, n, inner, task, tasks]) else { return };
+    let log = match log {
+        0 => false,
+        1 => true,
+        _ => return,
+    };
+    let shape = SoftmaxShape { outer, n, inner, log };
+    let Ok(len) = shape.elements() else { return };
+    // SAFETY: the caller guarantees both buffers hold the shape's elements.
+    unsafe {
+        let _ = softmax_share(isa, shape, view(x, len), view_mut(out, len), (task, tasks));
+    }
 }
 
 /// A byte operand's zero point as passed (an i64 holding a u8 or i8 value).

@@ -611,7 +611,7 @@ pub(crate) mod scalar {
         (p + 1.0, ni)
     }
 
-    pub(super) fn exp(x: f32) -> f32 {
+    pub(crate) fn exp(x: f32) -> f32 {
         let (above, below) = (x > HI, x < LO);
         let xc = if below {
             LO
@@ -868,7 +868,7 @@ pub(crate) mod x86 {
             /// overlap.
             #[inline]
             #[target_feature(enable = $feature)]
-            pub(super) fn exp<const N: usize>(x: [$v; N]) -> [$v; N] {
+            pub(crate) fn exp<const N: usize>(x: [$v; N]) -> [$v; N] {
                 // Placeholders, each overwritten below before it is read.
                 let (mut above, mut below) = ([gt(x[0], x[0]); N], [gt(x[0], x[0]); N]);
                 let mut xc = x;
@@ -922,12 +922,12 @@ pub(crate) mod x86 {
 
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn zero() -> __m512 {
+        pub(crate) fn zero() -> __m512 {
             _mm512_setzero_ps()
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn splat(x: f32) -> __m512 {
+        pub(crate) fn splat(x: f32) -> __m512 {
             _mm512_set1_ps(x)
         }
         fn mask(lanes: usize) -> __mmask16 {
@@ -937,62 +937,62 @@ pub(crate) mod x86 {
         /// `lanes` (at most 16) elements at `p`.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) unsafe fn load(p: *const f32, lanes: usize) -> __m512 {
+        pub(crate) unsafe fn load(p: *const f32, lanes: usize) -> __m512 {
             unsafe { _mm512_maskz_loadu_ps(mask(lanes), p) }
         }
         /// # Safety
         /// Room for `lanes` (at most 16) elements at `p`.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) unsafe fn store(p: *mut f32, v: __m512, lanes: usize) {
+        pub(crate) unsafe fn store(p: *mut f32, v: __m512, lanes: usize) {
             unsafe { _mm512_mask_storeu_ps(p, mask(lanes), v) }
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn add(a: __m512, b: __m512) -> __m512 {
+        pub(crate) fn add(a: __m512, b: __m512) -> __m512 {
             _mm512_add_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn sub(a: __m512, b: __m512) -> __m512 {
+        pub(crate) fn sub(a: __m512, b: __m512) -> __m512 {
             _mm512_sub_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn mul(a: __m512, b: __m512) -> __m512 {
+        pub(crate) fn mul(a: __m512, b: __m512) -> __m512 {
             _mm512_mul_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn div(a: __m512, b: __m512) -> __m512 {
+        pub(crate) fn div(a: __m512, b: __m512) -> __m512 {
             _mm512_div_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn neg(a: __m512) -> __m512 {
+        pub(crate) fn neg(a: __m512) -> __m512 {
             _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(i32::MIN)))
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn abs(a: __m512) -> __m512 {
+        pub(crate) fn abs(a: __m512) -> __m512 {
             _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(i32::MAX)))
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn sqrt(a: __m512) -> __m512 {
+        pub(crate) fn sqrt(a: __m512) -> __m512 {
             _mm512_sqrt_ps(a)
         }
         /// `a < b ? a : b`, NaN (`a + b`) when either is.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn min(a: __m512, b: __m512) -> __m512 {
+        pub(crate) fn min(a: __m512, b: __m512) -> __m512 {
             let m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b), b, a);
             _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), m, _mm512_add_ps(a, b))
         }
         /// `a > b ? a : b`, NaN (`a + b`) when either is.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn max(a: __m512, b: __m512) -> __m512 {
+        pub(crate) fn max(a: __m512, b: __m512) -> __m512 {
             let m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b), b, a);
             _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), m, _mm512_add_ps(a, b))
         }
@@ -1018,18 +1018,18 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn lt(a: __m512, b: __m512) -> __mmask16 {
+        pub(crate) fn lt(a: __m512, b: __m512) -> __mmask16 {
             _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn le(a: __m512, b: __m512) -> __mmask16 {
+        pub(crate) fn le(a: __m512, b: __m512) -> __mmask16 {
             _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b)
         }
         /// `mask ? then : otherwise` lane-wise.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(super) fn select(mask: __mmask16, then: __m512, otherwise: __m512) -> __m512 {
+        pub(crate) fn select(mask: __mmask16, then: __m512, otherwise: __m512) -> __m512 {
             _mm512_mask_blend_ps(mask, otherwise, then)
         }
         /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
@@ -1078,6 +1078,18 @@ pub(crate) mod x86 {
             let entry = _mm512_permutexvar_epi32(bits, table);
             _mm512_castsi512_ps(_mm512_add_epi32(entry, _mm512_slli_epi32::<20>(bits)))
         }
+        /// `v` with its lanes from `lanes` on replaced by `fill`.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn fill_past(v: __m512, lanes: usize, fill: f32) -> __m512 {
+            _mm512_mask_blend_ps(mask(lanes), _mm512_set1_ps(fill), v)
+        }
+        /// The largest lane, NaN when any lane is.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn max_across(v: __m512) -> f32 {
+            if _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v) != 0 { f32::NAN } else { _mm512_reduce_max_ps(v) }
+        }
         super::transcendentals!("avx512f", __m512);
     }
 
@@ -1092,12 +1104,12 @@ pub(crate) mod x86 {
 
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn zero() -> __m256 {
+        pub(crate) fn zero() -> __m256 {
             _mm256_setzero_ps()
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn splat(x: f32) -> __m256 {
+        pub(crate) fn splat(x: f32) -> __m256 {
             _mm256_set1_ps(x)
         }
         #[inline]
@@ -1109,14 +1121,14 @@ pub(crate) mod x86 {
         /// `lanes` (at most 8) elements at `p`.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn load(p: *const f32, lanes: usize) -> __m256 {
+        pub(crate) unsafe fn load(p: *const f32, lanes: usize) -> __m256 {
             if lanes >= 8 { unsafe { _mm256_loadu_ps(p) } } else { unsafe { _mm256_maskload_ps(p, mask(lanes)) } }
         }
         /// # Safety
         /// Room for `lanes` (at most 8) elements at `p`.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) unsafe fn store(p: *mut f32, v: __m256, lanes: usize) {
+        pub(crate) unsafe fn store(p: *mut f32, v: __m256, lanes: usize) {
             if lanes >= 8 {
                 unsafe { _mm256_storeu_ps(p, v) }
             } else {
@@ -1125,56 +1137,56 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn add(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn add(a: __m256, b: __m256) -> __m256 {
             _mm256_add_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn sub(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn sub(a: __m256, b: __m256) -> __m256 {
             _mm256_sub_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn mul(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn mul(a: __m256, b: __m256) -> __m256 {
             _mm256_mul_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn div(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn div(a: __m256, b: __m256) -> __m256 {
             _mm256_div_ps(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn neg(a: __m256) -> __m256 {
+        pub(crate) fn neg(a: __m256) -> __m256 {
             _mm256_xor_ps(a, _mm256_set1_ps(-0.0))
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn abs(a: __m256) -> __m256 {
+        pub(crate) fn abs(a: __m256) -> __m256 {
             _mm256_andnot_ps(_mm256_set1_ps(-0.0), a)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn sqrt(a: __m256) -> __m256 {
+        pub(crate) fn sqrt(a: __m256) -> __m256 {
             _mm256_sqrt_ps(a)
         }
         /// `mask ? then : otherwise` lane-wise.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn select(mask: __m256, then: __m256, otherwise: __m256) -> __m256 {
+        pub(crate) fn select(mask: __m256, then: __m256, otherwise: __m256) -> __m256 {
             _mm256_blendv_ps(otherwise, then, mask)
         }
         /// `a < b ? a : b`, NaN (`a + b`) when either is.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn min(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn min(a: __m256, b: __m256) -> __m256 {
             let m = select(_mm256_cmp_ps::<_CMP_LT_OQ>(a, b), a, b);
             select(_mm256_cmp_ps::<_CMP_UNORD_Q>(a, b), _mm256_add_ps(a, b), m)
         }
         /// `a > b ? a : b`, NaN (`a + b`) when either is.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn max(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn max(a: __m256, b: __m256) -> __m256 {
             let m = select(_mm256_cmp_ps::<_CMP_GT_OQ>(a, b), a, b);
             select(_mm256_cmp_ps::<_CMP_UNORD_Q>(a, b), _mm256_add_ps(a, b), m)
         }
@@ -1200,12 +1212,12 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn lt(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn lt(a: __m256, b: __m256) -> __m256 {
             _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(super) fn le(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn le(a: __m256, b: __m256) -> __m256 {
             _mm256_cmp_ps::<_CMP_LE_OQ>(a, b)
         }
         /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
@@ -1247,6 +1259,23 @@ pub(crate) mod x86 {
             let bits = _mm256_castps_si256(shifted);
             let entry = _mm256_permutevar8x32_epi32(_mm256_setr_epi32(t0, t1, t2, t3, t4, t5, t6, t7), bits);
             _mm256_castsi256_ps(_mm256_add_epi32(entry, _mm256_slli_epi32::<20>(bits)))
+        }
+        /// `v` with its lanes from `lanes` on replaced by `fill`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn fill_past(v: __m256, lanes: usize, fill: f32) -> __m256 {
+            if lanes >= 8 { v } else { select(_mm256_castsi256_ps(mask(lanes)), v, _mm256_set1_ps(fill)) }
+        }
+        /// The largest lane, NaN when any lane is.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn max_across(v: __m256) -> f32 {
+            if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v)) != 0 {
+                return f32::NAN;
+            }
+            let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
         }
         super::transcendentals!("avx2,fma", __m256);
     }

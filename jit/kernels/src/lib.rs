@@ -11,6 +11,7 @@
 //!   first and strided layers; transposed pointwise for small planes; Winograd F(2×2, 3×3)
 //!   for 3×3 stride-1 layers; depthwise).
 //! - [`pool`]: 2-D max pooling.
+//! - [`softmax`]: softmax and log-softmax along an axis.
 //! - [`qgemm`]: integer GEMM and convolution (u8/i8 with zero points, i32 results; AVX-512
 //!   VNNI, AVX2).
 //! - [`abi`]: the `extern "C"` entry points generated code calls, one share of the work per
@@ -32,6 +33,7 @@ pub mod gemm;
 pub mod peak;
 pub mod pool;
 pub mod qgemm;
+pub mod softmax;
 mod tile;
 mod transposed;
 mod winograd;
