@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use heron_ir::DType;
 use heron_ir::loop_ir::index_map::IndexMap;
-use heron_ir::loop_ir::{Arg, BufferId, Call, Callee, Module, Stmt};
+use heron_ir::loop_ir::{Arg, BufferId, Call, Callee, Expr, Module, Stmt};
 use heron_kernels::Isa;
 use heron_kernels::blocked::{BlockedConv, Layout, block_for};
 use heron_kernels::conv::ConvMethod;
@@ -160,7 +160,12 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
             // whole blocks: no lanes past them are left stale.
             let other_kernel = plans.contains_key(&k) && !takes_blocked;
             let whole_blocks = main.buffer(*b).shape.get(1).is_some_and(|&c| c % block == 0);
-            let ok = same_shape && (roles.contains(&param) || !(other_kernel || (writes(f, param) && !whole_blocks)));
+            // Generated code reading windows of it (an average pool's taps) would take `// B`
+            // and `% B` for every tap, and the bounds checks with them (measured 5x slower).
+            let generated_windows = !plans.contains_key(&k) && reads_windows(f, param);
+            let ok = same_shape
+                && (roles.contains(&param)
+                    || !(other_kernel || generated_windows || (writes(f, param) && !whole_blocks)));
             if !ok {
                 candidates.remove(b);
             }
@@ -259,6 +264,23 @@ fn fills_block(channels: usize, block: usize) -> bool {
 }
 
 /// Whether `f` stores to its buffer `b` or hands it to a call (which may).
+/// Whether `f` loads `b` at an index that is more than a variable or a constant (`y + r - 1`:
+/// a window's tap), as elementwise code and global reductions never do.
+fn reads_windows(f: &heron_ir::loop_ir::PrimFunc, b: BufferId) -> bool {
+    fn visit(e: &Expr, b: BufferId, found: &mut bool) {
+        if let Expr::Load { buffer, indices } = e
+            && *buffer == b
+            && indices.iter().any(|i| !matches!(i, Expr::Var(_) | Expr::Int { .. }))
+        {
+            *found = true;
+        }
+        e.for_each_child(|c| visit(c, b, found));
+    }
+    let mut found = false;
+    f.body.walk(&mut |s| s.for_each_expr(|e| visit(e, b, &mut found)));
+    found
+}
+
 fn writes(f: &heron_ir::loop_ir::PrimFunc, b: BufferId) -> bool {
     let mut written = false;
     f.body.walk(&mut |s| match s {

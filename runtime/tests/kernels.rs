@@ -670,3 +670,38 @@ fn softmax_runs_as_the_routine() {
         }
     }
 }
+
+/// An average pool of 3×3 taps between two blocked-size convolutions reads its input planar:
+/// generated code taking a window of a blocked tensor computes `// B` and `% B` for every
+/// tap. The model matches the interpreter on 1 and 2 threads.
+#[test]
+fn generated_window_reads_keep_their_input_planar() {
+    use heron_ir::{ConvAttrs, DType, Graph, Op, PoolAttrs, Tensor, TensorType, Window};
+    let (c, size) = (32, 12);
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 8, size, size]));
+    let padded = |k: usize| {
+        let mut window = Window::dense(vec![k, k]);
+        window.pads_begin = vec![1, 1];
+        window.pads_end = vec![1, 1];
+        window
+    };
+    let w1 = g.add_constant("w1", Tensor::from_vec(&[c, 8, 3, 3], values(c * 8 * 9, 5)).expect("weights"));
+    let y = g.add_op("conv1", Op::Conv(ConvAttrs { window: padded(3), group: 1 }), &[x, w1]).expect("conv");
+    let pool = PoolAttrs { window: padded(3), ceil_mode: false };
+    let p = g.add_op("pool", Op::AveragePool { pool, count_include_pad: false }, &[y]).expect("pool");
+    let w2 = g.add_constant("w2", Tensor::from_vec(&[c, c, 3, 3], values(c * c * 9, 6)).expect("weights"));
+    let z = g.add_op("conv2", Op::Conv(ConvAttrs { window: padded(3), group: 1 }), &[p, w2]).expect("conv");
+    g.set_outputs(vec![z]);
+    let model = Model::from_graph("pooled", g).expect("model");
+    if KernelConfig::host(1).is_some() {
+        let (module, text) = target_stage(&model, KernelConfig::host(1));
+        let main = module.funcs.iter().find(|f| f.name == "main").expect("main");
+        let pooled_input =
+            main.buffers.iter().position(|b| b.name == "conv1").map(|k| heron_ir::loop_ir::BufferId(k as u32));
+        let pooled_input = pooled_input.unwrap_or_else(|| panic!("no buffer conv1:\n{text}"));
+        assert!(!main.layout_transforms.contains_key(&pooled_input), "{text}");
+    }
+    let input = Tensor::from_vec(&[1, 8, size, size], values(8 * size * size, 7)).expect("input");
+    agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, "pool between convolutions");
+}
