@@ -520,12 +520,13 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
     } else if let Some(fused) = fuse_epilogue(f, epilogue, acc, &out_loops, out, gemm) {
         (Some(fused), None)
     } else {
-        // An activation of a residual sum (`tanh(acc + r)`): the kernel adds the residual, the
-        // rest runs over its output, and the residual is the kernel's, laid out as its output.
+        // An activation of a residual sum (`tanh(acc + r)`) or of a GEMM's sum with its bias
+        // per column (`sigmoid(acc + b)`): the kernel adds the residual or bias, the rest runs
+        // over its output, and the residual is the kernel's, laid out as its output.
         residual_sum_under(epilogue, acc)
             .and_then(|(sum, rest)| {
                 let fused = fuse_epilogue(f, &sum, acc, &out_loops, out, gemm)?;
-                fused.residual.is_some().then_some((Some(fused), Some(rest)))
+                (fused.residual.is_some() || fused.col_bias.is_some()).then_some((Some(fused), Some(rest)))
             })
             .unwrap_or((None, None))
     };
@@ -1228,6 +1229,13 @@ fn apply(
                 let planes = (geo.batch * geo.out_channels, geo.out_h * geo.out_w);
                 crate::elementwise::map_in_place(out, &operands, program, planes)
             }),
+        // So does a GEMM's (`sigmoid(a·b + bias)`, the bias added in the kernel), when its
+        // operands are whole tensors (the routine's per-row values are not per column).
+        (Kernel::Gemm { m, n, .. }, Some(e), GEMM_F32) => tail_of(f, e, plan.acc, out, &plan.out_loops)
+            .filter(|(program, _)| program.ops().iter().any(|op| op.is_transcendental()))
+            .filter(|(_, operands)| operands.iter().all(|(_, k)| *k == TailOperand::Full))
+            .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, false))
+            .map(|(program, operands)| crate::elementwise::map_in_place(out, &operands, program, (*m, *n))),
         _ => None,
     };
     if let Some(map) = planar_map {
@@ -1382,7 +1390,12 @@ fn tail_of(
     out: BufferId,
     out_loops: &[(VarId, i64)],
 ) -> Option<(Program, Vec<(BufferId, TailOperand)>)> {
-    let &[_, (c_var, channels), _, _] = out_loops else { return None };
+    // A convolution's per-channel operands; a GEMM's (two loops) are whole tensors only.
+    let channel = match out_loops {
+        &[_, channel, _, _] => Some(channel),
+        [_, _] => None,
+        _ => return None,
+    };
     // Variables of loops that run once index nothing.
     let live = |(mut terms, constant): (HashMap<VarId, i64>, i64)| {
         terms.retain(|v, _| out_loops.iter().any(|(x, n)| x == v && *n > 1));
@@ -1407,6 +1420,7 @@ fn tail_of(
         if b.num_elements() == out_len && terms == out_terms {
             return Some(TailInput::Operand(*buffer, TailOperand::Full));
         }
+        let (c_var, channels) = channel?;
         let per_channel =
             if channels > 1 { terms.len() == 1 && coefficient(&terms, c_var) == 1 } else { terms.is_empty() };
         (per_channel && b.num_elements() as i64 == channels)

@@ -705,3 +705,33 @@ fn generated_window_reads_keep_their_input_planar() {
     let input = Tensor::from_vec(&[1, 8, size, size], values(8 * size * size, 7)).expect("input");
     agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, "pool between convolutions");
 }
+
+/// A fully connected layer's activation of its biased sum (`sigmoid(x·w + b)`, `tanh(...)`):
+/// the GEMM kernel adds the bias per column and the elementwise routine runs the activation
+/// over its output. Both match the interpreter on 1 and 2 threads.
+#[test]
+fn gemm_activations_of_biased_sums_run_as_the_elementwise_routine() {
+    use heron_ir::{DType, Graph, Op, Tensor, TensorType, UnaryOp};
+    let (m, k, n) = (6, 40, 24);
+    for activation in [UnaryOp::Sigmoid, UnaryOp::Tanh] {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![m, k]));
+        let w = g.add_constant("w", Tensor::from_vec(&[n, k], values(n * k, 8)).expect("weights"));
+        let b = g.add_constant("b", Tensor::from_vec(&[n], values(n, 9)).expect("bias"));
+        let gemm = Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true };
+        let y = g.add_op("fc", gemm, &[x, w, b]).expect("gemm");
+        let a = g.add_op("act", Op::Unary(activation), &[y]).expect("activation");
+        g.set_outputs(vec![a]);
+        let model = Model::from_graph("fc", g).expect("model");
+        if KernelConfig::host(1).is_some() {
+            let (_, text) = target_stage(&model, KernelConfig::host(1));
+            let gemm =
+                text.lines().find(|l| l.contains("call extern \"heron_gemm_f32\"")).unwrap_or_else(|| panic!("{text}"));
+            assert!(gemm.contains("%b"), "the kernel adds the bias:\n{text}");
+            assert_eq!(text.matches("call extern \"heron_map_f32\"").count(), 1, "{text}");
+            assert!(!text.contains("for %o"), "no generated loop is left:\n{text}");
+        }
+        let input = Tensor::from_vec(&[m, k], values(m * k, 10)).expect("input");
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &format!("{activation:?} of a GEMM"));
+    }
+}
