@@ -820,13 +820,17 @@ fn average_pool(
     let in_sp = x.shape[2..].to_vec();
     let acc_t = acc_dtype(x.dtype);
     let (sum, a1) = local(fb, "sum", acc_t);
-    let (count, a2) = local(fb, "count", DType::I64);
+    // The count in the sum's float type while it stays exact (windows under 2^24 taps), so
+    // the vector code keeps one lane type instead of converting i64 lanes.
+    let taps_per_window = win.kernel.iter().try_fold(1usize, |p, &k| p.checked_mul(k));
+    let count_t = if acc_t.is_float() && taps_per_window.is_some_and(|n| n < 1 << 24) { acc_t } else { DType::I64 };
+    let (count, a2) = local(fb, "count", count_t);
     let clip = clip_window(win, x);
     let nest = loops(fb, "o", &out.shape.clone(), |fb, o| {
         let reduce = window_loops(fb, win, &in_sp, o, clip, |_, r| {
             let t = taps(win, &in_sp, o, r);
             let v = cast_to(acc_t, x.load([vec![o[0].clone(), o[1].clone()], t.clamped.clone()].concat()), x.dtype);
-            let inc = set(count, add(get(count), idx(1)));
+            let inc = set(count, add(get(count), lit(count_t, 1.0)));
             if clip {
                 // Only taps inside the input are visited; padding is counted after the loop.
                 let mut then = vec![set(sum, add(get(sum), v))];
@@ -850,14 +854,14 @@ fn average_pool(
             }
         });
         let mean = Expr::select(
-            Expr::cmp(CmpOp::Eq, get(count), idx(0)),
+            Expr::cmp(CmpOp::Eq, get(count), lit(count_t, 0.0)),
             lit(acc_t, 0.0),
-            Expr::binary(BinOp::Div, get(sum), Expr::cast(acc_t, get(count))),
+            Expr::binary(BinOp::Div, get(sum), cast_to(acc_t, get(count), count_t)),
         );
         let value = cast_to(out.dtype, mean, acc_t);
-        let mut stmts = vec![set(sum, lit(acc_t, 0.0)), set(count, idx(0)), reduce];
+        let mut stmts = vec![set(sum, lit(acc_t, 0.0)), set(count, lit(count_t, 0.0)), reduce];
         if clip && include_pad {
-            stmts.push(set(count, offsets_in_padding(win, &in_sp, o)));
+            stmts.push(set(count, cast_to(count_t, offsets_in_padding(win, &in_sp, o), DType::I64)));
         }
         stmts.push(epi.store(fb, out.buf, o, value));
         Stmt::seq(stmts)
