@@ -160,8 +160,9 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
             // whole blocks: no lanes past them are left stale.
             let other_kernel = plans.contains_key(&k) && !takes_blocked;
             let whole_blocks = main.buffer(*b).shape.get(1).is_some_and(|&c| c % block == 0);
-            // Generated code reading windows of it (an average pool's taps) would take `// B`
-            // and `% B` for every tap, and the bounds checks with them (measured 5x slower).
+            // Generated code reading it at computed offsets (an average pool's taps) would take
+            // `// B` and `% B` for every tap, and the bounds checks with them (measured 5x
+            // slower).
             let generated_windows = !plans.contains_key(&k) && reads_windows(f, param);
             let ok = same_shape
                 && (roles.contains(&param)
@@ -263,9 +264,9 @@ fn fills_block(channels: usize, block: usize) -> bool {
     4 * channels >= 3 * block
 }
 
-/// Whether `f` stores to its buffer `b` or hands it to a call (which may).
-/// Whether `f` loads `b` at an index that is more than a variable or a constant (`y + r - 1`:
-/// a window's tap), as elementwise code and global reductions never do.
+/// Whether `f` loads `b` at an index that is more than a variable or a constant: a window's tap
+/// (`y + r - 1`), a slice's offset, a resize's `h / 2`; elementwise code and global reductions
+/// index with variables only.
 fn reads_windows(f: &heron_ir::loop_ir::PrimFunc, b: BufferId) -> bool {
     fn visit(e: &Expr, b: BufferId, found: &mut bool) {
         if let Expr::Load { buffer, indices } = e
@@ -281,6 +282,7 @@ fn reads_windows(f: &heron_ir::loop_ir::PrimFunc, b: BufferId) -> bool {
     found
 }
 
+/// Whether `f` stores to its buffer `b` or hands it to a call (which may).
 fn writes(f: &heron_ir::loop_ir::PrimFunc, b: BufferId) -> bool {
     let mut written = false;
     f.body.walk(&mut |s| match s {

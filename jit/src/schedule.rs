@@ -590,7 +590,9 @@ const MIN_PARALLEL_WORK: u64 = 1 << 14;
 /// elements of every buffer the body stores to (see [`splits_safely`]), whose body reads
 /// no other iteration's output, and whose nest does at least [`MIN_PARALLEL_WORK`] iterations.
 /// When only loops of one iteration sit above the vectorized output loop (a matrix-vector
-/// product), that loop is split into a parallel loop over chunks around a vector loop.
+/// product), that loop is split into a parallel loop over chunks around a vector loop; a
+/// jammed (`unrolled(k)`) output loop first met (the rows of a 2-d elementwise nest) is split
+/// into a parallel loop over chunks of whole jams.
 pub fn mark_parallel(module: &mut Module) {
     let block = channel_block(module);
     for f in module.funcs.iter_mut().filter(|f| f.target.is_none() && f.name != heron_ir::loop_ir::MAIN) {
@@ -611,10 +613,11 @@ pub fn mark_parallel(module: &mut Module) {
                 ForKind::Serial if safe() => break Some((path, None)),
                 // A jammed output loop (rows of a 2-d elementwise nest): in chunks of whole
                 // jams.
-                ForKind::Unrolled(k) if safe() => match extent.as_int().and_then(|n| unrolled_chunks(n, *k)) {
-                    Some(chunks) => break Some((path, Some(Split::Unrolled(chunks, *k)))),
-                    None => break None,
-                },
+                ForKind::Unrolled(k) if safe() => {
+                    if let Some(chunks) = extent.as_int().and_then(|n| unrolled_chunks(n, *k)) {
+                        break Some((path, Some(Split::Unrolled(chunks, *k))));
+                    }
+                }
                 // No loop above to split (a GEMM with one row): the vector loop itself, in chunks.
                 ForKind::Vectorized(_) if single_iterations && safe() => {
                     match extent.as_int().and_then(|n| parallel_chunks(n, contains_loop(body), block)) {

@@ -60,10 +60,10 @@ pub(crate) fn match_softmax(f: &PrimFunc) -> Option<SoftmaxPlan> {
     }
     // `max = max(max, x[o0, l, o1])` names the input.
     let (l, n, step) = line(find_max)?;
-    let Stmt::Store { value: Expr::Binary { op: BinOp::Max, lhs, rhs }, .. } = step else { return None };
+    let Stmt::Store { value: Expr::Binary { op: BinOp::Max, rhs, .. }, .. } = step else { return None };
     let Expr::Load { buffer: input, .. } = &**rhs else { return None };
     let input = *input;
-    if **lhs != cell(*mx) || !set(step, *mx, &Expr::binary(BinOp::Max, cell(*mx), at(input, l))) {
+    if !set(step, *mx, &Expr::binary(BinOp::Max, cell(*mx), at(input, l))) {
         return None;
     }
     let shifted = |l: VarId| Expr::binary(BinOp::Sub, at(input, l), cell(*mx));
@@ -81,7 +81,7 @@ pub(crate) fn match_softmax(f: &PrimFunc) -> Option<SoftmaxPlan> {
         v if *v == log_softmax => true,
         _ => return None,
     };
-    let Expr::Load { indices: want, .. } = at(*out, l) else { unreachable!("a load") };
+    let want = [Expr::Var(o0), Expr::Var(l), Expr::Var(o1)];
     let [outer, n, inner] = [outer, n, inner].map(|v| usize::try_from(v).ok());
     let shape = SoftmaxShape { outer: outer?, n: n?, inner: inner?, log };
     let global = |b: BufferId| {

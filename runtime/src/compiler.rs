@@ -719,6 +719,9 @@ impl CompiledModel {
         if let Backend::Interpreter(model) = &self.backend {
             return model.run_interpreter(inputs);
         }
+        if !signature_matches(inputs, &self.inputs) {
+            check_inputs(&self.inputs, inputs)?;
+        }
         // Allocated before the run, so a machine without the memory fails before spending
         // the run on it.
         let mut outputs = self
@@ -744,16 +747,10 @@ impl CompiledModel {
     /// standard-layout outputs in place; under guard pages, and for other layouts, it goes
     /// through the workspace's staging buffers instead.
     pub fn run_into(&self, ws: &mut Workspace, inputs: &[Tensor], outputs: &mut [Tensor]) -> Result<(), RuntimeError> {
-        // Checked against the cached signature without allocating; the full check (with its
-        // error messages) runs only when something is wrong.
-        let matches = |given: &[Tensor], infos: &[TensorInfo]| {
-            given.len() == infos.len()
-                && given.iter().zip(infos).all(|(t, i)| t.dtype() == i.ty.dtype && t.shape() == i.ty.shape.as_slice())
-        };
-        if !matches(inputs, &self.inputs) {
+        if !signature_matches(inputs, &self.inputs) {
             check_inputs(&self.inputs, inputs)?;
         }
-        if !matches(outputs, &self.outputs) {
+        if !signature_matches(outputs, &self.outputs) {
             check_outputs(&self.outputs, outputs)?;
         }
         let exe = match &self.backend {
@@ -827,7 +824,14 @@ impl CompiledModel {
             }
         }
         for ((info, t), buf) in self.outputs.iter().zip(outputs.iter_mut()).zip(&ws.outputs) {
-            if !(in_place && t.le_bytes_mut().is_some()) {
+            if in_place && t.le_bytes_mut().is_some() {
+                continue;
+            }
+            // Staged: into the tensor's own memory when it is standard-layout (guard pages),
+            // else (another layout, bool) as a new tensor.
+            if let Some(dst) = t.le_bytes_mut() {
+                dst.copy_from_slice(buf.bytes());
+            } else {
                 *t = Tensor::from_le_bytes(&info.ty, buf.bytes()).map_err(|e| {
                     RuntimeError::Memory(crate::memory::AllocError {
                         what: format!("output '{}'", info.name),
@@ -839,6 +843,13 @@ impl CompiledModel {
         }
         Ok(())
     }
+}
+
+/// Whether `given` have the dtypes and shapes of `infos`, checked without allocating; the full
+/// check (with its error messages) runs only when something is wrong.
+fn signature_matches(given: &[Tensor], infos: &[TensorInfo]) -> bool {
+    given.len() == infos.len()
+        && given.iter().zip(infos).all(|(t, i)| t.dtype() == i.ty.dtype && t.shape() == i.ty.shape.as_slice())
 }
 
 /// Where generated code reads each input: the tensor's own memory when it can be read in

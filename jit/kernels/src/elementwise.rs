@@ -969,23 +969,23 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn neg(a: __m512) -> __m512 {
+        pub(super) fn neg(a: __m512) -> __m512 {
             _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_set1_epi32(i32::MIN)))
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn abs(a: __m512) -> __m512 {
+        pub(super) fn abs(a: __m512) -> __m512 {
             _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), _mm512_set1_epi32(i32::MAX)))
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn sqrt(a: __m512) -> __m512 {
+        pub(super) fn sqrt(a: __m512) -> __m512 {
             _mm512_sqrt_ps(a)
         }
         /// `a < b ? a : b`, NaN (`a + b`) when either is.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn min(a: __m512, b: __m512) -> __m512 {
+        pub(super) fn min(a: __m512, b: __m512) -> __m512 {
             let m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b), b, a);
             _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b), m, _mm512_add_ps(a, b))
         }
@@ -1018,18 +1018,18 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn lt(a: __m512, b: __m512) -> __mmask16 {
+        pub(super) fn lt(a: __m512, b: __m512) -> __mmask16 {
             _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn le(a: __m512, b: __m512) -> __mmask16 {
+        pub(super) fn le(a: __m512, b: __m512) -> __mmask16 {
             _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b)
         }
         /// `mask ? then : otherwise` lane-wise.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn select(mask: __mmask16, then: __m512, otherwise: __m512) -> __m512 {
+        pub(super) fn select(mask: __mmask16, then: __m512, otherwise: __m512) -> __m512 {
             _mm512_mask_blend_ps(mask, otherwise, then)
         }
         /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
@@ -1157,29 +1157,29 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn neg(a: __m256) -> __m256 {
+        pub(super) fn neg(a: __m256) -> __m256 {
             _mm256_xor_ps(a, _mm256_set1_ps(-0.0))
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn abs(a: __m256) -> __m256 {
+        pub(super) fn abs(a: __m256) -> __m256 {
             _mm256_andnot_ps(_mm256_set1_ps(-0.0), a)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn sqrt(a: __m256) -> __m256 {
+        pub(super) fn sqrt(a: __m256) -> __m256 {
             _mm256_sqrt_ps(a)
         }
         /// `mask ? then : otherwise` lane-wise.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn select(mask: __m256, then: __m256, otherwise: __m256) -> __m256 {
+        pub(super) fn select(mask: __m256, then: __m256, otherwise: __m256) -> __m256 {
             _mm256_blendv_ps(otherwise, then, mask)
         }
         /// `a < b ? a : b`, NaN (`a + b`) when either is.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn min(a: __m256, b: __m256) -> __m256 {
+        pub(super) fn min(a: __m256, b: __m256) -> __m256 {
             let m = select(_mm256_cmp_ps::<_CMP_LT_OQ>(a, b), a, b);
             select(_mm256_cmp_ps::<_CMP_UNORD_Q>(a, b), _mm256_add_ps(a, b), m)
         }
@@ -1212,12 +1212,12 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn lt(a: __m256, b: __m256) -> __m256 {
+        pub(super) fn lt(a: __m256, b: __m256) -> __m256 {
             _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        pub(crate) fn le(a: __m256, b: __m256) -> __m256 {
+        pub(super) fn le(a: __m256, b: __m256) -> __m256 {
             _mm256_cmp_ps::<_CMP_LE_OQ>(a, b)
         }
         /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two

@@ -3,15 +3,17 @@
 //! lane at a time, 20-40x slower than ONNX Runtime on a 1024-wide row).
 //!
 //! Each line `x[o, 0..n, i]` is three passes: its maximum `m`; `e = exp(x - m)`, stored into
-//! the output while summed into `s`; then `out = e / s` (softmax) or `out = (x - m) - ln s`
-//! (log-softmax), the same formulas the loop-IR lowering writes. With `inner = 1` a line is a
+//! the output while summed into `s`; then `out = e · (1 / s)` (softmax) or `out = (x - m) -
+//! ln s` (log-softmax): the loop-IR lowering's formulas to within rounding (its sum runs in
+//! order and it divides). With `inner = 1` a line is a
 //! contiguous row, vectorized along it; otherwise [`LINE_BLOCK`] lines side by side are
 //! vectorized across, one lane per line.
 //!
-//! Every ISA gives the same bits: `exp` is the same operations in every variant, and a row's
-//! sum has a fixed shape that does not depend on the vector width (element `j` goes to
-//! partial sum `j mod 64`, the partials folded as a fixed tree); a line across lanes is
-//! summed in order.
+//! A line whose maximum is not finite (a NaN in it, or an infinity) is NaN throughout, the
+//! canonical NaN. Every ISA gives the same bits: `exp` is the same operations in every
+//! variant, and a row's sum has a fixed shape that does not depend on the vector width
+//! (element `j` goes to partial sum `j mod 64`, the partials folded as a fixed tree); a line
+//! across lanes is summed in order.
 
 use crate::elementwise::scalar;
 use crate::{Isa, KernelError, check_share, need, share};
@@ -138,6 +140,10 @@ unsafe fn row(isa: Isa, log: bool, x: *const f32, out: *mut f32, n: usize) {
     // SAFETY: the caller's promise.
     let (x, out) = unsafe { (std::slice::from_raw_parts(x, n), std::slice::from_raw_parts_mut(out, n)) };
     let m = x.iter().fold(f32::NEG_INFINITY, |m, &v| max(m, v));
+    if !m.is_finite() {
+        out.fill(f32::NAN);
+        return;
+    }
     let mut partials = [0.0f32; PARTIALS];
     for (j, (o, &v)) in out.iter_mut().zip(x).enumerate() {
         *o = scalar::exp(v - m);
@@ -178,6 +184,11 @@ unsafe fn strided(isa: Isa, log: bool, x: *const f32, out: *mut f32, n: usize, s
         // SAFETY: the caller's promise, element by element.
         let at = |l: usize| l * stride + i;
         let m = (0..n).fold(f32::NEG_INFINITY, |m, l| max(m, unsafe { *x.add(at(l)) }));
+        if !m.is_finite() {
+            // SAFETY: as above.
+            (0..n).for_each(|l| unsafe { *out.add(at(l)) = f32::NAN });
+            continue;
+        }
         let mut s = 0.0f32;
         for l in 0..n {
             // SAFETY: as above.
@@ -279,6 +290,13 @@ mod x86 {
                 }
                 let m = (1..VECTORS).fold(m[0], |a, v| $ops::max(a, m[v]));
                 let m = $ops::max_across(m);
+                if !m.is_finite() {
+                    for at in 0..n {
+                        // SAFETY: `at < n`.
+                        unsafe { *out.add(at) = f32::NAN };
+                    }
+                    return;
+                }
                 let mv = $ops::splat(m);
                 let mut sums = [$ops::zero(); VECTORS];
                 for at in (0..full).step_by(PARTIALS) {
@@ -348,6 +366,15 @@ mod x86 {
                             m[v] = $ops::max(m[v], unsafe { $ops::load(x.add(l * stride + v * $lanes), k) });
                         }
                     }
+                }
+                let mut maxima = [0.0f32; LINE_BLOCK];
+                for v in 0..VECTORS {
+                    // SAFETY: `maxima` holds `VECTORS` vectors.
+                    unsafe { $ops::store(maxima.as_mut_ptr().add(v * $lanes), m[v], $lanes) };
+                }
+                if !maxima[..lines].iter().all(|m| m.is_finite()) {
+                    // SAFETY: the caller's promise.
+                    return unsafe { super::strided(crate::Isa::Scalar, log, x, out, n, stride, lines) };
                 }
                 let mut s = [$ops::zero(); VECTORS];
                 for l in 0..n {
@@ -479,6 +506,17 @@ mod tests {
             assert!((out[3] - 1.0 / (1.0 + (-1.0f32).exp())).abs() < 1e-6, "{isa:?}");
             let nan = run(isa, SoftmaxShape { outer: 1, n: 2, inner: 2, log: true }, &[1.0, f32::NAN, 2.0, 3.0], 1);
             assert!(nan[1].is_nan() && nan[3].is_nan() && !nan[0].is_nan(), "{isa:?}: {nan:?}");
+        }
+        // A negative NaN (x86's default NaN) in a row: every ISA gives the scalar code's bits.
+        let mut row: Vec<f32> = (0..40).map(|i| i as f32 / 7.0).collect();
+        row[17] = -f32::NAN;
+        for log in [false, true] {
+            let shape = SoftmaxShape { outer: 1, n: 40, inner: 1, log };
+            let want: Vec<u32> = run(Isa::Scalar, shape, &row, 1).iter().map(|v| v.to_bits()).collect();
+            for isa in Isa::available() {
+                let got: Vec<u32> = run(isa, shape, &row, 1).iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{isa:?}, log {log}");
+            }
         }
     }
 
