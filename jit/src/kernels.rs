@@ -184,9 +184,24 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             Some((k, found))
         })
         .collect();
+    // Arithmetic maps are generated code while layouts are chosen, and the routine only where
+    // their tensors stay planar: a squeeze-excitation's product between blocked convolutions
+    // is better stored blocked by generated code than planar by the routine.
+    let (arithmetic, found): (Vec<_>, Vec<_>) =
+        found.into_iter().partition(|(_, found)| matches!(found, Found::Map(map) if map.arithmetic()));
     let crate::blocking::Blocking { block, tensors: blocked_tensors, mut convs, mut pools } =
         crate::blocking::choose(module, main_index, &found, config);
-    for (k, found) in found {
+    let mut touch_blocked: HashSet<String> = HashSet::new();
+    module.funcs[main_index].body.walk(&mut |s| {
+        if let Stmt::Evaluate(Call { callee: Callee::Func(name), args }) = s
+            && args.iter().any(|a| matches!(a, Arg::Buffer(b) if blocked_tensors.contains(b)))
+        {
+            touch_blocked.insert(name.clone());
+        }
+    });
+    let arithmetic: Vec<_> =
+        arithmetic.into_iter().filter(|&(k, _)| !touch_blocked.contains(&module.funcs[k].name)).collect();
+    for (k, found) in found.into_iter().chain(arithmetic) {
         let (before, rest) = module.funcs.split_at_mut(k.max(main_index));
         let (f, main) =
             if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };

@@ -735,3 +735,50 @@ fn gemm_activations_of_biased_sums_run_as_the_elementwise_routine() {
         agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &format!("{activation:?} of a GEMM"));
     }
 }
+
+/// Large standalone arithmetic chains (ReLU, hard-swish, a residual sum's ReLU, a per-channel
+/// scale) run as the elementwise routine, a small one stays generated code; each matches the
+/// interpreter on 1 and 2 threads, NaN and ±∞ included.
+#[test]
+fn large_arithmetic_chains_run_as_the_elementwise_routine() {
+    use heron_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType, UnaryOp};
+    for (what, shape, routine) in [
+        ("relu", vec![2, 8, 30, 31], true),
+        ("hardswish", vec![1, 16, 20, 20], true),
+        ("residual", vec![3, 4100], true),
+        ("scale", vec![1, 16, 17, 17], true),
+        ("relu", vec![4, 250], false),
+    ] {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, shape.clone()));
+        let n: usize = shape.iter().product();
+        let y = match what {
+            "relu" => g.add_op("relu", Op::Unary(UnaryOp::Relu), &[x]),
+            "hardswish" => g.add_op("hardswish", Op::Unary(UnaryOp::HardSwish), &[x]),
+            "residual" => {
+                let c = g.add_constant("c", Tensor::from_vec(&shape, values(n, 4)).expect("constant"));
+                let s = g.add_op("sum", Op::Binary(BinaryOp::Add), &[x, c]).expect("sum");
+                g.add_op("relu", Op::Unary(UnaryOp::Relu), &[s])
+            }
+            _ => {
+                let c = g.add_constant("c", Tensor::from_vec(&[16, 1, 1], values(16, 4)).expect("constant"));
+                g.add_op("scale", Op::Binary(BinaryOp::Mul), &[x, c])
+            }
+        }
+        .expect("op");
+        g.set_outputs(vec![y]);
+        let model = Model::from_graph(what, g).expect("model");
+        let what = format!("{what} of {shape:?}");
+        if KernelConfig::host(1).is_some() {
+            let (_, text) = target_stage(&model, KernelConfig::host(1));
+            let calls = text.matches("call extern \"heron_map_f32\"").count();
+            assert_eq!(calls, usize::from(routine), "{what}:\n{text}");
+        }
+        let mut data = values(n, 12).iter().map(|v| v * 10.0).collect::<Vec<_>>();
+        data[7] = f32::NEG_INFINITY;
+        data[n / 2] = f32::INFINITY;
+        data[n - 1] = f32::NAN;
+        let input = Tensor::from_vec(&shape, data).expect("input");
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &what);
+    }
+}

@@ -58,6 +58,14 @@ impl MapOp {
         matches!(self, MapOp::Exp | MapOp::Sigmoid | MapOp::Tanh | MapOp::Erf | MapOp::TanhSoftplus)
     }
 
+    fn is_unary(self) -> bool {
+        self.is_transcendental() || matches!(self, MapOp::Neg | MapOp::Abs | MapOp::Sqrt)
+    }
+
+    fn is_binary(self) -> bool {
+        matches!(self, MapOp::Add | MapOp::Sub | MapOp::Mul | MapOp::Div | MapOp::Min | MapOp::Max)
+    }
+
     fn code(self) -> u8 {
         match self {
             MapOp::Input(k) => 0x10 | k,
@@ -169,6 +177,12 @@ impl Program {
         Ok(program)
     }
 
+    /// Whether the program is a chain of steps on one input (see `Chain`), which the vector
+    /// code runs with its values in registers.
+    pub fn is_chain(&self) -> bool {
+        Chain::of(self).is_some()
+    }
+
     pub fn ops(&self) -> &[MapOp] {
         &self.ops[..self.len]
     }
@@ -266,6 +280,61 @@ impl Tail<'_> {
 /// Where a block reads an input: a pointer at the block's first element, one value, or a
 /// vector's worth of values repeated (`Lanes(p, n)`: element `i` is `p[i % n]`, a per-channel
 /// value over a channel-blocked tensor's pixels).
+/// A program that is a chain of steps on one input's value, the running value its only
+/// stack entry but for one operand at a time: `Input(k)`, then unary functions and binary
+/// operations whose right operand is an input or a constant. The vector code keeps the value
+/// of a block in registers through it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Chain {
+    steps: [Step; MAX_OPS],
+    len: usize,
+}
+
+/// One step of a [`Chain`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Step {
+    Unary(MapOp),
+    /// The operation and its right operand.
+    Binary(MapOp, Right),
+}
+
+/// The right operand of a [`Step::Binary`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Right {
+    Input(u8),
+    Const(u8),
+}
+
+impl Chain {
+    /// The input the chain starts from and its steps, if `program` is one.
+    pub(crate) fn of(program: &Program) -> Option<(u8, Chain)> {
+        let ops = program.ops();
+        let Some(&MapOp::Input(first)) = ops.first() else { return None };
+        let mut chain = Chain { steps: [Step::Unary(MapOp::Neg); MAX_OPS], len: 0 };
+        let mut rest = &ops[1..];
+        while let [op, tail @ ..] = rest {
+            let (step, tail) = match (*op, tail) {
+                (MapOp::Input(k), [binary, tail @ ..]) if binary.is_binary() => {
+                    (Step::Binary(*binary, Right::Input(k)), tail)
+                }
+                (MapOp::Const(k), [binary, tail @ ..]) if binary.is_binary() => {
+                    (Step::Binary(*binary, Right::Const(k)), tail)
+                }
+                (unary, _) if unary.is_unary() => (Step::Unary(unary), tail),
+                _ => return None,
+            };
+            chain.steps[chain.len] = step;
+            chain.len += 1;
+            rest = tail;
+        }
+        Some((first, chain))
+    }
+
+    pub(crate) fn steps(&self) -> &[Step] {
+        &self.steps[..self.len]
+    }
+}
+
 #[derive(Clone, Copy)]
 pub(crate) enum Source {
     Full(*const f32),
@@ -431,16 +500,17 @@ pub(crate) unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_
     }
 }
 
-/// `e^x` (Cody-Waite reduction, a degree-6 polynomial) and the sigmoid (eighths of a power of
-/// two from a table, a degree-4 polynomial), the vector code's steps one lane at a time.
+/// `e^x` and the sigmoid (eighths of a power of two from a table, a degree-4 polynomial), the
+/// vector code's steps one lane at a time.
 pub(crate) mod scalar {
-    pub(super) const HI: f32 = 88.722_84;
-    pub(super) const LO: f32 = -103.972_08;
+    /// Where `exp` clamps its input: `e^89` overflows and `e^-104` rounds to 0, so the clamped
+    /// input's result is the true one's (∞ or 0) and no special case is needed past them.
+    pub(super) const EXP_HI: f32 = 89.0;
+    pub(super) const EXP_LO: f32 = -104.0;
     pub(super) const MAGIC: f32 = 12_582_912.0;
+    /// `ln 2` in two parts, the first with few enough bits that `k · C1 / 8` is exact.
     pub(super) const C1: f32 = 0.693_359_4;
     pub(super) const C2: f32 = -2.121_944_4e-4;
-    pub(super) const POLY: [f32; 6] =
-        [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 
     /// Where a sigmoid's `-|x|` is clamped, and below which its result is 0: `e^-87` (and the
     /// power of two that builds it) is still a normal float, so for inputs of at least 2^-125
@@ -595,67 +665,60 @@ pub(crate) mod scalar {
         if x < -SILU_BOUND { x * 0.0 } else { x / (1.0 + power.mul_add(p, power)) }
     }
 
-    /// `e^x` of an `x` in range as `e^r` and the power of two `n` (`x = n·ln 2 + r`) that
-    /// scales it.
-    fn reduced_exp(x: f32) -> (f32, i32) {
-        let shifted = x * std::f32::consts::LOG2_E + MAGIC;
-        let n = shifted - MAGIC;
-        let ni = (shifted.to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-        let r = (-n).mul_add(C1, x);
-        let r = (-n).mul_add(C2, r);
-        let mut p = POLY[0];
-        for c in &POLY[1..] {
-            p = p.mul_add(r, *c);
-        }
-        let p = p.mul_add(r * r, r);
-        (p + 1.0, ni)
+    /// `e^x = 2^n · 2^(j/8) · e^r` as the sigmoid's exponential ([`sigmoid`]), `x` clamped to
+    /// `EXP_LO..=EXP_HI` (NaN stays NaN), and `2^(j/8) · e^r` scaled by `2^n` with one rounding
+    /// ([`scale`]), so the results from −104 to −87.3 are the correctly rounded subnormals of
+    /// that product. Within 1.5e-7 of the true value, relative, where it is normal.
+    pub(crate) fn exp(x: f32) -> f32 {
+        let c = min_or_second(EXP_HI, max_or_second(EXP_LO, x));
+        let shifted = c.mul_add(8.0 * std::f32::consts::LOG2_E, MAGIC);
+        let k = shifted - MAGIC;
+        let r = (-k).mul_add(C1 / 8.0, c);
+        let r = (-k).mul_add(C2 / 8.0, r);
+        let [c4, c3, c2] = EIGHTHS_POLY;
+        let q = r.mul_add(c4, c3).mul_add(r, c2);
+        let p = q.mul_add(r * r, r);
+        let t = EIGHTHS[(shifted.to_bits() & 7) as usize];
+        scale(t.mul_add(p, t), k)
     }
 
-    pub(crate) fn exp(x: f32) -> f32 {
-        let (above, below) = (x > HI, x < LO);
-        let xc = if below {
-            LO
-        } else if above {
-            HI
-        } else {
-            x
-        };
-        let (e, ni) = reduced_exp(xc);
-        let half = ni >> 1;
-        let rest = ni.wrapping_sub(half);
-        let (s1, s2) = (
-            f32::from_bits((half.wrapping_add(127) << 23) as u32),
-            f32::from_bits((rest.wrapping_add(127) << 23) as u32),
-        );
-        let e = e * s1 * s2;
-        if above {
-            f32::INFINITY
-        } else if below {
-            0.0
-        } else {
-            e
-        }
+    /// `e · 2^n` rounded once, for `e` in `[0.5, 2)` and `n = ⌊k / 8⌋` in `-150..=128` (`k`
+    /// an integer): two normal factors `2^⌊n/2⌋` and `2^(n − ⌊n/2⌋)`, the first product exact.
+    /// AVX-512's `vscalefps` gives the same bits in one step.
+    fn scale(e: f32, k: f32) -> f32 {
+        let n = (k as i32) >> 3;
+        let half = n >> 1;
+        let power = |m: i32| f32::from_bits(((m + 127) << 23) as u32);
+        e * power(half) * power(n - half)
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::scalar::{
-        C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND, SOFTPLUS_HI,
-        TANH,
+        C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, MAGIC, OddRational, SIGMOID_LO, SILU_BOUND,
+        SOFTPLUS_HI, TANH,
     };
-    use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source};
+    use super::{BLOCK, Chain, MAX_DEPTH, MapOp, Program, Right, Source, Step};
 
     /// Evaluates `program` on `len` elements, a block of [`BLOCK`] (vectors of `$lanes`) at a
     /// time, with this ISA's operations (module `$ops`); the stack lives across blocks (zeroing
     /// it per block, and blocks of four 8-lane vectors, cost a third of a copy's time).
     macro_rules! evaluator {
-        ($name:ident, $feature:literal, $lanes:literal, $ops:ident, $v:ty) => {
+        ($name:ident, $feature:literal, $lanes:literal, $chain:literal, $ops:ident, $v:ty) => {
             #[target_feature(enable = $feature)]
             pub(super) unsafe fn $name(program: &Program, sources: [Source; 3], out: *mut f32, len: usize) {
-                use $name::{VECTORS, block};
-                let mut stack = [[$ops::zero(); VECTORS]; MAX_DEPTH];
+                use $name::{VECTORS, block, chain};
                 let mut at = 0;
+                // A chain on one whole input (a standalone activation, a clamp, a residual
+                // add): its whole blocks in registers, without the stack.
+                if let Some((k, steps)) = Chain::of(program)
+                    && let Source::Full(src) = sources[usize::from(k)]
+                {
+                    // SAFETY: the caller's promise, for elements `0..len`.
+                    at = unsafe { chain(program, &steps, &sources, src, out, len) };
+                }
+                let mut stack = [[$ops::zero(); VECTORS]; MAX_DEPTH];
                 while at < len {
                     let n = (len - at).min(VECTORS * $lanes);
                     // SAFETY: the caller's promise, for elements `at..at + n`. A whole block
@@ -673,9 +736,77 @@ pub(crate) mod x86 {
             }
 
             mod $name {
-                use super::{BLOCK, MAX_DEPTH, MapOp, Program, Source, $ops};
+                use super::{BLOCK, Chain, MAX_DEPTH, MapOp, Program, Right, Source, Step, $ops};
 
                 pub(super) const VECTORS: usize = BLOCK / $lanes;
+                /// Vectors a chain takes at a time: enough to hide its dispatch per step.
+                const CHAIN_VECTORS: usize = $chain;
+
+                /// `out[i] = steps(src[i])` over the whole blocks of `0..len`; returns where
+                /// they end.
+                ///
+                /// # Safety
+                /// `src`, `out` and every `Full` source hold `len` elements.
+                #[inline]
+                #[target_feature(enable = $feature)]
+                pub(super) unsafe fn chain(
+                    program: &Program,
+                    steps: &Chain,
+                    sources: &[Source; 3],
+                    src: *const f32,
+                    out: *mut f32,
+                    len: usize,
+                ) -> usize {
+                    let step = CHAIN_VECTORS * $lanes;
+                    let mut at = 0;
+                    while at + step <= len {
+                        let mut acc = [$ops::zero(); CHAIN_VECTORS];
+                        for (v, x) in acc.iter_mut().enumerate() {
+                            // SAFETY: `at + step <= len`.
+                            *x = unsafe { $ops::load(src.add(at + v * $lanes), $lanes) };
+                        }
+                        for &step in steps.steps() {
+                            acc = match step {
+                                Step::Unary(MapOp::Exp) => $ops::exp(acc),
+                                Step::Unary(MapOp::Sigmoid) => $ops::sigmoid(acc),
+                                Step::Unary(MapOp::Tanh) => $ops::tanh(acc),
+                                Step::Unary(MapOp::Erf) => $ops::erf(acc),
+                                Step::Unary(MapOp::TanhSoftplus) => $ops::tanh_softplus(acc),
+                                Step::Unary(MapOp::Neg) => acc.map(|x| $ops::neg(x)),
+                                Step::Unary(MapOp::Abs) => acc.map(|x| $ops::abs(x)),
+                                Step::Unary(_) => acc.map(|x| $ops::sqrt(x)),
+                                Step::Binary(op, right) => {
+                                    let b: [$v; CHAIN_VECTORS] = match right {
+                                        Right::Const(k) => [$ops::splat(program.consts[usize::from(k)]); CHAIN_VECTORS],
+                                        Right::Input(j) => match sources[usize::from(j)] {
+                                            // SAFETY: `at + step <= len`, inside the source.
+                                            Source::Full(p) => std::array::from_fn(|v| unsafe {
+                                                $ops::load(p.add(at + v * $lanes), $lanes)
+                                            }),
+                                            Source::Value(x) => [$ops::splat(x); CHAIN_VECTORS],
+                                            // SAFETY: a pattern of this ISA's lanes.
+                                            Source::Lanes(p, _) => [unsafe { $ops::load(p, $lanes) }; CHAIN_VECTORS],
+                                        },
+                                    };
+                                    match op {
+                                        MapOp::Add => std::array::from_fn(|v| $ops::add(acc[v], b[v])),
+                                        MapOp::Sub => std::array::from_fn(|v| $ops::sub(acc[v], b[v])),
+                                        MapOp::Mul => std::array::from_fn(|v| $ops::mul(acc[v], b[v])),
+                                        MapOp::Div => std::array::from_fn(|v| $ops::div(acc[v], b[v])),
+                                        MapOp::Min => std::array::from_fn(|v| $ops::min(acc[v], b[v])),
+                                        _ => std::array::from_fn(|v| $ops::max(acc[v], b[v])),
+                                    }
+                                }
+                            };
+                        }
+                        for (v, y) in acc.into_iter().enumerate() {
+                            // SAFETY: as the load.
+                            unsafe { $ops::store(out.add(at + v * $lanes), y, $lanes) };
+                        }
+                        at += step;
+                    }
+                    at
+                }
 
                 /// Elements `at..at + n` (`n` a whole block when `FULL`).
                 ///
@@ -769,8 +900,8 @@ pub(crate) mod x86 {
         };
     }
 
-    evaluator!(avx512, "avx512f", 16, z, std::arch::x86_64::__m512);
-    evaluator!(avx2, "avx2,fma", 8, y, std::arch::x86_64::__m256);
+    evaluator!(avx512, "avx512f", 16, 8, z, std::arch::x86_64::__m512);
+    evaluator!(avx2, "avx2,fma", 8, 8, y, std::arch::x86_64::__m256);
 
     /// `exp`, `sigmoid`, SiLU, `tanh`, `erf` and `tanh(softplus)` over a module's primitives (`splat`, `add`,
     /// `sub`, `mul`, `div`, `neg`, `abs`, `fmadd`, `fnmadd`, `fmsub`, `gt`, `lt`, `select`, `min_or_second`,
@@ -864,48 +995,23 @@ pub(crate) mod x86 {
                 }
                 e
             }
-            /// `e^x` on `N` vectors, each step over all of them so that their dependency chains
-            /// overlap.
+            /// `e^x` on `N` vectors: the scalar code's steps.
             #[inline]
             #[target_feature(enable = $feature)]
             pub(crate) fn exp<const N: usize>(x: [$v; N]) -> [$v; N] {
-                // Placeholders, each overwritten below before it is read.
-                let (mut above, mut below) = ([gt(x[0], x[0]); N], [gt(x[0], x[0]); N]);
-                let mut xc = x;
+                let [c4, c3, c2] = EIGHTHS_POLY;
+                let mut out = x;
                 for v in 0..N {
-                    (above[v], below[v]) = (gt(x[v], splat(HI)), lt(x[v], splat(LO)));
-                    xc[v] = select(below[v], splat(LO), select(above[v], splat(HI), x[v]));
+                    let c = min_or_second(splat(EXP_HI), max_or_second(splat(EXP_LO), x[v]));
+                    let shifted = fmadd(c, splat(8.0 * std::f32::consts::LOG2_E), splat(MAGIC));
+                    let k = sub(shifted, splat(MAGIC));
+                    let r = fnmadd(k, splat(C2 / 8.0), fnmadd(k, splat(C1 / 8.0), c));
+                    let q = fmadd(fmadd(r, splat(c4), splat(c3)), r, splat(c2));
+                    let p = fmadd(q, mul(r, r), r);
+                    let t = eighth(shifted);
+                    out[v] = scale(fmadd(t, p, t), k);
                 }
-                let (mut p, shifted) = reduced_exp(xc);
-                for v in 0..N {
-                    let e = select(above[v], splat(f32::INFINITY), scale(p[v], shifted[v]));
-                    p[v] = select(below[v], splat(0.0), e);
-                }
-                p
-            }
-            /// `e^r` of `N` vectors in range, and `x·log2 e + MAGIC`, whose bits hold the power of
-            /// two `n` that scales it.
-            #[inline]
-            #[target_feature(enable = $feature)]
-            fn reduced_exp<const N: usize>(x: [$v; N]) -> ([$v; N], [$v; N]) {
-                let (mut shifted, mut r, mut p) = (x, x, x);
-                for v in 0..N {
-                    shifted[v] = add(mul(x[v], splat(std::f32::consts::LOG2_E)), splat(MAGIC));
-                }
-                for v in 0..N {
-                    let n = sub(shifted[v], splat(MAGIC));
-                    r[v] = fnmadd(n, splat(C2), fnmadd(n, splat(C1), x[v]));
-                    p[v] = splat(POLY[0]);
-                }
-                for c in &POLY[1..] {
-                    for v in 0..N {
-                        p[v] = fmadd(p[v], r[v], splat(*c));
-                    }
-                }
-                for v in 0..N {
-                    p[v] = add(fmadd(p[v], mul(r[v], r[v]), r[v]), splat(1.0));
-                }
-                (p, shifted)
+                out
             }
         };
     }
@@ -916,8 +1022,8 @@ pub(crate) mod x86 {
         use std::arch::x86_64::*;
 
         use super::{
-            C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND,
-            SOFTPLUS_HI, TANH,
+            C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, MAGIC, OddRational, SIGMOID_LO,
+            SILU_BOUND, SOFTPLUS_HI, TANH,
         };
 
         #[inline]
@@ -1013,11 +1119,6 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx512f")]
-        fn gt(a: __m512, b: __m512) -> __mmask16 {
-            _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b)
-        }
-        #[inline]
-        #[target_feature(enable = "avx512f")]
         pub(super) fn lt(a: __m512, b: __m512) -> __mmask16 {
             _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b)
         }
@@ -1032,17 +1133,20 @@ pub(crate) mod x86 {
         pub(super) fn select(mask: __mmask16, then: __m512, otherwise: __m512) -> __m512 {
             _mm512_mask_blend_ps(mask, otherwise, then)
         }
-        /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
-        /// factors so neither exponent overflows.
+        /// `e · 2^⌊k/8⌋` rounded once (the scalar `scale`).
         #[inline]
         #[target_feature(enable = "avx512f")]
-        fn scale(e: __m512, shifted: __m512) -> __m512 {
-            let n = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(MAGIC.to_bits() as i32));
-            let half = _mm512_srai_epi32::<1>(n);
-            let bias = _mm512_set1_epi32(127);
-            let s1 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(half, bias)));
-            let s2 = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_sub_epi32(n, half), bias)));
-            _mm512_mul_ps(_mm512_mul_ps(e, s1), s2)
+        fn scale(e: __m512, k: __m512) -> __m512 {
+            _mm512_scalef_ps(e, _mm512_mul_ps(k, _mm512_set1_ps(0.125)))
+        }
+        /// `2^(j/8)` for the `8n + j` in `shifted` (`8n + j + MAGIC`): the [`EIGHTHS`] entry
+        /// (the table twice over, since the lookup reads four bits).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn eighth(shifted: __m512) -> __m512 {
+            let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS;
+            let table = _mm512_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7, t0, t1, t2, t3, t4, t5, t6, t7);
+            _mm512_permutexvar_ps(_mm512_castps_si512(shifted), table)
         }
         /// `a < b ? a : b`: `b` when either is NaN.
         #[inline]
@@ -1098,8 +1202,8 @@ pub(crate) mod x86 {
         use std::arch::x86_64::*;
 
         use super::{
-            C1, C2, EIGHTHS_BITS, EIGHTHS_POLY, ERF, HI, LO, MAGIC, OddRational, POLY, SIGMOID_LO, SILU_BOUND,
-            SOFTPLUS_HI, TANH,
+            C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, MAGIC, OddRational, SIGMOID_LO,
+            SILU_BOUND, SOFTPLUS_HI, TANH,
         };
 
         #[inline]
@@ -1207,11 +1311,6 @@ pub(crate) mod x86 {
         }
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        fn gt(a: __m256, b: __m256) -> __m256 {
-            _mm256_cmp_ps::<_CMP_GT_OQ>(a, b)
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,fma")]
         pub(super) fn lt(a: __m256, b: __m256) -> __m256 {
             _mm256_cmp_ps::<_CMP_LT_OQ>(a, b)
         }
@@ -1220,12 +1319,11 @@ pub(crate) mod x86 {
         pub(super) fn le(a: __m256, b: __m256) -> __m256 {
             _mm256_cmp_ps::<_CMP_LE_OQ>(a, b)
         }
-        /// `e · 2^n` for the integer `n` in `shifted`'s low mantissa bits (`n + MAGIC`), as two
-        /// factors so neither exponent overflows.
+        /// `e · 2^⌊k/8⌋` rounded once: the scalar `scale`'s two factors.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        fn scale(e: __m256, shifted: __m256) -> __m256 {
-            let n = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(MAGIC.to_bits() as i32));
+        fn scale(e: __m256, k: __m256) -> __m256 {
+            let n = _mm256_srai_epi32::<3>(_mm256_cvtps_epi32(k));
             let half = _mm256_srai_epi32::<1>(n);
             let bias = _mm256_set1_epi32(127);
             let s1 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(half, bias)));
@@ -1249,6 +1347,13 @@ pub(crate) mod x86 {
         #[target_feature(enable = "avx2,fma")]
         fn if_sign(x: __m256, then: __m256, otherwise: __m256) -> __m256 {
             _mm256_blendv_ps(otherwise, then, x)
+        }
+        /// `2^(j/8)` for the `8n + j` in `shifted` (`8n + j + MAGIC`): the [`EIGHTHS`] entry.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn eighth(shifted: __m256) -> __m256 {
+            let [t0, t1, t2, t3, t4, t5, t6, t7] = EIGHTHS;
+            _mm256_permutevar8x32_ps(_mm256_setr_ps(t0, t1, t2, t3, t4, t5, t6, t7), _mm256_castps_si256(shifted))
         }
         /// `2^n · 2^(j/8)` for the `8n + j` in `shifted` (`8n + j + MAGIC`): the
         /// [`EIGHTHS_BITS`] entry plus `shifted`'s bits shifted left by 20.

@@ -64,7 +64,7 @@ fn f32_result(v: f64) -> f64 {
     f64::from(v as f32)
 }
 
-/// Programs and their constants (the last, Mish) : SiLU, sigmoid, hard-swish `x·min(max(x + 3, 0), 6) / 6`, a
+/// Programs and their constants: SiLU, sigmoid, hard-swish `x·min(max(x + 3, 0), 6) / 6`, a
 /// squeeze-excitation scale `x·sigmoid(s)`, a residual `relu(x + y)`, LeakyReLU
 /// `x < 0 ? 0.1·x : x`, ELU-like `x <= y ? exp(x) − 1 : x`, and one of everything.
 fn programs() -> Vec<(Vec<MapOp>, Vec<f32>)> {
@@ -85,6 +85,32 @@ fn programs() -> Vec<(Vec<MapOp>, Vec<f32>)> {
         (vec![Input(0), Input(0), Const(0), Mul, Erf, Const(1), Add, Mul, Const(2), Mul], vec![0.707_106_77, 1.0, 0.5]),
         // Mish: x · tanh(softplus(x)).
         (vec![Input(0), Input(0), TanhSoftplus, Mul], vec![]),
+        // Chains (the running value in registers): hard-swish as lowering orders it, and one
+        // from the second input through every unary step and both operand kinds.
+        (
+            vec![Input(0), Const(0), Add, Const(1), Max, Const(2), Min, Input(0), Mul, Const(2), Div],
+            vec![3.0, 0.0, 6.0],
+        ),
+        (
+            vec![
+                Input(1),
+                Neg,
+                Abs,
+                Sqrt,
+                Input(0),
+                Sub,
+                Exp,
+                Const(0),
+                Mul,
+                Sigmoid,
+                Tanh,
+                Erf,
+                TanhSoftplus,
+                Input(2),
+                Min,
+            ],
+            vec![0.5],
+        ),
     ]
 }
 
@@ -133,9 +159,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]
     fn programs_match_the_reference(
-        which in 0usize..11,
+        which in 0usize..13,
         rows in 1usize..9,
-        cols in 1usize..150,
+        cols in 1usize..300,
         per_row in any::<[bool; 3]>(),
         scale in prop_oneof![Just(1.0f32), Just(30.0), Just(200.0)],
         special_every in prop_oneof![Just(0usize), Just(7), Just(13)],
@@ -197,6 +223,37 @@ fn sigmoid_is_accurate_over_its_range() {
             assert_eq!(got, 0.0, "sigmoid({x})");
         } else {
             assert!(error <= 2.5e-7 * want, "sigmoid({x}) = {got}, want {want}");
+        }
+    }
+    for other in &results[1..] {
+        assert!(same_bits(&results[0], other), "the ISAs differ");
+    }
+}
+
+/// `exp` every 1/256 from −110 to 90 and at the edges: within 1.5e-7 of the f64 value,
+/// relative, where that is a normal float; within one subnormal spacing below (from −87.3);
+/// 0 from −104 down, ∞ where the value overflows (from 88.73); NaN kept; the same bits on
+/// every ISA.
+#[test]
+fn exp_is_accurate_over_its_range() {
+    let mut x: Vec<f32> = (-110 * 256..=90 * 256).map(|k| k as f32 / 256.0).collect();
+    x.extend([88.722_83, 88.722_84, 88.73, -87.336_54, -103.972_08, -103.98, 1e-30, -1e-30, 1e30, -1e30]);
+    x.extend([f32::MAX, -f32::MAX, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+    let program = Program::new(&[Input(0), Exp], &[]).unwrap();
+    let results = on_every_isa(&program, &x);
+    let (max_normal, spacing) = (f64::from(f32::MAX), f64::from(f32::from_bits(1)));
+    for (&x, &got) in x.iter().zip(&results[0]) {
+        let want = f64::from(x).exp();
+        if x.is_nan() {
+            assert!(got.is_nan(), "exp(NaN) = {got}");
+        } else if want > max_normal * (1.0 + 1e-7) {
+            assert_eq!(got, f32::INFINITY, "exp({x})");
+        } else if want < spacing / 2.0 * (1.0 - 1e-6) {
+            assert_eq!(got, 0.0, "exp({x})");
+        } else if want < f64::from(f32::MIN_POSITIVE) {
+            assert!((f64::from(got) - want).abs() <= spacing, "exp({x}) = {got}, want {want}");
+        } else if want <= max_normal {
+            assert!((f64::from(got) - want).abs() <= 1.5e-7 * want, "exp({x}) = {got}, want {want}");
         }
     }
     for other in &results[1..] {
