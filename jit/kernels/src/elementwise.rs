@@ -1157,7 +1157,7 @@ pub(crate) mod x86 {
         /// `a > b ? a : b`: `b` when either is NaN.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        fn max_or_second(a: __m512, b: __m512) -> __m512 {
+        pub(crate) fn max_or_second(a: __m512, b: __m512) -> __m512 {
             _mm512_max_ps(a, b)
         }
         /// `x`'s sign bit set ? `then` : `otherwise`, lane-wise.
@@ -1339,7 +1339,7 @@ pub(crate) mod x86 {
         /// `a > b ? a : b`: `b` when either is NaN.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        fn max_or_second(a: __m256, b: __m256) -> __m256 {
+        pub(crate) fn max_or_second(a: __m256, b: __m256) -> __m256 {
             _mm256_max_ps(a, b)
         }
         /// `x`'s sign bit set ? `then` : `otherwise`, lane-wise.

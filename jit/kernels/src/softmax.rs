@@ -5,9 +5,10 @@
 //! Each line `x[o, 0..n, i]` is three passes: its maximum `m`; `e = exp(x - m)`, stored into
 //! the output while summed into `s`; then `out = e · (1 / s)` (softmax) or `out = (x - m) -
 //! ln s` (log-softmax): the loop-IR lowering's formulas to within rounding (its sum runs in
-//! order and it divides). With `inner = 1` a line is a
-//! contiguous row, vectorized along it; otherwise [`LINE_BLOCK`] lines side by side are
-//! vectorized across, one lane per line.
+//! order and it divides). With `inner = 1` a line is a contiguous row, vectorized along it (a
+//! row of at most [`PARTIALS`] elements kept in registers through the three: loaded once,
+//! stored once); otherwise [`LINE_BLOCK`] lines side by side are vectorized across, one lane
+//! per line.
 //!
 //! A line whose maximum is not finite (a NaN in it, or an infinity) is NaN throughout, the
 //! canonical NaN. Every ISA gives the same bits: `exp` is the same operations in every
@@ -242,7 +243,8 @@ mod x86 {
                         if k > 0 {
                             // SAFETY: `k` elements from `at + v·lanes` are inside `x`.
                             let xv = unsafe { $ops::load(x.add(at + v * $lanes), k) };
-                            m[v] = $ops::max(m[v], if FULL { xv } else { $ops::fill_past(xv, k, f32::NEG_INFINITY) });
+                            let xv = if FULL { xv } else { $ops::fill_past(xv, k, f32::NEG_INFINITY) };
+                            m[v] = $ops::max_or_second(m[v], xv);
                         }
                     }
                 }
@@ -278,6 +280,69 @@ mod x86 {
                         }
                     }
                 }
+                /// The row's maximum from the running maxima (NaN or ±∞ when the row is
+                /// NaN throughout), and its sum from the partial sums: the tree's steps wider
+                /// than a vector, then the rest lane by lane. One step a vector for the
+                /// maxima: a NaN may drop out of them, but then the sum is NaN.
+                #[inline]
+                #[target_feature(enable = $feature)]
+                fn maximum(m: [$v; VECTORS]) -> f32 {
+                    $ops::max_across((1..VECTORS).fold(m[0], |a, v| $ops::max_or_second(a, m[v])))
+                }
+                #[inline]
+                #[target_feature(enable = $feature)]
+                fn total(mut sums: [$v; VECTORS]) -> f32 {
+                    let mut width = VECTORS / 2;
+                    while width > 0 {
+                        for v in 0..width {
+                            sums[v] = $ops::add(sums[v], sums[v + width]);
+                        }
+                        width /= 2;
+                    }
+                    let mut lanes_left = [0.0f32; $lanes];
+                    // SAFETY: `lanes_left` holds one vector.
+                    unsafe { $ops::store(lanes_left.as_mut_ptr(), sums[0], $lanes) };
+                    fold(&mut lanes_left, $lanes / 2)
+                }
+                let nan_row = || {
+                    for at in 0..n {
+                        // SAFETY: `at < n`.
+                        unsafe { *out.add(at) = f32::NAN };
+                    }
+                };
+                if n <= PARTIALS {
+                    // One step, kept in registers: the row loaded once and stored once, with
+                    // the passes' operations (the lanes past it −∞, whose `exp` adds 0).
+                    let mut xs = [$ops::splat(f32::NEG_INFINITY); VECTORS];
+                    for (v, xs) in xs.iter_mut().enumerate() {
+                        let k = lanes::<false>(0, v, n);
+                        if k > 0 {
+                            // SAFETY: `k` elements from `v·lanes` are inside `x`.
+                            *xs = $ops::fill_past(unsafe { $ops::load(x.add(v * $lanes), k) }, k, f32::NEG_INFINITY);
+                        }
+                    }
+                    let m = maximum(xs.map(|x| $ops::max_or_second($ops::splat(f32::NEG_INFINITY), x)));
+                    if !m.is_finite() {
+                        return nan_row();
+                    }
+                    let mv = $ops::splat(m);
+                    let e = $ops::exp(xs.map(|x| $ops::sub(x, mv)));
+                    let s = total(e);
+                    if s.is_nan() {
+                        return nan_row();
+                    }
+                    let (ln_s, r) =
+                        if log { ($ops::splat(s.ln()), $ops::zero()) } else { ($ops::zero(), $ops::splat(1.0 / s)) };
+                    for v in 0..VECTORS {
+                        let k = lanes::<false>(0, v, n);
+                        if k > 0 {
+                            let y = if log { $ops::sub($ops::sub(xs[v], mv), ln_s) } else { $ops::mul(e[v], r) };
+                            // SAFETY: room for `k` elements from `v·lanes` in `out`.
+                            unsafe { $ops::store(out.add(v * $lanes), y, k) };
+                        }
+                    }
+                    return;
+                }
                 let full = n - n % PARTIALS;
                 let mut m = [$ops::splat(f32::NEG_INFINITY); VECTORS];
                 for at in (0..full).step_by(PARTIALS) {
@@ -288,14 +353,9 @@ mod x86 {
                     // SAFETY: the caller's promise.
                     unsafe { max_step::<false>(x, full, n, &mut m) };
                 }
-                let m = (1..VECTORS).fold(m[0], |a, v| $ops::max(a, m[v]));
-                let m = $ops::max_across(m);
+                let m = maximum(m);
                 if !m.is_finite() {
-                    for at in 0..n {
-                        // SAFETY: `at < n`.
-                        unsafe { *out.add(at) = f32::NAN };
-                    }
-                    return;
+                    return nan_row();
                 }
                 let mv = $ops::splat(m);
                 let mut sums = [$ops::zero(); VECTORS];
@@ -307,18 +367,10 @@ mod x86 {
                     // SAFETY: the caller's promise.
                     unsafe { exp_step::<false>(x, out, full, n, mv, &mut sums) };
                 }
-                // The tree's steps wider than a vector, then the rest lane by lane.
-                let mut width = VECTORS / 2;
-                while width > 0 {
-                    for v in 0..width {
-                        sums[v] = $ops::add(sums[v], sums[v + width]);
-                    }
-                    width /= 2;
+                let s = total(sums);
+                if s.is_nan() {
+                    return nan_row();
                 }
-                let mut lanes_left = [0.0f32; $lanes];
-                // SAFETY: `lanes_left` holds one vector.
-                unsafe { $ops::store(lanes_left.as_mut_ptr(), sums[0], $lanes) };
-                let s = fold(&mut lanes_left, $lanes / 2);
                 let (ln_s, r) =
                     if log { ($ops::splat(s.ln()), $ops::zero()) } else { ($ops::zero(), $ops::splat(1.0 / s)) };
                 let normalize = |at: usize, k: usize| {
@@ -507,15 +559,19 @@ mod tests {
             let nan = run(isa, SoftmaxShape { outer: 1, n: 2, inner: 2, log: true }, &[1.0, f32::NAN, 2.0, 3.0], 1);
             assert!(nan[1].is_nan() && nan[3].is_nan() && !nan[0].is_nan(), "{isa:?}: {nan:?}");
         }
-        // A negative NaN (x86's default NaN) in a row: every ISA gives the scalar code's bits.
-        let mut row: Vec<f32> = (0..40).map(|i| i as f32 / 7.0).collect();
-        row[17] = -f32::NAN;
-        for log in [false, true] {
-            let shape = SoftmaxShape { outer: 1, n: 40, inner: 1, log };
-            let want: Vec<u32> = run(Isa::Scalar, shape, &row, 1).iter().map(|v| v.to_bits()).collect();
-            for isa in Isa::available() {
-                let got: Vec<u32> = run(isa, shape, &row, 1).iter().map(|v| v.to_bits()).collect();
-                assert_eq!(got, want, "{isa:?}, log {log}");
+        // A negative NaN (x86's default NaN) or an infinity in a row (one step, and several),
+        // ahead of larger values: every ISA gives the scalar code's bits, NaN throughout.
+        for (n, special) in [(40, -f32::NAN), (150, -f32::NAN), (40, f32::INFINITY), (150, f32::INFINITY)] {
+            let mut row: Vec<f32> = (0..n).map(|i| i as f32 / 7.0).collect();
+            row[17] = special;
+            for log in [false, true] {
+                let shape = SoftmaxShape { outer: 1, n, inner: 1, log };
+                let want: Vec<u32> = run(Isa::Scalar, shape, &row, 1).iter().map(|v| v.to_bits()).collect();
+                assert!(want.iter().all(|&b| f32::from_bits(b).is_nan()), "n {n}, log {log}");
+                for isa in Isa::available() {
+                    let got: Vec<u32> = run(isa, shape, &row, 1).iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{isa:?}, n {n}, log {log}");
+                }
             }
         }
     }
