@@ -617,6 +617,17 @@ pub fn mark_parallel(module: &mut Module) {
                     if let Some(chunks) = extent.as_int().and_then(|n| unrolled_chunks(n, *k)) {
                         break Some((path, Some(Split::Unrolled(chunks, *k))));
                     }
+                    // Every row in one jam (a `[4, N]` elementwise nest): the vector loop inside,
+                    // in chunks around the jam.
+                    if single_iterations
+                        && let Stmt::For { var: v, extent: n, kind: ForKind::Vectorized(_), body: inner } = &**body
+                        && splits_safely(*v, inner, f)
+                        && let Some(chunks) = n.as_int().and_then(|n| parallel_chunks(n, contains_loop(inner), block))
+                        && let repeats_ok = reads_none_of_its_outputs(inner, f)
+                        && register_block(n.as_int().unwrap_or(0) / chunks, true, repeats_ok).1 == *k
+                    {
+                        break Some((path, Some(Split::AroundJam(chunks, repeats_ok))));
+                    }
                 }
                 // No loop above to split (a GEMM with one row): the vector loop itself, in chunks.
                 ForKind::Vectorized(_) if single_iterations && safe() => {
@@ -707,6 +718,9 @@ enum Split {
     Vector(i64, bool),
     /// A loop unrolled by the factor in this many chunks, each a whole number of unrolls.
     Unrolled(i64, u32),
+    /// The vector loop right inside a jammed loop, in this many chunks around the jam; `bool`
+    /// as for `Vector`.
+    AroundJam(i64, bool),
 }
 
 /// Chunks for a loop of `n` iterations unrolled by `k`: the largest count up to
@@ -718,29 +732,62 @@ fn unrolled_chunks(n: i64, k: u32) -> Option<i64> {
 
 /// `for v in 0..n { body }` as `for v_chunk in 0..chunks parallel { for v_in in 0..n/chunks
 /// { body[v := v_chunk * (n/chunks) + v_in] } }`, the inner loop vectorized (its register
-/// block chosen for its own extent) or unrolled as `split` says. Each chunk writes its own
-/// outputs with the same per-element arithmetic, so results do not change.
+/// block chosen for its own extent) or unrolled as `split` says; or, for
+/// [`Split::AroundJam`], the vector loop inside `s` cut so, the chunk loop around `s`. Each
+/// chunk writes its own outputs with the same per-element arithmetic, so results do not
+/// change.
 fn split_loop(s: Stmt, split: Split, vars: &mut Vec<VarDecl>) -> Stmt {
-    let Stmt::For { var, extent, body, .. } = s else { return s };
-    let n = extent.as_int().expect("constant extent, checked by the caller");
+    let Stmt::For { var, extent, kind, body } = s else { return s };
+    if let Split::AroundJam(chunks, repeats_ok) = split {
+        // `for r unrolled(k) { for v vectorized { body } }` as `for v_chunk parallel { for r
+        // unrolled(k) { for v_in vectorized { body } } }`.
+        let Stmt::For { var: v, extent: n, body: inner, .. } = *body else {
+            return Stmt::For { var, extent, kind, body };
+        };
+        let (outer, chunk) = chunked(v, &n, chunks, vars);
+        let vector = Stmt::For {
+            var: chunk.var,
+            extent: Expr::index(chunk.len),
+            kind: ForKind::Vectorized(register_block(chunk.len, true, repeats_ok).0),
+            body: Box::new(inner.map_exprs(&mut |e| substitute(&e, &chunk.at))),
+        };
+        let jam = Stmt::For { var, extent, kind, body: Box::new(vector) };
+        return Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body: Box::new(jam) };
+    }
     let chunks = match split {
-        Split::Vector(chunks, _) | Split::Unrolled(chunks, _) => chunks,
+        Split::Vector(chunks, _) | Split::Unrolled(chunks, _) | Split::AroundJam(chunks, _) => chunks,
     };
-    let chunk = n / chunks;
+    let (outer, chunk) = chunked(var, &extent, chunks, vars);
+    let kind = match split {
+        Split::Vector(_, repeats_ok) | Split::AroundJam(_, repeats_ok) => {
+            ForKind::Vectorized(register_block(chunk.len, false, repeats_ok).0)
+        }
+        Split::Unrolled(_, k) => ForKind::Unrolled(k),
+    };
+    let body = body.map_exprs(&mut |e| substitute(&e, &chunk.at));
+    let inner_loop = Stmt::For { var: chunk.var, extent: Expr::index(chunk.len), kind, body: Box::new(body) };
+    Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body: Box::new(inner_loop) }
+}
+
+/// The inner loop of a loop over `var` cut into `chunks`: its variable, its length, and
+/// `var`'s value in terms of the chunk's and its own.
+struct Chunk {
+    var: VarId,
+    len: i64,
+    at: HashMap<VarId, Expr>,
+}
+
+/// New variables `var_chunk` (returned) and `var_in` for `var`'s loop of `extent` (a constant,
+/// checked by the caller) in `chunks`.
+fn chunked(var: VarId, extent: &Expr, chunks: i64, vars: &mut Vec<VarDecl>) -> (VarId, Chunk) {
+    let len = extent.as_int().unwrap_or(0) / chunks;
     let decl = vars[var.0 as usize].clone();
     let outer = VarId(vars.len() as u32);
     vars.push(VarDecl { name: format!("{}_chunk", decl.name), dtype: decl.dtype });
     let inner = VarId(vars.len() as u32);
     vars.push(VarDecl { name: format!("{}_in", decl.name), dtype: decl.dtype });
-    let at = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(outer), Expr::index(chunk)), Expr::Var(inner));
-    let with: HashMap<VarId, Expr> = [(var, at)].into_iter().collect();
-    let body = body.map_exprs(&mut |e| substitute(&e, &with));
-    let kind = match split {
-        Split::Vector(_, repeats_ok) => ForKind::Vectorized(register_block(chunk, false, repeats_ok).0),
-        Split::Unrolled(_, k) => ForKind::Unrolled(k),
-    };
-    let inner_loop = Stmt::For { var: inner, extent: Expr::index(chunk), kind, body: Box::new(body) };
-    Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body: Box::new(inner_loop) }
+    let at = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(outer), Expr::index(len)), Expr::Var(inner));
+    (outer, Chunk { var: inner, len, at: [(var, at)].into_iter().collect() })
 }
 
 fn is_local_allocation(s: &Stmt, f: &PrimFunc) -> bool {

@@ -80,3 +80,21 @@ fn jammed_rows_run_in_parallel_chunks() {
     assert!(printed.contains("%i_in: i64 in 0..16 unrolled(4)"), "{printed}");
     assert_eq!(run_jit(&m, &x, 65536), want);
 }
+
+/// A 2-d elementwise nest with all its rows in one jam (4 rows of 8000) runs its vector loop in
+/// parallel chunks around the jam, and computes what the interpreter does.
+#[test]
+fn rows_in_one_jam_run_their_columns_in_parallel_chunks() {
+    use heron_jit::schedule::mark_parallel;
+    let text = "func @f(%x: f32[4, 8000], %y: f32[4, 8000]) {\n  for %i: i64 in 0..4 serial {\n    for %j: i64 in 0..8000 serial {\n      %y[%i, %j] = (f32(1.0) / %x[%i, %j])\n    }\n  }\n}\n\nfunc @main(%x: f32[4, 8000], %y: f32[4, 8000]) {\n  call @f(%x, %y)\n}\n";
+    let mut m = parse_module(text).expect("valid loop IR");
+    let x: Vec<f32> = (0..32000).map(|i| (i % 777) as f32 - 388.5).collect();
+    let want = interpret(&m, &x);
+    schedule(&mut m);
+    mark_parallel(&mut m);
+    let printed = print_module(&m, ConstData::Elided);
+    assert!(printed.contains("%j_chunk: i64 in 0..10 parallel"), "{printed}");
+    assert!(printed.contains("%i: i64 in 0..4 unrolled(4)"), "{printed}");
+    assert!(printed.contains("%j_in: i64 in 0..800 vectorized"), "{printed}");
+    assert_eq!(run_jit(&m, &x, 32000), want);
+}
