@@ -257,6 +257,33 @@ fn prelu_fuses_only_as_the_importer_writes_it() {
     }
 }
 
+/// PReLU on a graph input (no anchor to take it) fuses into one group on its product, whose
+/// epilogue picks the product where the input is negative; another threshold stays apart.
+#[test]
+fn prelu_of_a_graph_input_fuses_on_its_product() {
+    use heron_ir::CompareOp;
+    use heron_ir::lower::{Epilogue, fuse};
+    let build = |threshold: f32| {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![2, 3, 4]));
+        let slope = g.add_constant("slope", Tensor::from_vec(&[3, 1], vec![0.1f32, 0.2, 0.3]).unwrap());
+        let zero = g.add_constant("zero", Tensor::from_vec(&[], vec![threshold]).unwrap());
+        let negative = g.add_op("negative", Op::Compare(CompareOp::Less), &[x, zero]).unwrap();
+        let scaled = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[x, slope]).unwrap();
+        let y = g.add_op("prelu", Op::Where, &[negative, scaled, x]).unwrap();
+        g.set_outputs(vec![y]);
+        (g, x, slope)
+    };
+    let (g, x, slope) = build(0.0);
+    let groups = fuse(&g);
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0].epilogue, [Epilogue::PReluOfProduct { input: x }]);
+    assert_eq!(groups[0].inputs, [x, slope]);
+    assert_eq!(groups[0].outputs, g.outputs);
+    let (g, _, _) = build(0.5);
+    assert_eq!(fuse(&g).len(), 3);
+}
+
 /// GELU as exporters write it (`Div(v, √2)`, `Erf`, `Add(·, 1)`, `Mul(v, ·)`, `Mul(·, ½)`, or
 /// `Mul(v, 1/√2)` first) fuses into the convolution producing `v` as one Gelu step; another
 /// constant, or an intermediate read elsewhere too, is not that pattern and stays apart.

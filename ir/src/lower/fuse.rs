@@ -28,6 +28,11 @@ pub enum Epilogue {
     PRelu {
         slope: ValueId,
     },
+    /// `input < 0 ? value : input`: a PReLU on a value no group fused it into (a graph
+    /// input), anchored on its product `input · slope`.
+    PReluOfProduct {
+        input: ValueId,
+    },
     /// `value op other` (or `other op value` when `value_is_lhs` is false), `other`
     /// broadcast to the value's shape.
     Binary {
@@ -82,6 +87,27 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
             outputs: live.iter().map(|&s| node.outputs[s]).collect(),
             output_slots: live,
         };
+        // A PReLU whose value no anchor took (a graph input): one group on its product, which
+        // runs where its Less stood (the slope must exist by then).
+        if node.op == Op::Compare(CompareOp::Less)
+            && let Some(prelu) = prelu(&reads, &absorbed, node.inputs[0])
+            && prelu.nodes[0] == i
+            && producers[prelu.slope.0].is_none_or(|p| p < i)
+        {
+            let [less, product, select] = prelu.nodes;
+            let input = node.inputs[0];
+            prelu.nodes.iter().for_each(|&n| absorbed[n] = true);
+            let inputs = graph.nodes[product].inputs.clone();
+            groups.push(Group {
+                anchor: product,
+                fused: vec![less, select],
+                epilogue: vec![Epilogue::PReluOfProduct { input }],
+                inputs,
+                outputs: vec![graph.nodes[select].outputs[0]],
+                output_slots: vec![0],
+            });
+            continue;
+        }
         if takes_epilogue(&node.op) && node.outputs.len() == 1 {
             let mut cur = node.outputs[0];
             loop {
@@ -165,6 +191,7 @@ impl Epilogue {
         match self {
             Epilogue::Binary { other, .. } => Some(*other),
             Epilogue::PRelu { slope } => Some(*slope),
+            Epilogue::PReluOfProduct { input } => Some(*input),
             _ => None,
         }
     }

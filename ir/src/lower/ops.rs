@@ -212,6 +212,11 @@ impl Epi {
                     let negative = Expr::cmp(CmpOp::Lt, v.clone(), lit(self.dtype, 0.0));
                     Expr::select(negative, mul(v.clone(), slope), v)
                 }
+                Epilogue::PReluOfProduct { .. } => {
+                    let input = operand.as_ref().expect("a PReLU of a product has its input").load_broadcast(out_idx);
+                    let negative = Expr::cmp(CmpOp::Lt, input.clone(), lit(self.dtype, 0.0));
+                    Expr::select(negative, v, input)
+                }
                 Epilogue::Binary { op, value_is_lhs, .. } => {
                     let o = operand.as_ref().expect("binary epilogue has an operand").load_broadcast(out_idx);
                     if *value_is_lhs { binary_expr(*op, v, o, self.dtype) } else { binary_expr(*op, o, v, self.dtype) }
