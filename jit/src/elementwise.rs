@@ -268,10 +268,8 @@ pub(crate) fn match_map(f: &PrimFunc) -> Option<MapPlan> {
     // registers too; on large ones the routine's full-width vectors win where it keeps the
     // values in registers (a chain: ReLU, clamps, hard-swish; measured 1.2-1.6x), and lose to
     // its stack where it does not (LeakyReLU's select: 2.5x slower).
-    if !transcendental && !(program.is_chain() && rows.checked_mul(cols)? >= MIN_CHAIN_ELEMENTS) {
-        return None;
-    }
-    Some(MapPlan { out: *out, inputs, program, rows, cols })
+    let large_chain = program.is_chain() && rows.checked_mul(cols)? >= MIN_CHAIN_ELEMENTS;
+    (transcendental || large_chain).then_some(MapPlan { out: *out, inputs, program, rows, cols })
 }
 
 /// Replaces `f`'s body with the routine's call, in a parallel loop over tasks.
