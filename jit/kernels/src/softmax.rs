@@ -326,7 +326,20 @@ mod x86 {
                         return nan_row();
                     }
                     let mv = $ops::splat(m);
-                    let e = $ops::exp(xs.map(|x| $ops::sub(x, mv)));
+                    // `exp` of the vectors the row reaches, up to four interleaved; those past
+                    // it add 0.
+                    let mut e = [$ops::zero(); VECTORS];
+                    let (used, mut v) = (n.div_ceil($lanes), 0);
+                    while v < used {
+                        let d = |k: usize| $ops::sub(xs[v + k], mv);
+                        match used - v {
+                            1 => e[v] = $ops::exp([d(0)])[0],
+                            2 => [e[v], e[v + 1]] = $ops::exp([d(0), d(1)]),
+                            3 => [e[v], e[v + 1], e[v + 2]] = $ops::exp([d(0), d(1), d(2)]),
+                            _ => [e[v], e[v + 1], e[v + 2], e[v + 3]] = $ops::exp([d(0), d(1), d(2), d(3)]),
+                        }
+                        v += 4;
+                    }
                     let s = total(e);
                     if s.is_nan() {
                         return nan_row();
