@@ -1,12 +1,14 @@
 //! The elementwise pass of the CPU target: a function that is one perfect nest storing
 //! `out[i0, .., in] = f(loads...)` where `f` takes an `exp`, a sigmoid, `tanh` or `erf` — SiLU,
-//! sigmoid, a squeeze-excitation gate, GELU — becomes a call of the kernels' elementwise routine
-//! (`call extern "heron_map_f32"(...)`, shown at `--stage target`), which evaluates `f` as a
-//! small program on full-width vectors (`heron_kernels::elementwise`). `f` may read up to three
-//! f32 buffers, each either element for element (the output's shape) or one value per row of a
-//! `rows × cols` view of the output (trailing axes broadcast: a per-channel value over a
-//! plane), up to four literals, and `+ - × ÷ min max`, `exp`, `sigmoid`, `tanh`, `erf`, `sqrt`,
-//! `abs` and `tanh` of a softplus (Mish); any other function stays generated code.
+//! sigmoid, a squeeze-excitation gate, GELU — or is a large arithmetic chain on a whole tensor
+//! (ReLU, a clamp, hard-swish; see [`match_map`]) becomes a call of the kernels' elementwise
+//! routine (`call extern "heron_map_f32"(...)`, shown at `--stage target`), which evaluates `f`
+//! as a small program on full-width vectors (`heron_kernels::elementwise`). `f` may read up to
+//! three f32 buffers, each either element for element (the output's shape; a buffer of lower
+//! rank lines up with the trailing axes) or one value per row of a `rows × cols` view of the
+//! output (trailing axes broadcast: a per-channel value over a plane), up to four literals, and
+//! `+ - × ÷ min max`, `exp`, `sigmoid`, `tanh`, `erf`, `sqrt`, `abs` and `tanh` of a softplus
+//! (Mish); any other function stays generated code.
 
 use heron_ir::DType;
 use heron_ir::loop_ir::{
@@ -268,7 +270,9 @@ pub(crate) fn match_map(f: &PrimFunc) -> Option<MapPlan> {
     // registers too; on large ones the routine's full-width vectors win where it keeps the
     // values in registers (a chain: ReLU, clamps, hard-swish; measured 1.2-1.6x), and lose to
     // its stack where it does not (LeakyReLU's select: 2.5x slower).
-    let large_chain = program.is_chain() && rows.checked_mul(cols)? >= MIN_CHAIN_ELEMENTS;
+    // A chain from a per-row input would run on the routine's stack.
+    let whole_start = program.chain_input().is_some_and(|k| inputs[usize::from(k)].1 == Operand::Full);
+    let large_chain = whole_start && rows.checked_mul(cols)? >= MIN_CHAIN_ELEMENTS;
     (transcendental || large_chain).then_some(MapPlan { out: *out, inputs, program, rows, cols })
 }
 

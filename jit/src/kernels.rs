@@ -199,8 +199,10 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             touch_blocked.insert(name.clone());
         }
     });
+    // Without vectors the routine is a scalar loop: generated code's 4-lane vectors win.
+    let vectors = config.isa != Isa::Scalar;
     let arithmetic: Vec<_> =
-        arithmetic.into_iter().filter(|&(k, _)| !touch_blocked.contains(&module.funcs[k].name)).collect();
+        arithmetic.into_iter().filter(|&(k, _)| vectors && !touch_blocked.contains(&module.funcs[k].name)).collect();
     for (k, found) in found.into_iter().chain(arithmetic) {
         let (before, rest) = module.funcs.split_at_mut(k.max(main_index));
         let (f, main) =

@@ -592,7 +592,8 @@ const MIN_PARALLEL_WORK: u64 = 1 << 14;
 /// When only loops of one iteration sit above the vectorized output loop (a matrix-vector
 /// product), that loop is split into a parallel loop over chunks around a vector loop; a
 /// jammed (`unrolled(k)`) output loop first met (the rows of a 2-d elementwise nest) is split
-/// into a parallel loop over chunks of whole jams.
+/// into a parallel loop over chunks of whole jams, or, when its rows do not make two such
+/// chunks, the vector loop inside it into chunks around it.
 pub fn mark_parallel(module: &mut Module) {
     let block = channel_block(module);
     for f in module.funcs.iter_mut().filter(|f| f.target.is_none() && f.name != heron_ir::loop_ir::MAIN) {
@@ -617,8 +618,9 @@ pub fn mark_parallel(module: &mut Module) {
                     if let Some(chunks) = extent.as_int().and_then(|n| unrolled_chunks(n, *k)) {
                         break Some((path, Some(Split::Unrolled(chunks, *k))));
                     }
-                    // Every row in one jam (a `[4, N]` elementwise nest): the vector loop inside,
-                    // in chunks around the jam.
+                    // Rows that do not split into chunks of whole jams (a `[4, N]` elementwise
+                    // nest, all its rows one jam): the vector loop inside, in chunks around the
+                    // jam.
                     if single_iterations
                         && let Stmt::For { var: v, extent: n, kind: ForKind::Vectorized(_), body: inner } = &**body
                         && splits_safely(*v, inner, f)
@@ -738,34 +740,35 @@ fn unrolled_chunks(n: i64, k: u32) -> Option<i64> {
 /// change.
 fn split_loop(s: Stmt, split: Split, vars: &mut Vec<VarDecl>) -> Stmt {
     let Stmt::For { var, extent, kind, body } = s else { return s };
-    if let Split::AroundJam(chunks, repeats_ok) = split {
-        // `for r unrolled(k) { for v vectorized { body } }` as `for v_chunk parallel { for r
-        // unrolled(k) { for v_in vectorized { body } } }`.
-        let Stmt::For { var: v, extent: n, body: inner, .. } = *body else {
-            return Stmt::For { var, extent, kind, body };
-        };
-        let (outer, chunk) = chunked(v, &n, chunks, vars);
-        let vector = Stmt::For {
-            var: chunk.var,
-            extent: Expr::index(chunk.len),
-            kind: ForKind::Vectorized(register_block(chunk.len, true, repeats_ok).0),
-            body: Box::new(inner.map_exprs(&mut |e| substitute(&e, &chunk.at))),
-        };
-        let jam = Stmt::For { var, extent, kind, body: Box::new(vector) };
-        return Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body: Box::new(jam) };
-    }
-    let chunks = match split {
-        Split::Vector(chunks, _) | Split::Unrolled(chunks, _) | Split::AroundJam(chunks, _) => chunks,
-    };
-    let (outer, chunk) = chunked(var, &extent, chunks, vars);
-    let kind = match split {
-        Split::Vector(_, repeats_ok) | Split::AroundJam(_, repeats_ok) => {
-            ForKind::Vectorized(register_block(chunk.len, false, repeats_ok).0)
+    let (chunks, inner_kind): (i64, &dyn Fn(i64) -> ForKind) = match split {
+        Split::Vector(chunks, repeats_ok) => {
+            (chunks, &move |len| ForKind::Vectorized(register_block(len, false, repeats_ok).0))
         }
-        Split::Unrolled(_, k) => ForKind::Unrolled(k),
+        Split::Unrolled(chunks, k) => (chunks, &move |_| ForKind::Unrolled(k)),
+        Split::AroundJam(chunks, repeats_ok) => {
+            // `for r unrolled(k) { for v vectorized { body } }` as `for v_chunk parallel { for
+            // r unrolled(k) { for v_in vectorized { body } } }`.
+            let jam = |body| Stmt::For { var, extent: extent.clone(), kind, body };
+            let Stmt::For { var: v, extent: n, kind: v_kind, body: inner } = *body else { return jam(body) };
+            let Some((outer, chunk)) = chunked(v, &n, chunks, vars) else {
+                return jam(Box::new(Stmt::For { var: v, extent: n, kind: v_kind, body: inner }));
+            };
+            let vector = Stmt::For {
+                var: chunk.var,
+                extent: Expr::index(chunk.len),
+                kind: ForKind::Vectorized(register_block(chunk.len, true, repeats_ok).0),
+                body: Box::new(inner.map_exprs(&mut |e| substitute(&e, &chunk.at))),
+            };
+            let body = Box::new(jam(Box::new(vector)));
+            return Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body };
+        }
+    };
+    let Some((outer, chunk)) = chunked(var, &extent, chunks, vars) else {
+        return Stmt::For { var, extent, kind, body };
     };
     let body = body.map_exprs(&mut |e| substitute(&e, &chunk.at));
-    let inner_loop = Stmt::For { var: chunk.var, extent: Expr::index(chunk.len), kind, body: Box::new(body) };
+    let inner_loop =
+        Stmt::For { var: chunk.var, extent: Expr::index(chunk.len), kind: inner_kind(chunk.len), body: Box::new(body) };
     Stmt::For { var: outer, extent: Expr::index(chunks), kind: ForKind::Parallel, body: Box::new(inner_loop) }
 }
 
@@ -777,17 +780,17 @@ struct Chunk {
     at: HashMap<VarId, Expr>,
 }
 
-/// New variables `var_chunk` (returned) and `var_in` for `var`'s loop of `extent` (a constant,
-/// checked by the caller) in `chunks`.
-fn chunked(var: VarId, extent: &Expr, chunks: i64, vars: &mut Vec<VarDecl>) -> (VarId, Chunk) {
-    let len = extent.as_int().unwrap_or(0) / chunks;
+/// New variables `var_chunk` (returned) and `var_in` for `var`'s loop of `extent` in `chunks`;
+/// `None` unless the extent is a constant.
+fn chunked(var: VarId, extent: &Expr, chunks: i64, vars: &mut Vec<VarDecl>) -> Option<(VarId, Chunk)> {
+    let len = extent.as_int()? / chunks;
     let decl = vars[var.0 as usize].clone();
     let outer = VarId(vars.len() as u32);
     vars.push(VarDecl { name: format!("{}_chunk", decl.name), dtype: decl.dtype });
     let inner = VarId(vars.len() as u32);
     vars.push(VarDecl { name: format!("{}_in", decl.name), dtype: decl.dtype });
     let at = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, Expr::Var(outer), Expr::index(len)), Expr::Var(inner));
-    (outer, Chunk { var: inner, len, at: [(var, at)].into_iter().collect() })
+    Some((outer, Chunk { var: inner, len, at: [(var, at)].into_iter().collect() }))
 }
 
 fn is_local_allocation(s: &Stmt, f: &PrimFunc) -> bool {

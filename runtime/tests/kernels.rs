@@ -737,8 +737,9 @@ fn gemm_activations_of_biased_sums_run_as_the_elementwise_routine() {
 }
 
 /// Large standalone arithmetic chains (ReLU, hard-swish, a residual sum's ReLU, a per-channel
-/// scale) run as the elementwise routine, a small one stays generated code; each matches the
-/// interpreter on 1 and 2 threads, NaN and ±∞ included.
+/// scale) run as the elementwise routine; a small one, one starting from the per-channel
+/// operand, and any on the scalar ISA stay generated code; each matches the interpreter on 1
+/// and 2 threads, NaN and ±∞ included.
 #[test]
 fn large_arithmetic_chains_run_as_the_elementwise_routine() {
     use heron_ir::{BinaryOp, DType, Graph, Op, Tensor, TensorType, UnaryOp};
@@ -747,6 +748,8 @@ fn large_arithmetic_chains_run_as_the_elementwise_routine() {
         ("hardswish", vec![1, 16, 20, 20], true),
         ("residual", vec![3, 4100], true),
         ("scale", vec![1, 16, 17, 17], true),
+        // The per-channel scale first: a chain from a per-row input would run on the stack.
+        ("scaled", vec![1, 16, 17, 17], false),
         ("relu", vec![4, 250], false),
     ] {
         let mut g = Graph::new();
@@ -762,7 +765,8 @@ fn large_arithmetic_chains_run_as_the_elementwise_routine() {
             }
             _ => {
                 let c = g.add_constant("c", Tensor::from_vec(&[16, 1, 1], values(16, 4)).expect("constant"));
-                g.add_op("scale", Op::Binary(BinaryOp::Mul), &[x, c])
+                let operands = if what == "scale" { [x, c] } else { [c, x] };
+                g.add_op("scale", Op::Binary(BinaryOp::Mul), &operands)
             }
         }
         .expect("op");
@@ -773,6 +777,10 @@ fn large_arithmetic_chains_run_as_the_elementwise_routine() {
             let (_, text) = target_stage(&model, KernelConfig::host(1));
             let calls = text.matches("call extern \"heron_map_f32\"").count();
             assert_eq!(calls, usize::from(routine), "{what}:\n{text}");
+            // Without vectors the routine would be a scalar loop.
+            let scalar = KernelConfig::host(1).map(|c| KernelConfig { isa: heron_kernels::Isa::Scalar, ..c });
+            let (_, text) = target_stage(&model, scalar);
+            assert!(!text.contains("heron_map_f32"), "{what} on the scalar ISA:\n{text}");
         }
         let mut data = values(n, 12).iter().map(|v| v * 10.0).collect::<Vec<_>>();
         data[7] = f32::NEG_INFINITY;

@@ -88,10 +88,12 @@ pub fn fuse(graph: &Graph) -> Vec<Group> {
             output_slots: live,
         };
         // A PReLU whose value no anchor took (a graph input): one group on its product, which
-        // runs where its Less stood (the slope must exist by then).
+        // runs where its Less stood (the slope must exist by then; the product not yet emitted
+        // as a group of its own).
         if node.op == Op::Compare(CompareOp::Less)
             && let Some(prelu) = prelu(&reads, &absorbed, node.inputs[0])
             && prelu.nodes[0] == i
+            && prelu.nodes[1] > i
             && producers[prelu.slope.0].is_none_or(|p| p < i)
         {
             let [less, product, select] = prelu.nodes;

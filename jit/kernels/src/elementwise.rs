@@ -181,10 +181,10 @@ impl Program {
         Ok(program)
     }
 
-    /// Whether the program is a chain of steps on one input (see `Chain`), which the vector
-    /// code runs with its values in registers.
-    pub fn is_chain(&self) -> bool {
-        Chain::of(self).is_some()
+    /// The input a chain of steps starts from, if the program is one (see `Chain`): the vector
+    /// code runs it with its values in registers when that input is a whole tensor.
+    pub fn chain_input(&self) -> Option<u8> {
+        Chain::of(self).map(|(input, _)| input)
     }
 
     pub fn ops(&self) -> &[MapOp] {
@@ -281,9 +281,6 @@ impl Tail<'_> {
     }
 }
 
-/// Where a block reads an input: a pointer at the block's first element, one value, or a
-/// vector's worth of values repeated (`Lanes(p, n)`: element `i` is `p[i % n]`, a per-channel
-/// value over a channel-blocked tensor's pixels).
 /// A program that is a chain of steps on one input's value, the running value its only
 /// stack entry but for one operand at a time: `Input(k)`, then unary functions and binary
 /// operations whose right operand is an input or a constant. The vector code keeps the value
@@ -339,6 +336,9 @@ impl Chain {
     }
 }
 
+/// Where a block reads an input: a pointer at the block's first element, one value, or a
+/// vector's worth of values repeated (`Lanes(p, n)`: element `i` is `p[i % n]`, a per-channel
+/// value over a channel-blocked tensor's pixels).
 #[derive(Clone, Copy)]
 pub(crate) enum Source {
     Full(*const f32),
@@ -716,7 +716,8 @@ pub(crate) mod x86 {
                 let mut at = 0;
                 // A chain on one whole input (a standalone activation, a clamp, a residual
                 // add): its whole blocks in registers, without the stack.
-                if let Some((k, steps)) = Chain::of(program)
+                if len >= $name::CHAIN_VECTORS * $lanes
+                    && let Some((k, steps)) = Chain::of(program)
                     && let Source::Full(src) = sources[usize::from(k)]
                 {
                     // SAFETY: the caller's promise, for elements `0..len`.
@@ -744,7 +745,7 @@ pub(crate) mod x86 {
 
                 pub(super) const VECTORS: usize = BLOCK / $lanes;
                 /// Vectors a chain takes at a time: enough to hide its dispatch per step.
-                const CHAIN_VECTORS: usize = $chain;
+                pub(super) const CHAIN_VECTORS: usize = $chain;
 
                 /// `out[i] = steps(src[i])` over the whole blocks of `0..len`; returns where
                 /// they end.
@@ -908,8 +909,8 @@ pub(crate) mod x86 {
     evaluator!(avx2, "avx2,fma", 8, 8, y, std::arch::x86_64::__m256);
 
     /// `exp`, `sigmoid`, SiLU, `tanh`, `erf` and `tanh(softplus)` over a module's primitives (`splat`, `add`,
-    /// `sub`, `mul`, `div`, `neg`, `abs`, `fmadd`, `fnmadd`, `fmsub`, `gt`, `lt`, `select`, `min_or_second`,
-    /// `max_or_second`, `if_sign`, `scale`, `power_of_two`): the scalar code's steps.
+    /// `sub`, `mul`, `div`, `neg`, `abs`, `fmadd`, `fnmadd`, `fmsub`, `lt`, `select`, `min_or_second`,
+    /// `max_or_second`, `if_sign`, `scale`, `eighth`, `power_of_two`): the scalar code's steps.
     macro_rules! transcendentals {
         ($feature:literal, $v:ty) => {
             /// `1 / (1 + e^-x)` on `N` vectors (their steps interleaved): the scalar code's
