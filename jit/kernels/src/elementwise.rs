@@ -537,13 +537,7 @@ pub(crate) mod scalar {
     pub(crate) fn sigmoid(x: f32) -> f32 {
         let t = -x.abs();
         let t = if t < SIGMOID_LO { SIGMOID_LO } else { t };
-        let shifted = t.mul_add(8.0 * std::f32::consts::LOG2_E, MAGIC);
-        let k = shifted - MAGIC;
-        let r = (-k).mul_add(C1 / 8.0, t);
-        let r = (-k).mul_add(C2 / 8.0, r);
-        let [c4, c3, c2] = EIGHTHS_POLY;
-        let q = r.mul_add(c4, c3).mul_add(r, c2);
-        let p = q.mul_add(r * r, r);
+        let (shifted, _, p) = eighths(t);
         let bits = shifted.to_bits();
         let power = f32::from_bits(EIGHTHS_BITS[(bits & 7) as usize].wrapping_add(bits << 20));
         let e = power.mul_add(p, power);
@@ -674,16 +668,22 @@ pub(crate) mod scalar {
     /// ([`scale`]), so the results from −104 to −87.3 are the correctly rounded subnormals of
     /// that product. Within 1.5e-7 of the true value, relative, where it is normal.
     pub(crate) fn exp(x: f32) -> f32 {
-        let c = min_or_second(EXP_HI, max_or_second(EXP_LO, x));
-        let shifted = c.mul_add(8.0 * std::f32::consts::LOG2_E, MAGIC);
+        let (shifted, k, p) = eighths(min_or_second(EXP_HI, max_or_second(EXP_LO, x)));
+        let t = EIGHTHS[(shifted.to_bits() & 7) as usize];
+        scale(t.mul_add(p, t), k)
+    }
+
+    /// `e^t = 2^n · 2^(j/8) · (1 + p)` for the exponentials of [`sigmoid`] and [`exp`]: `shifted
+    /// = 8n + j + MAGIC`, `k = 8n + j` the nearest integer to `8t log2 e`, and `p = e^r − 1` for
+    /// the remainder `|r| <= ln 2 / 16`.
+    fn eighths(t: f32) -> (f32, f32, f32) {
+        let shifted = t.mul_add(8.0 * std::f32::consts::LOG2_E, MAGIC);
         let k = shifted - MAGIC;
-        let r = (-k).mul_add(C1 / 8.0, c);
+        let r = (-k).mul_add(C1 / 8.0, t);
         let r = (-k).mul_add(C2 / 8.0, r);
         let [c4, c3, c2] = EIGHTHS_POLY;
         let q = r.mul_add(c4, c3).mul_add(r, c2);
-        let p = q.mul_add(r * r, r);
-        let t = EIGHTHS[(shifted.to_bits() & 7) as usize];
-        scale(t.mul_add(p, t), k)
+        (shifted, k, q.mul_add(r * r, r))
     }
 
     /// `e · 2^n` rounded once, for `e` in `[0.5, 2)` and `n = ⌊k / 8⌋` in `-150..=128` (`k`
@@ -918,19 +918,10 @@ pub(crate) mod x86 {
             #[inline]
             #[target_feature(enable = $feature)]
             pub(crate) fn sigmoid<const N: usize>(x: [$v; N]) -> [$v; N] {
-                let (mut shifted, mut r) = (x, x);
-                for v in 0..N {
-                    let t = max_or_second(splat(SIGMOID_LO), neg(abs(x[v])));
-                    shifted[v] = fmadd(t, splat(8.0 * std::f32::consts::LOG2_E), splat(MAGIC));
-                    let k = sub(shifted[v], splat(MAGIC));
-                    r[v] = fnmadd(k, splat(C2 / 8.0), fnmadd(k, splat(C1 / 8.0), t));
-                }
-                let [c4, c3, c2] = EIGHTHS_POLY;
                 let mut out = x;
                 for v in 0..N {
-                    let q = fmadd(fmadd(r[v], splat(c4), splat(c3)), r[v], splat(c2));
-                    let p = fmadd(q, mul(r[v], r[v]), r[v]);
-                    let power = power_of_two(shifted[v]);
+                    let (shifted, _, p) = eighths(max_or_second(splat(SIGMOID_LO), neg(abs(x[v]))));
+                    let power = power_of_two(shifted);
                     let e = fmadd(power, p, power);
                     let sigmoid = div(if_sign(x[v], e, splat(1.0)), add(splat(1.0), e));
                     out[v] = select(lt(x[v], splat(SIGMOID_LO)), splat(0.0), sigmoid);
@@ -1004,19 +995,24 @@ pub(crate) mod x86 {
             #[inline]
             #[target_feature(enable = $feature)]
             pub(crate) fn exp<const N: usize>(x: [$v; N]) -> [$v; N] {
-                let [c4, c3, c2] = EIGHTHS_POLY;
                 let mut out = x;
                 for v in 0..N {
-                    let c = min_or_second(splat(EXP_HI), max_or_second(splat(EXP_LO), x[v]));
-                    let shifted = fmadd(c, splat(8.0 * std::f32::consts::LOG2_E), splat(MAGIC));
-                    let k = sub(shifted, splat(MAGIC));
-                    let r = fnmadd(k, splat(C2 / 8.0), fnmadd(k, splat(C1 / 8.0), c));
-                    let q = fmadd(fmadd(r, splat(c4), splat(c3)), r, splat(c2));
-                    let p = fmadd(q, mul(r, r), r);
+                    let (shifted, k, p) = eighths(min_or_second(splat(EXP_HI), max_or_second(splat(EXP_LO), x[v])));
                     let t = eighth(shifted);
                     out[v] = scale(fmadd(t, p, t), k);
                 }
                 out
+            }
+            /// The scalar `eighths`' steps: `shifted`, `k` and `p` of `e^t`.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            fn eighths(t: $v) -> ($v, $v, $v) {
+                let shifted = fmadd(t, splat(8.0 * std::f32::consts::LOG2_E), splat(MAGIC));
+                let k = sub(shifted, splat(MAGIC));
+                let r = fnmadd(k, splat(C2 / 8.0), fnmadd(k, splat(C1 / 8.0), t));
+                let [c4, c3, c2] = EIGHTHS_POLY;
+                let q = fmadd(fmadd(r, splat(c4), splat(c3)), r, splat(c2));
+                (shifted, k, fmadd(q, mul(r, r), r))
             }
         };
     }
