@@ -1,5 +1,5 @@
 //! The elementwise pass of the CPU target: a function that is one perfect nest storing
-//! `out[i0, .., in] = f(loads...)` where `f` takes an `exp`, a sigmoid, `tanh` or `erf` — SiLU,
+//! `out[i0, .., in] = f(loads...)` where `f` takes an `exp`, a logarithm, a sigmoid, `tanh` or `erf` — SiLU,
 //! sigmoid, a squeeze-excitation gate, GELU — or is a large arithmetic chain on a whole tensor
 //! (ReLU, a clamp, hard-swish; see [`match_map`]) becomes a call of the kernels' elementwise
 //! routine (`call extern "heron_map_f32"(...)`, shown at `--stage target`), which evaluates `f`
@@ -7,7 +7,7 @@
 //! three f32 buffers, each either element for element (the output's shape; a buffer of lower
 //! rank lines up with the trailing axes) or one value per row of a `rows × cols` view of the
 //! output (trailing axes broadcast: a per-channel value over a plane), up to four literals, and
-//! `+ - × ÷ min max`, `exp`, `sigmoid`, `tanh`, `erf`, `sqrt`, `abs` and `tanh` of a softplus
+//! `+ - × ÷ min max`, `exp`, `ln`, `sigmoid`, `tanh`, `erf`, `sqrt`, `abs` and `tanh` of a softplus
 //! (Mish); any other function stays generated code.
 
 use heron_ir::DType;
@@ -112,6 +112,7 @@ impl<K: PartialEq> Builder<'_, K> {
             Expr::Math { op, arg } => {
                 let op = match op {
                     MathOp::Exp => MapOp::Exp,
+                    MathOp::Log => MapOp::Ln,
                     MathOp::Sigmoid => MapOp::Sigmoid,
                     MathOp::Tanh => MapOp::Tanh,
                     MathOp::Erf => MapOp::Erf,
@@ -139,8 +140,8 @@ impl<K: PartialEq> Builder<'_, K> {
     }
 }
 
-/// `a` when `e` is `ln(e^a + 1)` (either order of the sum), as Softplus lowers: the routine has
-/// no logarithm, but `tanh` of it (Mish) is one of its functions.
+/// `a` when `e` is `ln(e^a + 1)` (either order of the sum), as Mish's softplus lowers: `tanh` of
+/// it is one of the routine's functions, computed without the logarithm.
 fn softplus_of(e: &Expr) -> Option<&Expr> {
     let Expr::Math { op: MathOp::Log, arg } = e else { return None };
     let Expr::Binary { op: BinOp::Add, lhs, rhs } = &**arg else { return None };

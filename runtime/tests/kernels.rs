@@ -736,6 +736,35 @@ fn gemm_activations_of_biased_sums_run_as_the_elementwise_routine() {
     }
 }
 
+/// Log and Softplus (`max(x, 0) + ln(1 + e^-|x|)`) run as the elementwise routine's vector
+/// logarithm and match the interpreter on 1 and 2 threads over zeros, negatives, subnormals,
+/// values near 1, ±∞, NaN and inputs past `e^88` (where `ln(e^x + 1)` would overflow).
+#[test]
+fn logarithms_run_as_the_elementwise_routine() {
+    use heron_ir::{DType, Graph, Op, Tensor, TensorType, UnaryOp};
+    let shape = vec![3, 5, 700];
+    let n: usize = shape.iter().product();
+    let specials = [0.0, -0.0, -1.0, 1e-40, f32::MIN_POSITIVE, 1.0, 1.0 + f32::EPSILON, 100.0, -100.0, 1e30];
+    let mut data = values(n, 21).iter().map(|v| (v * 12.0).exp()).collect::<Vec<_>>();
+    for (k, &v) in specials.iter().chain(&[f32::INFINITY, f32::NEG_INFINITY, f32::NAN]).enumerate() {
+        data[k * 97] = v;
+        data[n - 1 - k] = -v;
+    }
+    let input = Tensor::from_vec(&shape, data).expect("input");
+    for op in [UnaryOp::Log, UnaryOp::Softplus] {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, shape.clone()));
+        let y = g.add_op("y", Op::Unary(op), &[x]).expect("op");
+        g.set_outputs(vec![y]);
+        let model = Model::from_graph("log", g).expect("model");
+        if KernelConfig::host(1).is_some() {
+            let (_, text) = target_stage(&model, KernelConfig::host(1));
+            assert_eq!(text.matches("call extern \"heron_map_f32\"").count(), 1, "{op:?}:\n{text}");
+        }
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &format!("{op:?}"));
+    }
+}
+
 /// Large standalone arithmetic chains (ReLU, hard-swish, a residual sum's ReLU, a per-channel
 /// scale) run as the elementwise routine; a small one, one starting from the per-channel
 /// operand, and any on the scalar ISA stay generated code; each matches the interpreter on 1

@@ -202,7 +202,7 @@ pub(crate) fn unary(kind: UnaryOp, t: &Tensor) -> Result<Tensor, KernelError> {
         }
         return dispatch_tensor!(t, a, T => Ok(int::<T>(a, kind)));
     }
-    let softplus = |x: f64| (x.exp() + 1.0).ln();
+    let softplus = |x: f64| x.max(0.0) + (-x.abs()).exp().ln_1p();
     map_float(t, |x| match kind {
         UnaryOp::Relu => {
             if x < 0.0 {

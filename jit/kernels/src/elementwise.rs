@@ -33,6 +33,8 @@ pub enum MapOp {
     Abs,
     Sqrt,
     Exp,
+    /// The natural logarithm (see `scalar::ln`).
+    Ln,
     Sigmoid,
     /// `tanh`, an odd rational function (see `scalar::TANH`).
     Tanh,
@@ -59,7 +61,7 @@ impl MapOp {
     /// Whether it is one of the functions the routine computes faster than generated code
     /// (which has only 128-bit vectors and keeps arithmetic alone in registers as well).
     pub fn is_transcendental(self) -> bool {
-        matches!(self, MapOp::Exp | MapOp::Sigmoid | MapOp::Tanh | MapOp::Erf | MapOp::TanhSoftplus)
+        matches!(self, MapOp::Exp | MapOp::Ln | MapOp::Sigmoid | MapOp::Tanh | MapOp::Erf | MapOp::TanhSoftplus)
     }
 
     fn is_unary(self) -> bool {
@@ -78,6 +80,7 @@ impl MapOp {
             MapOp::Abs => 0x31,
             MapOp::Sqrt => 0x32,
             MapOp::Exp => 0x33,
+            MapOp::Ln => 0x38,
             MapOp::Sigmoid => 0x34,
             MapOp::Tanh => 0x35,
             MapOp::Erf => 0x36,
@@ -101,6 +104,7 @@ impl MapOp {
             0x31 => MapOp::Abs,
             0x32 => MapOp::Sqrt,
             0x33 => MapOp::Exp,
+            0x38 => MapOp::Ln,
             0x34 => MapOp::Sigmoid,
             0x35 => MapOp::Tanh,
             0x36 => MapOp::Erf,
@@ -125,6 +129,7 @@ impl MapOp {
             | MapOp::Abs
             | MapOp::Sqrt
             | MapOp::Exp
+            | MapOp::Ln
             | MapOp::Sigmoid
             | MapOp::Tanh
             | MapOp::Erf
@@ -461,6 +466,7 @@ pub(crate) unsafe fn segment(isa: Isa, program: &Program, sources: [Source; MAX_
                 MapOp::Abs => stack[sp - 1] = stack[sp - 1].abs(),
                 MapOp::Sqrt => stack[sp - 1] = stack[sp - 1].sqrt(),
                 MapOp::Exp => stack[sp - 1] = scalar::exp(stack[sp - 1]),
+                MapOp::Ln => stack[sp - 1] = scalar::ln(stack[sp - 1]),
                 MapOp::Sigmoid => stack[sp - 1] = scalar::sigmoid(stack[sp - 1]),
                 MapOp::Tanh => stack[sp - 1] = scalar::tanh(stack[sp - 1]),
                 MapOp::Erf => stack[sp - 1] = scalar::erf(stack[sp - 1]),
@@ -512,7 +518,8 @@ pub(crate) mod scalar {
     pub(super) const EXP_HI: f32 = 89.0;
     pub(super) const EXP_LO: f32 = -104.0;
     pub(super) const MAGIC: f32 = 12_582_912.0;
-    /// `ln 2` in two parts, the first with few enough bits that `k · C1 / 8` is exact.
+    /// `ln 2` in two parts, the first with few enough bits that `k · C1 / 8` (the exponential's
+    /// `k`) and `e · C1` (the logarithm's exponent `e`) are exact.
     pub(super) const C1: f32 = 0.693_359_4;
     pub(super) const C2: f32 = -2.121_944_4e-4;
 
@@ -673,6 +680,58 @@ pub(crate) mod scalar {
         scale(t.mul_add(p, t), k)
     }
 
+    /// The bits of `√½`: [`ln`] reduces its input to `2^e · m` with `m` in `[√½, √2)`.
+    pub(super) const HALF_SQRT2_BITS: i32 = 0x3f35_04f3;
+    /// `ln(1 + f) = f − f²/2 + f³ · P(f)` for `f` in `[√½ − 1, √2 − 1]`, `P` highest power first
+    /// (Cephes' `logf`: within 1 ulp or so of the true value there).
+    pub(super) const LN_POLY: [f32; 9] = [
+        7.037_683_6e-2,
+        -1.151_461e-1,
+        1.167_699_9e-1,
+        -1.242_014_1e-1,
+        1.424_932_3e-1,
+        -1.666_805_8e-1,
+        2.000_071_4e-1,
+        -2.499_999_4e-1,
+        3.333_333e-1,
+    ];
+    /// Subnormal inputs are scaled by `2^23` into the normal range first.
+    pub(super) const TWO_23: f32 = 8_388_608.0;
+
+    /// The natural logarithm: `x = 2^e · m`, `m` in `[√½, √2)` (subnormals scaled by 2^23
+    /// first), `ln x = e ln 2 + ln(1 + f)` with `f = m − 1` (see [`LN_POLY`]), by integer steps
+    /// on the bits and a dozen multiply-adds, no table; `−∞` at ±0, NaN below zero and at NaN,
+    /// `+∞` at `+∞`. Within an ulp of the true value (the tests sweep the floats).
+    pub(crate) fn ln(x: f32) -> f32 {
+        let tiny = x < f32::MIN_POSITIVE;
+        let (e, m) = exponent_and_mantissa(if tiny { x * TWO_23 } else { x });
+        let e = e + if tiny { -23.0 } else { 0.0 };
+        let f = m - 1.0;
+        let z = f * f;
+        let p = LN_POLY[1..].iter().fold(LN_POLY[0], |p, &k| p.mul_add(f, k));
+        let y = e.mul_add(C2, (p * f) * z);
+        let y = z.mul_add(-0.5, y);
+        let r = e.mul_add(C1, f + y);
+        if !(x <= f32::INFINITY) {
+            x
+        } else if x > f32::MAX {
+            f32::INFINITY
+        } else if x < 0.0 {
+            f32::NAN
+        } else if x <= 0.0 {
+            f32::NEG_INFINITY
+        } else {
+            r
+        }
+    }
+
+    /// `(e, m)` with `x = 2^e · m` and `m` in `[√½, √2)`, for a positive normal `x` (other
+    /// inputs give finite values the callers replace), by integer steps on the bits.
+    fn exponent_and_mantissa(x: f32) -> (f32, f32) {
+        let bits = (x.to_bits() as i32).wrapping_sub(HALF_SQRT2_BITS);
+        ((bits >> 23) as f32, f32::from_bits(((bits & 0x7f_ffff) + HALF_SQRT2_BITS) as u32))
+    }
+
     /// `e^t = 2^n · 2^(j/8) · (1 + p)` for the exponentials of [`sigmoid`] and [`exp`]: `shifted
     /// = 8n + j + MAGIC`, `k = 8n + j` the nearest integer to `8t log2 e`, and `p = e^r − 1` for
     /// the remainder `|r| <= ln 2 / 16`.
@@ -700,8 +759,8 @@ pub(crate) mod scalar {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::scalar::{
-        C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, MAGIC, OddRational, SIGMOID_LO, SILU_BOUND,
-        SOFTPLUS_HI, TANH,
+        C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, HALF_SQRT2_BITS, LN_POLY, MAGIC, OddRational,
+        SIGMOID_LO, SILU_BOUND, SOFTPLUS_HI, TANH, TWO_23,
     };
     use super::{BLOCK, Chain, MAX_DEPTH, MapOp, Program, Right, Source, Step};
 
@@ -773,6 +832,7 @@ pub(crate) mod x86 {
                         for &step in steps.steps() {
                             acc = match step {
                                 Step::Unary(MapOp::Exp) => $ops::exp(acc),
+                                Step::Unary(MapOp::Ln) => $ops::ln(acc),
                                 Step::Unary(MapOp::Sigmoid) => $ops::sigmoid(acc),
                                 Step::Unary(MapOp::Tanh) => $ops::tanh(acc),
                                 Step::Unary(MapOp::Erf) => $ops::erf(acc),
@@ -855,6 +915,7 @@ pub(crate) mod x86 {
                                 sp += 1;
                             }
                             MapOp::Exp => stack[sp - 1] = $ops::exp(stack[sp - 1]),
+                            MapOp::Ln => stack[sp - 1] = $ops::ln(stack[sp - 1]),
                             MapOp::Sigmoid => stack[sp - 1] = $ops::sigmoid(stack[sp - 1]),
                             MapOp::Tanh => stack[sp - 1] = $ops::tanh(stack[sp - 1]),
                             MapOp::Erf => stack[sp - 1] = $ops::erf(stack[sp - 1]),
@@ -1003,6 +1064,28 @@ pub(crate) mod x86 {
                 }
                 out
             }
+            /// `ln x` on `N` vectors: the scalar code's steps, its cases as selects.
+            #[inline]
+            #[target_feature(enable = $feature)]
+            pub(crate) fn ln<const N: usize>(x: [$v; N]) -> [$v; N] {
+                let mut out = x;
+                for v in 0..N {
+                    let tiny = lt(x[v], splat(f32::MIN_POSITIVE));
+                    let (e, m) = exponent_and_mantissa(select(tiny, mul(x[v], splat(TWO_23)), x[v]));
+                    let e = add(e, select(tiny, splat(-23.0), splat(0.0)));
+                    let f = sub(m, splat(1.0));
+                    let z = mul(f, f);
+                    let p = LN_POLY[1..].iter().fold(splat(LN_POLY[0]), |p, &k| fmadd(p, f, splat(k)));
+                    let y = fmadd(e, splat(C2), mul(mul(p, f), z));
+                    let y = fmadd(z, splat(-0.5), y);
+                    let r = fmadd(e, splat(C1), add(f, y));
+                    let r = select(le(x[v], splat(0.0)), splat(f32::NEG_INFINITY), r);
+                    let r = select(lt(x[v], splat(0.0)), splat(f32::NAN), r);
+                    let r = select(lt(splat(f32::MAX), x[v]), splat(f32::INFINITY), r);
+                    out[v] = select(le(x[v], splat(f32::INFINITY)), r, x[v]);
+                }
+                out
+            }
             /// The scalar `eighths`' steps: `shifted`, `k` and `p` of `e^t`.
             #[inline]
             #[target_feature(enable = $feature)]
@@ -1023,8 +1106,8 @@ pub(crate) mod x86 {
         use std::arch::x86_64::*;
 
         use super::{
-            C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, MAGIC, OddRational, SIGMOID_LO,
-            SILU_BOUND, SOFTPLUS_HI, TANH,
+            C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, HALF_SQRT2_BITS, LN_POLY, MAGIC,
+            OddRational, SIGMOID_LO, SILU_BOUND, SOFTPLUS_HI, TANH, TWO_23,
         };
 
         #[inline]
@@ -1183,6 +1266,17 @@ pub(crate) mod x86 {
             let entry = _mm512_permutexvar_epi32(bits, table);
             _mm512_castsi512_ps(_mm512_add_epi32(entry, _mm512_slli_epi32::<20>(bits)))
         }
+        /// The scalar `exponent_and_mantissa`'s integer steps.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn exponent_and_mantissa(x: __m512) -> (__m512, __m512) {
+            let bits = _mm512_sub_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(HALF_SQRT2_BITS));
+            let mantissa = _mm512_and_si512(bits, _mm512_set1_epi32(0x7f_ffff));
+            (
+                _mm512_cvtepi32_ps(_mm512_srai_epi32::<23>(bits)),
+                _mm512_castsi512_ps(_mm512_add_epi32(mantissa, _mm512_set1_epi32(HALF_SQRT2_BITS))),
+            )
+        }
         /// `v` with its lanes from `lanes` on replaced by `fill`.
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -1203,8 +1297,8 @@ pub(crate) mod x86 {
         use std::arch::x86_64::*;
 
         use super::{
-            C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, MAGIC, OddRational, SIGMOID_LO,
-            SILU_BOUND, SOFTPLUS_HI, TANH,
+            C1, C2, EIGHTHS, EIGHTHS_BITS, EIGHTHS_POLY, ERF, EXP_HI, EXP_LO, HALF_SQRT2_BITS, LN_POLY, MAGIC,
+            OddRational, SIGMOID_LO, SILU_BOUND, SOFTPLUS_HI, TANH, TWO_23,
         };
 
         #[inline]
@@ -1365,6 +1459,17 @@ pub(crate) mod x86 {
             let bits = _mm256_castps_si256(shifted);
             let entry = _mm256_permutevar8x32_epi32(_mm256_setr_epi32(t0, t1, t2, t3, t4, t5, t6, t7), bits);
             _mm256_castsi256_ps(_mm256_add_epi32(entry, _mm256_slli_epi32::<20>(bits)))
+        }
+        /// The scalar `exponent_and_mantissa`'s integer steps.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        fn exponent_and_mantissa(x: __m256) -> (__m256, __m256) {
+            let bits = _mm256_sub_epi32(_mm256_castps_si256(x), _mm256_set1_epi32(HALF_SQRT2_BITS));
+            let mantissa = _mm256_and_si256(bits, _mm256_set1_epi32(0x7f_ffff));
+            (
+                _mm256_cvtepi32_ps(_mm256_srai_epi32::<23>(bits)),
+                _mm256_castsi256_ps(_mm256_add_epi32(mantissa, _mm256_set1_epi32(HALF_SQRT2_BITS))),
+            )
         }
         /// `v` with its lanes from `lanes` on replaced by `fill`.
         #[inline]
