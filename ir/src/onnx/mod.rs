@@ -115,6 +115,31 @@ pub struct ImportOptions {
 }
 
 impl ImportOptions {
+    /// Binds to 1 every symbolic dimension of `declared` that neither `input_shapes` nor `dims`
+    /// binds (an input so completed gets its whole shape in `input_shapes`), as benchmark tools
+    /// take a free batch dimension for generated inputs; returns them as `input's name`.
+    pub fn bind_free_dims_to_one(&mut self, declared: &[DeclaredInput]) -> Vec<String> {
+        let mut bound = Vec::new();
+        for d in declared.iter() {
+            if self.input_shapes.contains_key(&d.name) || d.dims.iter().all(|dim| matches!(dim, Dim::Fixed(_))) {
+                continue;
+            }
+            let shape = d
+                .dims
+                .iter()
+                .map(|dim| match dim {
+                    Dim::Fixed(n) => *n,
+                    Dim::Symbolic(name) => self.dims.get(name).copied().unwrap_or_else(|| {
+                        bound.push(format!("{}'s {name}", d.name));
+                        1
+                    }),
+                })
+                .collect();
+            self.input_shapes.insert(d.name.clone(), shape);
+        }
+        bound
+    }
+
     /// These options with external data read from the directory of the model file `path`,
     /// unless `model_dir` is set already.
     pub fn reading_data_beside(mut self, path: &Path) -> ImportOptions {

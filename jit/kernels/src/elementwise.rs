@@ -712,7 +712,7 @@ pub(crate) mod scalar {
         let y = e.mul_add(C2, (p * f) * z);
         let y = z.mul_add(-0.5, y);
         let r = e.mul_add(C1, f + y);
-        if !(x <= f32::INFINITY) {
+        if x.is_nan() {
             x
         } else if x > f32::MAX {
             f32::INFINITY

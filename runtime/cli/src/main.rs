@@ -247,6 +247,9 @@ impl LimitFlags {
 
     /// Loads `path` specialized to the given inputs: each binds the symbolic dimensions of the
     /// input it goes to (by name, else in order), unless `--input-shape` gives that input's shape.
+    /// With no input given (generated inputs), a symbolic dimension neither `--dim` nor
+    /// `--input-shape` binds is 1, as benchmark tools take a free batch dimension, and a note on
+    /// standard error says so.
     fn load_for(&self, path: &Path, given: &[(Option<String>, Tensor)]) -> Result<Model> {
         let mut options = self.import_options().reading_data_beside(path);
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -261,6 +264,16 @@ impl LimitFlags {
                 && d.dims.iter().any(|d| matches!(d, heron_ir::onnx::Dim::Symbolic(_)))
             {
                 options.input_shapes.entry(d.name.clone()).or_insert_with(|| t.shape().to_vec());
+            }
+        }
+        if given.is_empty() {
+            let bound = options.bind_free_dims_to_one(&declared);
+            if !bound.is_empty() {
+                eprintln!(
+                    "note: symbolic dimensions bound to 1 for the generated inputs: {} (choose with --dim NAME=N or \
+                     --input-shape NAME=D0,D1,...)",
+                    bound.join(", ")
+                );
             }
         }
         let graph = heron_ir::onnx::import_model(&bytes, &options)?;

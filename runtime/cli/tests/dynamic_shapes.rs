@@ -1,7 +1,8 @@
 //! Symbolic dimensions: torchvision's ResNet-18 with its batch dimension made symbolic (as
 //! `torch.onnx.export(..., dynamic_axes={"input": {0: "batch"}})` declares it) runs at batch 1
 //! and 4 through the API (one compile per shape, cached) and the CLI (batch taken from the
-//! input file, or `--input-shape` / `--dim`); unbound dimensions are a clear error.
+//! input file, or `--input-shape` / `--dim`, else 1 on generated inputs); unbound dimensions
+//! are a clear error where nothing can bind them (an AOT object).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -112,6 +113,11 @@ fn cli_takes_the_batch_from_the_input_or_from_flags() {
     assert!(ok, "{text}");
     let (ok, text) = heron(&["inspect", model, "--input-shape", "input=3,3,224,224"]);
     assert!(ok && text.contains("[3, 1000]"), "{text}");
+    // On generated inputs (no file to take the batch from), a free batch is 1, with a note.
+    let (ok, text) = heron(&["bench", model, "--runs", "2", "--warmup", "0"]);
+    assert!(ok && text.contains("bound to 1 for the generated inputs: input's batch"), "{text}");
+    let (ok, text) = heron(&["run", model, "--dim", "batch=2"]);
+    assert!(ok && text.contains("f32 [2, 1000]") && !text.contains("bound to 1"), "{text}");
     // Unbound, conflicting or mismatching shapes are clear errors.
     let (ok, text) = heron(&["compile", model, "--name", "r18", "-o", dir.join("aot2").to_str().unwrap()]);
     assert!(!ok && text.contains("symbolic dimension") && text.contains("AOT"), "{text}");

@@ -97,7 +97,13 @@ struct HeronRunner {
 
 impl HeronRunner {
     fn new(model: &Path, inputs: &[(String, Tensor)], threads: usize) -> Result<HeronRunner> {
-        let model = heron_runtime::Model::load(model)?;
+        // The inputs' shapes bind any symbolic dimensions.
+        let options = heron_ir::onnx::ImportOptions {
+            input_shapes: inputs.iter().map(|(n, t)| (n.clone(), t.shape().to_vec())).collect(),
+            ..Default::default()
+        }
+        .reading_data_beside(model);
+        let model = heron_runtime::Model::load_with(model, &options)?;
         let inputs = model.bind_inputs(inputs.iter().map(|(n, t)| (Some(n.clone()), t.clone())).collect())?;
         let options = heron_runtime::CompileOptions { threads, ..Default::default() };
         let compiled = heron_runtime::Compiler::new(options).compile(&model)?;

@@ -224,10 +224,11 @@ fn model_name(path: &Path) -> String {
 }
 
 /// The inputs every engine reads: `--input` files, else `STEM.input.npy`, `STEM.input1.npy`, ...
-/// beside the model, else seeded random tensors of the model's input types written to `dir`.
+/// beside the model, else seeded random tensors of the model's input types written to `dir`
+/// (symbolic dimensions bound to 1, as `heron bench` binds them).
 fn prepare_inputs(model: &Path, given: &[String], dir: &Path) -> Result<Vec<InputFile>> {
-    let heron = heron_runtime::Model::load(model).with_context(|| format!("loading {}", model.display()))?;
-    let infos = heron.inputs();
+    let bytes = std::fs::read(model).with_context(|| format!("reading {}", model.display()))?;
+    let declared = heron_ir::onnx::declared_inputs(&bytes).with_context(|| format!("loading {}", model.display()))?;
     let mut files: Vec<(Option<String>, PathBuf)> = given
         .iter()
         .map(|arg| match arg.split_once('=') {
@@ -237,7 +238,7 @@ fn prepare_inputs(model: &Path, given: &[String], dir: &Path) -> Result<Vec<Inpu
         .collect();
     if files.is_empty() {
         let stem = model.with_extension("");
-        for k in 0..infos.len() {
+        for k in 0..declared.len() {
             let suffix = if k == 0 { String::new() } else { k.to_string() };
             let path = PathBuf::from(format!("{}.input{suffix}.npy", stem.display()));
             if !path.is_file() {
@@ -247,13 +248,33 @@ fn prepare_inputs(model: &Path, given: &[String], dir: &Path) -> Result<Vec<Inpu
             files.push((None, path));
         }
     }
-    let tensors = if files.is_empty() {
+    let read = files
+        .iter()
+        .map(|(n, f)| Ok((n.clone(), read_npy(f).with_context(|| format!("reading {}", f.display()))?)))
+        .collect::<Result<Vec<_>>>()?;
+    // The shapes the files give bind the symbolic dimensions of their inputs (by name, else in
+    // order); without files, free ones are 1.
+    let mut options = heron_ir::onnx::ImportOptions::default().reading_data_beside(model);
+    let mut unnamed = declared.iter();
+    for (name, t) in &read {
+        let input = match name {
+            Some(n) => declared.iter().find(|d| &d.name == n),
+            None => unnamed.next(),
+        };
+        if let Some(d) = input {
+            options.input_shapes.insert(d.name.clone(), t.shape().to_vec());
+        }
+    }
+    let bound = options.bind_free_dims_to_one(&declared);
+    if !bound.is_empty() {
+        eprintln!("note: symbolic dimensions bound to 1 for the generated inputs: {}", bound.join(", "));
+    }
+    let heron =
+        heron_runtime::Model::load_with(model, &options).with_context(|| format!("loading {}", model.display()))?;
+    let infos = heron.inputs();
+    let tensors = if read.is_empty() {
         heron.generated_inputs(heron_runtime::InputFill::DEFAULT_RANDOM)?
     } else {
-        let read = files
-            .iter()
-            .map(|(n, f)| Ok((n.clone(), read_npy(f).with_context(|| format!("reading {}", f.display()))?)))
-            .collect::<Result<Vec<_>>>()?;
         heron.bind_inputs(read)?
     };
     std::fs::create_dir_all(dir)?;
