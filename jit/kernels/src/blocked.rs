@@ -13,8 +13,8 @@
 //!
 //! Padding rows are never materialised: taps outside the input are skipped. Padding columns
 //! of a dense convolution are, when one image of its input widened by them is small (see
-//! [`BlockedConv::width_padding`]): each share copies the rows of the image it reads, widened
-//! with zeros, into its scratch, and every pixel takes every tap column; otherwise a row's border pixels are
+//! [`BlockedConv::width_padding`]): each share copies the rows of the image it reads (or of the
+//! whole batch, see [`BlockedConv::scratch_len`]), widened with zeros, into its scratch, and every pixel takes every tap column; otherwise a row's border pixels are
 //! computed one at a time with the taps that exist. Every output element adds its taps
 //! in the order (input channel, tap row, tap column) after the bias, except in narrow tiles
 //! of a multi-tap layer, which add a whole input block in up to four sets of sums (channels
@@ -213,11 +213,28 @@ impl BlockedConv {
         tensor_len(self.input, self.block, [1, g.in_channels, g.in_h, width])
     }
 
-    /// Elements of the scratch each share takes: one image of the widened input (see
+    /// Whether the work items take the output groups outermost (see [`Items`]): the packed
+    /// weights outweigh the input.
+    fn groups_outer(&self) -> Result<bool, KernelError> {
+        Ok(self.packed_weights_len()? > self.input_len()?)
+    }
+
+    /// Images of the widened input a share's scratch holds: the whole batch when the groups are
+    /// outermost (each group visits every image) and it fits [`PADDED_IMAGE_BUDGET`], else one.
+    fn widened_images(&self, image_len: usize) -> Result<usize, KernelError> {
+        let batch = self.geo.batch.max(1);
+        let whole = batch.saturating_mul(image_len).saturating_mul(size_of::<f32>()) <= PADDED_IMAGE_BUDGET;
+        Ok(if batch > 1 && whole && self.groups_outer()? { batch } else { 1 })
+    }
+
+    /// Elements of the scratch each share takes: the images of the widened input (see
     /// [`BlockedConv::width_padding`]), or none.
     pub fn scratch_len(&self) -> Result<usize, KernelError> {
         match self.width_padding() {
-            Some((left, right)) => self.padded_image_len(left + right),
+            Some((left, right)) => {
+                let image = self.padded_image_len(left + right)?;
+                image.checked_mul(self.widened_images(image)?).ok_or(KernelError::Overflow("scratch"))
+            }
             None => Ok(0),
         }
     }
@@ -289,10 +306,11 @@ fn stream_ahead(fresh: bool, w_channel: usize) -> usize {
 /// Pixels per work item of a pointwise convolution's single row, at most.
 const CHUNK: usize = 96;
 
-/// A dense convolution's work items: per image, per output group (a [`block_group`] of output
-/// blocks), per output row or chunk of the row: `(image, group, row, first pixel, pixels)`.
-/// Weights larger than the input are visited once per image (groups outermost), otherwise each
-/// input row once (rows outermost).
+/// A dense convolution's work items: per output group (a [`block_group`] of output blocks),
+/// image, and output row or chunk of the row: `(image, group, row, first pixel, pixels)`.
+/// Weights larger than the input are visited once (groups outermost, then the images: each
+/// group's weights read from memory once for the whole batch, where image by image read them
+/// once per image), otherwise each input row once (images, then rows outermost).
 struct Items {
     geo: Conv2d,
     groups: usize,
@@ -304,12 +322,12 @@ struct Items {
 }
 
 impl Items {
-    fn new(conv: &BlockedConv, geo: Conv2d, weights: usize, input: usize) -> Items {
+    fn new(conv: &BlockedConv, geo: Conv2d, groups_outer: bool) -> Items {
         let blocks = geo.out_channels.div_ceil(conv.block);
         let chunks = if geo.out_h == 1 { geo.out_w.div_ceil(CHUNK) } else { 1 };
         // Chunks of equal size (the last may be shorter by less than one per chunk).
         let chunk = geo.out_w.div_ceil(chunks);
-        Items { geo, groups: block_groups(blocks), rows: geo.out_h, chunks, chunk, groups_outer: weights > input }
+        Items { geo, groups: block_groups(blocks), rows: geo.out_h, chunks, chunk, groups_outer }
     }
 
     fn count(&self) -> usize {
@@ -332,9 +350,13 @@ impl Items {
     fn walk(&self, lo: usize, hi: usize) -> impl Iterator<Item = (usize, usize, usize, usize, usize)> + '_ {
         // (At least 1: with no items, nothing below is used.)
         let (groups, chunks, row_chunks) = (self.groups.max(1), self.chunks.max(1), (self.rows * self.chunks).max(1));
-        let (n, rest) = (lo / (groups * row_chunks), lo % (groups * row_chunks));
-        let (row_chunk, group) =
-            if self.groups_outer { (rest % row_chunks, rest / row_chunks) } else { (rest / groups, rest % groups) };
+        let (n, group, row_chunk) = if self.groups_outer {
+            let per_group = self.geo.batch.max(1) * row_chunks;
+            (lo % per_group / row_chunks, lo / per_group, lo % row_chunks)
+        } else {
+            let (n, rest) = (lo / (groups * row_chunks), lo % (groups * row_chunks));
+            (n, rest % groups, rest / groups)
+        };
         let mut at = (n, group, row_chunk / chunks, row_chunk % chunks);
         (lo..hi).map(move |_| {
             let (n, group, row, chunk) = at;
@@ -353,9 +375,10 @@ impl Items {
             if row + 1 < self.rows {
                 return (n, group, row + 1, 0);
             }
-            if group + 1 < self.groups {
-                return (n, group + 1, 0, 0);
+            if n + 1 < self.geo.batch {
+                return (n + 1, group, 0, 0);
             }
+            return (0, group + 1, 0, 0);
         } else {
             if group + 1 < self.groups {
                 return (n, group + 1, row, chunk);
@@ -672,12 +695,13 @@ pub fn conv_share(
     // A 1×1 layer's block is too short a run for sets of sums to pay (a stride-2 one ran
     // 1.13× the time with them).
     let one_tap = (kh, kw) == (1, 1);
-    let items = Items::new(conv, geo, w_len, x_len);
+    let items = Items::new(conv, geo, conv.groups_outer()?);
     let (lo, hi) = share(items.count(), tasks, task);
     // With a widened copy (see `BlockedConv::width_padding`), the taps read it: every column
     // inside, so every pixel of a row in tiles of near-equal width. The rows of each image the
-    // share's items read are copied once (items run image by image; with groups outermost a
-    // share's items may span groups, each reading every row).
+    // share's items read are copied once (items run image by image), or with groups outermost
+    // every image once into a scratch that holds the batch, if it fits, else each image again
+    // in each group (a share's items may span groups, each reading every row).
     let widened = conv.width_padding();
     let (tap_geo, tap_strides) = match widened {
         Some((left, right)) => {
@@ -688,13 +712,17 @@ pub fn conv_share(
     };
     let (ilo, ihi) = interior(&tap_geo);
     let mut copied = None;
+    // One image's widened copy, and whether the scratch holds every image (see
+    // `BlockedConv::widened_images`).
+    let image_len = widened.map_or(Ok(0), |(left, right)| conv.padded_image_len(left + right))?;
+    let whole_batch = widened.is_some() && conv.widened_images(image_len)? > 1;
     // Per group size (1 to 3 blocks): the tile's pixels and the input channels per pass. The
     // scalar kernel takes the vector one's tiles for the block: a tile's width sets its sets
     // of sums, hence the bits.
     let tile_isa = if b == block_for(Isa::Avx512) { Isa::Avx512 } else { Isa::Avx2Fma };
     let per_size: [(usize, usize); 4] =
         std::array::from_fn(|blocks| (dense_pixels(tile_isa, blocks), channel_chunk(conv, blocks)));
-    // The last item's image and group, and the one its prefetch brought into L2.
+    // The last item's group, and the one its prefetch brought into L2.
     let (mut last, mut brought) = (None, None);
     for (n, group, oy, first, pixels) in items.walk(lo, hi) {
         // Weights larger than the input are read group by group, each group's first from
@@ -711,32 +739,40 @@ pub fn conv_share(
             });
         let (item_ahead, item_lines) = if let Some((next_first, next_blocks)) = next {
             let lines = (next_blocks * w_block).div_ceil(16);
-            let per_item = lines.div_ceil(items.rows * items.chunks);
-            let first_line = (oy * items.chunks + first / items.chunk) * per_item;
+            let per_item = lines.div_ceil(geo.batch * items.rows * items.chunks);
+            let first_line = ((n * items.rows + oy) * items.chunks + first / items.chunk) * per_item;
             (next_first * w_block + first_line * 16, per_item.min(lines.saturating_sub(first_line)))
         } else {
             (0, 0)
         };
         // A group's first item read in this share streams its weights from L3 or memory
-        // (with groups outermost; rows outermost re-read smaller weights, from L2).
-        let entering = last != Some((n, group));
-        let fresh = items.groups_outer && entering && brought != Some((n, group));
+        // (with groups outermost; its other images find them in L2, as rows outermost re-read
+        // smaller weights from L2).
+        let entering = last != Some(group);
+        let fresh = items.groups_outer && entering && brought != Some(group);
         if entering {
             // The next group is prefetched whole only by a share that runs this one whole.
-            brought = (next.is_some() && oy == 0 && first == 0).then_some((n, group + 1));
+            brought = (next.is_some() && n == 0 && oy == 0 && first == 0).then_some(group + 1);
         }
-        last = Some((n, group));
+        last = Some(group);
         let stream = stream_ahead(fresh, w_channel);
         let item_work = pixels * geo.in_channels;
         let mut sent = 0;
+        // The scratch holds image `n` at `slot` (the whole batch, or one image at a time).
+        let slot = if whole_batch { n } else { 0 };
         if let Some((left, _)) = widened
             && copied != Some(n)
+            && !(whole_batch && copied.is_some())
         {
-            let rows = input_rows(&geo, items.output_rows(lo, hi, n));
-            widen(x, &x_strides, (n, geo.in_h, geo.in_w, left), rows, &mut scratch[..scratch_len]);
+            let images = if whole_batch { 0..geo.batch } else { n..n + 1 };
+            for m in images {
+                let rows = input_rows(&geo, items.output_rows(lo, hi, m));
+                let at = if whole_batch { m } else { 0 };
+                widen(x, &x_strides, (m, geo.in_h, geo.in_w, left), rows, &mut scratch[at * image_len..][..image_len]);
+            }
             copied = Some(n);
         }
-        let (source, image): (&[f32], usize) = if widened.is_some() { (&scratch[..scratch_len], 0) } else { (x, n) };
+        let (source, image): (&[f32], usize) = if widened.is_some() { (&scratch[..scratch_len], slot) } else { (x, n) };
         let (most, chunk) = per_size[blocks];
         let (r_lo, r_hi) = tap_rows(&geo, oy);
         let oc = first_block * b;

@@ -376,6 +376,32 @@ fn wide_images_keep_their_border_pixels() {
     }
 }
 
+/// Batches of small images under large weights run group by group over the whole batch, the
+/// widened copies of every image in the scratch at once (a scratch of `batch` images) unless
+/// the batch passes the copy budget (one image at a time, copied again per group): both match
+/// the formula on every ISA and split, with every layout, at strides 1 and 2.
+#[test]
+fn batches_of_small_images_share_each_group_of_weights() {
+    // The last: 6 widened images of 256 channels at 6×8 pass the 256 KiB budget.
+    for (batch, c, side, stride) in [(3, 64, 3, 1), (4, 64, 5, 2), (2, 64, 2, 1), (6, 256, 6, 1)] {
+        let out = (side + 2 - 3) / stride + 1;
+        let geo = Conv2d::from_dims([batch, c, side, side, 64, out, out, 3, 3, stride, stride, 1, 1, 1, 1, 1]);
+        for block in [8, 16] {
+            for layouts in [(false, false), (true, true), (true, false)] {
+                let layout = |planar: bool| if planar { Layout::Planar } else { Layout::Blocked };
+                let conv = BlockedConv { geo, block, input: layout(layouts.0), output: layout(layouts.1) };
+                let one = BlockedConv { geo: Conv2d { batch: 1, ..geo }, ..conv };
+                let images = conv.scratch_len().unwrap() / one.scratch_len().unwrap();
+                assert_eq!(images, if batch == 6 { 1 } else { batch }, "{conv:?}");
+                let epilogue = (true, true, Some((-0.5, 0.25)), Finish::Activation(Activation::Silu));
+                for tasks in [1, 3] {
+                    check_conv(geo, block, layouts, epilogue, tasks, 11).unwrap();
+                }
+            }
+        }
+    }
+}
+
 /// SiLU across its range, every 1/64 from −120 to 120 and far past it: within 2.5e-7 of the f64
 /// value, relative, from −87 up; below, `x · 0` (the true value is under `1.7e-38 · |x|`);
 /// +∞ gives +∞ and −∞ NaN, as `x · sigmoid(x)`.
