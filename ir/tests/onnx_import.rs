@@ -862,3 +862,35 @@ fn hostile_attributes_of_the_new_operators_are_errors() {
     let err = import_model(&m.to_bytes(), &ImportOptions::default()).unwrap_err().to_string();
     assert!(err.contains("takes bools"), "{err}");
 }
+
+/// Free symbolic dimensions bind to 1, except where `dims` or another input's given shape
+/// binds the same symbol; fixed dimensions and given shapes stay as they are.
+#[test]
+fn free_symbolic_dimensions_bind_to_one_unless_bound_elsewhere() {
+    use heron_ir::DType;
+    use heron_ir::onnx::{DeclaredInput, Dim};
+    let input = |name: &str, dims: &[Dim]| DeclaredInput { name: name.into(), dtype: DType::F32, dims: dims.to_vec() };
+    let sym = |s: &str| Dim::Symbolic(s.into());
+    let declared = [
+        input("a", &[sym("batch"), Dim::Fixed(3)]),
+        input("b", &[sym("batch"), sym("seq")]),
+        input("c", &[sym("?"), Dim::Fixed(5), sym("?")]),
+        input("d", &[Dim::Fixed(2)]),
+    ];
+    let mut options = ImportOptions::default();
+    let bound = options.bind_free_dims_to_one(&declared);
+    assert_eq!(bound, ["a's batch", "b's seq", "c's ?", "c's ?"]);
+    assert_eq!(options.input_shapes["b"], [1, 1]);
+    assert!(!options.input_shapes.contains_key("d"));
+    // Another input's `?` binds nothing here.
+    let mut options = ImportOptions {
+        input_shapes: HashMap::from([("a".to_string(), vec![4, 3]), ("e".to_string(), vec![9])]),
+        dims: HashMap::from([("seq".to_string(), 7)]),
+        ..ImportOptions::default()
+    };
+    let declared = [&declared[..], &[input("e", &[sym("?")])]].concat();
+    let bound = options.bind_free_dims_to_one(&declared);
+    assert_eq!(bound, ["c's ?", "c's ?"]);
+    assert_eq!((&options.input_shapes["a"], &options.input_shapes["b"]), (&vec![4, 3], &vec![4, 7]));
+    assert_eq!(options.input_shapes["c"], [1, 5, 1]);
+}

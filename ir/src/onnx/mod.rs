@@ -115,12 +115,27 @@ pub struct ImportOptions {
 }
 
 impl ImportOptions {
-    /// Binds to 1 every symbolic dimension of `declared` that neither `input_shapes` nor `dims`
-    /// binds (an input so completed gets its whole shape in `input_shapes`), as benchmark tools
-    /// take a free batch dimension for generated inputs; returns them as `input's name`.
+    /// Binds to 1 every symbolic dimension of `declared` that neither `dims` nor a shape in
+    /// `input_shapes` (of that input or another sharing the symbol) binds; an input so
+    /// completed gets its whole shape in `input_shapes`. Benchmark tools take a free batch
+    /// dimension so for generated inputs. Returns the ones bound, as `input's name`.
     pub fn bind_free_dims_to_one(&mut self, declared: &[DeclaredInput]) -> Vec<String> {
+        // An unnamed dimension (`?`, or a number as its name) binds nothing beyond its input.
+        let shared = |name: &str| name != "?" && name.parse::<i64>().is_err();
+        let mut known: HashMap<String, usize> = self.dims.clone();
+        for d in declared {
+            if let Some(shape) = self.input_shapes.get(&d.name) {
+                for (dim, &size) in d.dims.iter().zip(shape) {
+                    if let Dim::Symbolic(name) = dim
+                        && shared(name)
+                    {
+                        known.entry(name.clone()).or_insert(size);
+                    }
+                }
+            }
+        }
         let mut bound = Vec::new();
-        for d in declared.iter() {
+        for d in declared {
             if self.input_shapes.contains_key(&d.name) || d.dims.iter().all(|dim| matches!(dim, Dim::Fixed(_))) {
                 continue;
             }
@@ -129,10 +144,14 @@ impl ImportOptions {
                 .iter()
                 .map(|dim| match dim {
                     Dim::Fixed(n) => *n,
-                    Dim::Symbolic(name) => self.dims.get(name).copied().unwrap_or_else(|| {
+                    Dim::Symbolic(name) if shared(name) => *known.entry(name.clone()).or_insert_with(|| {
                         bound.push(format!("{}'s {name}", d.name));
                         1
                     }),
+                    Dim::Symbolic(name) => {
+                        bound.push(format!("{}'s {name}", d.name));
+                        1
+                    }
                 })
                 .collect();
             self.input_shapes.insert(d.name.clone(), shape);

@@ -274,9 +274,10 @@ impl BlockedConv {
     }
 }
 
-/// Bytes one image of a widened input may take (see [`BlockedConv::width_padding`]): it is
-/// copied once per image and task, and read for every output block from the L2 cache (a
-/// quarter of Zen 4's and Zen 5's 1 MiB; Sapphire Rapids has 2 MiB).
+/// Bytes one image of a widened input may take (see [`BlockedConv::width_padding`]), and a
+/// share's copies of the whole batch (see [`BlockedConv::widened_images`]): copied once per
+/// image and task, and read for every output block from the L2 cache (a quarter of Zen 4's
+/// and Zen 5's 1 MiB; Sapphire Rapids has 2 MiB).
 const PADDED_IMAGE_BUDGET: usize = 256 << 10;
 
 /// Bytes of weights of a group and the next one up to which the dense kernel prefetches the
@@ -306,11 +307,13 @@ fn stream_ahead(fresh: bool, w_channel: usize) -> usize {
 /// Pixels per work item of a pointwise convolution's single row, at most.
 const CHUNK: usize = 96;
 
-/// A dense convolution's work items: per output group (a [`block_group`] of output blocks),
-/// image, and output row or chunk of the row: `(image, group, row, first pixel, pixels)`.
-/// Weights larger than the input are visited once (groups outermost, then the images: each
-/// group's weights read from memory once for the whole batch, where image by image read them
-/// once per image), otherwise each input row once (images, then rows outermost).
+/// A dense convolution's work items: per image, output group (a [`block_group`] of output
+/// blocks), and output row or chunk of the row: `(image, group, row, first pixel, pixels)`.
+/// Weights larger than the input are visited once per image (groups outermost), or once for
+/// the whole batch (groups outermost, then the images: each group's weights read from memory
+/// once, not once per image) when each share's scratch holds every image it reads (see
+/// [`BlockedConv::widened_images`]: otherwise each image would be copied again per group);
+/// smaller weights with each input row once (images, then rows outermost).
 struct Items {
     geo: Conv2d,
     groups: usize,
@@ -319,15 +322,19 @@ struct Items {
     /// Pixels per chunk.
     chunk: usize,
     groups_outer: bool,
+    /// With groups outermost, the images inside each group (else each image its own pass
+    /// over the groups).
+    images_inner: bool,
 }
 
 impl Items {
-    fn new(conv: &BlockedConv, geo: Conv2d, groups_outer: bool) -> Items {
+    fn new(conv: &BlockedConv, geo: Conv2d, groups_outer: bool, images_inner: bool) -> Items {
         let blocks = geo.out_channels.div_ceil(conv.block);
         let chunks = if geo.out_h == 1 { geo.out_w.div_ceil(CHUNK) } else { 1 };
         // Chunks of equal size (the last may be shorter by less than one per chunk).
         let chunk = geo.out_w.div_ceil(chunks);
-        Items { geo, groups: block_groups(blocks), rows: geo.out_h, chunks, chunk, groups_outer }
+        let images_inner = groups_outer && images_inner;
+        Items { geo, groups: block_groups(blocks), rows: geo.out_h, chunks, chunk, groups_outer, images_inner }
     }
 
     fn count(&self) -> usize {
@@ -350,12 +357,16 @@ impl Items {
     fn walk(&self, lo: usize, hi: usize) -> impl Iterator<Item = (usize, usize, usize, usize, usize)> + '_ {
         // (At least 1: with no items, nothing below is used.)
         let (groups, chunks, row_chunks) = (self.groups.max(1), self.chunks.max(1), (self.rows * self.chunks).max(1));
-        let (n, group, row_chunk) = if self.groups_outer {
+        let (n, group, row_chunk) = if self.images_inner {
             let per_group = self.geo.batch.max(1) * row_chunks;
             (lo % per_group / row_chunks, lo / per_group, lo % row_chunks)
         } else {
             let (n, rest) = (lo / (groups * row_chunks), lo % (groups * row_chunks));
-            (n, rest % groups, rest / groups)
+            if self.groups_outer {
+                (n, rest / row_chunks, rest % row_chunks)
+            } else {
+                (n, rest % groups, rest / groups)
+            }
         };
         let mut at = (n, group, row_chunk / chunks, row_chunk % chunks);
         (lo..hi).map(move |_| {
@@ -375,10 +386,12 @@ impl Items {
             if row + 1 < self.rows {
                 return (n, group, row + 1, 0);
             }
-            if n + 1 < self.geo.batch {
-                return (n + 1, group, 0, 0);
+            if self.images_inner {
+                return if n + 1 < self.geo.batch { (n + 1, group, 0, 0) } else { (0, group + 1, 0, 0) };
             }
-            return (0, group + 1, 0, 0);
+            if group + 1 < self.groups {
+                return (n, group + 1, 0, 0);
+            }
         } else {
             if group + 1 < self.groups {
                 return (n, group + 1, row, chunk);
@@ -695,14 +708,18 @@ pub fn conv_share(
     // A 1×1 layer's block is too short a run for sets of sums to pay (a stride-2 one ran
     // 1.13× the time with them).
     let one_tap = (kh, kw) == (1, 1);
-    let items = Items::new(conv, geo, conv.groups_outer()?);
+    let widened = conv.width_padding();
+    // One image's widened copy, and whether the scratch holds every image (see
+    // `BlockedConv::widened_images`).
+    let image_len = widened.map_or(Ok(0), |(left, right)| conv.padded_image_len(left + right))?;
+    let whole_batch = widened.is_some() && conv.widened_images(image_len)? > 1;
+    let items = Items::new(conv, geo, conv.groups_outer()?, widened.is_none() || whole_batch);
     let (lo, hi) = share(items.count(), tasks, task);
     // With a widened copy (see `BlockedConv::width_padding`), the taps read it: every column
     // inside, so every pixel of a row in tiles of near-equal width. The rows of each image the
-    // share's items read are copied once (items run image by image), or with groups outermost
-    // every image once into a scratch that holds the batch, if it fits, else each image again
-    // in each group (a share's items may span groups, each reading every row).
-    let widened = conv.width_padding();
+    // share's items read are copied once (items run image by image; with groups outermost a
+    // share's items may span groups, each reading every row), or every image at once into a
+    // scratch that holds the batch when the images run inside each group.
     let (tap_geo, tap_strides) = match widened {
         Some((left, right)) => {
             let tap_geo = Conv2d { in_w: geo.in_w + left + right, pad: (geo.pad.0, 0), ..geo };
@@ -712,22 +729,19 @@ pub fn conv_share(
     };
     let (ilo, ihi) = interior(&tap_geo);
     let mut copied = None;
-    // One image's widened copy, and whether the scratch holds every image (see
-    // `BlockedConv::widened_images`).
-    let image_len = widened.map_or(Ok(0), |(left, right)| conv.padded_image_len(left + right))?;
-    let whole_batch = widened.is_some() && conv.widened_images(image_len)? > 1;
     // Per group size (1 to 3 blocks): the tile's pixels and the input channels per pass. The
     // scalar kernel takes the vector one's tiles for the block: a tile's width sets its sets
     // of sums, hence the bits.
     let tile_isa = if b == block_for(Isa::Avx512) { Isa::Avx512 } else { Isa::Avx2Fma };
     let per_size: [(usize, usize); 4] =
         std::array::from_fn(|blocks| (dense_pixels(tile_isa, blocks), channel_chunk(conv, blocks)));
-    // The last item's group, and the one its prefetch brought into L2.
+    // The last item's pass over a group (its image, or 0 when the images run inside the
+    // groups, and the group), and the one its prefetch brought into L2.
     let (mut last, mut brought) = (None, None);
     for (n, group, oy, first, pixels) in items.walk(lo, hi) {
         // Weights larger than the input are read group by group, each group's first from
         // memory: the next group's are prefetched over this group's items, a part of them per
-        // item (by its row and chunk) and per run (by its part of the item's work). MobileNet-v2
+        // item (by its image, row and chunk) and per run (by its part of the item's work). MobileNet-v2
         // on one thread 3.35 -> 3.15 ms (its 14x14 and 7x7 layers; Zen 5); a 160->960 1x1
         // layer over 7x7 with cold caches 0.110 -> 0.088 ms. Only while both groups' weights
         // fit [`PREFETCH_GROUPS_BYTES`].
@@ -737,24 +751,27 @@ pub fn conv_share(
             .filter(|&(_, next_blocks)| {
                 (blocks + next_blocks).saturating_mul(w_block) <= PREFETCH_GROUPS_BYTES / size_of::<f32>()
             });
+        // The images a group's items cover, and this item's among them.
+        let (images, image_at) = if items.images_inner { (geo.batch, n) } else { (1, 0) };
         let (item_ahead, item_lines) = if let Some((next_first, next_blocks)) = next {
             let lines = (next_blocks * w_block).div_ceil(16);
-            let per_item = lines.div_ceil(geo.batch * items.rows * items.chunks);
-            let first_line = ((n * items.rows + oy) * items.chunks + first / items.chunk) * per_item;
+            let per_item = lines.div_ceil(images * items.rows * items.chunks);
+            let first_line = ((image_at * items.rows + oy) * items.chunks + first / items.chunk) * per_item;
             (next_first * w_block + first_line * 16, per_item.min(lines.saturating_sub(first_line)))
         } else {
             (0, 0)
         };
         // A group's first item read in this share streams its weights from L3 or memory
-        // (with groups outermost; its other images find them in L2, as rows outermost re-read
-        // smaller weights from L2).
-        let entering = last != Some(group);
-        let fresh = items.groups_outer && entering && brought != Some(group);
+        // (with groups outermost; images inside a group find them in L2, as rows outermost
+        // re-read smaller weights from L2).
+        let pass = (n - image_at, group);
+        let entering = last != Some(pass);
+        let fresh = items.groups_outer && entering && brought != Some(pass);
         if entering {
             // The next group is prefetched whole only by a share that runs this one whole.
-            brought = (next.is_some() && n == 0 && oy == 0 && first == 0).then_some(group + 1);
+            brought = (next.is_some() && image_at == 0 && oy == 0 && first == 0).then_some((pass.0, group + 1));
         }
-        last = Some(group);
+        last = Some(pass);
         let stream = stream_ahead(fresh, w_channel);
         let item_work = pixels * geo.in_channels;
         let mut sent = 0;

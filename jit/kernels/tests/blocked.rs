@@ -377,9 +377,9 @@ fn wide_images_keep_their_border_pixels() {
 }
 
 /// Batches of small images under large weights run group by group over the whole batch, the
-/// widened copies of every image in the scratch at once (a scratch of `batch` images) unless
-/// the batch passes the copy budget (one image at a time, copied again per group): both match
-/// the formula on every ISA and split, with every layout, at strides 1 and 2.
+/// widened copies of every image in the scratch at once (a scratch of `batch` images), unless
+/// the batch passes the copy budget (image by image, each over every group): both match the
+/// formula on every ISA and split, with every layout, at strides 1 and 2.
 #[test]
 fn batches_of_small_images_share_each_group_of_weights() {
     // The last: 6 widened images of 256 channels at 6×8 pass the 256 KiB budget.

@@ -265,9 +265,11 @@ fn prepare_inputs(model: &Path, given: &[String], dir: &Path) -> Result<Vec<Inpu
             options.input_shapes.insert(d.name.clone(), t.shape().to_vec());
         }
     }
-    let bound = options.bind_free_dims_to_one(&declared);
-    if !bound.is_empty() {
-        eprintln!("note: symbolic dimensions bound to 1 for the generated inputs: {}", bound.join(", "));
+    if read.is_empty() {
+        let bound = options.bind_free_dims_to_one(&declared);
+        if !bound.is_empty() {
+            eprintln!("note: symbolic dimensions bound to 1 for the generated inputs: {}", bound.join(", "));
+        }
     }
     let heron =
         heron_runtime::Model::load_with(model, &options).with_context(|| format!("loading {}", model.display()))?;
