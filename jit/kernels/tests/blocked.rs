@@ -376,6 +376,22 @@ fn wide_images_keep_their_border_pixels() {
     }
 }
 
+/// 1×1 layers over a few pixels group their output blocks in threes (the last one, two or
+/// three blocks), wider ones in pairs: every block count from one to seven, both block widths,
+/// match the formula on every ISA and split.
+#[test]
+fn few_pixel_pointwise_layers_group_blocks_in_threes() {
+    for (side, out_blocks) in [(1, 1), (1, 4), (2, 5), (2, 6), (1, 7), (3, 7)] {
+        for block in [8, 16] {
+            let m = out_blocks * block - 3;
+            let geo = Conv2d::from_dims([2, 40, side, side, m, side, side, 1, 1, 1, 1, 1, 1, 1, 0, 0]);
+            for layouts in [(false, false), (true, true)] {
+                check_conv(geo, block, layouts, (true, false, Some((0.0, 6.0)), Finish::None), 3, 5).unwrap();
+            }
+        }
+    }
+}
+
 /// Batches of small images under large weights run group by group over the whole batch, the
 /// widened copies of every image in the scratch at once (a scratch of `batch` images), unless
 /// the batch passes the copy budget (image by image, each over every group): both match the
