@@ -122,9 +122,9 @@ pub(crate) fn dense_pixels(isa: Isa, blocks: usize) -> usize {
 /// each input channel's weights are a few vectors read once (streamed from L3 in MobileNet-v2's
 /// deep layers at small resolutions) for one multiply-add each, and three blocks keep three
 /// streams and sums in flight with a third fewer items (eight 160->960->160 pairs at 1×1:
-/// 0.127 -> 0.115 ms, MobileNet-v2 at 32×32 0.223 -> 0.210 on one thread, 0.160 -> 0.152 on
-/// two; Zen 5). Pairs elsewhere: threes left two threads fewer, coarser groups to share in
-/// ResNet-18's 3×3 layers at 56×56 (1.19 -> 1.27 ms).
+/// 0.127 -> 0.115 ms; MobileNet-v2 at 32×32 about 1% faster on one and two threads; Zen 5).
+/// Pairs elsewhere: threes left two threads fewer, coarser groups to share in ResNet-18's
+/// 3×3 layers at 56×56 (1.19 -> 1.27 ms).
 fn group_size(geo: &Conv2d) -> usize {
     if geo.kernel == (1, 1) && geo.out_h * geo.out_w <= FEW_PIXELS { 3 } else { 2 }
 }
