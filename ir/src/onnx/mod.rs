@@ -115,6 +115,24 @@ pub struct ImportOptions {
 }
 
 impl ImportOptions {
+    /// Binds the symbolic dimensions of the inputs the `given` tensors go to (by name, else the
+    /// declared inputs no tensor names, in order) to those tensors' shapes, unless
+    /// `input_shapes` gives that input's shape already.
+    pub fn bind_given_shapes(&mut self, declared: &[DeclaredInput], given: &[(Option<String>, Tensor)]) {
+        let mut unnamed = declared.iter().filter(|d| !given.iter().any(|(n, _)| n.as_deref() == Some(&d.name)));
+        for (name, t) in given {
+            let input = match name {
+                Some(n) => declared.iter().find(|d| &d.name == n),
+                None => unnamed.next(),
+            };
+            if let Some(d) = input
+                && d.dims.iter().any(|d| matches!(d, Dim::Symbolic(_)))
+            {
+                self.input_shapes.entry(d.name.clone()).or_insert_with(|| t.shape().to_vec());
+            }
+        }
+    }
+
     /// Binds to 1 every symbolic dimension of `declared` that neither `dims` nor a shape in
     /// `input_shapes` (of that input or another sharing the symbol) binds; an input so
     /// completed gets its whole shape in `input_shapes`. Benchmark tools take a free batch

@@ -14,8 +14,9 @@
 //! Padding rows are never materialised: taps outside the input are skipped. Padding columns
 //! of a dense convolution are, when one image of its input widened by them is small (see
 //! [`BlockedConv::width_padding`]): each share copies the rows of the image it reads (or of the
-//! whole batch, see [`BlockedConv::scratch_len`]), widened with zeros, into its scratch, and every pixel takes every tap column; otherwise a row's border pixels are
-//! computed one at a time with the taps that exist. Every output element adds its taps
+//! whole batch, see [`BlockedConv::scratch_len`]), widened with zeros, into its scratch, and
+//! every pixel takes every tap column; otherwise a row's border pixels are computed one at a
+//! time with the taps that exist. Every output element adds its taps
 //! in the order (input channel, tap row, tap column) after the bias, except in narrow tiles
 //! of a multi-tap layer, which add a whole input block in up to four sets of sums (channels
 //! taken in turn, see [`narrow_chains`]). Tiles depend on the block alone, and the scalar
@@ -338,6 +339,9 @@ const CHUNK: usize = 96;
 /// smaller weights with each input row once (images, then rows outermost).
 struct Items {
     geo: Conv2d,
+    /// Output blocks, the blocks per group (see [`group_size`]) and the groups.
+    blocks: usize,
+    group_size: usize,
     groups: usize,
     rows: usize,
     chunks: usize,
@@ -356,8 +360,14 @@ impl Items {
         // Chunks of equal size (the last may be shorter by less than one per chunk).
         let chunk = geo.out_w.div_ceil(chunks);
         let images_inner = groups_outer && images_inner;
-        let groups = block_groups(blocks, group_size(&geo));
-        Items { geo, groups, rows: geo.out_h, chunks, chunk, groups_outer, images_inner }
+        let size = group_size(&geo);
+        let groups = block_groups(blocks, size);
+        Items { geo, blocks, group_size: size, groups, rows: geo.out_h, chunks, chunk, groups_outer, images_inner }
+    }
+
+    /// Group `g`'s first block and block count.
+    fn group(&self, g: usize) -> (usize, usize) {
+        block_group(self.blocks, self.group_size, g)
     }
 
     fn count(&self) -> usize {
@@ -737,7 +747,6 @@ pub fn conv_share(
     let image_len = widened.map_or(Ok(0), |(left, right)| conv.padded_image_len(left + right))?;
     let whole_batch = widened.is_some() && conv.widened_images(image_len)? > 1;
     let items = Items::new(conv, geo, conv.groups_outer()?, widened.is_none() || whole_batch);
-    let size = group_size(&geo);
     let (lo, hi) = share(items.count(), tasks, task);
     // With a widened copy (see `BlockedConv::width_padding`), the taps read it: every column
     // inside, so every pixel of a row in tiles of near-equal width. The rows of each image the
@@ -769,12 +778,12 @@ pub fn conv_share(
         // on one thread 3.35 -> 3.15 ms (its 14x14 and 7x7 layers; Zen 5); a 160->960 1x1
         // layer over 7x7 with cold caches 0.110 -> 0.088 ms. Only while both groups' weights
         // fit [`PREFETCH_GROUPS_BYTES`].
-        let (first_block, blocks) = block_group(geo.out_channels.div_ceil(b), size, group);
-        let next = (items.groups_outer && group + 1 < items.groups)
-            .then(|| block_group(geo.out_channels.div_ceil(b), size, group + 1))
-            .filter(|&(_, next_blocks)| {
+        let (first_block, blocks) = items.group(group);
+        let next = (items.groups_outer && group + 1 < items.groups).then(|| items.group(group + 1)).filter(
+            |&(_, next_blocks)| {
                 (blocks + next_blocks).saturating_mul(w_block) <= PREFETCH_GROUPS_BYTES / size_of::<f32>()
-            });
+            },
+        );
         // The images a group's items cover, and this item's among them.
         let (images, image_at) = if items.images_inner { (geo.batch, n) } else { (1, 0) };
         let (item_ahead, item_lines) = if let Some((next_first, next_blocks)) = next {

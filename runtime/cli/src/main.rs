@@ -254,18 +254,7 @@ impl LimitFlags {
         let mut options = self.import_options().reading_data_beside(path);
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         let declared = heron_ir::onnx::declared_inputs(&bytes)?;
-        let mut free = declared.iter().filter(|d| !given.iter().any(|(n, _)| n.as_deref() == Some(&d.name)));
-        for (name, t) in given {
-            let input = match name {
-                Some(n) => declared.iter().find(|d| &d.name == n),
-                None => free.next(),
-            };
-            if let Some(d) = input
-                && d.dims.iter().any(|d| matches!(d, heron_ir::onnx::Dim::Symbolic(_)))
-            {
-                options.input_shapes.entry(d.name.clone()).or_insert_with(|| t.shape().to_vec());
-            }
-        }
+        options.bind_given_shapes(&declared, given);
         if given.is_empty() {
             let bound = options.bind_free_dims_to_one(&declared);
             if !bound.is_empty() {

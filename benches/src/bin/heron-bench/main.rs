@@ -255,16 +255,7 @@ fn prepare_inputs(model: &Path, given: &[String], dir: &Path) -> Result<Vec<Inpu
     // The shapes the files give bind the symbolic dimensions of their inputs (by name, else in
     // order); without files, free ones are 1.
     let mut options = heron_ir::onnx::ImportOptions::default().reading_data_beside(model);
-    let mut unnamed = declared.iter();
-    for (name, t) in &read {
-        let input = match name {
-            Some(n) => declared.iter().find(|d| &d.name == n),
-            None => unnamed.next(),
-        };
-        if let Some(d) = input {
-            options.input_shapes.insert(d.name.clone(), t.shape().to_vec());
-        }
-    }
+    options.bind_given_shapes(&declared, &read);
     if read.is_empty() {
         let bound = options.bind_free_dims_to_one(&declared);
         if !bound.is_empty() {
