@@ -13,11 +13,11 @@
 //!   so nothing stale ever sits there), or generated code produces it for a convolution and
 //!   its channels fill whole blocks (no lanes past them), and it is neither an input nor an
 //!   output of the model;
-//! - every other function that touches it reads it with its shape: a convolution or max pool
-//!   kernel, or generated code (which reads it through the layout's index map); GEMM and
-//!   elementwise kernels index row-major tensors and keep them planar;
+//! - every other function that touches it reads it with its shape: a convolution or pool
+//!   kernel, or generated code (which reads it through the layout's index map) that takes no
+//!   windows of it; GEMM and elementwise kernels index row-major tensors and keep them planar;
 //! - the kernels agree: a depthwise kernel reads and writes the same layout, a residual has
-//!   its output's layout, a max pool writes blocked only what it reads blocked, and a layer
+//!   its output's layout, a pool writes blocked only what it reads blocked, and a layer
 //!   Winograd computes faster (3×3, stride 1) keeps its tensors planar.
 //!
 //! A strided dense convolution between planar tensors, with taps in both directions, output
@@ -41,7 +41,7 @@ use crate::kernels::{Found, Kernel, KernelConfig, Plan};
 
 /// The decision: `main`'s blocked tensors; per function index the blocked convolution it
 /// runs (one of its tensors, at least, blocked, or a strided one between planar tensors), or
-/// the output layout of a max pool reading a blocked input.
+/// the output layout of a pool reading a blocked input.
 pub(crate) struct Blocking {
     pub block: usize,
     pub tensors: HashSet<BufferId>,
@@ -58,7 +58,7 @@ pub(crate) fn blocked_map(block: usize) -> IndexMap {
 /// bound there).
 struct KernelUse {
     func: usize,
-    /// `None`: a max pool.
+    /// `None`: a pool.
     conv: Option<BlockedConv>,
     input: Option<BufferId>,
     output: Option<BufferId>,
@@ -130,7 +130,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
                     planar,
                 }
             }),
-            Some(Found::MaxPool(pool)) => {
+            Some(Found::Pool(pool)) => {
                 roles.extend([pool.input, pool.out]);
                 Some(KernelUse {
                     func: k,
@@ -193,7 +193,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
                 drop(c.output);
                 drop(c.residual);
             }
-            // A max pool over a planar input has no blocked kernel.
+            // A pool over a planar input has no blocked kernel.
             if c.conv.is_none() && !x {
                 drop(c.output);
             }

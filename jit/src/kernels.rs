@@ -12,8 +12,10 @@
 //!   (`ConvInteger`, `MatMulInteger`, the QLinear operators): `heron_conv2d_q8`,
 //!   `heron_gemm_q8` (`heron_kernels::qgemm`), zero points constants. The i32 result is the
 //!   output, or a scratch buffer the rest of the epilogue (requantization) reads;
-//! - **2-D max pooling** over NCHW (lowering's `acc`/`found` nest, a constant window, the
-//!   in-bounds tests the simplifier left): `heron_maxpool2d_f32`.
+//! - **2-D pooling** (`crate::pooling`): lowering's max pool nest (`acc`/`found`, a constant
+//!   window, the in-bounds tests the simplifier left) as `heron_maxpool2d_f32`, or over a
+//!   channel-blocked input `heron_maxpool2d_blocked_f32`; an f32 average pool's nest over a
+//!   channel-blocked input as `heron_avgpool2d_blocked_f32`.
 //!
 //! The accumulator's initial value (a convolution's bias) is fused; so is an epilogue made of
 //! additions of a bias per column or a residual shaped like the output, then a ReLU or Clip
@@ -40,8 +42,8 @@ use heron_ir::loop_ir::{
 use heron_ir::{DType, Tensor};
 pub use heron_kernels::Isa;
 use heron_kernels::abi::{
-    CONV2D_BLOCKED_F32, CONV2D_F32, CONV2D_Q8, GEMM_F32, GEMM_Q8, MAP_F32, MAXPOOL2D_BLOCKED_F32, MAXPOOL2D_F32,
-    SOFTMAX_F32, blocked_layouts, flags, layouts,
+    AVGPOOL2D_BLOCKED_F32, CONV2D_BLOCKED_F32, CONV2D_F32, CONV2D_Q8, GEMM_F32, GEMM_Q8, MAP_F32,
+    MAXPOOL2D_BLOCKED_F32, MAXPOOL2D_F32, SOFTMAX_F32, blocked_layouts, flags, layouts,
 };
 use heron_kernels::blocked::{BlockedConv, Layout};
 use heron_kernels::conv::{Activation, Conv2d, ConvEpilogue, conv2d_share};
@@ -50,7 +52,7 @@ use heron_kernels::softmax::{SoftmaxShape, softmax_share};
 
 use crate::elementwise::TailInput;
 use heron_kernels::gemm;
-use heron_kernels::pool::{max_pool2d_blocked_share, max_pool2d_share, window_dims, window_from_dims};
+use heron_kernels::pool::{Divisor, PoolKind, max_pool2d_share, pool2d_blocked_share, window_from_dims};
 pub use heron_kernels::qgemm::Int8Isa;
 use heron_kernels::qgemm::{self, Bytes};
 
@@ -123,6 +125,7 @@ pub fn routines() -> Vec<Routine> {
         GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
         MAXPOOL2D_BLOCKED_F32 => [vec![B; 2], vec![I64; 19]].concat(),
+        AVGPOOL2D_BLOCKED_F32 => [vec![B; 2], vec![I64; 22]].concat(),
         MAP_F32 => [vec![B; 4], vec![I64; 6], vec![F32; 4], vec![I64; 2]].concat(),
         SOFTMAX_F32 => [vec![B; 2], vec![I64; 7]].concat(),
         CONV2D_Q8 => [vec![B; 4], vec![I64; 21]].concat(),
@@ -144,7 +147,7 @@ pub fn routines() -> Vec<Routine> {
 /// layouts of the tensors between kernels are chosen over all of them ([`crate::blocking`]).
 pub(crate) enum Found {
     Contraction(Plan),
-    MaxPool(MaxPoolPlan),
+    Pool(crate::pooling::PoolPlan),
     Map(crate::elementwise::MapPlan),
     Softmax(crate::softmax::SoftmaxPlan),
 }
@@ -174,8 +177,8 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
         .filter_map(|(k, f)| {
             let found = if let Some(plan) = contractions.remove(&k) {
                 Found::Contraction(plan)
-            } else if let Some(pool) = match_max_pool(f) {
-                Found::MaxPool(pool)
+            } else if let Some(pool) = crate::pooling::match_pool(f) {
+                Found::Pool(pool)
             } else if let Some(softmax) = crate::softmax::match_softmax(f) {
                 Found::Softmax(softmax)
             } else {
@@ -209,7 +212,7 @@ pub fn use_kernels(module: &mut Module, config: KernelConfig) {
             if k < main_index { (&mut before[k], &mut rest[0]) } else { (&mut rest[0], &mut before[main_index]) };
         match found {
             Found::Contraction(plan) => apply(plan, f, main, config, (convs.remove(&k), &blocked_tensors)),
-            Found::MaxPool(pool) => apply_max_pool(pool, f, config, pools.remove(&k)),
+            Found::Pool(pool) => crate::pooling::apply_pool(pool, f, config, pools.remove(&k)),
             Found::Map(map) => crate::elementwise::apply_map(map, f, config),
             Found::Softmax(softmax) => crate::softmax::apply_softmax(softmax, f, config),
         }
@@ -1446,149 +1449,6 @@ fn tail_of(
     crate::elementwise::match_tail(e, &mut classify)
 }
 
-/// A max pool nest as lowering emits it (locals `acc` and `found`, every tap of a constant
-/// window visited with its in-bounds test, the output stored unchanged), after the
-/// simplifier dropped the bounds it proved: the window's geometry (a depthwise convolution's,
-/// see `heron_kernels::pool`), input and output.
-pub(crate) struct MaxPoolPlan {
-    geo: Conv2d,
-    pub input: BufferId,
-    pub out: BufferId,
-}
-
-/// `e` without `min(·, constant)` / `max(·, constant)` wrappers (the clamps of a tap's index).
-fn unclamped(mut e: &Expr) -> &Expr {
-    while let Expr::Binary { op: BinOp::Min | BinOp::Max, lhs, rhs } = e
-        && rhs.as_int().is_some()
-    {
-        e = lhs;
-    }
-    e
-}
-
-fn match_max_pool(f: &PrimFunc) -> Option<MaxPoolPlan> {
-    use heron_ir::loop_ir::CmpOp;
-    let Stmt::Seq(items) = &f.body else { return None };
-    let [Stmt::Allocate { buffer: acc, .. }, Stmt::Allocate { buffer: found, .. }, nest] = &items[..] else {
-        return None;
-    };
-    let (acc, found) = (*acc, *found);
-    let (out_loops, body) = peel(nest);
-    let Stmt::Seq(parts) = body else { return None };
-    let [init_found, init_acc, reduce, store] = &parts[..] else { return None };
-    let (red_loops, red_body) = peel(reduce);
-    let (&[(n, batch), (c, channels), (oy, oh), (ox, ow)], &[(r, kh), (s, kw)]) = (&out_loops[..], &red_loops[..])
-    else {
-        return None;
-    };
-    let get = |b: BufferId| Expr::load(b, vec![Expr::index(0)]);
-    let set = |b: BufferId, v: Expr| Stmt::Store { buffer: b, indices: vec![Expr::index(0)], value: v };
-    let Stmt::Store { buffer: out, indices: out_idx, value: stored } = store else { return None };
-    let o = [n, c, oy, ox].map(Expr::Var);
-    if *init_found != set(found, Expr::bool(false))
-        || *init_acc != set(acc, Expr::float(f64::NEG_INFINITY, DType::F32))
-        || *out_idx != o
-        || *stored != get(acc)
-    {
-        return None;
-    }
-    // `if (bounds && (!found || x > acc)) { acc = x; found = true }`, `bounds` possibly gone.
-    let Stmt::If { cond, then, otherwise: None } = red_body else { return None };
-    let (bounds, better) = match cond {
-        Expr::Binary { op: BinOp::And, lhs, rhs } => (Some(&**lhs), &**rhs),
-        other => (None, other),
-    };
-    let Expr::Binary { op: BinOp::Or, lhs: not_found, rhs: greater } = better else { return None };
-    let Expr::Cmp { op: CmpOp::Gt, lhs: load, rhs: current } = &**greater else { return None };
-    let Expr::Load { buffer: input, indices } = &**load else { return None };
-    if **not_found != Expr::Not(Box::new(get(found)))
-        || **current != get(acc)
-        || **then != Stmt::Seq(vec![set(acc, (**load).clone()), set(found, Expr::bool(true))])
-    {
-        return None;
-    }
-    let (input, out) = (*input, *out);
-    let [b, ch, in_h, in_w] = <[usize; 4]>::try_from(f.buffer(input).shape.as_slice()).ok()?;
-    let [i0, i1, y, x] = &indices[..] else { return None };
-    if *i0 != o[0] || *i1 != o[1] {
-        return None;
-    }
-    // A tap's position `o·stride + k·dilation − pad`: (stride, dilation, pad).
-    let (y_terms, x_terms) = (affine_terms(unclamped(y))?, affine_terms(unclamped(x))?);
-    let window = |(terms, constant): &(HashMap<VarId, i64>, i64), o: VarId, k: VarId| {
-        let (stride, dilation) = (*terms.get(&o)?, *terms.get(&k)?);
-        (terms.len() == 2).then_some(())?;
-        Some((usize::try_from(stride).ok()?, usize::try_from(dilation).ok()?, usize::try_from(-constant).ok()?))
-    };
-    let ((sh, dh, pt), (sw, dw, pl)) = (window(&y_terms, oy, r)?, window(&x_terms, ox, s)?);
-    let size = |v: i64| usize::try_from(v).ok();
-    let (oh, ow, kh, kw) = (size(oh)?, size(ow)?, size(kh)?, size(kw)?);
-    let geo = window_from_dims([b, ch, in_h, in_w, oh, ow, kh, kw, sh, sw, dh, dw, pt, pl]);
-    let f32_param = |b: BufferId| f.params.contains(&b) && f.buffer(b).dtype == DType::F32;
-    if !f32_param(input)
-        || !f32_param(out)
-        || f.buffer(out).shape != [b, ch, geo.out_h, geo.out_w]
-        || (size(batch)?, size(channels)?) != (b, ch)
-        || heron_kernels::pool::check(&geo).is_err()
-    {
-        return None;
-    }
-    // The bounds left are tests `position >= 0` and `position < extent` of the two positions;
-    // each one missing must hold for every tap (the simplifier proved it).
-    let mut tested = [false; 4];
-    let mut conjuncts = bounds.into_iter().collect::<Vec<_>>();
-    while let Some(e) = conjuncts.pop() {
-        match e {
-            Expr::Binary { op: BinOp::And, lhs, rhs } => conjuncts.extend([&**lhs, &**rhs]),
-            Expr::Cmp { op, lhs, rhs } => {
-                let terms = affine_terms(lhs)?;
-                let axis = [&y_terms, &x_terms].iter().position(|t| **t == terms)?;
-                match (op, rhs.as_int()?) {
-                    (CmpOp::Ge, 0) => tested[2 * axis] = true,
-                    (CmpOp::Lt, end) if size(end)? == [in_h, in_w][axis] => tested[2 * axis + 1] = true,
-                    _ => return None,
-                }
-            }
-            _ => return None,
-        }
-    }
-    let last = |o: usize, stride: usize, k: usize, dilation: usize| (o - 1) * stride + (k - 1) * dilation;
-    let always = [
-        pt == 0,
-        last(geo.out_h, sh, geo.kernel.0, dh) < in_h + pt,
-        pl == 0,
-        last(geo.out_w, sw, geo.kernel.1, dw) < in_w + pl,
-    ];
-    tested.iter().zip(always).all(|(&t, a)| t || a).then_some(MaxPoolPlan { geo, input, out })
-}
-
-/// The max pool nest becomes a parallel loop of kernel calls (over a channel-blocked input
-/// when `blocked_output` names the output's layout).
-fn apply_max_pool(plan: MaxPoolPlan, f: &mut PrimFunc, config: KernelConfig, blocked_output: Option<Layout>) {
-    let config = config.with_shares();
-    let MaxPoolPlan { geo, input, out } = plan;
-    f.vars.push(VarDecl { name: "task".into(), dtype: DType::I64 });
-    let task = VarId(f.vars.len() as u32 - 1);
-    let i = |v: usize| Arg::Expr(Expr::index(v as i64));
-    let mut args = vec![Arg::Buffer(input), Arg::Buffer(out), Arg::Expr(Expr::index(config.isa.code()))];
-    args.extend(window_dims(&geo).map(i));
-    let routine = match blocked_output {
-        Some(output) => {
-            let bits = layouts::INPUT | if output == Layout::Blocked { layouts::OUTPUT } else { 0 };
-            args.extend([i(heron_kernels::blocked::block_for(config.isa)), Arg::Expr(Expr::index(bits))]);
-            MAXPOOL2D_BLOCKED_F32
-        }
-        None => MAXPOOL2D_F32,
-    };
-    args.extend([Arg::Expr(Expr::Var(task)), i(config.tasks)]);
-    f.body = Stmt::Seq(vec![Stmt::For {
-        var: task,
-        extent: Expr::index(config.tasks as i64),
-        kind: if config.tasks > 1 { ForKind::Parallel } else { ForKind::Serial },
-        body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(routine.into()), args })),
-    }]);
-}
-
 /// The kernel routines for the loop-IR interpreter: the same kernels on copies of the buffers,
 /// so modules with kernel calls are checked against the graph interpreter too.
 #[derive(Clone, Copy, Debug, Default)]
@@ -1764,14 +1624,28 @@ impl Externs for KernelExterns {
                 let r = max_pool2d_share(isa, &geo, &x, &mut out, (d[14], d[15]));
                 (1, r.map(|()| out))
             }
-            MAXPOOL2D_BLOCKED_F32 if args.len() == 21 => {
+            MAXPOOL2D_BLOCKED_F32 | AVGPOOL2D_BLOCKED_F32 => {
+                let (kind, rest) = match (name, args.len()) {
+                    (MAXPOOL2D_BLOCKED_F32, 21) => (PoolKind::Max, 17),
+                    (AVGPOOL2D_BLOCKED_F32, 24) => {
+                        let d = ints(&args[17..20])?;
+                        let divisor = match d[0] {
+                            0 => Divisor::Inside,
+                            1 => Divisor::Padded { end: (d[1], d[2]) },
+                            _ => return Err("bad average divisor".into()),
+                        };
+                        (PoolKind::Average(divisor), 20)
+                    }
+                    _ => return Err(format!("no kernel routine '{name}' with {} arguments", args.len())),
+                };
                 let isa = isa_of(&args[2])?;
-                let d = ints(&args[3..21])?;
-                let geo = window_from_dims(d[..14].try_into().expect("14 dimensions"));
-                let (_, output) = blocked_layouts(d[15] as i64).ok_or("bad layout bits")?;
+                let d = ints(&args[3..17])?;
+                let geo = window_from_dims(d[..].try_into().expect("14 dimensions"));
+                let t = ints(&args[rest..rest + 4])?;
+                let (_, output) = blocked_layouts(t[1] as i64).ok_or("bad layout bits")?;
                 let x = floats(&args[0])?;
                 let mut out = floats(&args[1])?;
-                let r = max_pool2d_blocked_share(isa, &geo, d[14], output, &x, &mut out, (d[16], d[17]));
+                let r = pool2d_blocked_share(isa, &geo, kind, t[0], output, &x, &mut out, (t[2], t[3]));
                 (1, r.map(|()| out))
             }
             MAP_F32 if args.len() == 16 => {

@@ -18,6 +18,7 @@ pub mod jit;
 pub mod kernels;
 pub mod math;
 pub mod outline;
+mod pooling;
 pub mod readonly;
 pub mod routines;
 pub mod schedule;

@@ -671,39 +671,67 @@ fn softmax_runs_as_the_routine() {
     }
 }
 
-/// An average pool of 3×3 taps between two blocked-size convolutions reads its input planar:
-/// generated code taking a window of a blocked tensor computes `// B` and `% B` for every
-/// tap. The model matches the interpreter on 1 and 2 threads.
+/// An average pool between two blocked-size convolutions reads its input channel-blocked with
+/// the pool kernel (generated code taking a window of a blocked tensor would compute `// B` and
+/// `% B` for every tap), with every divisor: taps inside the input, or inside the padded input
+/// (`count_include_pad`, ceil mode's overhang past the far pads not counted); strides 1 to 3,
+/// dilations, asymmetric pads and channel counts ending inside a block. A window of more taps
+/// than lowering visits with constant loops (a 9×9) stays generated code, its input planar.
+/// Every model matches the interpreter on 1 and 2 threads.
 #[test]
-fn generated_window_reads_keep_their_input_planar() {
+fn average_pools_of_blocked_tensors_run_the_pool_kernel() {
     use heron_ir::{ConvAttrs, DType, Graph, Op, PoolAttrs, Tensor, TensorType, Window};
-    let (c, size) = (32, 12);
-    let mut g = Graph::new();
-    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 8, size, size]));
-    let padded = |k: usize| {
+    // (channels, size, kernel, stride, dilation, pads begin, pads end, count_include_pad, ceil_mode)
+    let cases = [
+        (32, 12, 3, 1, 1, 1, 1, false, false),
+        (32, 12, 3, 1, 1, 1, 1, true, false),
+        (20, 15, 2, 2, 1, 0, 0, false, false),
+        (20, 16, 3, 2, 1, 1, 1, true, true),
+        (20, 15, 3, 2, 1, 1, 1, false, true),
+        (40, 23, 5, 3, 1, 2, 1, true, true),
+        (12, 14, 3, 1, 2, 2, 0, true, false),
+        (24, 21, 9, 1, 1, 4, 4, true, false),
+    ];
+    for (c, size, k, stride, dilation, begin, end, include_pad, ceil_mode) in cases {
+        let what =
+            format!("{k}x{k}/{stride} dilation {dilation} pads {begin},{end} include {include_pad} ceil {ceil_mode}");
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![2, 8, size, size]));
+        let same = |k: usize| {
+            let mut window = Window::dense(vec![k, k]);
+            window.pads_begin = vec![k / 2; 2];
+            window.pads_end = vec![k / 2; 2];
+            window
+        };
+        let w1 = g.add_constant("w1", Tensor::from_vec(&[c, 8, 3, 3], values(c * 8 * 9, 5)).expect("weights"));
+        let y = g.add_op("conv1", Op::Conv(ConvAttrs { window: same(3), group: 1 }), &[x, w1]).expect("conv");
         let mut window = Window::dense(vec![k, k]);
-        window.pads_begin = vec![1, 1];
-        window.pads_end = vec![1, 1];
-        window
-    };
-    let w1 = g.add_constant("w1", Tensor::from_vec(&[c, 8, 3, 3], values(c * 8 * 9, 5)).expect("weights"));
-    let y = g.add_op("conv1", Op::Conv(ConvAttrs { window: padded(3), group: 1 }), &[x, w1]).expect("conv");
-    let pool = PoolAttrs { window: padded(3), ceil_mode: false };
-    let p = g.add_op("pool", Op::AveragePool { pool, count_include_pad: false }, &[y]).expect("pool");
-    let w2 = g.add_constant("w2", Tensor::from_vec(&[c, c, 3, 3], values(c * c * 9, 6)).expect("weights"));
-    let z = g.add_op("conv2", Op::Conv(ConvAttrs { window: padded(3), group: 1 }), &[p, w2]).expect("conv");
-    g.set_outputs(vec![z]);
-    let model = Model::from_graph("pooled", g).expect("model");
-    if KernelConfig::host(1).is_some() {
-        let (module, text) = target_stage(&model, KernelConfig::host(1));
-        let main = module.funcs.iter().find(|f| f.name == "main").expect("main");
-        let pooled_input =
-            main.buffers.iter().position(|b| b.name == "conv1").map(|k| heron_ir::loop_ir::BufferId(k as u32));
-        let pooled_input = pooled_input.unwrap_or_else(|| panic!("no buffer conv1:\n{text}"));
-        assert!(!main.layout_transforms.contains_key(&pooled_input), "{text}");
+        window.strides = vec![stride; 2];
+        window.dilations = vec![dilation; 2];
+        window.pads_begin = vec![begin; 2];
+        window.pads_end = vec![end; 2];
+        let pool = PoolAttrs { window, ceil_mode };
+        let p = g.add_op("pool", Op::AveragePool { pool, count_include_pad: include_pad }, &[y]).expect("pool");
+        let w2 = g.add_constant("w2", Tensor::from_vec(&[c, c, 3, 3], values(c * c * 9, 6)).expect("weights"));
+        let z = g.add_op("conv2", Op::Conv(ConvAttrs { window: same(3), group: 1 }), &[p, w2]).expect("conv");
+        g.set_outputs(vec![z]);
+        let model = Model::from_graph("pooled", g).expect("model");
+        if let Some(config) = KernelConfig::host(1) {
+            let (module, text) = target_stage(&model, Some(config));
+            let main = module.funcs.iter().find(|f| f.name == "main").expect("main");
+            let pooled_input =
+                main.buffers.iter().position(|b| b.name == "conv1").map(|k| heron_ir::loop_ir::BufferId(k as u32));
+            let pooled_input = pooled_input.unwrap_or_else(|| panic!("no buffer conv1:\n{text}"));
+            let kernel = k * k <= 64;
+            assert_eq!(main.layout_transforms.contains_key(&pooled_input), kernel, "{what}:\n{text}");
+            assert_eq!(text.contains("call extern \"heron_avgpool2d_blocked_f32\""), kernel, "{what}:\n{text}");
+        }
+        let mut data = values(2 * 8 * size * size, 7);
+        data[3] = f32::INFINITY;
+        data[40] = f32::NAN;
+        let input = Tensor::from_vec(&[2, 8, size, size], data).expect("input");
+        agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &what);
     }
-    let input = Tensor::from_vec(&[1, 8, size, size], values(8 * size * size, 7)).expect("input");
-    agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, "pool between convolutions");
 }
 
 /// A fully connected layer's activation of its biased sum (`sigmoid(x·w + b)`, `tanh(...)`):

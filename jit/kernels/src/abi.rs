@@ -14,7 +14,7 @@ use crate::blocked::{BlockedConv, Layout};
 use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
 use crate::elementwise::{MAX_INPUTS, MapOp, Operand, Program, Tail, TailOperand, map_raw};
 use crate::gemm::{Epilogue, sgemm_share};
-use crate::pool::{max_pool2d_blocked_share, max_pool2d_share, window_from_dims};
+use crate::pool::{Divisor, PoolKind, max_pool2d_share, pool2d_blocked_share, window_from_dims};
 use crate::qgemm::{self, Bytes, Int8Isa};
 use crate::softmax::{SoftmaxShape, softmax_share};
 
@@ -30,11 +30,12 @@ pub const GEMM_Q8: &str = "heron_gemm_q8";
 pub const CONV2D_BLOCKED_F32: &str = "heron_conv2d_blocked_f32_v3";
 pub const MAXPOOL2D_BLOCKED_F32: &str = "heron_maxpool2d_blocked_f32";
 pub const SOFTMAX_F32: &str = "heron_softmax_f32";
+pub const AVGPOOL2D_BLOCKED_F32: &str = "heron_avgpool2d_blocked_f32";
 
 /// The kernels' routine table, in the one order every run context lists them
 /// (`heron_threads_context`, the JIT's, VTA's after its own routine): generated code indexes
 /// it by position, fixed when the module was compiled.
-pub const ROUTINE_NAMES: [&str; 9] = [
+pub const ROUTINE_NAMES: [&str; 10] = [
     CONV2D_F32,
     GEMM_F32,
     MAXPOOL2D_F32,
@@ -44,10 +45,11 @@ pub const ROUTINE_NAMES: [&str; 9] = [
     CONV2D_BLOCKED_F32,
     MAXPOOL2D_BLOCKED_F32,
     SOFTMAX_F32,
+    AVGPOOL2D_BLOCKED_F32,
 ];
 
 /// The entry points of [`ROUTINE_NAMES`], in that order.
-pub fn routine_addresses() -> [*const u8; 9] {
+pub fn routine_addresses() -> [*const u8; 10] {
     [
         heron_conv2d_f32_v3 as *const u8,
         heron_gemm_f32 as *const u8,
@@ -58,6 +60,7 @@ pub fn routine_addresses() -> [*const u8; 9] {
         heron_conv2d_blocked_f32_v3 as *const u8,
         heron_maxpool2d_blocked_f32 as *const u8,
         heron_softmax_f32 as *const u8,
+        heron_avgpool2d_blocked_f32 as *const u8,
     ]
 }
 
@@ -497,9 +500,74 @@ pub unsafe extern "C" fn heron_maxpool2d_blocked_f32(
     task: i64,
     tasks: i64,
 ) {
+    let dims = [batch, c, h, width, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left];
+    // SAFETY: forwarded.
+    unsafe { pool_blocked(x, out, isa, dims, Some(PoolKind::Max), [block, layouts, task, tasks]) }
+}
+
+/// `out = average_pool(x)` over a channel-blocked input, share `task` of `tasks`: the window,
+/// block and layouts as [`heron_maxpool2d_blocked_f32`]'s; each output the sum of its taps
+/// inside the input (in window order, from 0) divided by the count of the taps inside the
+/// input (`include_pad` 0) or inside the padded input's `end_h × end_w` (1; see
+/// [`Divisor::Padded`]), 0 where none count.
+///
+/// # Safety
+/// As [`heron_maxpool2d_blocked_f32`]'s.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn heron_avgpool2d_blocked_f32(
+    x: *const f32,
+    out: *mut f32,
+    isa: i64,
+    batch: i64,
+    c: i64,
+    h: i64,
+    width: i64,
+    oh: i64,
+    ow: i64,
+    kh: i64,
+    kw: i64,
+    sh: i64,
+    sw: i64,
+    dh: i64,
+    dw: i64,
+    pad_top: i64,
+    pad_left: i64,
+    include_pad: i64,
+    end_h: i64,
+    end_w: i64,
+    block: i64,
+    layouts: i64,
+    task: i64,
+    tasks: i64,
+) {
+    let dims = [batch, c, h, width, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left];
+    let divisor = match (include_pad, sizes([end_h, end_w])) {
+        (0, _) => Some(Divisor::Inside),
+        (1, Some([h, w])) => Some(Divisor::Padded { end: (h, w) }),
+        _ => None,
+    };
+    // SAFETY: forwarded.
+    unsafe { pool_blocked(x, out, isa, dims, divisor.map(PoolKind::Average), [block, layouts, task, tasks]) }
+}
+
+/// The blocked pools' common entry: checks the arguments (nothing computed when one is
+/// wrong, `kind` `None` included) and runs the share.
+///
+/// # Safety
+/// As [`heron_maxpool2d_blocked_f32`]'s.
+unsafe fn pool_blocked(
+    x: *const f32,
+    out: *mut f32,
+    isa: i64,
+    dims: [i64; 14],
+    kind: Option<PoolKind>,
+    [block, layouts, task, tasks]: [i64; 4],
+) {
+    let Some(kind) = kind else { return };
     let Some(isa) = Isa::from_code(isa) else { return };
     let Some((Layout::Blocked, output)) = blocked_layouts(layouts) else { return };
-    let Some(dims) = sizes([batch, c, h, width, oh, ow, kh, kw, sh, sw, dh, dw, pad_top, pad_left]) else { return };
+    let Some(dims) = sizes(dims) else { return };
     let Some([block, task, tasks]) = sizes([block, task, tasks]) else { return };
     let geo = window_from_dims(dims);
     let lens = (|| {
@@ -510,7 +578,7 @@ pub unsafe extern "C" fn heron_maxpool2d_blocked_f32(
     // SAFETY: the caller guarantees each buffer holds what the shapes say.
     unsafe {
         let _ =
-            max_pool2d_blocked_share(isa, &geo, block, output, view(x, x_len), view_mut(out, out_len), (task, tasks));
+            pool2d_blocked_share(isa, &geo, kind, block, output, view(x, x_len), view_mut(out, out_len), (task, tasks));
     }
 }
 

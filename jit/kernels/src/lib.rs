@@ -10,7 +10,7 @@
 //! - [`conv`]: 2-D convolution (GEMM form with packed weights and im2col panels; direct for
 //!   first and strided layers; transposed pointwise for small planes; Winograd F(2×2, 3×3)
 //!   for 3×3 stride-1 layers; depthwise).
-//! - [`pool`]: 2-D max pooling.
+//! - [`pool`]: 2-D max pooling, and average pooling over channel-blocked inputs.
 //! - [`softmax`]: softmax and log-softmax along an axis.
 //! - [`qgemm`]: integer GEMM and convolution (u8/i8 with zero points, i32 results; AVX-512
 //!   VNNI, AVX2).

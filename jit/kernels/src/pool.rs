@@ -1,4 +1,4 @@
-//! 2-D max pooling over NCHW planes, with the semantics of the graph interpreter's MaxPool:
+//! 2-D pooling. Max pooling over NCHW planes, with the semantics of the graph interpreter's MaxPool:
 //! per output, the taps inside the input (padding is never a candidate) in window order, the
 //! first one taken, each later one only when it compares greater (`x > acc`; so a NaN wins
 //! only as an output's first tap); an output with no tap inside is −∞.
@@ -104,7 +104,32 @@ pub fn max_pool2d_share(
     Ok(())
 }
 
-/// One output row of one channel block of a max pool over a blocked input, as raw pointers.
+/// What a pool computes over the taps of each window inside the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolKind {
+    /// The maximum, as [`max_pool2d_share`]'s (−∞ where no tap is inside).
+    Max,
+    /// The mean, as lowering's average pool computes it: the taps inside summed in window
+    /// order from 0, divided by the count of the taps `divisor` counts (0 where none count).
+    Average(Divisor),
+}
+
+/// The taps an average pool divides its sum by (ONNX's `count_include_pad`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Divisor {
+    /// Those inside the input.
+    Inside,
+    /// Those inside the padded input, `end` rows and columns from its top left corner (the
+    /// input's extent and both pads): a ceil-mode window's overhang past the far pads does
+    /// not count.
+    Padded { end: (usize, usize) },
+}
+
+/// Taps in a window at most, for an average: its count is then exact as an f32 (as
+/// lowering's f32 count, which it uses below this bound).
+const AVERAGE_TAPS: usize = 1 << 24;
+
+/// One output row of one channel block of a pool over a blocked input, as raw pointers.
 pub(crate) struct PoolRow {
     /// The input at the block's tap row `r_lo`, column 0.
     pub x: *const f32,
@@ -124,6 +149,10 @@ pub(crate) struct PoolRow {
     pub plane: usize,
     /// Channels of the block that exist (fewer than the block in a last one).
     pub channels: usize,
+    /// An average's divisor: the window's rows that count, and where columns stop counting
+    /// (see [`PoolRow::divisor`]); unused by a max pool.
+    pub counted_rows: usize,
+    pub divisor: Divisor,
 }
 
 impl PoolRow {
@@ -134,6 +163,18 @@ impl PoolRow {
         let (s_lo, s_hi) = taps_inside(left, self.kw, self.dilation, self.pad, self.in_w);
         let first = if s_lo < s_hi { left + s_lo * self.dilation - self.pad } else { 0 };
         (s_lo, s_hi, first)
+    }
+
+    /// What an average divides output column `ox`'s sum by (exact: below [`AVERAGE_TAPS`]).
+    pub(crate) fn divisor(&self, ox: usize) -> f32 {
+        let cols = match self.divisor {
+            Divisor::Inside => {
+                let (s_lo, s_hi, _) = self.columns(ox);
+                s_hi - s_lo
+            }
+            Divisor::Padded { end } => taps_inside(ox * self.stride, self.kw, self.dilation, 0, end.1).1,
+        };
+        (self.counted_rows * cols) as f32
     }
 }
 
@@ -147,6 +188,23 @@ pub fn max_pool2d_blocked_share(
     output: Layout,
     x: &[f32],
     out: &mut [f32],
+    shares: (usize, usize),
+) -> Result<(), KernelError> {
+    pool2d_blocked_share(isa, geo, PoolKind::Max, block, output, x, out, shares)
+}
+
+/// Share `task` of `tasks` of `out = kind(x)` over the window `geo` (see [`check`]), `x`
+/// channel-blocked (`block` channels per vector) and `out` stored as `output` says; a blocked
+/// output holds zero in the lanes past the channels.
+#[allow(clippy::too_many_arguments)]
+pub fn pool2d_blocked_share(
+    isa: Isa,
+    geo: &Conv2d,
+    kind: PoolKind,
+    block: usize,
+    output: Layout,
+    x: &[f32],
+    out: &mut [f32],
     (task, tasks): (usize, usize),
 ) -> Result<(), KernelError> {
     check(geo)?;
@@ -155,6 +213,15 @@ pub fn max_pool2d_blocked_share(
         return Err(KernelError::Geometry("the block must be 8 or 16 channels"));
     }
     let g = geo;
+    let divisor = match kind {
+        PoolKind::Max => Divisor::Inside,
+        PoolKind::Average(divisor) => {
+            if g.kernel.0.checked_mul(g.kernel.1).is_none_or(|taps| taps >= AVERAGE_TAPS) {
+                return Err(KernelError::Geometry("an average pool's window must have fewer than 2^24 taps"));
+            }
+            divisor
+        }
+    };
     need("input", x.len(), tensor_len(Layout::Blocked, block, [g.batch, g.in_channels, g.in_h, g.in_w])?)?;
     need("output", out.len(), tensor_len(output, block, [g.batch, g.out_channels, g.out_h, g.out_w])?)?;
     let blocks = g.in_channels.div_ceil(block);
@@ -164,6 +231,10 @@ pub fn max_pool2d_blocked_share(
     for item in lo..hi {
         let (oy, cb, n) = (item % rows, item / rows % blocks, item / rows / blocks);
         let (r_lo, r_hi) = taps_inside(oy * g.stride.0, g.kernel.0, g.dilation.0, g.pad.0, g.in_h);
+        let counted_rows = match divisor {
+            Divisor::Inside => r_hi - r_lo,
+            Divisor::Padded { end } => taps_inside(oy * g.stride.0, g.kernel.0, g.dilation.0, 0, end.0).1,
+        };
         let x_at = ((n * blocks + cb) * plane_in
             + (oy * g.stride.0 + r_lo * g.dilation.0).saturating_sub(g.pad.0) * g.in_w)
             * block;
@@ -185,6 +256,8 @@ pub fn max_pool2d_blocked_share(
             planar: output == Layout::Planar,
             plane: plane_out,
             channels: (g.in_channels - cb * block).min(block),
+            counted_rows,
+            divisor,
         };
         #[cfg(target_arch = "x86_64")]
         if vector {
@@ -193,32 +266,39 @@ pub fn max_pool2d_blocked_share(
             // taps (rows `r_lo..r_hi`, columns per pixel) are inside the input, its pixels and
             // channels inside the output.
             unsafe {
-                if isa == Isa::Avx512 { avx512::max_pool_blocked_row(&row) } else { avx2::max_pool_blocked_row(&row) }
+                match (isa == Isa::Avx512, kind) {
+                    (true, PoolKind::Max) => avx512::max_pool_blocked_row(&row),
+                    (true, PoolKind::Average(_)) => avx512::average_pool_blocked_row(&row),
+                    (false, PoolKind::Max) => avx2::max_pool_blocked_row(&row),
+                    (false, PoolKind::Average(_)) => avx2::average_pool_blocked_row(&row),
+                }
             }
             continue;
         }
         let _ = vector;
         // SAFETY: as above.
-        unsafe { scalar_blocked_row(&row, block) };
+        unsafe { scalar_blocked_row(&row, kind, block) };
     }
     Ok(())
 }
 
 /// The reference blocked row: per lane, the first tap inside, then each later one that
-/// compares greater.
+/// compares greater; or the sum of the taps inside from 0, divided by the row's divisor.
 ///
 /// # Safety
-/// As [`max_pool2d_blocked_share`]'s rows.
-unsafe fn scalar_blocked_row(row: &PoolRow, block: usize) {
+/// As [`pool2d_blocked_share`]'s rows.
+unsafe fn scalar_blocked_row(row: &PoolRow, kind: PoolKind, block: usize) {
     // SAFETY: the row's taps and outputs are inside its tensors.
     unsafe {
         for ox in 0..row.out_w {
             let (s_lo, s_hi, first) = row.columns(ox);
             for lane in 0..block {
                 let mut acc: Option<f32> = None;
+                let mut sum = 0.0f32;
                 for r in 0..row.tap_rows {
                     for s in 0..s_hi - s_lo {
                         let v = *row.x.add(r * row.x_tap_row + (first + s * row.dilation) * block + lane);
+                        sum += v;
                         acc = Some(match acc {
                             Some(a) if v > a => v,
                             Some(a) => a,
@@ -226,7 +306,13 @@ unsafe fn scalar_blocked_row(row: &PoolRow, block: usize) {
                         });
                     }
                 }
-                let v = acc.unwrap_or(f32::NEG_INFINITY);
+                let v = match kind {
+                    PoolKind::Max => acc.unwrap_or(f32::NEG_INFINITY),
+                    PoolKind::Average(_) => {
+                        let count = row.divisor(ox);
+                        if count == 0.0 { 0.0 } else { sum / count }
+                    }
+                };
                 if lane >= row.channels {
                     if !row.planar {
                         *row.out.add(ox * block + lane) = 0.0;
@@ -336,42 +422,101 @@ macro_rules! max_pool_kernel {
 #[cfg(target_arch = "x86_64")]
 pub(crate) use max_pool_kernel;
 
-/// The blocked max pool row, written over a module's vector helpers (`max(v, acc)` is
+/// The blocked pool rows, written over a module's vector helpers (`max(v, acc)` is
 /// `v > acc ? v : acc`: a later tap replaces the maximum only when it compares greater).
 #[cfg(target_arch = "x86_64")]
-macro_rules! max_pool_blocked_kernel {
+macro_rules! pool_blocked_kernel {
     ($feature:literal) => {
         /// # Safety
         /// The CPU has the module's features, the block is `LANES`, and the row's pointers
         /// are valid for its extents (see [`crate::pool::PoolRow`]).
         #[target_feature(enable = $feature)]
         pub(crate) unsafe fn max_pool_blocked_row(row: &crate::pool::PoolRow) {
+            // SAFETY: forwarded.
+            unsafe { pool_blocked_row(row, |v| v, |acc, v| max(v, acc), |_, acc| acc, splat(f32::NEG_INFINITY)) }
+        }
+
+        /// # Safety
+        /// As [`max_pool_blocked_row`]'s.
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn average_pool_blocked_row(row: &crate::pool::PoolRow) {
+            // SAFETY: forwarded.
+            unsafe {
+                pool_blocked_row(
+                    row,
+                    // From 0, as lowering's sum (`0 + -0` is `+0`).
+                    |v| add(zero(), v),
+                    |acc, v| add(acc, v),
+                    |ox, sum| {
+                        let count = row.divisor(ox);
+                        if count == 0.0 { zero() } else { div(sum, splat(count)) }
+                    },
+                    zero(),
+                )
+            }
+        }
+
+        /// A row `LANES` pixels at a time: each pixel's taps inside the input in window order,
+        /// the first as `first(v)`, each later one `step(acc, v)` (`empty` when there is
+        /// none), then `finish(column, acc)`. Where every tap of all `LANES` pixels lies
+        /// inside, the pixels advance together tap by tap: `LANES` independent chains instead
+        /// of one (an `add` waits for the previous one's result). A planar output takes the
+        /// pixels transposed, a plane's run of pixels per store (one lane per store wrote a
+        /// line of every plane per pixel).
+        ///
+        /// # Safety
+        /// As [`max_pool_blocked_row`]'s.
+        #[inline]
+        #[target_feature(enable = $feature)]
+        unsafe fn pool_blocked_row(
+            row: &crate::pool::PoolRow,
+            first: impl Fn(Vector) -> Vector,
+            step: impl Fn(Vector, Vector) -> Vector,
+            finish: impl Fn(usize, Vector) -> Vector,
+            empty: Vector,
+        ) {
             let valid = if row.channels < LANES { (1u32 << row.channels) - 1 } else { u32::MAX };
+            let (step_x, step_tap) = (row.stride * LANES, row.dilation * LANES);
             // SAFETY: every tap read is inside the input, every store inside the output.
             unsafe {
-                // `LANES` pixels at a time: a planar output takes them transposed, a plane's
-                // run of pixels per store (one lane per store wrote a line of every plane per
-                // pixel).
                 for ox0 in (0..row.out_w).step_by(LANES) {
                     let n = (row.out_w - ox0).min(LANES);
-                    let mut pixels = [zero(); LANES];
-                    for (k, acc) in pixels.iter_mut().enumerate().take(n) {
-                        let (s_lo, s_hi, first) = row.columns(ox0 + k);
-                        *acc = splat(f32::NEG_INFINITY);
-                        if row.tap_rows > 0 && s_lo < s_hi {
-                            let x = row.x.add(first * LANES);
-                            let (taps, step) = (s_hi - s_lo, row.dilation * LANES);
-                            *acc = load(x);
-                            for s in 1..taps {
-                                *acc = max(load(x.add(s * step)), *acc);
-                            }
-                            for r in 1..row.tap_rows {
-                                let xr = x.add(r * row.x_tap_row);
-                                for s in 0..taps {
-                                    *acc = max(load(xr.add(s * step)), *acc);
+                    let mut pixels = [empty; LANES];
+                    let whole = n == LANES
+                        && row.tap_rows > 0
+                        && (0..LANES).all(|k| matches!(row.columns(ox0 + k), (0, s_hi, _) if s_hi == row.kw));
+                    if whole {
+                        let x = row.x.add(row.columns(ox0).2 * LANES);
+                        for (k, acc) in pixels.iter_mut().enumerate() {
+                            *acc = first(load(x.add(k * step_x)));
+                        }
+                        for r in 0..row.tap_rows {
+                            let xr = x.add(r * row.x_tap_row);
+                            for s in usize::from(r == 0)..row.kw {
+                                let xs = xr.add(s * step_tap);
+                                for (k, acc) in pixels.iter_mut().enumerate() {
+                                    *acc = step(*acc, load(xs.add(k * step_x)));
                                 }
                             }
                         }
+                    } else {
+                        for (k, acc) in pixels.iter_mut().enumerate().take(n) {
+                            let (s_lo, s_hi, col) = row.columns(ox0 + k);
+                            if row.tap_rows == 0 || s_lo == s_hi {
+                                continue;
+                            }
+                            let x = row.x.add(col * LANES);
+                            *acc = first(load(x));
+                            for r in 0..row.tap_rows {
+                                let xr = x.add(r * row.x_tap_row);
+                                for s in usize::from(r == 0)..s_hi - s_lo {
+                                    *acc = step(*acc, load(xr.add(s * step_tap)));
+                                }
+                            }
+                        }
+                    }
+                    for (k, acc) in pixels.iter_mut().enumerate().take(n) {
+                        *acc = finish(ox0 + k, *acc);
                     }
                     if row.planar {
                         for (c, &v) in transpose(pixels).iter().enumerate().take(row.channels) {
@@ -388,4 +533,4 @@ macro_rules! max_pool_blocked_kernel {
     };
 }
 #[cfg(target_arch = "x86_64")]
-pub(crate) use max_pool_blocked_kernel;
+pub(crate) use pool_blocked_kernel;

@@ -412,6 +412,11 @@ pub(crate) mod x86 {
         pub(crate) fn mul(a: __m512, b: __m512) -> __m512 {
             _mm512_mul_ps(a, b)
         }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn div(a: __m512, b: __m512) -> __m512 {
+            _mm512_div_ps(a, b)
+        }
         /// `min(max(alpha · x + beta, 0), 1)`, a NaN kept (see [`crate::conv::Activation`]).
         #[inline]
         #[target_feature(enable = "avx512f")]
@@ -441,7 +446,7 @@ pub(crate) mod x86 {
         crate::depthwise::depthwise_rows_kernel!("avx512f");
         crate::direct::direct_kernel!("avx512f");
         crate::pool::max_pool_kernel!("avx512f");
-        crate::pool::max_pool_blocked_kernel!("avx512f");
+        crate::pool::pool_blocked_kernel!("avx512f");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx512f")]);
     }
 
@@ -647,6 +652,11 @@ pub(crate) mod x86 {
         pub(crate) fn mul(a: __m256, b: __m256) -> __m256 {
             _mm256_mul_ps(a, b)
         }
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        pub(crate) fn div(a: __m256, b: __m256) -> __m256 {
+            _mm256_div_ps(a, b)
+        }
         /// `min(max(alpha · x + beta, 0), 1)`, a NaN kept (see [`crate::conv::Activation`]).
         #[inline]
         #[target_feature(enable = "avx2,fma")]
@@ -674,7 +684,7 @@ pub(crate) mod x86 {
         crate::blocked::blocked_kernel!("avx2,fma");
         crate::depthwise::depthwise_kernel!("avx2,fma");
         crate::pool::max_pool_kernel!("avx2,fma");
-        crate::pool::max_pool_blocked_kernel!("avx2,fma");
+        crate::pool::pool_blocked_kernel!("avx2,fma");
         crate::winograd::winograd_kernel!(#[target_feature(enable = "avx2,fma")]);
     }
 }

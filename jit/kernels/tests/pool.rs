@@ -1,9 +1,11 @@
 //! Max pooling on every ISA variant against a direct formula of the interpreter's semantics
-//! (taps inside the input in window order, the first taken, a later one when greater): random
-//! windows with strides 1-3, dilations, padding on any side (outputs past every tap, too),
-//! rows wider than a vector, NaN, ±∞ and ±0 among the values, every task split, planar or
-//! over channel-blocked inputs (8 or 16 channels a block, blocked or planar outputs). All ISAs
-//! give the reference's bits.
+//! (taps inside the input in window order, the first taken, a later one when greater), and
+//! average pooling over channel-blocked inputs against lowering's (the taps inside summed in
+//! window order from 0, divided by the count of the taps inside the input or inside the padded
+//! input's extent, 0 where none count): random windows with strides 1-3, dilations, padding on
+//! any side (outputs past every tap, too), rows wider than a vector, NaN, ±∞ and ±0 among the
+//! values, every task split, planar or over channel-blocked inputs (8 or 16 channels a block,
+//! blocked or planar outputs). All ISAs give the reference's bits.
 
 // The float rule's helpers serve the other kernel tests: pooling is exact.
 #[allow(dead_code)]
@@ -12,30 +14,46 @@ mod common;
 use common::values;
 use heron_kernels::blocked::{Layout, tensor_len};
 use heron_kernels::conv::Conv2d;
-use heron_kernels::pool::{max_pool2d_blocked_share, max_pool2d_share};
+use heron_kernels::pool::{Divisor, PoolKind, max_pool2d_blocked_share, max_pool2d_share, pool2d_blocked_share};
 use heron_kernels::{Isa, KernelError};
 use proptest::prelude::*;
 
 fn reference(geo: &Conv2d, x: &[f32]) -> Vec<f32> {
+    pool_reference(geo, PoolKind::Max, x)
+}
+
+fn pool_reference(geo: &Conv2d, kind: PoolKind, x: &[f32]) -> Vec<f32> {
     let mut out = Vec::with_capacity(geo.output_len().unwrap());
     for plane in 0..geo.batch * geo.in_channels {
         for oy in 0..geo.out_h {
             for ox in 0..geo.out_w {
                 let (mut acc, mut found) = (f32::NEG_INFINITY, false);
+                let (mut sum, mut count) = (0.0f32, 0usize);
                 for r in 0..geo.kernel.0 {
                     for s in 0..geo.kernel.1 {
-                        let y = (oy * geo.stride.0 + r * geo.dilation.0) as isize - geo.pad.0 as isize;
-                        let c = (ox * geo.stride.1 + s * geo.dilation.1) as isize - geo.pad.1 as isize;
-                        if y < 0 || c < 0 || y >= geo.in_h as isize || c >= geo.in_w as isize {
+                        // Positions in the padded input.
+                        let (py, px) = (oy * geo.stride.0 + r * geo.dilation.0, ox * geo.stride.1 + s * geo.dilation.1);
+                        let (y, c) = (py as isize - geo.pad.0 as isize, px as isize - geo.pad.1 as isize);
+                        let inside = y >= 0 && c >= 0 && y < geo.in_h as isize && c < geo.in_w as isize;
+                        count += usize::from(match kind {
+                            PoolKind::Average(Divisor::Padded { end }) => py < end.0 && px < end.1,
+                            _ => inside,
+                        });
+                        if !inside {
                             continue;
                         }
                         let v = x[(plane * geo.in_h + y as usize) * geo.in_w + c as usize];
+                        sum += v;
                         if !found || v > acc {
                             (acc, found) = (v, true);
                         }
                     }
                 }
-                out.push(acc);
+                out.push(match kind {
+                    PoolKind::Max => acc,
+                    PoolKind::Average(_) if count == 0 => 0.0,
+                    PoolKind::Average(_) => sum / count as f32,
+                });
             }
         }
     }
@@ -119,12 +137,18 @@ proptest! {
         channels in 1usize..40,
         block in prop_oneof![Just(8usize), Just(16usize)],
         planar_out in any::<bool>(),
+        kind in 0usize..3,
+        past_pads in (0usize..4, 0usize..4),
         tasks in 1usize..4,
         seed in any::<u64>(),
     ) {
         let geo = Conv2d { in_channels: channels, out_channels: channels, groups: channels, ..geo };
+        // An average's padded extent: the input's and the leading pad's, and up to 3 more
+        // (windows may reach past it, as ceil mode's past the far pads).
+        let end = (geo.pad.0 + geo.in_h + past_pads.0, geo.pad.1 + geo.in_w + past_pads.1);
+        let kind = [PoolKind::Max, PoolKind::Average(Divisor::Inside), PoolKind::Average(Divisor::Padded { end })][kind];
         let x = special_values(geo.input_len().unwrap(), seed);
-        let want = reference(&geo, &x);
+        let want = pool_reference(&geo, kind, &x);
         let mut blocked = vec![0.0; tensor_len(Layout::Blocked, block, [geo.batch, channels, geo.in_h, geo.in_w]).unwrap()];
         let (g, i) = (&geo, [channels, geo.in_h, geo.in_w]);
         for (k, v) in x.iter().enumerate() {
@@ -136,12 +160,16 @@ proptest! {
         for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
             let mut out = vec![1234.5; tensor_len(output, block, [g.batch, channels, g.out_h, g.out_w]).unwrap()];
             for task in 0..tasks {
-                max_pool2d_blocked_share(isa, &geo, block, output, &blocked, &mut out, (task, tasks)).unwrap();
+                if kind == PoolKind::Max {
+                    max_pool2d_blocked_share(isa, &geo, block, output, &blocked, &mut out, (task, tasks)).unwrap();
+                } else {
+                    pool2d_blocked_share(isa, &geo, kind, block, output, &blocked, &mut out, (task, tasks)).unwrap();
+                }
             }
             for (k, w) in want.iter().enumerate() {
                 let (n, c, y, x) = (k / (channels * g.out_h * g.out_w), k / (g.out_h * g.out_w) % channels, k / g.out_w % g.out_h, k % g.out_w);
                 let got = out[offset(output, block, o, [n, c, y, x])];
-                prop_assert!(got.to_bits() == w.to_bits(), "{isa:?} {geo:?} [{k}]: {got} vs {w}");
+                prop_assert!(got.to_bits() == w.to_bits(), "{isa:?} {kind:?} {geo:?} [{k}]: {got} vs {w}");
             }
             if output == Layout::Blocked {
                 // Lanes past the channels are zero.
