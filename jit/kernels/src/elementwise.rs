@@ -803,7 +803,10 @@ pub(crate) mod x86 {
                 use super::{BLOCK, Chain, MAX_DEPTH, MapOp, Program, Right, Source, Step, $ops};
 
                 pub(super) const VECTORS: usize = BLOCK / $lanes;
-                /// Vectors a chain takes at a time: enough to hide its dispatch per step.
+                /// Vectors a chain takes at a time: enough to hide its dispatch per step, few
+                /// enough to stay in registers through a step's polynomial (AVX2's 16: eight
+                /// spilled, and took 1.6-2.4x the time of four for ReLU, exp, sigmoid, tanh and
+                /// erf over 64K elements on Zen 3).
                 pub(super) const CHAIN_VECTORS: usize = $chain;
 
                 /// `out[i] = steps(src[i])` over the whole blocks of `0..len`; returns where
@@ -967,7 +970,7 @@ pub(crate) mod x86 {
     }
 
     evaluator!(avx512, "avx512f", 16, 8, z, std::arch::x86_64::__m512);
-    evaluator!(avx2, "avx2,fma", 8, 8, y, std::arch::x86_64::__m256);
+    evaluator!(avx2, "avx2,fma", 8, 4, y, std::arch::x86_64::__m256);
 
     /// `exp`, `sigmoid`, SiLU, `tanh`, `erf` and `tanh(softplus)` over a module's primitives (`splat`, `add`,
     /// `sub`, `mul`, `div`, `neg`, `abs`, `fmadd`, `fnmadd`, `fmsub`, `lt`, `select`, `min_or_second`,
