@@ -9,7 +9,7 @@
 //!   AVX-512's 16 lanes) would leave most of every vector idle, where the planar kernels put
 //!   pixels in the lanes (LeNet-style models ran 1.2-1.8× faster planar on Zen 5; with AVX2's
 //!   8 lanes, 6 channels stay blocked, the planar direct form being AVX-512 only);
-//! - a convolution kernel produces it (kernels write zeros into the lanes past the channels,
+//! - a convolution or pool kernel produces it (kernels write zeros into the lanes past the channels,
 //!   so nothing stale ever sits there), or generated code produces it for a convolution and
 //!   its channels fill whole blocks (no lanes past them), and it is neither an input nor an
 //!   output of the model;
@@ -36,6 +36,7 @@ use heron_ir::loop_ir::{Arg, BufferId, Call, Callee, Expr, Module, Stmt};
 use heron_kernels::Isa;
 use heron_kernels::blocked::{BlockedConv, Layout, block_for};
 use heron_kernels::conv::ConvMethod;
+use heron_kernels::pool::PoolKind;
 
 use crate::kernels::{Found, Kernel, KernelConfig, Plan};
 
@@ -65,6 +66,9 @@ struct KernelUse {
     residual: Option<BufferId>,
     /// Computed faster planar (Winograd).
     planar: bool,
+    /// An average pool: over a planar input it stays generated code, which may write a
+    /// blocked output whose channels fill whole blocks.
+    average: bool,
 }
 
 pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)], config: KernelConfig) -> Blocking {
@@ -128,6 +132,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
                     output: bound(plan.out),
                     residual: residual.and_then(bound),
                     planar,
+                    average: false,
                 }
             }),
             Some(Found::Pool(pool)) => {
@@ -139,6 +144,7 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
                     output: bound(pool.out),
                     residual: None,
                     planar: false,
+                    average: pool.kind != PoolKind::Max,
                 })
             }
             _ => None,
@@ -160,7 +166,8 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
             // whole blocks: no lanes past them are left stale.
             let other_kernel = plans.contains_key(&k) && !takes_blocked;
             let whole_blocks = main.buffer(*b).shape.get(1).is_some_and(|&c| c % block == 0);
-            // Generated code reading it at computed offsets (an average pool's taps) would take
+            // Generated code reading it at computed offsets (the taps of a pool too large for
+            // the pool kernels' matchers) would take
             // `// B` and `% B` for every tap, and the bounds checks with them (measured 5x
             // slower).
             let generated_windows = !plans.contains_key(&k) && reads_windows(f, param);
@@ -193,8 +200,11 @@ pub(crate) fn choose(module: &Module, main_index: usize, found: &[(usize, Found)
                 drop(c.output);
                 drop(c.residual);
             }
-            // A pool over a planar input has no blocked kernel.
-            if c.conv.is_none() && !x {
+            // A pool over a planar input has no blocked kernel; an average pool's generated
+            // code writes a blocked output only in whole blocks (no stale lanes past them).
+            let whole_blocks =
+                |b: Option<BufferId>| b.is_some_and(|b| main.buffer(b).shape.get(1).is_some_and(|c| c % block == 0));
+            if c.conv.is_none() && !x && !(c.average && whole_blocks(c.output)) {
                 drop(c.output);
             }
             if c.residual.is_some() && r != y {

@@ -122,8 +122,13 @@ pub(crate) fn match_pool(f: &PrimFunc) -> Option<PoolPlan> {
                 let Expr::Cmp { op: CmpOp::Lt, lhs, rhs } = e else { return None };
                 let terms = affine_terms(lhs)?;
                 let axis = positions.iter().position(|t| **t == terms)?;
-                // In the padded input's coordinates: past the leading pad.
-                end[axis] = size(rhs.as_int()?)?.checked_add([pt, pl][axis])?;
+                // In the padded input's coordinates: past the leading pad. The kernel counts
+                // rows and columns apart, right only while the inside taps all count.
+                let bound = size(rhs.as_int()?)?.checked_add([pt, pl][axis])?;
+                end[axis] = end[axis].min(bound);
+            }
+            if end[0] < in_h + pt || end[1] < in_w + pl {
+                return None;
             }
             PoolKind::Average(Divisor::Padded { end: (end[0], end[1]) })
         }
@@ -187,9 +192,11 @@ fn average_taps(body: &Stmt, sum: BufferId, count: BufferId) -> Option<(&Expr, T
     let counted = set(count, Expr::binary(BinOp::Add, get(count), Expr::float(1.0, DType::F32)));
     fn summed<'a>(s: &'a Stmt, sum: BufferId, counted: &Stmt) -> Option<&'a Expr> {
         let Stmt::Seq(steps) = s else { return None };
-        let [Stmt::Store { buffer, indices, value }, step] = &steps[..] else { return None };
-        let Expr::Binary { op: BinOp::Add, lhs, rhs: load } = value else { return None };
-        (*buffer == sum && *indices == [Expr::index(0)] && **lhs == get(sum) && step == counted).then_some(&**load)
+        let [Stmt::Store { value: Expr::Binary { op: BinOp::Add, rhs: load, .. }, .. }, step] = &steps[..] else {
+            return None;
+        };
+        (steps[0] == set(sum, Expr::binary(BinOp::Add, get(sum), (**load).clone())) && step == counted)
+            .then_some(&**load)
     }
     if let Some(load) = summed(body, sum, &counted) {
         return Some((load, Taps { inside: None, padded: None }));

@@ -732,6 +732,36 @@ fn average_pools_of_blocked_tensors_run_the_pool_kernel() {
         let input = Tensor::from_vec(&[2, 8, size, size], data).expect("input");
         agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, &what);
     }
+    // After a layer Winograd computes (planar), the average pool stays generated code and
+    // still writes its output blocked for the next convolution: 64 channels fill whole blocks.
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 64, 28, 28]));
+    let mut same = Window::dense(vec![3, 3]);
+    same.pads_begin = vec![1, 1];
+    same.pads_end = vec![1, 1];
+    let w1 = g.add_constant("w1", Tensor::from_vec(&[64, 64, 3, 3], values(64 * 64 * 9, 5)).expect("weights"));
+    let y = g.add_op("conv1", Op::Conv(ConvAttrs { window: same.clone(), group: 1 }), &[x, w1]).expect("conv");
+    let pool = PoolAttrs { window: same, ceil_mode: false };
+    let p = g.add_op("pool", Op::AveragePool { pool, count_include_pad: true }, &[y]).expect("pool");
+    let w2 = g.add_constant("w2", Tensor::from_vec(&[64, 64, 1, 1], values(64 * 64, 6)).expect("weights"));
+    let z =
+        g.add_op("conv2", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[p, w2]).expect("conv");
+    g.set_outputs(vec![z]);
+    let model = Model::from_graph("winograd then pool", g).expect("model");
+    if let Some(config) = KernelConfig::host(1) {
+        let (module, text) = target_stage(&model, Some(config));
+        let main = module.funcs.iter().find(|f| f.name == "main").expect("main");
+        let blocked = |name: &str| {
+            let k = main.buffers.iter().position(|b| b.name == name).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+            main.layout_transforms.contains_key(&heron_ir::loop_ir::BufferId(k as u32))
+        };
+        if !blocked("conv1") {
+            assert!(blocked("pool"), "{text}");
+            assert!(!text.contains("heron_avgpool2d_blocked_f32"), "{text}");
+        }
+    }
+    let input = Tensor::from_vec(&[1, 64, 28, 28], values(64 * 28 * 28, 9)).expect("input");
+    agrees_with_the_interpreter_on_1_and_2_threads(&model, &input, "Winograd, then an average pool");
 }
 
 /// A fully connected layer's activation of its biased sum (`sigmoid(x·w + b)`, `tanh(...)`):

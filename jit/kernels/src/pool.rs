@@ -8,6 +8,12 @@
 //! scalar reference. Over a channel-blocked input ([`crate::blocked`]), a vector is one
 //! pixel's block of channels and every tap one load and one `max`, at any stride; the output
 //! is blocked or planar.
+//!
+//! Average pooling runs over channel-blocked inputs only (a planar one is generated code's),
+//! with the semantics of lowering's average pool: the taps inside the input summed in window
+//! order from 0, divided by the count of the taps inside the input or, for
+//! `count_include_pad`, inside the padded input ([`Divisor`]); 0 where none count. Every tap
+//! is one load and one add.
 
 use crate::blocked::{Layout, block_for, taps_inside, tensor_len};
 use crate::conv::Conv2d;
@@ -125,7 +131,7 @@ pub enum Divisor {
     Padded { end: (usize, usize) },
 }
 
-/// Taps in a window at most, for an average: its count is then exact as an f32 (as
+/// An average's window has fewer taps than this: its count is then exact as an f32 (as
 /// lowering's f32 count, which it uses below this bound).
 const AVERAGE_TAPS: usize = 1 << 24;
 
@@ -176,21 +182,6 @@ impl PoolRow {
         };
         (self.counted_rows * cols) as f32
     }
-}
-
-/// Share `task` of `tasks` of `out = max_pool(x)` over the window `geo` (see [`check`]),
-/// `x` channel-blocked (`block` channels per vector) and `out` stored as `output` says; a
-/// blocked output holds zero in the lanes past the channels.
-pub fn max_pool2d_blocked_share(
-    isa: Isa,
-    geo: &Conv2d,
-    block: usize,
-    output: Layout,
-    x: &[f32],
-    out: &mut [f32],
-    shares: (usize, usize),
-) -> Result<(), KernelError> {
-    pool2d_blocked_share(isa, geo, PoolKind::Max, block, output, x, out, shares)
 }
 
 /// Share `task` of `tasks` of `out = kind(x)` over the window `geo` (see [`check`]), `x`
