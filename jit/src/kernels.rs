@@ -3,7 +3,7 @@
 //!
 //! A nest qualifies when its shape is recognised exactly, from the affine offsets of its loads:
 //! - **2-D convolution** over an NCHW input, dense or depthwise, weights a constant:
-//!   `heron_conv2d_f32_v3`, weights packed at compile time for the chosen ISA. The zero-padded
+//!   `heron_conv2d_f32_v4`, weights packed at compile time for the chosen ISA. The zero-padded
 //!   copy of the input that lowering makes goes away: the kernel reads the input itself and
 //!   applies the padding where it packs;
 //! - **GEMM with a constant right operand** (`MatMul` / `Gemm`, batched rows contiguous):
@@ -21,7 +21,10 @@
 //! additions of a bias per column or a residual shaped like the output, then a ReLU or Clip
 //! (a `let` before the store, lowering's form of a value read twice, is written into it). Of
 //! an activation over a residual sum (`tanh(acc + r)`, `(acc + r) · sigmoid(acc + r)`) the
-//! kernel adds the residual and the rest runs over its output. Any other epilogue stays
+//! kernel adds the residual and the rest runs over its output. A convolution, planar or
+//! blocked, then applies an activation it knows itself (LeakyReLU, HardSigmoid, hard-swish,
+//! sigmoid, SiLU, tanh, GELU: its call's flags), over each run of results it has just stored.
+//! Any other epilogue stays
 //! generated code: the kernel writes the raw result and a loop over the output applies the
 //! rest in place. Everything else keeps its loop nest. The calls print
 //! at the target stage with every shape, the ISA, the epilogue flags and the task split: the
@@ -117,7 +120,7 @@ impl KernelConfig {
 pub fn routines() -> Vec<Routine> {
     use RoutineParam::{Buffer as B, F32, I64};
     let params = |name: &str| match name {
-        CONV2D_F32 => [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64]].concat(),
+        CONV2D_F32 => [vec![B; 6], vec![I64; 18], vec![F32, F32, I64, I64, F32, F32]].concat(),
         CONV2D_BLOCKED_F32 => {
             [vec![B; 5], vec![I64; 20], vec![F32, F32, I64, I64], vec![B; 2], vec![I64; 3], vec![F32; 4], vec![B]]
                 .concat()
@@ -543,8 +546,9 @@ fn match_contraction(f: &PrimFunc, main: &PrimFunc) -> Option<Plan> {
         // An activation of a residual sum (`tanh(acc + r)`) or of a GEMM's sum with its bias
         // per column (`sigmoid(acc + b)`): the kernel adds the residual or bias, the rest runs
         // over its output, and the residual is the kernel's, laid out as its output.
-        residual_sum_under(epilogue, acc)
-            .and_then(|(sum, rest)| {
+        residual_sums_under(epilogue, acc)
+            .into_iter()
+            .find_map(|(sum, rest)| {
                 let fused = fuse_epilogue(f, &sum, acc, &out_loops, out, gemm)?;
                 (fused.residual.is_some() || fused.col_bias.is_some()).then_some((Some(fused), Some(rest)))
             })
@@ -905,10 +909,12 @@ fn fuse_epilogue(
     seen_acc.then_some(fused)
 }
 
-/// The outermost sum holding the accumulator in `e` when every use of the accumulator is in
-/// a copy of it, and `e` with the accumulator in its place: `tanh(acc + r)` is `acc + r` and
-/// `tanh(acc)`; `(acc + r) · sigmoid(acc + r)` is `acc + r` and `acc · sigmoid(acc)`.
-fn residual_sum_under(e: &Expr, acc: BufferId) -> Option<(Expr, Expr)> {
+/// The sums holding the accumulator in `e`, outermost first, each where every use of the
+/// accumulator is in a copy of it, with `e` with the accumulator in its place: `tanh(acc + r)`
+/// is `acc + r` and `tanh(acc)`; `(acc + r) · sigmoid(acc + r)` is `acc + r` and `acc ·
+/// sigmoid(acc)`; HardSigmoid's `min(max(α(acc + r) + β, 0), 1)` is first `α(acc + r) + β`
+/// (which no kernel fuses), then `acc + r`.
+fn residual_sums_under(e: &Expr, acc: BufferId) -> Vec<(Expr, Expr)> {
     let count = |e: &Expr, what: &dyn Fn(&Expr) -> bool| {
         let mut n = 0usize;
         e.clone().map(&mut |x| {
@@ -918,15 +924,28 @@ fn residual_sum_under(e: &Expr, acc: BufferId) -> Option<(Expr, Expr)> {
         n
     };
     let holds_acc = |e: &Expr| count(e, &|x| is_acc(x, acc)) > 0;
-    // Top-down: the first sum that holds the accumulator.
-    let mut sum = None;
+    let acc_load = Expr::load(acc, vec![Expr::index(0)]);
+    let uses = count(e, &|x| is_acc(x, acc));
+    let split = |sum: &Expr| {
+        let copies = count(e, &|x| x == sum);
+        if copies == 0 || uses != copies * count(sum, &|x| is_acc(x, acc)) {
+            return None;
+        }
+        let rest = e.clone().map(&mut |x| if x == *sum { acc_load.clone() } else { x });
+        // The bottom-up rewrite can meet a copy again in a parent it made (`(acc + r) + r`
+        // became `acc + r`): only a split that gives `e` back when the sum is written for the
+        // accumulator holds.
+        let back = rest.clone().map(&mut |x| if is_acc(&x, acc) { sum.clone() } else { x });
+        (rest != acc_load && back == *e).then(|| (sum.clone(), rest))
+    };
+    // Top-down, so that an outer sum comes before the sums inside it.
+    let mut splits = Vec::new();
     let mut stack = vec![e];
     while let Some(x) = stack.pop() {
         if let Expr::Binary { op: BinOp::Add, .. } = x
             && holds_acc(x)
         {
-            sum = Some(x.clone());
-            break;
+            splits.extend(split(x));
         }
         match x {
             Expr::Binary { lhs, rhs, .. } | Expr::Cmp { lhs, rhs, .. } => stack.extend([&**rhs, &**lhs]),
@@ -935,18 +954,7 @@ fn residual_sum_under(e: &Expr, acc: BufferId) -> Option<(Expr, Expr)> {
             _ => {}
         }
     }
-    let sum = sum?;
-    let acc_load = Expr::load(acc, vec![Expr::index(0)]);
-    let copies = count(e, &|x| *x == sum);
-    if copies == 0 || count(e, &|x| is_acc(x, acc)) != copies * count(&sum, &|x| is_acc(x, acc)) {
-        return None;
-    }
-    let rest = e.clone().map(&mut |x| if x == sum { acc_load.clone() } else { x });
-    // The bottom-up rewrite can meet a copy again in a parent it made (`(acc + r) + r` became
-    // `acc + r`): only a split that gives `e` back when the sum is written for the
-    // accumulator holds.
-    let back = rest.clone().map(&mut |x| if is_acc(&x, acc) { sum.clone() } else { x });
-    (rest != acc_load && back == *e).then_some((sum, rest))
+    splits
 }
 
 /// The weights packed for the kernel, the name their constant shows (the packing: ISA and
@@ -1107,11 +1115,15 @@ fn apply(
     // registers, anything else a tail program holds (PReLU's per-channel slope, ELU, ...) on
     // each tile while it is in cache, instead of generated code going over the blocked output
     // again through its index map.
-    let rest = generic.as_ref().filter(|_| blocked.is_some() && plan.quant.is_none());
-    let activation = rest.and_then(|e| native_activation(e, plan.acc));
+    // A planar convolution applies an activation it knows too, swept over each run of results
+    // it has just stored.
+    let rest = generic.as_ref().filter(|_| plan.quant.is_none());
+    let activation = rest
+        .filter(|_| blocked.is_some() || matches!(plan.kernel, Kernel::Conv { .. }))
+        .and_then(|e| native_activation(e, plan.acc));
     let out_blocked = blocked.as_ref().is_some_and(|b| b.output == Layout::Blocked);
     let tail = rest
-        .filter(|_| activation.is_none())
+        .filter(|_| blocked.is_some() && activation.is_none())
         .and_then(|e| tail_of(f, e, plan.acc, out, &plan.out_loops))
         .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, out_blocked));
     let (routine, args) = if let Some(q) = &plan.quant {
@@ -1220,14 +1232,18 @@ fn apply(
             }
             let [lo, hi] = program.map_or([0, 0], Program::encode);
             args.extend([lo, hi, per_channel].map(|v| Arg::Expr(Expr::index(v))));
-            let consts = match (program, activation) {
-                (Some(program), _) => program.consts(),
-                (None, Some(Activation::LeakyRelu(alpha))) => [alpha, 0.0, 0.0, 0.0],
-                (None, Some(Activation::HardSigmoid { alpha, beta })) => [alpha, beta, 0.0, 0.0],
-                (None, _) => [0.0; 4],
+            let consts = match program {
+                Some(program) => program.consts(),
+                None => {
+                    let [a0, a1] = activation_constants(activation);
+                    [a0, a1, 0.0, 0.0]
+                }
             };
             args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
             args.push(Arg::Buffer(scratch));
+        } else if routine == CONV2D_F32 {
+            let consts = activation_constants(activation);
+            args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
         }
         (routine, args)
     };
@@ -1240,15 +1256,17 @@ fn apply(
     // A planar convolution's activation with `exp` runs as the elementwise routine over its
     // output, after every task of the kernel.
     let planar_map = match (&plan.kernel, &generic, routine) {
-        (Kernel::Conv { geo, .. }, Some(e), CONV2D_F32) => tail_of(f, e, plan.acc, out, &plan.out_loops)
-            .filter(|(program, _)| program.ops().iter().any(|op| op.is_transcendental()))
-            // The routine's per-row values are per plane: per channel only for one image.
-            .filter(|(_, operands)| geo.batch == 1 || operands.iter().all(|(_, k)| *k == TailOperand::Full))
-            .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, false))
-            .map(|(program, operands)| {
-                let planes = (geo.batch * geo.out_channels, geo.out_h * geo.out_w);
-                crate::elementwise::map_in_place(out, &operands, program, planes)
-            }),
+        (Kernel::Conv { geo, .. }, Some(e), CONV2D_F32) if activation.is_none() => {
+            tail_of(f, e, plan.acc, out, &plan.out_loops)
+                .filter(|(program, _)| program.ops().iter().any(|op| op.is_transcendental()))
+                // The routine's per-row values are per plane: per channel only for one image.
+                .filter(|(_, operands)| geo.batch == 1 || operands.iter().all(|(_, k)| *k == TailOperand::Full))
+                .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, false))
+                .map(|(program, operands)| {
+                    let planes = (geo.batch * geo.out_channels, geo.out_h * geo.out_w);
+                    crate::elementwise::map_in_place(out, &operands, program, planes)
+                })
+        }
         // So does a GEMM's (`sigmoid(a·b + bias)`, the bias added in the kernel), when its
         // operands are whole tensors (the routine's per-row values are not per column).
         (Kernel::Gemm { m, n, .. }, Some(e), GEMM_F32) => tail_of(f, e, plan.acc, out, &plan.out_loops)
@@ -1309,7 +1327,17 @@ fn operands_stored_as(
     })
 }
 
-/// The activation a blocked kernel computes in registers that `e`, a convolution's store
+/// The constants a kernel call passes for `activation`: LeakyReLU's slope, HardSigmoid's
+/// `alpha` and `beta` (zeros otherwise).
+fn activation_constants(activation: Option<Activation>) -> [f32; 2] {
+    match activation {
+        Some(Activation::LeakyRelu(alpha)) => [alpha, 0.0],
+        Some(Activation::HardSigmoid { alpha, beta }) => [alpha, beta],
+        _ => [0.0; 2],
+    }
+}
+
+/// The activation a convolution kernel computes that `e`, a convolution's store
 /// expression over its accumulator `acc`, is: LeakyReLU, hard-swish, HardSigmoid, a sigmoid,
 /// SiLU, tanh or GELU (erf's or tanh's form) as lowering writes them.
 fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
@@ -1531,7 +1559,7 @@ impl Externs for KernelExterns {
             _ => Err("expected an ISA code".to_string()),
         };
         let (out_pos, result) = match name {
-            CONV2D_F32 if args.len() == 28 => {
+            CONV2D_F32 if args.len() == 30 => {
                 let isa = isa_of(&args[6])?;
                 let d = ints(&args[7..24])?;
                 let t = ints(&args[26..28])?;
@@ -1546,7 +1574,7 @@ impl Externs for KernelExterns {
                     bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
                     residual: (bits & flags::RESIDUAL != 0).then_some(&residual[..]),
                     clamp: (bits & flags::CLAMP != 0).then_some((float(&args[24])?, float(&args[25])?)),
-                    activation: None,
+                    activation: flags::activation(bits, [float(&args[28])?, float(&args[29])?])?,
                     tail: None,
                 };
                 let r = conv2d_share(isa, &geo, &x, &w, &mut out, epilogue, &mut scratch, (t[0], t[1]));

@@ -1,4 +1,4 @@
-//! The `extern "C"` entry points generated code calls (`call extern "heron_conv2d_f32_v3"(...)`
+//! The `extern "C"` entry points generated code calls (`call extern "heron_conv2d_f32_v4"(...)`
 //! in loop IR, through the run context's routine table), each inside a parallel loop over
 //! `task in 0..tasks`: a call computes its task's share (see [`crate::conv::conv2d_share`],
 //! [`crate::gemm::sgemm_share`], [`crate::pool::max_pool2d_share`]). Shapes arrive as integers, the epilogue as [`flags`] and
@@ -19,9 +19,10 @@ use crate::qgemm::{self, Bytes, Int8Isa};
 use crate::softmax::{SoftmaxShape, softmax_share};
 
 /// Routine names. A name stands for a signature and a packing of the weights (objects built
-/// earlier call routines by name): `_v3` since Winograd's orientation, and with it the packing
-/// of its weights, follows the lanes each ISA fills, and its weights are packed group by group.
-pub const CONV2D_F32: &str = "heron_conv2d_f32_v3";
+/// earlier call routines by name): the planar convolution is `_v4` since it applies an
+/// activation (two constants after `tasks`); its Winograd weights are packed group by group in
+/// the orientation that fills each ISA's lanes.
+pub const CONV2D_F32: &str = "heron_conv2d_f32_v4";
 pub const GEMM_F32: &str = "heron_gemm_f32";
 pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 pub const MAP_F32: &str = "heron_map_f32";
@@ -51,7 +52,7 @@ pub const ROUTINE_NAMES: [&str; 10] = [
 /// The entry points of [`ROUTINE_NAMES`], in that order.
 pub fn routine_addresses() -> [*const u8; 10] {
     [
-        heron_conv2d_f32_v3 as *const u8,
+        heron_conv2d_f32_v4 as *const u8,
         heron_gemm_f32 as *const u8,
         heron_maxpool2d_f32 as *const u8,
         heron_map_f32 as *const u8,
@@ -69,24 +70,23 @@ pub mod flags {
     pub const BIAS: i64 = 1;
     pub const RESIDUAL: i64 = 2;
     pub const CLAMP: i64 = 4;
-    /// [`heron_conv2d_blocked_f32_v3`] only: LeakyReLU after the clamp, its slope the tail's
-    /// first constant (with no tail program).
+    /// The convolutions' activations ([`heron_conv2d_f32_v4`] and, with no tail program,
+    /// [`heron_conv2d_blocked_f32_v3`]), each after the clamp: LeakyReLU, its slope the first
+    /// constant (the blocked one's tail's).
     pub const LEAKY_RELU: i64 = 8;
-    /// [`heron_conv2d_blocked_f32_v3`] only: hard-swish after the clamp (with no tail program).
+    /// Hard-swish.
     pub const HARD_SWISH: i64 = 16;
-    /// [`heron_conv2d_blocked_f32_v3`] only: a sigmoid after the clamp (with no tail program).
+    /// A sigmoid.
     pub const SIGMOID: i64 = 32;
-    /// [`heron_conv2d_blocked_f32_v3`] only: SiLU after the clamp (with no tail program).
+    /// SiLU.
     pub const SILU: i64 = 64;
-    /// [`heron_conv2d_blocked_f32_v3`] only: HardSigmoid after the clamp, its `alpha` and `beta`
-    /// the tail's first two constants (with no tail program).
+    /// HardSigmoid, its `alpha` and `beta` the first two constants.
     pub const HARD_SIGMOID: i64 = 128;
-    /// [`heron_conv2d_blocked_f32_v3`] only: tanh after the clamp (with no tail program).
+    /// Tanh.
     pub const TANH: i64 = 256;
-    /// [`heron_conv2d_blocked_f32_v3`] only: GELU (erf's) after the clamp (with no tail program).
+    /// GELU (erf's).
     pub const GELU: i64 = 512;
-    /// [`heron_conv2d_blocked_f32_v3`] only: GELU's tanh form after the clamp (with no tail
-    /// program).
+    /// GELU's tanh form.
     pub const GELU_TANH: i64 = 1024;
 
     /// Every bit a call may set: any other makes the call compute nothing (an object built for
@@ -173,17 +173,19 @@ unsafe fn view_mut<'a, T>(p: *mut T, len: usize) -> &'a mut [T] {
     unsafe { std::slice::from_raw_parts_mut(p, len) }
 }
 
-/// `out = clamp(conv2d(x, w) + bias + residual)`, share `task` of `tasks`: `x` is the NCHW
-/// input `[batch, c, h, w]` with `pad_top` zero rows above and `pad_left` zero columns left
-/// (see [`Conv2d`]), `w` the weights packed for `isa` ([`Conv2d::pack_weights`]), `out`
-/// `[batch, m, oh, ow]`, `scratch` [`Conv2d::scratch_len`] elements per task.
+/// `out = activation(clamp(conv2d(x, w) + bias + residual))`, share `task` of `tasks`: `x` is
+/// the NCHW input `[batch, c, h, w]` with `pad_top` zero rows above and `pad_left` zero columns
+/// left (see [`Conv2d`]), `w` the weights packed for `isa` ([`Conv2d::pack_weights`]), `out`
+/// `[batch, m, oh, ow]`, `scratch` [`Conv2d::scratch_len`] elements per task; at most one
+/// activation of [`flags`], LeakyReLU's slope or HardSigmoid's `alpha` in `a0` and its `beta`
+/// in `a1`. Two activations, or a bit outside [`flags::KNOWN`], compute nothing.
 ///
 /// # Safety
 /// Every pointer holds the elements its shape says (scratch: `tasks` times the per-task
 /// length); concurrent calls differ in `task`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn heron_conv2d_f32_v3(
+pub unsafe extern "C" fn heron_conv2d_f32_v4(
     x: *const f32,
     w: *const f32,
     bias: *const f32,
@@ -212,8 +214,11 @@ pub unsafe extern "C" fn heron_conv2d_f32_v3(
     hi: f32,
     task: i64,
     tasks: i64,
+    a0: f32,
+    a1: f32,
 ) {
     let Some(isa) = Isa::from_code(isa) else { return };
+    let Ok(activation) = flags::activation(flags, [a0, a1]) else { return };
     let dims = [batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, task, tasks];
     let Some([batch, c, h, width, m, oh, ow, kh, kw, sh, sw, dh, dw, groups, pad_top, pad_left, task, tasks]) =
         sizes(dims)
@@ -235,7 +240,7 @@ pub unsafe extern "C" fn heron_conv2d_f32_v3(
             bias: (flags & flags::BIAS != 0).then(|| view(bias, m)),
             residual: (flags & flags::RESIDUAL != 0).then(|| view(residual, out_len)),
             clamp: (flags & flags::CLAMP != 0).then_some((lo, hi)),
-            activation: None,
+            activation,
             tail: None,
         };
         let scratch = if per_task == 0 || scratch.is_null() { &mut [] } else { view_mut(scratch.add(at), per_task) };
@@ -255,7 +260,7 @@ pub unsafe extern "C" fn heron_conv2d_f32_v3(
 /// `out = clamp(conv2d(x, w) + bias + residual)` over channel-blocked tensors, share `task` of
 /// `tasks` (see [`crate::blocked`]): `x` and `out` stored as `layouts` says (blocks of `block`
 /// channels, or planar NCHW), `w` packed by [`BlockedConv::pack_weights`], the residual
-/// stored like the output; the shape as [`heron_conv2d_f32_v3`]'s. Then, unless `tail_ops_lo` is
+/// stored like the output; the shape as [`heron_conv2d_f32_v4`]'s. Then, unless `tail_ops_lo` is
 /// zero, the tail program ([`crate::elementwise::Tail`]: two words and four constants as
 /// [`heron_map_f32`] takes them) over the result, its input 0 the output and inputs 1 and 2
 /// `tail_a` and `tail_b` (bit `k` of `tail_per_channel`: operand `k` holds one value per
@@ -674,7 +679,7 @@ fn zero_point(zero: i64, signed: i64) -> Option<(bool, [i32; 1])> {
 /// (i8 when `x_signed` is 1, u8 when 0), padded with `x_zero` as `ConvInteger` pads, `w` the
 /// weights packed for `isa` ([`qgemm::conv_pack_weights`], their zero points inside), `out`
 /// `[batch, m, oh, ow]` i32, `scratch` [`qgemm::conv_scratch_len`] bytes per task. The other
-/// arguments as [`heron_conv2d_f32_v3`]'s.
+/// arguments as [`heron_conv2d_f32_v4`]'s.
 ///
 /// # Safety
 /// Every pointer holds the elements its shape says (scratch: `tasks` times the per-task
@@ -793,5 +798,73 @@ mod tests {
         assert!(flags::activation(flags::GELU | flags::GELU_TANH, [0.0, 0.0]).is_err());
         assert!(flags::activation(flags::BIAS | 1 << 11, [0.0, 0.0]).is_err());
         assert!(flags::activation(-1, [0.0, 0.0]).is_err());
+    }
+
+    /// The planar convolution's entry point applies the activation its flags name, with its
+    /// constants, as `conv2d_share` does; two activations or an unknown bit compute nothing.
+    #[test]
+    fn planar_conv_entry_applies_its_activation() {
+        use crate::Isa;
+        use crate::conv::{Conv2d, ConvEpilogue, conv2d_share};
+        let geo = Conv2d::from_dims([1, 3, 6, 6, 5, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1]);
+        let isa = Isa::detect();
+        let x: Vec<f32> = (0..geo.input_len().unwrap()).map(|i| (i % 13) as f32 / 6.0 - 1.0).collect();
+        let w: Vec<f32> = (0..geo.weights_len().unwrap()).map(|i| (i % 7) as f32 / 7.0 - 0.5).collect();
+        let mut packed = vec![0.0; geo.packed_weights_len(isa).unwrap()];
+        geo.pack_weights(isa, &w, &mut packed).unwrap();
+        let mut scratch = vec![0.0; geo.scratch_len(isa).unwrap()];
+        let call = |bits: i64, a0: f32, out: &mut [f32], scratch: &mut [f32]| {
+            let d = geo.dims().map(|v| v as i64);
+            // SAFETY: every buffer holds what the shape says, the scratch one task's share.
+            unsafe {
+                super::heron_conv2d_f32_v4(
+                    x.as_ptr(),
+                    packed.as_ptr(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    out.as_mut_ptr(),
+                    scratch.as_mut_ptr(),
+                    isa.code(),
+                    d[0],
+                    d[1],
+                    d[2],
+                    d[3],
+                    d[4],
+                    d[5],
+                    d[6],
+                    d[7],
+                    d[8],
+                    d[9],
+                    d[10],
+                    d[11],
+                    d[12],
+                    d[13],
+                    d[14],
+                    d[15],
+                    bits,
+                    0.0,
+                    0.0,
+                    0,
+                    1,
+                    a0,
+                    0.0,
+                )
+            }
+        };
+        let len = geo.output_len().unwrap();
+        for (bits, activation) in [(flags::SILU, Activation::Silu), (flags::LEAKY_RELU, Activation::LeakyRelu(0.25))] {
+            let mut got = vec![f32::NAN; len];
+            call(bits, 0.25, &mut got, &mut scratch);
+            let mut want = vec![f32::NAN; len];
+            let epilogue = ConvEpilogue { activation: Some(activation), ..ConvEpilogue::default() };
+            conv2d_share(isa, &geo, &x, &packed, &mut want, epilogue, &mut scratch, (0, 1)).unwrap();
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{activation:?}");
+            assert!(got.iter().any(|&v| v < 0.0) && got.iter().all(|v| v.is_finite()));
+        }
+        for bits in [flags::SILU | flags::TANH, 1 << 11] {
+            let mut out = vec![f32::NAN; len];
+            call(bits, 0.0, &mut out, &mut scratch);
+            assert!(out.iter().all(|v| v.is_nan()), "bits {bits:#x} computed");
+        }
     }
 }

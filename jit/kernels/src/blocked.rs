@@ -492,7 +492,7 @@ pub(crate) struct Sink {
 impl Sink {
     /// This sink without its activation when a kernel's run of `blocks` output blocks of
     /// `lanes` channels, pixels one block apart, should store plain sums and sweep the
-    /// activation over them afterwards (see the kernels' `sweep_activation`): a transcendental
+    /// activation over them afterwards (see the kernels' `activate_vectors`): a transcendental
     /// one (sigmoid, SiLU, tanh, GELU), the last chunk, no residual or clamp before it, whole
     /// blocks (a sweep would turn a short block's zero lanes into sigmoid(0)).
     pub(crate) fn deferring_sweep(&self, blocks: usize, lanes: usize, pixel: usize) -> Option<Sink> {
@@ -1691,7 +1691,7 @@ macro_rules! blocked_kernel {
                 }
                 if deferred.is_some() {
                     for ob in 0..OB {
-                        sweep_activation(&t.sink, t.sink.out.add(ob * t.sink.strides.channel), t.tiles * P);
+                        activate_vectors(t.sink.activation, t.sink.out.add(ob * t.sink.strides.channel), t.tiles * P);
                     }
                 }
             }
@@ -1712,31 +1712,48 @@ macro_rules! blocked_kernel {
             }
         }
 
-        /// `sink`'s activation over `vectors` consecutive stored vectors at `out`. A kernel
-        /// stores a run's plain sums, then sweeps them while they are in cache: in a tile's
-        /// epilogue a transcendental's dozen constants and temporaries share the 16 registers
-        /// with the accumulators and spill (a 32→128 1×1 layer's sigmoid took 3.5 ns a vector
-        /// there, 2.9 swept).
+        /// `activation` over `vectors` consecutive stored vectors at `out`. A kernel stores a
+        /// run's plain sums, then sweeps them while they are in cache: in a tile's epilogue a
+        /// transcendental's dozen constants and temporaries share the 16 registers with the
+        /// accumulators and spill (a 32→128 1×1 layer's sigmoid took 3.5 ns a vector there,
+        /// 2.9 swept).
         ///
         /// # Safety
         /// `out` holds `vectors · LANES` elements.
         #[inline]
         #[target_feature(enable = $feature)]
-        unsafe fn sweep_activation(sink: &crate::blocked::Sink, out: *mut f32, vectors: usize) {
+        unsafe fn activate_vectors(activation: Option<crate::conv::Activation>, out: *mut f32, vectors: usize) {
             use crate::conv::Activation;
             // SAFETY: forwarded.
             unsafe {
-                match sink.activation {
-                    Some(Activation::Sigmoid) => {
-                        sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| sigmoid_row(v))
-                    }
-                    Some(Activation::Silu) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| silu_row(v)),
-                    Some(Activation::Tanh) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| tanh_row(v)),
-                    Some(Activation::Gelu) => sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| gelu_row(v)),
+                match activation {
+                    Some(Activation::Sigmoid) => sweep(out, vectors, activation, |v: [Vector; SWEPT]| sigmoid_row(v)),
+                    Some(Activation::Silu) => sweep(out, vectors, activation, |v: [Vector; SWEPT]| silu_row(v)),
+                    Some(Activation::Tanh) => sweep(out, vectors, activation, |v: [Vector; SWEPT]| tanh_row(v)),
+                    Some(Activation::Gelu) => sweep(out, vectors, activation, |v: [Vector; SWEPT]| gelu_row(v)),
                     Some(Activation::GeluTanh) => {
-                        sweep(out, vectors, sink.activation, |v: [Vector; SWEPT]| gelu_tanh_row(v))
+                        sweep(out, vectors, activation, |v: [Vector; SWEPT]| gelu_tanh_row(v))
                     }
                     other => sweep(out, vectors, other, |v: [Vector; SWEPT]| activate_row(v, other)),
+                }
+            }
+        }
+
+        /// `activation` over the `len` consecutive values at `out`: whole vectors as a sweep,
+        /// the last few values in a masked one (a planar convolution's output rows, which
+        /// need not be whole vectors).
+        ///
+        /// # Safety
+        /// `out` holds `len` elements.
+        #[target_feature(enable = $feature)]
+        pub(crate) unsafe fn activate_span(activation: crate::conv::Activation, out: *mut f32, len: usize) {
+            let (vectors, rest) = (len / LANES, len % LANES);
+            // SAFETY: only the `len` elements are read or written.
+            unsafe {
+                activate_vectors(Some(activation), out, vectors);
+                if rest > 0 {
+                    let at = out.add(vectors * LANES);
+                    store_n(at, activate(load_n(at, rest), Some(activation)), rest);
                 }
             }
         }
@@ -1920,7 +1937,7 @@ macro_rules! blocked_kernel {
                 // SAFETY: forwarded; the rows hold `count · out_w` vectors from the sink's output.
                 unsafe {
                     blocked_depthwise_rows_in_registers(&crate::blocked::DepthwiseRows { sink, ..*rows });
-                    sweep_activation(&rows.sink, rows.sink.out, rows.count * rows.geo.out_w);
+                    activate_vectors(rows.sink.activation, rows.sink.out, rows.count * rows.geo.out_w);
                 }
                 return;
             }

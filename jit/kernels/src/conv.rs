@@ -79,7 +79,8 @@ impl ConvMethod {
     }
 }
 
-/// The fused tail of a convolution: `clamp(conv + bias + residual)`.
+/// The fused tail of a convolution: `activation(clamp(conv + bias + residual))`, or a blocked
+/// kernel's tail program.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ConvEpilogue<'a> {
     /// One value per output channel.
@@ -87,15 +88,16 @@ pub struct ConvEpilogue<'a> {
     /// A tensor shaped like the output, added to it.
     pub residual: Option<&'a [f32]>,
     pub clamp: Option<(f32, f32)>,
-    /// An activation after the clamp, in registers, or (a sigmoid, SiLU, tanh or GELU) swept
-    /// over a run's stored results (blocked kernels only).
+    /// An activation after the clamp: a blocked kernel's in registers or (a sigmoid, SiLU,
+    /// tanh or GELU) swept over a run's stored results, a planar one's swept over each run of
+    /// results it has just stored (see [`activate`]).
     pub activation: Option<Activation>,
     /// An elementwise program over the result (blocked kernels only, see
     /// [`crate::blocked::conv_share`]).
     pub tail: Option<crate::elementwise::Tail<'a>>,
 }
 
-/// An activation a blocked kernel applies to its results.
+/// An activation a convolution kernel applies to its results.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Activation {
     /// `x < 0 ? x · alpha : x`.
@@ -153,6 +155,41 @@ impl Activation {
                 let [k, k3] = GELU_TANH_K;
                 x * crate::elementwise::scalar::sigmoid(k * x + k3 * (x * x * x))
             }
+        }
+    }
+}
+
+/// `activation` over `out`, a run of a planar convolution's results swept just after they
+/// are stored (in cache; no pass over the whole output after the kernel): `isa`'s vector code
+/// on a CPU that has it, else [`Activation::apply`], which it matches bit for bit.
+pub(crate) fn activate(isa: Isa, activation: Option<Activation>, out: &mut [f32]) {
+    let Some(activation) = activation else { return };
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::tile::x86::{avx2, avx512};
+        // SAFETY: the CPU has the ISA, and `out` holds `out.len()` elements.
+        if isa == Isa::Avx512 && Isa::Avx512.is_available() {
+            return unsafe { avx512::activate_span(activation, out.as_mut_ptr(), out.len()) };
+        }
+        if isa == Isa::Avx2Fma && Isa::Avx2Fma.is_available() {
+            return unsafe { avx2::activate_span(activation, out.as_mut_ptr(), out.len()) };
+        }
+    }
+    out.iter_mut().for_each(|v| *v = activation.apply(*v));
+}
+
+/// [`activate`] over `rows` runs of `cols` values from `at`, `ld` apart (a tile's output
+/// channels or output rows).
+pub(crate) fn activate_rows(
+    isa: Isa,
+    activation: Option<Activation>,
+    out: &mut [f32],
+    (at, rows, cols, ld): (usize, usize, usize, usize),
+) {
+    if activation.is_some() {
+        for r in 0..rows {
+            let start = at + r * ld;
+            activate(isa, activation, &mut out[start..start + cols]);
         }
     }
 }
@@ -415,8 +452,8 @@ pub fn conv2d_share(
     if let Some(r) = epilogue.residual {
         need("residual", r.len(), geo.output_len()?)?;
     }
-    if epilogue.tail.is_some() || epilogue.activation.is_some() {
-        return Err(KernelError::Geometry("a planar convolution runs no activation nor tail program"));
+    if epilogue.tail.is_some() {
+        return Err(KernelError::Geometry("a planar convolution runs no tail program"));
     }
     if geo.batch == 0 {
         return Ok(());
@@ -524,6 +561,7 @@ fn gemm_form(
                 // the output and residual blocks are `rows` channels of `pixels` from `at`,
                 // `cols` wide.
                 unsafe { tile::run(isa, &t) };
+                activate_rows(isa, epilogue.activation, out, (at, t.rows, cols, pixels));
             }
         }
         item = end;

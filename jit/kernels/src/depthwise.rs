@@ -194,6 +194,7 @@ pub(crate) fn conv_share(
             }
             PlaneKernel::Scalar => scalar_plane(geo, &plane(item), outputs),
         }
+        crate::conv::activate(isa, epilogue.activation, outputs);
         item += n;
     }
 }

@@ -101,6 +101,7 @@ pub(crate) fn conv_share(
                 Isa::Avx512 => unsafe { avx512::direct_row(geo, &job, out) },
                 Isa::Avx2Fma | Isa::Scalar => unreachable!("the direct form runs on AVX-512 only"),
             }
+            crate::conv::activate_rows(isa, epilogue.activation, out, (0, job.rows, geo.out_w, pixels));
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (job, &mut *out);

@@ -116,6 +116,7 @@ pub(crate) fn conv_share(
                 }
                 *o = v;
             }
+            crate::conv::activate(isa, epilogue.activation, &mut out[at..at + rows]);
         }
     }
 }

@@ -448,6 +448,17 @@ fn conv_share_in(
             // SAFETY: the group's `rows` output (and residual) planes start at `at` (checked
             // lengths); the stores stay inside them.
             unsafe { transform_output(isa, orientation, block, products, (bw, nr, mr), &slab) };
+            if epilogue.activation.is_some() {
+                // The block's outputs of the group's channels, while in cache: each segment
+                // of tiles covers two output rows (one at an odd bottom edge).
+                for (ty, tx, n, _) in block.segments(usize::MAX) {
+                    let (x0, x1) = (2 * tx, (2 * (tx + n)).min(geo.out_w));
+                    for y in 2 * ty..(2 * ty + 2).min(geo.out_h) {
+                        let span = (at + y * geo.out_w + x0, rows, x1 - x0, pixels);
+                        crate::conv::activate_rows(isa, epilogue.activation, out, span);
+                    }
+                }
+            }
         }
     }
 }

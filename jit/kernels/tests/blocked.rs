@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{clamp, close, erf, values};
+use common::{activation_reference, activations, clamp, close, values};
 use heron_kernels::blocked::{BlockedConv, Layout, conv_share, tensor_len};
 use heron_kernels::conv::{Activation, Conv2d, ConvEpilogue};
 use heron_kernels::elementwise::{MapOp, Program, Tail, TailOperand};
@@ -187,14 +187,7 @@ fn epilogues() -> impl Strategy<Value = Epilogue> {
         prop_oneof![Just(None), Just(Some((0.0f32, 6.0f32))), Just(Some((-0.5f32, 0.25f32)))],
         prop_oneof![
             2 => Just(Finish::None),
-            1 => Just(Finish::Activation(Activation::LeakyRelu(0.1))),
-            1 => Just(Finish::Activation(Activation::HardSwish)),
-            1 => Just(Finish::Activation(Activation::Sigmoid)),
-            1 => Just(Finish::Activation(Activation::Silu)),
-            1 => Just(Finish::Activation(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 })),
-            1 => Just(Finish::Activation(Activation::Tanh)),
-            1 => Just(Finish::Activation(Activation::Gelu)),
-            1 => Just(Finish::Activation(Activation::GeluTanh)),
+            8 => activations().prop_map(Finish::Activation),
             1 => Just(Finish::Tail),
         ],
     )
@@ -204,22 +197,7 @@ fn epilogues() -> impl Strategy<Value = Epilogue> {
 fn finish_reference(finish: Finish, scale: &[f32], c: usize, v: f64) -> f64 {
     match finish {
         Finish::None => v,
-        Finish::Activation(Activation::LeakyRelu(alpha)) => {
-            if v < 0.0 {
-                v * alpha as f64
-            } else {
-                v
-            }
-        }
-        Finish::Activation(Activation::HardSwish) => v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
-        Finish::Activation(Activation::Sigmoid) => 1.0 / (1.0 + (-v).exp()),
-        Finish::Activation(Activation::Silu) => v / (1.0 + (-v).exp()),
-        Finish::Activation(Activation::HardSigmoid { alpha, beta }) => (alpha as f64 * v + beta as f64).clamp(0.0, 1.0),
-        Finish::Activation(Activation::Tanh) => v.tanh(),
-        Finish::Activation(Activation::Gelu) => v / 2.0 * (1.0 + erf(v / std::f64::consts::SQRT_2)),
-        Finish::Activation(Activation::GeluTanh) => {
-            v / 2.0 * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
-        }
+        Finish::Activation(activation) => activation_reference(activation, v),
         Finish::Tail => 1.0 / (1.0 + (-v * scale[c] as f64).exp()),
     }
 }

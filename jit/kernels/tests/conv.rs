@@ -1,13 +1,13 @@
 //! The f32 convolution (GEMM form, Winograd and depthwise) on every ISA variant against a direct f64
 //! formula: random shapes with strides 1-3, dilations, groups, 1×1 and depthwise 3×3/5×5,
-//! zero padding on every side (inputs larger than the taps reach, too), every epilogue and
-//! task split; all ISAs give the same bits; bad shapes are errors.
+//! zero padding on every side (inputs larger than the taps reach, too), every epilogue (every
+//! activation) and task split; all ISAs give the same bits; bad shapes are errors.
 
 #[allow(dead_code)]
 mod common;
 
-use common::{clamp, close, values};
-use heron_kernels::conv::{Conv2d, ConvEpilogue, conv2d_share};
+use common::{activation_reference, activations, clamp, close, values};
+use heron_kernels::conv::{Activation, Conv2d, ConvEpilogue, conv2d_share};
 use heron_kernels::{Isa, KernelError};
 use proptest::prelude::*;
 
@@ -18,6 +18,7 @@ fn reference(
     bias: Option<&[f32]>,
     residual: Option<&[f32]>,
     bounds: Option<(f32, f32)>,
+    activation: Option<Activation>,
 ) -> Vec<f64> {
     let (cg, mg) = (geo.in_channels / geo.groups, geo.out_channels / geo.groups);
     let (kh, kw) = geo.kernel;
@@ -44,7 +45,8 @@ fn reference(
                     }
                     let at = ((n * geo.out_channels + oc) * geo.out_h + oh) * geo.out_w + ow;
                     acc += residual.map_or(0.0, |r| r[at] as f64);
-                    out[at] = clamp(acc, bounds);
+                    let v = clamp(acc, bounds);
+                    out[at] = activation.map_or(v, |a| activation_reference(a, v));
                 }
             }
         }
@@ -212,11 +214,18 @@ fn transposed_geometry() -> impl Strategy<Value = Conv2d> {
     })
 }
 
+/// Bias, residual, clamp (none, ReLU's, ReLU6's) and activation.
+type Epilogue = (bool, bool, usize, Option<Activation>);
+
+fn epilogues() -> impl Strategy<Value = Epilogue> {
+    (any::<bool>(), any::<bool>(), 0usize..3, prop_oneof![1 => Just(None), 2 => activations().prop_map(Some)])
+}
+
 /// Runs `geo` on every ISA variant (split into `tasks` shares) and checks each against the
 /// reference and against the first variant, bit for bit.
 fn check_every_isa(
     geo: &Conv2d,
-    (bias, residual, clamp_kind): (bool, bool, usize),
+    (bias, residual, clamp_kind, activation): Epilogue,
     tasks: usize,
     seed: u64,
 ) -> Result<(), TestCaseError> {
@@ -227,7 +236,7 @@ fn check_every_isa(
     let residual_values = values(geo.output_len().unwrap(), seed ^ 0x33);
     let residual = residual.then_some(&residual_values[..]);
     let bounds = [None, Some((0.0, f32::INFINITY)), Some((0.0, 6.0))][clamp_kind];
-    let want = reference(geo, &x, &w, bias, residual, bounds);
+    let want = reference(geo, &x, &w, bias, residual, bounds, activation);
     let mut first: Option<Vec<f32>> = None;
     for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
         let mut packed = vec![f32::NAN; geo.packed_weights_len(isa).unwrap()];
@@ -235,7 +244,7 @@ fn check_every_isa(
         let per_task = geo.scratch_len(isa).unwrap();
         let mut scratch = vec![f32::NAN; per_task * tasks];
         let mut out = vec![f32::NAN; geo.output_len().unwrap()];
-        let epilogue = ConvEpilogue { bias, residual, clamp: bounds, activation: None, tail: None };
+        let epilogue = ConvEpilogue { bias, residual, clamp: bounds, activation, tail: None };
         let shares = scratch.chunks_mut(per_task.max(1)).chain(std::iter::repeat_with(|| &mut [][..]));
         for (task, s) in shares.take(tasks).enumerate() {
             conv2d_share(isa, geo, &x, &packed, &mut out, epilogue, s, (task, tasks)).unwrap();
@@ -256,46 +265,46 @@ proptest! {
 
     #[test]
     fn every_isa_matches_the_reference(
-        geo in geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        geo in geometry(), epilogue in epilogues(),
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
-        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
+        check_every_isa(&geo, epilogue, tasks, seed)?;
     }
 
     #[test]
     fn depthwise_rows_match_the_reference(
-        geo in depthwise_row_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        geo in depthwise_row_geometry(), epilogue in epilogues(),
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
-        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
+        check_every_isa(&geo, epilogue, tasks, seed)?;
     }
 
     #[test]
     fn direct_matches_the_reference(
-        geo in direct_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        geo in direct_geometry(), epilogue in epilogues(),
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
         prop_assert_eq!(geo.method(Isa::Avx512), heron_kernels::conv::ConvMethod::Direct);
         prop_assert_eq!(geo.method(Isa::Avx2Fma), heron_kernels::conv::ConvMethod::Gemm);
-        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
+        check_every_isa(&geo, epilogue, tasks, seed)?;
     }
 
     #[test]
     fn transposed_matches_the_reference(
-        geo in transposed_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        geo in transposed_geometry(), epilogue in epilogues(),
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
         prop_assert_eq!(geo.method(Isa::Avx512), heron_kernels::conv::ConvMethod::Transposed);
-        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
+        check_every_isa(&geo, epilogue, tasks, seed)?;
     }
 
     #[test]
     fn winograd_matches_the_reference(
-        geo in winograd_geometry(), bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3,
+        geo in winograd_geometry(), epilogue in epilogues(),
         tasks in 1usize..4, seed in any::<u64>(),
     ) {
         prop_assert_eq!(geo.method(Isa::Avx512), heron_kernels::conv::ConvMethod::Winograd);
-        check_every_isa(&geo, (bias, residual, clamp_kind), tasks, seed)?;
+        check_every_isa(&geo, epilogue, tasks, seed)?;
     }
 }
 

@@ -53,3 +53,42 @@ pub fn erf(x: f64) -> f64 {
     let erfc = (-a * a).exp() / (a * std::f64::consts::PI.sqrt()) * sum;
     (1.0 - erfc).copysign(x)
 }
+
+/// Every activation a convolution kernel applies (fixed constants for those that take them).
+pub fn activations() -> impl proptest::strategy::Strategy<Value = heron_kernels::conv::Activation> {
+    use heron_kernels::conv::Activation;
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Activation::LeakyRelu(0.1)),
+        Just(Activation::HardSwish),
+        Just(Activation::Sigmoid),
+        Just(Activation::Silu),
+        Just(Activation::HardSigmoid { alpha: 0.2, beta: 0.5 }),
+        Just(Activation::Tanh),
+        Just(Activation::Gelu),
+        Just(Activation::GeluTanh),
+    ]
+}
+
+/// `activation` of `v`, in f64.
+pub fn activation_reference(activation: heron_kernels::conv::Activation, v: f64) -> f64 {
+    use heron_kernels::conv::Activation;
+    match activation {
+        Activation::LeakyRelu(alpha) => {
+            if v < 0.0 {
+                v * alpha as f64
+            } else {
+                v
+            }
+        }
+        Activation::HardSwish => v * (v / 6.0 + 0.5).clamp(0.0, 1.0),
+        Activation::Sigmoid => 1.0 / (1.0 + (-v).exp()),
+        Activation::Silu => v / (1.0 + (-v).exp()),
+        Activation::HardSigmoid { alpha, beta } => (alpha as f64 * v + beta as f64).clamp(0.0, 1.0),
+        Activation::Tanh => v.tanh(),
+        Activation::Gelu => v / 2.0 * (1.0 + erf(v / std::f64::consts::SQRT_2)),
+        Activation::GeluTanh => {
+            v / 2.0 * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+        }
+    }
+}
