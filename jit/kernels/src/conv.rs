@@ -554,6 +554,7 @@ fn gemm_form(
                     clamp,
                     lo: clo,
                     hi: chi,
+                    stream_b: false,
                 };
                 // SAFETY: slab `s` of group `grp` holds k × MR packed weights; B is either the
                 // packed panel (k × NR in scratch) or, for a full pointwise panel, k input

@@ -137,6 +137,7 @@ pub fn sgemm_share(
             clamp,
             lo: clo,
             hi: chi,
+            stream_b: false,
         };
         // SAFETY: the lengths checked above cover the tile: rows `i..i + rows` of A (k each)
         // and of C and the residual (`j * nr + cols <= n` columns), panel `j` of B (k × NR),

@@ -58,6 +58,9 @@ pub(crate) struct Tile {
     pub ldr: usize,
     /// The result is clamped to `lo..=hi` when `clamp` is set.
     pub clamp: bool,
+    /// B comes from memory, read once for this tile and again from cache by the tiles after
+    /// it (Winograd's weights streamed through a layer): the kernel prefetches its rows ahead.
+    pub stream_b: bool,
     pub lo: f32,
     pub hi: f32,
 }
@@ -151,7 +154,7 @@ pub(crate) mod x86 {
                     }
                     for p in 0..t.k {
                         let bp = t.b.add(p * t.ldb);
-                        if R <= super::STREAMING_ROWS {
+                        if R <= super::STREAMING_ROWS || t.stream_b {
                             for line in (0..W * LANES).step_by(16) {
                                 super::prefetch(bp.wrapping_add(super::PREFETCH_ROWS * t.ldb + line));
                             }
@@ -190,7 +193,8 @@ pub(crate) mod x86 {
     /// Tiles of at most this many rows (a GEMV, a small batch) do too few multiply-adds per
     /// row of B to hide its misses: B streams from L3 once, so they prefetch it.
     const STREAMING_ROWS: usize = 4;
-    /// How many rows of B ahead they prefetch (2 KiB of an AVX-512 panel).
+    /// How many rows of B ahead they, and tiles streaming B, prefetch (2 KiB of an AVX-512
+    /// panel).
     const PREFETCH_ROWS: usize = 16;
 
     /// Asks for the cache line at `p` into L1; the address need not be valid (a prefetch past

@@ -98,6 +98,7 @@ pub(crate) fn conv_share(
             clamp: false,
             lo: 0.0,
             hi: 0.0,
+            stream_b: false,
         };
         // SAFETY: the packed block holds `C × MR` values (its first `rows` of each `MR` set),
         // panel `j` of the packed weights `C × NR`, the product block `MR × NR`, and `cols`

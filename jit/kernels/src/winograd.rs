@@ -396,6 +396,7 @@ fn conv_share_in(
                     clamp: false,
                     lo: 0.0,
                     hi: 0.0,
+                    stream_b: false,
                 };
                 match orientation {
                     Orientation::ChannelRows => {
@@ -424,6 +425,10 @@ fn conv_share_in(
                                 c: products[(xi * bw + r0) * nr..].as_mut_ptr(),
                                 rows: r1 - r0,
                                 cols: rows,
+                                // The first run reads the panel's weights from memory
+                                // (ResNet-18's 512-channel layers transform theirs into
+                                // 16 MiB); the runs after find them in cache.
+                                stream_b: run == 0,
                                 ..blank
                             };
                             // SAFETY: panel ξ holds C steps of `bw` tiles (rows r0..r1 <= bw
