@@ -102,6 +102,56 @@ proptest! {
     }
 }
 
+/// A product of a convolution or GEMM by a constant of one value per output channel, or of
+/// one value, in any broadcast shape and operand order, folds into its weights and bias; a
+/// constant varying along another axis, or an infinite one, does not fold.
+#[test]
+fn per_channel_products_fold_into_conv_and_gemm() {
+    let mut seed = 11;
+    let (c, m) = (3, 4);
+    let conv_times = |scale_shape: &[usize], scale: Option<Tensor>, constant_first: bool, seed: &mut u64| {
+        let mut g = Graph::new();
+        let x = g.add_input("x", TensorType::new(DType::F32, vec![2, c, 5, 5]));
+        let w = g.add_constant("w", rand_tensor(seed, &[m, c, 3, 3], -1.0, 1.0));
+        let b = g.add_constant("b", rand_tensor(seed, &[m], -1.0, 1.0));
+        let y =
+            g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![3, 3]), group: 1 }), &[x, w, b]).unwrap();
+        let k = g.add_constant("k", scale.unwrap_or_else(|| rand_tensor(seed, scale_shape, -2.0, 2.0)));
+        let ins = if constant_first { [k, y] } else { [y, k] };
+        let z = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &ins).unwrap();
+        g.set_outputs(vec![z]);
+        (g, rand_tensor(seed, &[2, c, 5, 5], -1.0, 1.0))
+    };
+    for (shape, folds) in [
+        (vec![m, 1, 1], true),
+        (vec![1, m, 1, 1], true),
+        (vec![1], true),
+        (vec![], true),
+        (vec![1, 1, 1, 1], true),
+        (vec![1, 1, 3, 3], false),
+        (vec![3], false),
+        (vec![2, m, 1, 1], false),
+    ] {
+        for constant_first in [false, true] {
+            let (g, input) = conv_times(&shape, None, constant_first, &mut seed);
+            assert_eq!(same_outputs(&g, &[input], fold_batch_norm), usize::from(folds), "{shape:?}");
+        }
+    }
+    let inf = Tensor::from_vec(&[1], vec![f32::INFINITY]).unwrap();
+    let (mut g, _) = conv_times(&[1], Some(inf), false, &mut seed);
+    assert_eq!(fold_batch_norm(&mut g), 0, "an infinite scale");
+
+    let mut g = Graph::new();
+    let a = g.add_input("a", TensorType::new(DType::F32, vec![3, 5]));
+    let b = g.add_constant("b", rand_tensor(&mut seed, &[6, 5], -1.0, 1.0));
+    let y = g.add_op("gemm", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true }, &[a, b]).unwrap();
+    let k = g.add_constant("k", rand_tensor(&mut seed, &[6], -2.0, 2.0));
+    let z = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[y, k]).unwrap();
+    g.set_outputs(vec![z]);
+    let input = rand_tensor(&mut seed, &[3, 5], -1.0, 1.0);
+    assert_eq!(same_outputs(&g, &[input], fold_batch_norm), 1, "GEMM");
+}
+
 #[test]
 fn batch_norm_is_not_folded_when_the_conv_output_has_other_uses() {
     let mut seed = 7;

@@ -7,7 +7,7 @@
 //!   copy of the input that lowering makes goes away: the kernel reads the input itself and
 //!   applies the padding where it packs;
 //! - **GEMM with a constant right operand** (`MatMul` / `Gemm`, batched rows contiguous):
-//!   `heron_gemm_f32`, B packed into panels at compile time;
+//!   `heron_gemm_f32_v2`, B packed into panels at compile time;
 //! - the same two shapes over u8/i8 bytes with zero points, accumulating in i32
 //!   (`ConvInteger`, `MatMulInteger`, the QLinear operators): `heron_conv2d_q8`,
 //!   `heron_gemm_q8` (`heron_kernels::qgemm`), zero points constants. The i32 result is the
@@ -21,9 +21,10 @@
 //! additions of a bias per column or a residual shaped like the output, then a ReLU or Clip
 //! (a `let` before the store, lowering's form of a value read twice, is written into it). Of
 //! an activation over a residual sum (`tanh(acc + r)`, `(acc + r) · sigmoid(acc + r)`) the
-//! kernel adds the residual and the rest runs over its output. A convolution, planar or
-//! blocked, then applies an activation it knows itself (LeakyReLU, HardSigmoid, hard-swish,
-//! sigmoid, SiLU, tanh, GELU: its call's flags), over each run of results it has just stored.
+//! kernel adds the residual and the rest runs over its output. A convolution (planar or
+//! blocked) or a GEMM then applies an activation it knows itself (LeakyReLU, HardSigmoid,
+//! hard-swish, sigmoid, SiLU, tanh, GELU: its call's flags), over each run of results it has
+//! just stored.
 //! Any other epilogue stays
 //! generated code: the kernel writes the raw result and a loop over the output applies the
 //! rest in place. Everything else keeps its loop nest. The calls print
@@ -125,7 +126,7 @@ pub fn routines() -> Vec<Routine> {
             [vec![B; 5], vec![I64; 20], vec![F32, F32, I64, I64], vec![B; 2], vec![I64; 3], vec![F32; 4], vec![B]]
                 .concat()
         }
-        GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64]].concat(),
+        GEMM_F32 => [vec![B; 5], vec![I64; 5], vec![F32, F32, I64, I64, F32, F32]].concat(),
         MAXPOOL2D_F32 => [vec![B; 2], vec![I64; 17]].concat(),
         MAXPOOL2D_BLOCKED_F32 => [vec![B; 2], vec![I64; 19]].concat(),
         AVGPOOL2D_BLOCKED_F32 => [vec![B; 2], vec![I64; 22]].concat(),
@@ -1115,12 +1116,10 @@ fn apply(
     // registers, anything else a tail program holds (PReLU's per-channel slope, ELU, ...) on
     // each tile while it is in cache, instead of generated code going over the blocked output
     // again through its index map.
-    // A planar convolution applies an activation it knows too, swept over each run of results
-    // it has just stored.
+    // A planar convolution or a GEMM applies an activation it knows too, swept over each run
+    // of results it has just stored.
     let rest = generic.as_ref().filter(|_| plan.quant.is_none());
-    let activation = rest
-        .filter(|_| blocked.is_some() || matches!(plan.kernel, Kernel::Conv { .. }))
-        .and_then(|e| native_activation(e, plan.acc));
+    let activation = rest.and_then(|e| native_activation(e, plan.acc));
     let out_blocked = blocked.as_ref().is_some_and(|b| b.output == Layout::Blocked);
     let tail = rest
         .filter(|_| blocked.is_some() && activation.is_none())
@@ -1241,7 +1240,7 @@ fn apply(
             };
             args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
             args.push(Arg::Buffer(scratch));
-        } else if routine == CONV2D_F32 {
+        } else if routine == CONV2D_F32 || routine == GEMM_F32 {
             let consts = activation_constants(activation);
             args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
         }
@@ -1267,13 +1266,15 @@ fn apply(
                     crate::elementwise::map_in_place(out, &operands, program, planes)
                 })
         }
-        // So does a GEMM's (`sigmoid(a·b + bias)`, the bias added in the kernel), when its
-        // operands are whole tensors (the routine's per-row values are not per column).
-        (Kernel::Gemm { m, n, .. }, Some(e), GEMM_F32) => tail_of(f, e, plan.acc, out, &plan.out_loops)
-            .filter(|(program, _)| program.ops().iter().any(|op| op.is_transcendental()))
-            .filter(|(_, operands)| operands.iter().all(|(_, k)| *k == TailOperand::Full))
-            .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, false))
-            .map(|(program, operands)| crate::elementwise::map_in_place(out, &operands, program, (*m, *n))),
+        // So does a GEMM's (`log(a·b + bias)`, the bias added in the kernel), when its operands
+        // are whole tensors (the routine's per-row values are not per column).
+        (Kernel::Gemm { m, n, .. }, Some(e), GEMM_F32) if activation.is_none() => {
+            tail_of(f, e, plan.acc, out, &plan.out_loops)
+                .filter(|(program, _)| program.ops().iter().any(|op| op.is_transcendental()))
+                .filter(|(_, operands)| operands.iter().all(|(_, k)| *k == TailOperand::Full))
+                .filter(|(_, operands)| operands_stored_as(f, main, blocked_tensors, operands, false))
+                .map(|(program, operands)| crate::elementwise::map_in_place(out, &operands, program, (*m, *n)))
+        }
         _ => None,
     };
     if let Some(map) = planar_map {
@@ -1337,8 +1338,8 @@ fn activation_constants(activation: Option<Activation>) -> [f32; 2] {
     }
 }
 
-/// The activation a convolution kernel computes that `e`, a convolution's store
-/// expression over its accumulator `acc`, is: LeakyReLU, hard-swish, HardSigmoid, a sigmoid,
+/// The activation a convolution or GEMM kernel computes that `e`, its store expression over
+/// its accumulator `acc`, is: LeakyReLU, hard-swish, HardSigmoid, a sigmoid,
 /// SiLU, tanh or GELU (erf's or tanh's form) as lowering writes them.
 fn native_activation(e: &Expr, acc: BufferId) -> Option<Activation> {
     let float = |e: &Expr| match e {
@@ -1627,7 +1628,7 @@ impl Externs for KernelExterns {
                 );
                 (4, r.map(|()| out))
             }
-            GEMM_F32 if args.len() == 14 => {
+            GEMM_F32 if args.len() == 16 => {
                 let isa = isa_of(&args[5])?;
                 let d = ints(&args[6..10])?;
                 let t = ints(&args[12..14])?;
@@ -1639,6 +1640,7 @@ impl Externs for KernelExterns {
                     bias: (bits & flags::BIAS != 0).then_some(&bias[..]),
                     residual: (bits & flags::RESIDUAL != 0).then_some((&residual[..], n)),
                     clamp: (bits & flags::CLAMP != 0).then_some((float(&args[10])?, float(&args[11])?)),
+                    activation: flags::activation(bits, [float(&args[14])?, float(&args[15])?])?,
                 };
                 let r = gemm::sgemm_share(isa, (m, n, k), (&a, k), &b, (&mut c, n), epilogue, (t[0], t[1]));
                 (4, r.map(|()| c))

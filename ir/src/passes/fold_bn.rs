@@ -1,13 +1,16 @@
 //! Folds an inference BatchNormalization into the Conv or Gemm that produces its input:
 //! `bn(conv(x, W, b)) = conv(x, W * k, (b - mean) * k + bias)` with `k = scale / sqrt(var + eps)`
-//! per output channel. Requires constant weights and BN parameters and a producer whose output
-//! feeds nothing else.
+//! per output channel; and likewise a product by a constant of one value per output channel
+//! (or one value), `conv(x, W, b) * k = conv(x, W * k, b * k)` (ResNet variants scale their
+//! residual branch so; ONNX Runtime folds it too). Requires constant weights and parameters,
+//! finite folded values, and a producer whose output feeds nothing else.
 
 use crate::graph::{Graph, NameTable, ValueId};
-use crate::op::Op;
+use crate::op::{BinaryOp, Op};
 use crate::tensor::Tensor;
 
-/// Folds every eligible BatchNormalization; returns how many were folded. Linear in the graph
+/// Folds every eligible BatchNormalization and per-channel product; returns how many were
+/// folded. Linear in the graph
 /// size: producers, use counts and names are looked up in tables built once.
 pub fn fold_batch_norm(graph: &mut Graph) -> usize {
     let mut ctx = FoldContext {
@@ -37,29 +40,87 @@ fn constant_f64(graph: &Graph, id: ValueId) -> Option<Vec<f64>> {
     graph.constant(id).map(Tensor::to_f64_vec)
 }
 
-/// Rewrites the producer of BN node `bn_index` to include the normalisation. Returns false (and
-/// changes nothing) when the pattern does not apply.
-fn try_fold(graph: &mut Graph, bn_index: usize, ctx: &mut FoldContext) -> bool {
-    let bn = &graph.nodes[bn_index];
-    let Op::BatchNormalization { epsilon } = bn.op else {
+/// A per-channel affine map of a producer's output: `(x − mean) · k + bias`, one value per
+/// channel each.
+struct ChannelAffine {
+    x: ValueId,
+    k: Vec<f64>,
+    mean: Vec<f64>,
+    bias: Vec<f64>,
+}
+
+/// Node `index` as a per-channel affine map of its input `x`, with `channels(x)` the channel
+/// count of `x` (its producer's output channels): an inference BatchNormalization with
+/// constant parameters, or a product by a constant that broadcasts one value per channel or
+/// one value over `x` (its dimensions 1 but the channel axis, `axis(x)`).
+fn channel_affine(
+    graph: &Graph,
+    index: usize,
+    producer_of: impl Fn(ValueId) -> Option<(usize, usize)>,
+) -> Option<ChannelAffine> {
+    let node = &graph.nodes[index];
+    match node.op {
+        Op::BatchNormalization { epsilon } => {
+            let x = node.inputs[0];
+            let params: Option<Vec<Vec<f64>>> = node.inputs[1..].iter().map(|&p| constant_f64(graph, p)).collect();
+            let params = params?;
+            let (scale, bias, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
+            let k: Vec<f64> = scale.iter().zip(var).map(|(s, v)| s / (v + epsilon as f64).sqrt()).collect();
+            Some(ChannelAffine { x, k, mean: mean.clone(), bias: bias.clone() })
+        }
+        Op::Binary(BinaryOp::Mul) => {
+            let (x, c) = match (graph.constant(node.inputs[0]), graph.constant(node.inputs[1])) {
+                (None, Some(_)) => (node.inputs[0], node.inputs[1]),
+                (Some(_), None) => (node.inputs[1], node.inputs[0]),
+                _ => return None,
+            };
+            let (channels, axis) = producer_of(x)?;
+            let (x_shape, c_shape) = (&graph.ty(x).shape, &graph.ty(c).shape);
+            // Right-aligned against `x`, every dimension of the constant is 1 but the channel
+            // axis, which is 1 or the channel count: the product has `x`'s shape.
+            let offset = x_shape.len().checked_sub(c_shape.len())?;
+            let per_channel = c_shape.iter().enumerate().all(|(d, &n)| n == 1 || (d + offset == axis && n == channels));
+            let values = constant_f64(graph, c)?;
+            if !per_channel || graph.ty(c).dtype != graph.ty(x).dtype {
+                return None;
+            }
+            let k = if values.len() == 1 { vec![values[0]; channels] } else { values };
+            Some(ChannelAffine { x, k, mean: vec![0.0; channels], bias: vec![0.0; channels] })
+        }
+        _ => None,
+    }
+}
+
+/// Rewrites the producer of node `index` (a BatchNormalization or a per-channel product) to
+/// include its scaling. Returns false (and changes nothing) when the pattern does not apply.
+fn try_fold(graph: &mut Graph, index: usize, ctx: &mut FoldContext) -> bool {
+    // The producer of a value and its output channels and their axis.
+    let producer_of = |x: ValueId| {
+        let p = ctx.producer[x.0].filter(|&p| graph.nodes[p].outputs.first() == Some(&x))?;
+        let shape = &graph.ty(x).shape;
+        let axis = match graph.nodes[p].op {
+            Op::Conv(_) if shape.len() >= 3 => 1,
+            Op::Gemm { .. } if shape.len() == 2 => 1,
+            _ => return None,
+        };
+        Some((shape[axis], axis))
+    };
+    let Some(ChannelAffine { x, k, mean, bias }) = channel_affine(graph, index, producer_of) else {
         return false;
     };
-    let x = bn.inputs[0];
     let dtype = graph.ty(x).dtype;
     if !dtype.is_float() || ctx.is_output[x.0] || ctx.uses[x.0] != 1 {
         return false;
     }
-    let params: Option<Vec<Vec<f64>>> = bn.inputs[1..].iter().map(|&p| constant_f64(graph, p)).collect();
-    let Some(params) = params else { return false };
-    let (scale, bias, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
-    let k: Vec<f64> = scale.iter().zip(var).map(|(s, v)| s / (v + epsilon as f64).sqrt()).collect();
-    let bn_out = bn.outputs[0];
+    let bn_out = graph.nodes[index].outputs[0];
     let Some(p) = ctx.producer[x.0].filter(|&p| graph.nodes[p].outputs.first() == Some(&x)) else {
         return false;
     };
     let producer = graph.nodes[p].clone();
     let channels = k.len();
-
+    if graph.ty(x).shape.get(1) != Some(&channels) || [&mean, &bias].iter().any(|v| v.len() != channels) {
+        return false;
+    }
     let (new_op, weight, new_bias) = match &producer.op {
         Op::Conv(_) => {
             let Some(w) = constant_f64(graph, producer.inputs[1]) else {
@@ -106,6 +167,10 @@ fn try_fold(graph: &mut Graph, bn_index: usize, ctx: &mut FoldContext) -> bool {
         _ => return false,
     };
 
+    // An infinite or NaN folded value would turn a finite product (a zero input) into NaN.
+    if !weight.iter().chain(&new_bias).all(|v| v.is_finite()) {
+        return false;
+    }
     let to_tensor = |shape: &[usize], v: Vec<f64>| Tensor::from_vec::<f64>(shape, v).expect("sizes match").cast(dtype);
     let w_shape = graph.ty(producer.inputs[1]).shape.clone();
     let w_name = ctx.names.fresh(&format!("{}:folded_weight", producer.name));

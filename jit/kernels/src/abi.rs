@@ -23,7 +23,8 @@ use crate::softmax::{SoftmaxShape, softmax_share};
 /// activation (two constants after `tasks`); its Winograd weights are packed group by group in
 /// the orientation that fills each ISA's lanes.
 pub const CONV2D_F32: &str = "heron_conv2d_f32_v4";
-pub const GEMM_F32: &str = "heron_gemm_f32";
+/// The GEMM is `_v2` since it applies an activation (two constants after `tasks`).
+pub const GEMM_F32: &str = "heron_gemm_f32_v2";
 pub const MAXPOOL2D_F32: &str = "heron_maxpool2d_f32";
 pub const MAP_F32: &str = "heron_map_f32";
 pub const CONV2D_Q8: &str = "heron_conv2d_q8";
@@ -53,7 +54,7 @@ pub const ROUTINE_NAMES: [&str; 10] = [
 pub fn routine_addresses() -> [*const u8; 10] {
     [
         heron_conv2d_f32_v4 as *const u8,
-        heron_gemm_f32 as *const u8,
+        heron_gemm_f32_v2 as *const u8,
         heron_maxpool2d_f32 as *const u8,
         heron_map_f32 as *const u8,
         heron_conv2d_q8 as *const u8,
@@ -70,9 +71,9 @@ pub mod flags {
     pub const BIAS: i64 = 1;
     pub const RESIDUAL: i64 = 2;
     pub const CLAMP: i64 = 4;
-    /// The convolutions' activations ([`heron_conv2d_f32_v4`] and, with no tail program,
-    /// [`heron_conv2d_blocked_f32_v3`]), each after the clamp: LeakyReLU, its slope the first
-    /// constant (the blocked one's tail's).
+    /// The activations, after the clamp, of [`heron_conv2d_f32_v4`], [`heron_gemm_f32_v2`]
+    /// and (with no tail program) [`heron_conv2d_blocked_f32_v3`]: LeakyReLU, its slope the
+    /// first constant (the blocked one's tail's).
     pub const LEAKY_RELU: i64 = 8;
     /// Hard-swish.
     pub const HARD_SWISH: i64 = 16;
@@ -386,14 +387,16 @@ pub unsafe extern "C" fn heron_conv2d_blocked_f32_v3(
     }
 }
 
-/// `c = clamp(a · b + bias + residual)`, share `task` of `tasks`: `a` row-major `m × k`, `b`
-/// packed for `isa` ([`crate::gemm::pack_b`]), `bias` `n` values, `c` and `residual` `m × n`.
+/// `c = activation(clamp(a · b + bias + residual))`, share `task` of `tasks`: `a` row-major
+/// `m × k`, `b` packed for `isa` ([`crate::gemm::pack_b`]), `bias` `n` values, `c` and
+/// `residual` `m × n`; the activation and its constants `a0`, `a1` as
+/// [`heron_conv2d_f32_v4`]'s.
 ///
 /// # Safety
 /// Every pointer holds the elements its shape says; concurrent calls differ in `task`.
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn heron_gemm_f32(
+pub unsafe extern "C" fn heron_gemm_f32_v2(
     a: *const f32,
     b: *const f32,
     bias: *const f32,
@@ -408,8 +411,11 @@ pub unsafe extern "C" fn heron_gemm_f32(
     hi: f32,
     task: i64,
     tasks: i64,
+    a0: f32,
+    a1: f32,
 ) {
     let Some(isa) = Isa::from_code(isa) else { return };
+    let Ok(activation) = flags::activation(flags, [a0, a1]) else { return };
     let [Some(m), Some(n), Some(k), Some(task), Some(tasks)] = [m, n, k, task, tasks].map(size) else { return };
     let lens = (|| Some((m.checked_mul(k)?, crate::gemm::packed_b_len(isa, k, n).ok()?, m.checked_mul(n)?)))();
     let Some((a_len, b_len, c_len)) = lens else { return };
@@ -419,6 +425,7 @@ pub unsafe extern "C" fn heron_gemm_f32(
             bias: (flags & flags::BIAS != 0).then(|| view(bias, n)),
             residual: (flags & flags::RESIDUAL != 0).then(|| (view(residual, c_len), n)),
             clamp: (flags & flags::CLAMP != 0).then_some((lo, hi)),
+            activation,
         };
         let _ = sgemm_share(
             isa,
@@ -866,5 +873,54 @@ mod tests {
             call(bits, 0.0, &mut out, &mut scratch);
             assert!(out.iter().all(|v| v.is_nan()), "bits {bits:#x} computed");
         }
+    }
+
+    /// So does the GEMM's.
+    #[test]
+    fn gemm_entry_applies_its_activation() {
+        use crate::Isa;
+        use crate::gemm::{Epilogue, pack_b, packed_b_len, sgemm};
+        let (m, n, k) = (5, 19, 7);
+        let isa = Isa::detect();
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 11) as f32 / 2.0 - 2.5).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i % 9) as f32 / 4.0 - 1.0).collect();
+        let mut packed = vec![0.0; packed_b_len(isa, k, n).unwrap()];
+        pack_b(isa, &b, (n, 1), (k, n), &mut packed).unwrap();
+        let call = |bits: i64, a1: f32, c: &mut [f32]| {
+            let null = std::ptr::null();
+            let dims = [m, n, k].map(|v| v as i64);
+            // SAFETY: every buffer holds what the shape says.
+            unsafe {
+                super::heron_gemm_f32_v2(
+                    a.as_ptr(),
+                    packed.as_ptr(),
+                    null,
+                    null,
+                    c.as_mut_ptr(),
+                    isa.code(),
+                    dims[0],
+                    dims[1],
+                    dims[2],
+                    bits,
+                    0.0,
+                    0.0,
+                    0,
+                    1,
+                    0.2,
+                    a1,
+                )
+            }
+        };
+        let activation = Activation::HardSigmoid { alpha: 0.2, beta: 0.5 };
+        let mut got = vec![f32::NAN; m * n];
+        call(flags::HARD_SIGMOID, 0.5, &mut got);
+        let mut want = vec![f32::NAN; m * n];
+        let epilogue = Epilogue { activation: Some(activation), ..Epilogue::default() };
+        sgemm(isa, (m, n, k), &a, k, &packed, &mut want, n, epilogue).unwrap();
+        assert!(got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(got.iter().any(|&v| v == 0.0) && got.iter().any(|&v| v > 0.0 && v < 1.0));
+        let mut untouched = vec![f32::NAN; m * n];
+        call(flags::SIGMOID | flags::GELU, 0.0, &mut untouched);
+        assert!(untouched.iter().all(|v| v.is_nan()));
     }
 }

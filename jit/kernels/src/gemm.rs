@@ -1,5 +1,5 @@
 //! f32 GEMM: `C[m×n] = A[m×k] · B[k×n]` plus a fused epilogue (bias per column, residual,
-//! clamp), B packed once (weights: at compile time) into zero-padded panels of
+//! clamp, activation), B packed once (weights: at compile time) into zero-padded panels of
 //! [`panel_width`] columns, A and C row-major with leading dimensions. Panels are the outer
 //! loop: one panel (k × NR) stays in cache while every row block of A streams past it. With
 //! one row (a GEMV), each panel is streamed once by a one-row tile.
@@ -13,7 +13,7 @@ pub use crate::tile::{block_rows, panel_width};
 /// the machines it targets: the panel of B and C's tiles need the rest).
 const L2_BUDGET: usize = 256 << 10;
 
-/// The fused tail of a GEMM: `clamp(A·B + bias + residual)`.
+/// The fused tail of a GEMM: `activation(clamp(A·B + bias + residual))`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Epilogue<'a> {
     /// One value per column of C, added to every row.
@@ -22,6 +22,9 @@ pub struct Epilogue<'a> {
     pub residual: Option<(&'a [f32], usize)>,
     /// Bounds the result is clamped to (ReLU: `(0, inf)`; ReLU6: `(0, 6)`).
     pub clamp: Option<(f32, f32)>,
+    /// Applied to each tile's results just after they are stored (see
+    /// [`crate::conv::activate`]).
+    pub activation: Option<crate::conv::Activation>,
 }
 
 /// Elements of B packed for `isa`: `ceil(n / NR)` panels of `k × NR`.
@@ -143,6 +146,7 @@ pub fn sgemm_share(
         // and of C and the residual (`j * nr + cols <= n` columns), panel `j` of B (k × NR),
         // and `cols` bias values.
         unsafe { tile::run(isa, &t) };
+        crate::conv::activate_rows(isa, epilogue.activation, c, (i * ldc + j * nr, rows, cols, ldc));
     }
     Ok(())
 }

@@ -171,6 +171,15 @@ impl PoolRow {
         (s_lo, s_hi, first)
     }
 
+    /// The output columns `lo..hi` whose every tap lies inside the input (`lo == hi`: none).
+    pub(crate) fn interior(&self) -> (usize, usize) {
+        let lo = self.pad.div_ceil(self.stride.max(1)).min(self.out_w);
+        let reach = self.kw.saturating_sub(1).saturating_mul(self.dilation).saturating_add(1);
+        // Column `ox`'s last tap, `ox·stride − pad + reach − 1`, is below `in_w`.
+        let hi = self.in_w.saturating_add(self.pad).checked_sub(reach).map_or(0, |last| last / self.stride.max(1) + 1);
+        (lo, hi.clamp(lo, self.out_w))
+    }
+
     /// What an average divides output column `ox`'s sum by (exact: below [`AVERAGE_TAPS`]).
     pub(crate) fn divisor(&self, ox: usize) -> f32 {
         let cols = match self.divisor {
@@ -467,15 +476,14 @@ macro_rules! pool_blocked_kernel {
             empty: Vector,
         ) {
             let valid = if row.channels < LANES { (1u32 << row.channels) - 1 } else { u32::MAX };
+            let (inside_lo, inside_hi) = row.interior();
             let (step_x, step_tap) = (row.stride * LANES, row.dilation * LANES);
             // SAFETY: every tap read is inside the input, every store inside the output.
             unsafe {
                 for ox0 in (0..row.out_w).step_by(LANES) {
                     let n = (row.out_w - ox0).min(LANES);
                     let mut pixels = [empty; LANES];
-                    let whole = n == LANES
-                        && row.tap_rows > 0
-                        && (0..LANES).all(|k| matches!(row.columns(ox0 + k), (0, s_hi, _) if s_hi == row.kw));
+                    let whole = n == LANES && row.tap_rows > 0 && ox0 >= inside_lo && ox0 + LANES <= inside_hi;
                     if whole {
                         let x = row.x.add(row.columns(ox0).2 * LANES);
                         for (k, acc) in pixels.iter_mut().enumerate() {
@@ -525,3 +533,46 @@ macro_rules! pool_blocked_kernel {
 }
 #[cfg(target_arch = "x86_64")]
 pub(crate) use pool_blocked_kernel;
+
+#[cfg(test)]
+mod tests {
+    use super::{Divisor, PoolRow};
+
+    /// `interior` is exactly the columns whose taps all lie inside, on every small window.
+    #[test]
+    fn interior_columns_are_those_with_every_tap_inside() {
+        for (in_w, kw, stride, dilation, pad) in small_windows() {
+            let out_w = (in_w + 2 * pad).saturating_sub((kw - 1) * dilation + 1) / stride + 2;
+            let row = PoolRow {
+                x: std::ptr::null(),
+                x_tap_row: 0,
+                tap_rows: 1,
+                kw,
+                in_w,
+                pad,
+                stride,
+                dilation,
+                out_w,
+                out: std::ptr::null_mut(),
+                planar: false,
+                plane: 0,
+                channels: 1,
+                counted_rows: 1,
+                divisor: Divisor::Inside,
+            };
+            let (lo, hi) = row.interior();
+            for ox in 0..out_w {
+                let whole = matches!(row.columns(ox), (0, s_hi, _) if s_hi == kw);
+                assert_eq!(whole, (lo..hi).contains(&ox), "{in_w} {kw} {stride} {dilation} {pad}: column {ox}");
+            }
+        }
+    }
+
+    fn small_windows() -> impl Iterator<Item = (usize, usize, usize, usize, usize)> {
+        (1..12).flat_map(|in_w| {
+            (1..5).flat_map(move |kw| {
+                (1..4).flat_map(move |s| (1..3).flat_map(move |d| (0..4).map(move |p| (in_w, kw, s, d, p))))
+            })
+        })
+    }
+}

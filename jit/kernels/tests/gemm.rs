@@ -1,11 +1,12 @@
 //! Every available ISA variant of the f32 GEMM against a direct f64 formula: shapes with tails
-//! and primes, leading dimensions wider than the matrices, transposed B, every epilogue, task
-//! splits; all ISAs give the same bits; bad arguments are errors, not panics.
+//! and primes, leading dimensions wider than the matrices, transposed B, every epilogue (every
+//! activation), task splits; all ISAs give the same bits; bad arguments are errors, not panics.
 
 #[allow(dead_code)]
 mod common;
 
-use common::{clamp, close, values};
+use common::{activation_reference, activations, clamp, close, values};
+use heron_kernels::conv::Activation;
 use heron_kernels::gemm::{Epilogue, pack_b, packed_b_len, sgemm, sgemm_share};
 use heron_kernels::{Isa, KernelError};
 use proptest::prelude::*;
@@ -19,6 +20,7 @@ fn reference(
     bias: Option<&[f32]>,
     residual: Option<&[f32]>,
     bounds: Option<(f32, f32)>,
+    activation: Option<Activation>,
 ) -> Vec<f64> {
     let mut c = vec![0.0; m * n];
     for i in 0..m {
@@ -26,7 +28,8 @@ fn reference(
             let mut acc: f64 = (0..k).map(|p| a[i * lda + p] as f64 * b[p * n + j] as f64).sum();
             acc += bias.map_or(0.0, |b| b[j] as f64);
             acc += residual.map_or(0.0, |r| r[i * n + j] as f64);
-            c[i * n + j] = clamp(acc, bounds);
+            let v = clamp(acc, bounds);
+            c[i * n + j] = activation.map_or(v, |f| activation_reference(f, v));
         }
     }
     c
@@ -39,7 +42,7 @@ proptest! {
     fn every_isa_matches_the_reference(
         m in 1usize..40, n in 1usize..70, k in 0usize..50, extra in 0usize..5,
         bias in any::<bool>(), residual in any::<bool>(), clamp_kind in 0usize..3, transposed in any::<bool>(),
-        tasks in 1usize..4, seed in any::<u64>(),
+        activation in prop_oneof![Just(None), activations().prop_map(Some)], tasks in 1usize..4, seed in any::<u64>(),
     ) {
         let (lda, ldc) = (k + extra, n + extra);
         let a = values(m * lda, seed);
@@ -50,7 +53,7 @@ proptest! {
         let residual_values = values(m * n, seed ^ 0x33);
         let residual = residual.then_some(&residual_values[..]);
         let bounds = [None, Some((0.0, f32::INFINITY)), Some((-0.25, 0.5))][clamp_kind];
-        let want = reference((m, n, k), &a, lda, &b, bias, residual, bounds);
+        let want = reference((m, n, k), &a, lda, &b, bias, residual, bounds, activation);
         let mut first: Option<Vec<f32>> = None;
         for isa in [Isa::Avx512, Isa::Avx2Fma, Isa::Scalar] {
             let mut packed = vec![f32::NAN; packed_b_len(isa, k, n).unwrap()];
@@ -60,7 +63,7 @@ proptest! {
                 pack_b(isa, &b, (n, 1), (k, n), &mut packed).unwrap();
             }
             let mut c = vec![f32::NAN; (m - 1) * ldc + n];
-            let epilogue = Epilogue { bias, residual: residual.map(|r| (r, n)), clamp: bounds };
+            let epilogue = Epilogue { bias, residual: residual.map(|r| (r, n)), clamp: bounds, activation };
             for task in 0..tasks {
                 sgemm_share(isa, (m, n, k), (&a, lda), &packed, (&mut c, ldc), epilogue, (task, tasks)).unwrap();
             }
