@@ -131,6 +131,7 @@ fn per_channel_products_fold_into_conv_and_gemm() {
         (vec![1, 1, 3, 3], false),
         (vec![3], false),
         (vec![2, m, 1, 1], false),
+        (vec![1, 1, m, 1, 1], false),
     ] {
         for constant_first in [false, true] {
             let (g, input) = conv_times(&shape, None, constant_first, &mut seed);
@@ -140,6 +141,15 @@ fn per_channel_products_fold_into_conv_and_gemm() {
     let inf = Tensor::from_vec(&[1], vec![f32::INFINITY]).unwrap();
     let (mut g, _) = conv_times(&[1], Some(inf), false, &mut seed);
     assert_eq!(fold_batch_norm(&mut g), 0, "an infinite scale");
+    // Finite in f64, past f32's range once folded: weights of 2 times f32::MAX.
+    let mut g = Graph::new();
+    let x = g.add_input("x", TensorType::new(DType::F32, vec![1, 1, 2, 2]));
+    let w = g.add_constant("w", Tensor::from_vec(&[1, 1, 1, 1], vec![2.0f32]).unwrap());
+    let y = g.add_op("conv", Op::Conv(ConvAttrs { window: Window::dense(vec![1, 1]), group: 1 }), &[x, w]).unwrap();
+    let k = g.add_constant("k", Tensor::from_vec(&[1], vec![f32::MAX]).unwrap());
+    let z = g.add_op("scaled", Op::Binary(BinaryOp::Mul), &[y, k]).unwrap();
+    g.set_outputs(vec![z]);
+    assert_eq!(fold_batch_norm(&mut g), 0, "a scale overflowing the weights");
 
     let mut g = Graph::new();
     let a = g.add_input("a", TensorType::new(DType::F32, vec![3, 5]));

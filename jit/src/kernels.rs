@@ -1198,17 +1198,8 @@ fn apply(
             flag_bits |= flags::CLAMP;
             (lo, hi)
         });
-        flag_bits |= match activation {
-            Some(Activation::LeakyRelu(_)) => flags::LEAKY_RELU,
-            Some(Activation::HardSwish) => flags::HARD_SWISH,
-            Some(Activation::Sigmoid) => flags::SIGMOID,
-            Some(Activation::Silu) => flags::SILU,
-            Some(Activation::HardSigmoid { .. }) => flags::HARD_SIGMOID,
-            Some(Activation::Tanh) => flags::TANH,
-            Some(Activation::Gelu) => flags::GELU,
-            Some(Activation::GeluTanh) => flags::GELU_TANH,
-            None => 0,
-        };
+        let (activation_bit, [a0, a1]) = flags::of(activation);
+        flag_bits |= activation_bit;
         args.extend([
             Arg::Expr(Expr::index(flag_bits)),
             Arg::Expr(Expr::float(f64::from(lo), DType::F32)),
@@ -1231,18 +1222,12 @@ fn apply(
             }
             let [lo, hi] = program.map_or([0, 0], Program::encode);
             args.extend([lo, hi, per_channel].map(|v| Arg::Expr(Expr::index(v))));
-            let consts = match program {
-                Some(program) => program.consts(),
-                None => {
-                    let [a0, a1] = activation_constants(activation);
-                    [a0, a1, 0.0, 0.0]
-                }
-            };
+            let consts = program.map_or([a0, a1, 0.0, 0.0], Program::consts);
             args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
             args.push(Arg::Buffer(scratch));
-        } else if routine == CONV2D_F32 || routine == GEMM_F32 {
-            let consts = activation_constants(activation);
-            args.extend(consts.map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
+        } else {
+            // The planar convolution's and the GEMM's activation constants.
+            args.extend([a0, a1].map(|c| Arg::Expr(Expr::float(f64::from(c), DType::F32))));
         }
         (routine, args)
     };
@@ -1252,8 +1237,8 @@ fn apply(
         kind: if config.tasks > 1 { ForKind::Parallel } else { ForKind::Serial },
         body: Box::new(Stmt::Evaluate(Call { callee: Callee::Extern(routine.into()), args })),
     });
-    // A planar convolution's activation with `exp` runs as the elementwise routine over its
-    // output, after every task of the kernel.
+    // A planar convolution's other tail with `exp` (ELU, Softplus, ...) runs as the elementwise
+    // routine over its output, after every task of the kernel.
     let planar_map = match (&plan.kernel, &generic, routine) {
         (Kernel::Conv { geo, .. }, Some(e), CONV2D_F32) if activation.is_none() => {
             tail_of(f, e, plan.acc, out, &plan.out_loops)
@@ -1326,16 +1311,6 @@ fn operands_stored_as(
                 _ => false,
             }
     })
-}
-
-/// The constants a kernel call passes for `activation`: LeakyReLU's slope, HardSigmoid's
-/// `alpha` and `beta` (zeros otherwise).
-fn activation_constants(activation: Option<Activation>) -> [f32; 2] {
-    match activation {
-        Some(Activation::LeakyRelu(alpha)) => [alpha, 0.0],
-        Some(Activation::HardSigmoid { alpha, beta }) => [alpha, beta],
-        _ => [0.0; 2],
-    }
 }
 
 /// The activation a convolution or GEMM kernel computes that `e`, its store expression over

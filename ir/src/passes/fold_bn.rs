@@ -167,16 +167,18 @@ fn try_fold(graph: &mut Graph, index: usize, ctx: &mut FoldContext) -> bool {
         _ => return false,
     };
 
-    // An infinite or NaN folded value would turn a finite product (a zero input) into NaN.
-    if !weight.iter().chain(&new_bias).all(|v| v.is_finite()) {
-        return false;
-    }
     let to_tensor = |shape: &[usize], v: Vec<f64>| Tensor::from_vec::<f64>(shape, v).expect("sizes match").cast(dtype);
     let w_shape = graph.ty(producer.inputs[1]).shape.clone();
+    let (weight, new_bias) = (to_tensor(&w_shape, weight), to_tensor(&[channels], new_bias));
+    // A folded value infinite or NaN in the model's type (a product past f16's or f32's range)
+    // would turn a finite product (a zero input) into NaN.
+    if ![&weight, &new_bias].iter().all(|t| t.to_f64_vec().iter().all(|v| v.is_finite())) {
+        return false;
+    }
     let w_name = ctx.names.fresh(&format!("{}:folded_weight", producer.name));
-    let w_id = graph.add_constant(w_name, to_tensor(&w_shape, weight));
+    let w_id = graph.add_constant(w_name, weight);
     let b_name = ctx.names.fresh(&format!("{}:folded_bias", producer.name));
-    let b_id = graph.add_constant(b_name, to_tensor(&[channels], new_bias));
+    let b_id = graph.add_constant(b_name, new_bias);
     ctx.producer[bn_out.0] = Some(p);
     let node = &mut graph.nodes[p];
     node.op = new_op;

@@ -19,6 +19,8 @@ pub use trim_taps::trim_conv_taps;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PassStats {
     pub folded_constants: usize,
+    /// BatchNormalizations, and products by a constant per channel, folded into their Conv or
+    /// Gemm.
     pub folded_batch_norms: usize,
     pub removed_identities: usize,
     pub removed_dead_nodes: usize,
@@ -33,7 +35,8 @@ pub struct PassStats {
 
 /// Runs every pass: identity removal, the integer form of quantized patterns (before constant
 /// folding, which would turn the dequantized weights it matches into float constants),
-/// constant folding, BatchNormalization folding, tap trimming, dead-node elimination.
+/// constant folding, BatchNormalization and per-channel product folding, tap trimming,
+/// dead-node elimination.
 pub fn optimize(graph: &mut Graph) -> PassStats {
     let mut stats = PassStats { removed_identities: remove_identities(graph), ..PassStats::default() };
     if graph.nodes.iter().any(|n| matches!(n.op, crate::Op::DequantizeLinear { .. })) {

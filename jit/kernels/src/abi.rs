@@ -99,8 +99,32 @@ pub mod flags {
     /// and its `beta`, given), or `Err` when they name more than one or set a bit outside
     /// [`KNOWN`].
     pub fn activation(flags: i64, [slope, beta]: [f32; 2]) -> Result<Option<crate::conv::Activation>, &'static str> {
+        let named = named(slope, beta);
+        if flags & !KNOWN != 0 {
+            return Err("a bit no flag names");
+        }
+        let mut found = named.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, a)| *a);
+        let first = found.next();
+        if found.next().is_some() { Err("more than one activation") } else { Ok(first) }
+    }
+
+    /// The flag bit and the two constants a call passes for `activation` (0 and zeros for
+    /// none): what [`activation`] decodes.
+    pub fn of(activation: Option<crate::conv::Activation>) -> (i64, [f32; 2]) {
         use crate::conv::Activation;
-        let named = [
+        let constants = match activation {
+            Some(Activation::LeakyRelu(slope)) => [slope, 0.0],
+            Some(Activation::HardSigmoid { alpha, beta }) => [alpha, beta],
+            _ => [0.0; 2],
+        };
+        let bit = named(constants[0], constants[1]).iter().find(|(_, a)| Some(*a) == activation).map_or(0, |(b, _)| *b);
+        (bit, constants)
+    }
+
+    /// Each activation's flag, with LeakyReLU's slope or HardSigmoid's `alpha` and `beta`.
+    fn named(slope: f32, beta: f32) -> [(i64, crate::conv::Activation); 8] {
+        use crate::conv::Activation;
+        [
             (LEAKY_RELU, Activation::LeakyRelu(slope)),
             (HARD_SWISH, Activation::HardSwish),
             (SIGMOID, Activation::Sigmoid),
@@ -109,13 +133,7 @@ pub mod flags {
             (TANH, Activation::Tanh),
             (GELU, Activation::Gelu),
             (GELU_TANH, Activation::GeluTanh),
-        ];
-        if flags & !KNOWN != 0 {
-            return Err("a bit no flag names");
-        }
-        let mut found = named.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, a)| *a);
-        let first = found.next();
-        if found.next().is_some() { Err("more than one activation") } else { Ok(first) }
+        ]
     }
 }
 
@@ -805,6 +823,28 @@ mod tests {
         assert!(flags::activation(flags::GELU | flags::GELU_TANH, [0.0, 0.0]).is_err());
         assert!(flags::activation(flags::BIAS | 1 << 11, [0.0, 0.0]).is_err());
         assert!(flags::activation(-1, [0.0, 0.0]).is_err());
+    }
+
+    /// Every activation encodes to the bit and constants that decode to it.
+    #[test]
+    fn flags_encode_what_they_decode() {
+        let all = [
+            Activation::LeakyRelu(0.3),
+            Activation::HardSwish,
+            Activation::Sigmoid,
+            Activation::Silu,
+            Activation::HardSigmoid { alpha: 0.2, beta: 0.6 },
+            Activation::Tanh,
+            Activation::Gelu,
+            Activation::GeluTanh,
+        ];
+        let mut bits = 0;
+        for activation in all.map(Some).into_iter().chain([None]) {
+            let (bit, constants) = flags::of(activation);
+            assert_eq!(flags::activation(flags::BIAS | bit, constants), Ok(activation));
+            assert_eq!(bits & bit, 0, "{activation:?} has its own bit");
+            bits |= bit;
+        }
     }
 
     /// The planar convolution's entry point applies the activation its flags name, with its

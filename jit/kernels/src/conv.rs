@@ -1,5 +1,5 @@
 //! f32 2-D convolution over NCHW tensors with zero padding, and a fused epilogue (bias per
-//! output channel, residual, clamp). The padding is applied where the input is packed, never
+//! output channel, residual, clamp, activation). The padding is applied where the input is packed, never
 //! as a padded copy of the whole tensor.
 //!
 //! - **Winograd F(2×2, 3×3)** (3×3, stride 1, undilated, ungrouped, at least 16 channels in
@@ -426,7 +426,8 @@ impl Conv2d {
     }
 }
 
-/// Share `task` of `tasks` of the convolution: `out = clamp(conv(x, w) + bias + residual)`,
+/// Share `task` of `tasks` of the convolution: `out = activation(clamp(conv(x, w) + bias +
+/// residual))`,
 /// `w` packed by [`Conv2d::pack_weights`] for the same `isa`, `scratch` holding
 /// [`Conv2d::scratch_len`] elements for this task.
 #[allow(clippy::too_many_arguments)]

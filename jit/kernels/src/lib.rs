@@ -6,7 +6,8 @@
 //! Kernels allocate nothing: packed operands and scratch are slices the caller provides
 //! (planned pool memory), sized by the kernel's `*_len` functions.
 //!
-//! - [`gemm`]: `C = A · B` with B packed (weights), bias per column, residual, clamp.
+//! - [`gemm`]: `C = A · B` with B packed (weights), bias per column, residual, clamp,
+//!   activation.
 //! - [`conv`]: 2-D convolution (GEMM form with packed weights and im2col panels; direct for
 //!   first and strided layers; transposed pointwise for small planes; Winograd F(2×2, 3×3)
 //!   for 3×3 stride-1 layers; depthwise).

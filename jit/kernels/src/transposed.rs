@@ -6,7 +6,8 @@
 //! `Wᵀ` is packed at compile time into the GEMM's panels of [`panel_width`] channels. Per
 //! block of [`block_rows`] pixels, the input's columns are packed k-major (as weight slabs are)
 //! into the task's scratch; each panel multiplies them into a block of the scratch, bias
-//! first; the residual and the clamp are applied as the block is written back transposed.
+//! first; the residual and the clamp are applied as the block is written back transposed, the
+//! activation over each channel's run just after.
 
 use crate::conv::{Conv2d, ConvEpilogue};
 use crate::gemm::{pack_b, packed_b_len};

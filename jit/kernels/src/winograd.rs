@@ -17,7 +17,8 @@
 //!   loads, so the zero padding is never materialised);
 //! - the 16 products `M_ξ = U_ξ · V_ξ` run on the GEMM microkernel in one of two
 //!   orientations ([`Orientation`]), and `Y = Aᵀ·M·A` plus bias, residual and clamp writes
-//!   the 2×2 blocks (masked at the output's edges):
+//!   the 2×2 blocks (masked at the output's edges), the activation swept over the block's
+//!   rows of each group's channels just after:
 //!   - *channel rows*: per slab of `MR` output channels, 16 calls with the tiles in the
 //!     vector lanes fill a `16 × MR × NR` scratch, transformed back a tile segment at a time;
 //!   - *tile rows*: per panel of `NR` output channels, the block's tiles are the rows (runs
@@ -456,8 +457,8 @@ fn conv_share_in(
             if epilogue.activation.is_some() {
                 // The block's outputs of the group's channels, while in cache: each segment
                 // of tiles covers two output rows (one at an odd bottom edge).
-                for (ty, tx, n, _) in block.segments(usize::MAX) {
-                    let (x0, x1) = (2 * tx, (2 * (tx + n)).min(geo.out_w));
+                for (ty, tx, count, _) in block.segments(usize::MAX) {
+                    let (x0, x1) = (2 * tx, (2 * (tx + count)).min(geo.out_w));
                     for y in 2 * ty..(2 * ty + 2).min(geo.out_h) {
                         let span = (at + y * geo.out_w + x0, rows, x1 - x0, pixels);
                         crate::conv::activate_rows(isa, epilogue.activation, out, span);
@@ -883,6 +884,13 @@ mod tests {
                             bias: Some(&bias),
                             residual: (case % 2 == 0).then_some(&residual[..]),
                             clamp: (case % 3 == 0).then_some((-0.5, 0.75)),
+                            // Swept over each block's rows, which wrap tile rows and end at odd
+                            // edges.
+                            activation: [
+                                None,
+                                Some(crate::conv::Activation::Silu),
+                                Some(crate::conv::Activation::Tanh),
+                            ][case % 3],
                             ..ConvEpilogue::default()
                         };
                         conv_share_in(isa, &geo, o, &x, &packed, &mut y, epilogue, scratch, (task, tasks));
