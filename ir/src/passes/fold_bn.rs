@@ -5,6 +5,7 @@
 //! residual branch so; ONNX Runtime folds it too). Requires constant weights and parameters,
 //! finite folded values, and a producer whose output feeds nothing else.
 
+use crate::dtype::DType;
 use crate::graph::{Graph, NameTable, ValueId};
 use crate::op::{BinaryOp, Op};
 use crate::tensor::Tensor;
@@ -38,6 +39,59 @@ struct FoldContext {
 
 fn constant_f64(graph: &Graph, id: ValueId) -> Option<Vec<f64>> {
     graph.constant(id).map(Tensor::to_f64_vec)
+}
+
+/// `values` rounded once to `dtype`, or `None` when one is not finite there (a product past
+/// f16's or f32's range: a folded infinity would turn a finite product, a zero input, into
+/// NaN).
+fn in_type(shape: &[usize], values: Vec<f64>, dtype: DType) -> Option<Tensor> {
+    let t = Tensor::from_vec::<f64>(shape, values).expect("sizes match").cast(dtype);
+    t.to_f64_vec().iter().all(|v| v.is_finite()).then_some(t)
+}
+
+/// Where a weight's output channel is, in row-major order: runs of `per` elements per channel
+/// (a convolution's `[M, C/g, kh, kw]`, a transposed GEMM's `[N, K]`), or the channel the
+/// fastest index (a GEMM's `[K, N]`).
+#[derive(Clone, Copy)]
+enum Channels {
+    Runs { per: usize },
+    Innermost,
+}
+
+/// The weights `w` with each element times its channel's `k`, in f64, rounded once to `dtype`
+/// (see [`in_type`]). f32 weights are scaled in one pass over runs of a channel: ResNet-style
+/// residual scales fold megabytes of weights at compile time.
+fn scaled(w: &Tensor, dtype: DType, k: &[f64], channels: Channels) -> Option<Tensor> {
+    // Every element has its channel: the weights hold whole runs, or whole rows of channels.
+    let whole = match channels {
+        Channels::Runs { per } => per.checked_mul(k.len()) == Some(w.len()),
+        Channels::Innermost => !k.is_empty() && w.len() % k.len() == 0,
+    };
+    if !whole {
+        return None;
+    }
+    let runs = |len: usize| match channels {
+        Channels::Runs { per } => (per.max(1), true),
+        Channels::Innermost => (k.len().max(1).min(len.max(1)), false),
+    };
+    if dtype == DType::F32
+        && let Some(values) = w.as_array::<f32>().and_then(|a| a.as_slice())
+    {
+        let (run, per_run) = runs(values.len());
+        let mut out = Vec::with_capacity(values.len());
+        for (r, chunk) in values.chunks(run).enumerate() {
+            if per_run {
+                let k = k[r];
+                out.extend(chunk.iter().map(|&v| (f64::from(v) * k) as f32));
+            } else {
+                out.extend(chunk.iter().zip(k).map(|(&v, &k)| (f64::from(v) * k) as f32));
+            }
+        }
+        return out.iter().all(|v| v.is_finite()).then(|| Tensor::from_vec(w.shape(), out).expect("sizes match"));
+    }
+    let (run, per_run) = runs(w.len());
+    let v = w.to_f64_vec().iter().enumerate().map(|(i, v)| v * k[if per_run { i / run } else { i % run }]).collect();
+    in_type(w.shape(), v, dtype)
 }
 
 /// A per-channel affine map of a producer's output: `(x − mean) · k + bias`, one value per
@@ -123,7 +177,7 @@ fn try_fold(graph: &mut Graph, index: usize, ctx: &mut FoldContext) -> bool {
     }
     let (new_op, weight, new_bias) = match &producer.op {
         Op::Conv(_) => {
-            let Some(w) = constant_f64(graph, producer.inputs[1]) else {
+            let Some(w) = graph.constant(producer.inputs[1]) else {
                 return false;
             };
             let b = match producer.inputs.get(2) {
@@ -134,12 +188,12 @@ fn try_fold(graph: &mut Graph, index: usize, ctx: &mut FoldContext) -> bool {
                 None => vec![0.0; channels],
             };
             let per = w.len() / channels;
-            let w: Vec<f64> = w.iter().enumerate().map(|(i, v)| v * k[i / per]).collect();
+            let w = scaled(w, dtype, &k, Channels::Runs { per });
             let b: Vec<f64> = (0..channels).map(|c| (b[c] - mean[c]) * k[c] + bias[c]).collect();
             (producer.op.clone(), w, b)
         }
         Op::Gemm { alpha, beta, trans_a, trans_b } => {
-            let Some(w) = constant_f64(graph, producer.inputs[1]) else {
+            let Some(w) = graph.constant(producer.inputs[1]) else {
                 return false;
             };
             let c = match producer.inputs.get(2) {
@@ -156,25 +210,18 @@ fn try_fold(graph: &mut Graph, index: usize, ctx: &mut FoldContext) -> bool {
                 None => vec![0.0; channels],
             };
             // Output column n scales by k[n]: columns of B, or rows when B is transposed.
-            let w: Vec<f64> = w
-                .iter()
-                .enumerate()
-                .map(|(i, v)| v * k[if *trans_b { i / (w.len() / channels) } else { i % channels }])
-                .collect();
+            let per = w.len() / channels;
+            let w = scaled(w, dtype, &k, if *trans_b { Channels::Runs { per } } else { Channels::Innermost });
             let b: Vec<f64> = (0..channels).map(|n| (*beta as f64 * c[n] - mean[n]) * k[n] + bias[n]).collect();
             (Op::Gemm { alpha: *alpha, beta: 1.0, trans_a: *trans_a, trans_b: *trans_b }, w, b)
         }
         _ => return false,
     };
 
-    let to_tensor = |shape: &[usize], v: Vec<f64>| Tensor::from_vec::<f64>(shape, v).expect("sizes match").cast(dtype);
-    let w_shape = graph.ty(producer.inputs[1]).shape.clone();
-    let (weight, new_bias) = (to_tensor(&w_shape, weight), to_tensor(&[channels], new_bias));
-    // A folded value infinite or NaN in the model's type (a product past f16's or f32's range)
-    // would turn a finite product (a zero input) into NaN.
-    if ![&weight, &new_bias].iter().all(|t| t.to_f64_vec().iter().all(|v| v.is_finite())) {
+    let new_bias = in_type(&[channels], new_bias, dtype);
+    let (Some(weight), Some(new_bias)) = (weight, new_bias) else {
         return false;
-    }
+    };
     let w_name = ctx.names.fresh(&format!("{}:folded_weight", producer.name));
     let w_id = graph.add_constant(w_name, weight);
     let b_name = ctx.names.fresh(&format!("{}:folded_bias", producer.name));
